@@ -1,0 +1,50 @@
+// Boxes: half-open [begin, end) ranges per dimension, in live or source coordinates, and the
+// geometry wtx needs on them (containment, intersection, row-major flat runs).
+//
+// A Box is a plain value. Thread-safety: pure functions, safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace wtx {
+
+using Shape = std::vector<int64_t>;
+
+struct Range {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t extent() const { return end - begin; }
+  bool operator==(const Range&) const = default;
+};
+
+using Box = std::vector<Range>;
+
+int64_t NumElements(const Shape& shape);
+int64_t NumElements(const Box& box);
+Box WholeBox(const Shape& shape);
+bool BoxIsEmpty(const Box& box);
+// Every range of `inner` lies inside the matching range of `outer` (same rank).
+bool BoxContains(const Box& outer, const Box& inner);
+// True when `box` has the rank of `shape` and lies inside it.
+bool BoxInsideShape(const Box& box, const Shape& shape);
+// Intersection; empty (some extent <= 0) when they do not overlap.
+Box Intersect(const Box& a, const Box& b);
+bool Overlaps(const Box& a, const Box& b);
+// "[[0, 32], [0, 16]]"
+std::string BoxToString(const Box& box);
+
+// Calls fn(flat_begin, length) for each maximal run of consecutive row-major flat indices (in a
+// tensor of `shape`) that `box` covers, in increasing order.
+// REQUIRES: BoxInsideShape(box, shape) and !BoxIsEmpty(box)
+void ForEachFlatRun(const Shape& shape, const Box& box,
+                    const std::function<void(int64_t, int64_t)>& fn);
+// Number of flat runs ForEachFlatRun would produce.
+int64_t NumFlatRuns(const Shape& shape, const Box& box);
+
+// Row-major strides of `shape`, in elements.
+std::vector<int64_t> Strides(const Shape& shape);
+
+}  // namespace wtx

@@ -1,0 +1,87 @@
+// Coordinator: decides each transaction for all ranks with presumed-abort two-phase commit.
+//
+// Contract: Begin checks that every rank is reachable and agrees on the manifest fingerprint
+// and kernel identity, then that every rank accepts the request, and only then begins it
+// everywhere (a refused begin changes nothing). Commit asks every rank to prepare; it commits
+// only if every rank voted yes in time, and the DECISION record is synced before any rank
+// hears it (the commit point). When no rank wrote anything the outcome is a noop. Abort
+// decisions need not be synced (presumed abort). After a restart, Recover() re-sends logged
+// decisions that were not acknowledged; QueryDecision answers abort for anything never
+// decided.
+//
+// Thread-safety: methods are serialized by an internal mutex.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "wtx/env.h"
+#include "wtx/participant.h"
+#include "wtx/protocol.h"
+#include "wtx/status.h"
+#include "wtx/transport.h"
+
+namespace wtx {
+
+struct CoordinatorOptions {
+  std::string journal_dir;
+  Env env;
+  std::chrono::milliseconds prepare_timeout{5000};
+  CrashPoints* crash_points = nullptr;  // not owned
+};
+
+struct RankError {
+  int rank = -1;
+  Status status;
+};
+
+struct BeginOutcome {
+  Status status;                  // first error, if any
+  std::vector<RankError> errors;  // every rank that refused
+};
+
+struct VoteReport {
+  int rank = -1;
+  enum class Kind { kYes, kNo, kTimeout, kCrashed } kind = Kind::kTimeout;
+  Vote vote;       // kYes / kNo
+  Status status;   // kTimeout / kCrashed
+};
+
+struct CommitOutcome {
+  Status status;  // OK for committed and noop
+  std::optional<Decision> decision;  // nullopt when the coordinator died before deciding
+  bool decision_logged = false;
+  std::string version;               // committed: the new version
+  std::vector<VoteReport> votes;
+  std::vector<int> unacknowledged;   // ranks that did not hear the decision
+};
+
+struct DecisionEntry {
+  std::string tx;
+  Decision decision = Decision::kAbort;
+  std::string version;
+  std::string reason;
+  int64_t time_micros = 0;
+};
+
+class Coordinator : public DecisionOracle {
+ public:
+  static Result<std::unique_ptr<Coordinator>> Open(const CoordinatorOptions& options,
+                                                   Transport* transport);
+  ~Coordinator() override = default;
+
+  virtual BeginOutcome Begin(const BeginRequest& req) = 0;
+  virtual CommitOutcome Commit(const std::string& tx) = 0;
+  // The sender gives up on `tx`: logs abort and tells every rank.
+  virtual BeginOutcome Abort(const std::string& tx) = 0;
+  // Re-sends logged decisions not yet acknowledged by every rank.
+  virtual Status Recover() = 0;
+  virtual std::vector<DecisionEntry> decisions() const = 0;
+  // The version committed by `tx`, if it committed.
+  virtual std::optional<std::string> CommittedVersion(const std::string& tx) const = 0;
+};
+
+}  // namespace wtx

@@ -1,0 +1,129 @@
+// Manifest: what one rank holds — its live parameters, the shards that feed them from source
+// (checkpoint) tensors, the modules whose post-load work runs together, and the derived states
+// computed from parameters.
+//
+// Contract: a Manifest obtained from ParseManifest / Manifest::Build is validated: every box
+// lies inside its tensor, the shards of a parameter are pairwise disjoint and together cover
+// it exactly, each shard's box and source_box have equal extents (the box may carry extra
+// leading extent-1 dimensions), every source tensor has one shape, modules and derived states
+// name existing parameters. Its Fingerprint() is canonical over names, dtypes, shapes, shard
+// ids, modules and derived states (not over per-rank source boxes), so all ranks of a TP group
+// agree on it.
+//
+// Thread-safety: a Manifest is immutable after construction; concurrent reads are safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "wtx/box.h"
+#include "wtx/dtype.h"
+#include "wtx/status.h"
+
+namespace wtx {
+
+enum class Phase { kPostLoad, kAttention, kKernel };
+std::string_view PhaseName(Phase phase);
+
+struct ShardSpec {
+  std::string id;             // "q", "k", "v", "0", "1", "e3.w1", ...
+  std::string source;         // checkpoint tensor name
+  Shape source_shape;         // full (unsharded) source shape
+  Box box;                    // live coordinates
+  Box source_box;             // source coordinates (the TP slice)
+  bool packed = false;        // live bytes are not a translation of the source
+};
+
+struct ParamSpec {
+  std::string name;
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::vector<ShardSpec> shards;  // never empty once built
+  int64_t num_elements() const { return NumElements(shape); }
+  int64_t num_bytes() const { return num_elements() * static_cast<int64_t>(DTypeSize(dtype)); }
+};
+
+struct ModuleSpec {
+  std::string name;
+  std::vector<std::string> params;
+};
+
+struct DerivedSpec {
+  std::string name;
+  std::vector<std::string> sources;  // parameter names
+  Phase phase = Phase::kPostLoad;
+};
+
+// Where a source tensor lands on this rank.
+struct ShardRef {
+  uint32_t param = 0;
+  uint32_t shard = 0;
+};
+
+class Manifest {
+ public:
+  Manifest(const Manifest&) = delete;
+  Manifest& operator=(const Manifest&) = delete;
+
+  // Validates and indexes. Errors are kInvalidArgument naming the field
+  // ("params[2].shards[1].box: ...").
+  static Result<std::shared_ptr<const Manifest>> Build(std::vector<ParamSpec> params,
+                                                       std::vector<ModuleSpec> modules,
+                                                       std::vector<DerivedSpec> derived);
+
+  const std::vector<ParamSpec>& params() const { return params_; }
+  const std::vector<ModuleSpec>& modules() const { return modules_; }
+  const std::vector<DerivedSpec>& derived() const { return derived_; }
+
+  std::optional<uint32_t> FindParam(std::string_view name) const;
+  std::optional<uint32_t> FindModule(std::string_view name) const;
+  std::optional<uint32_t> FindDerived(std::string_view name) const;
+  std::optional<uint32_t> FindShard(uint32_t param, std::string_view shard_id) const;
+  // Every shard on this rank fed by `source` (empty if the rank does not hold it).
+  const std::vector<ShardRef>& ShardsOfSource(std::string_view source) const;
+  bool HoldsSource(std::string_view source) const { return !ShardsOfSource(source).empty(); }
+  // Shape of a source tensor, if any shard on this rank names it.
+  std::optional<Shape> SourceShape(std::string_view source) const;
+  // Derived states that read parameter `param`.
+  const std::vector<uint32_t>& DerivedOfParam(uint32_t param) const { return derived_of_param_[param]; }
+  // Parameter names in canonical (sorted) order, as indices.
+  const std::vector<uint32_t>& CanonicalOrder() const { return canonical_order_; }
+
+  // Hex XXH3-128 over the canonical description.
+  const std::string& Fingerprint() const { return fingerprint_; }
+  int64_t TotalElements() const;
+  int64_t TotalBytes() const;
+  size_t TotalShards() const;
+
+  nlohmann::json ToJson() const;
+
+ private:
+  Manifest() = default;
+  Status Index();
+
+  std::vector<ParamSpec> params_;
+  std::vector<ModuleSpec> modules_;
+  std::vector<DerivedSpec> derived_;
+  std::unordered_map<std::string_view, uint32_t> param_index_;
+  std::unordered_map<std::string_view, uint32_t> module_index_;
+  std::unordered_map<std::string_view, uint32_t> derived_index_;
+  std::unordered_map<std::string_view, std::vector<ShardRef>> source_index_;
+  std::vector<std::vector<uint32_t>> derived_of_param_;
+  std::vector<uint32_t> canonical_order_;
+  std::string fingerprint_;
+};
+
+using ManifestPtr = std::shared_ptr<const Manifest>;
+
+// Parses the manifest JSON of spec/scenario.md. Errors name the field.
+Result<ManifestPtr> ParseManifest(const nlohmann::json& j);
+Result<ManifestPtr> ParseManifestText(std::string_view text);
+
+}  // namespace wtx

@@ -1,0 +1,83 @@
+// Protocol vocabulary shared by participants, the coordinator and transports: transaction
+// kinds, begin requests, votes, decisions and the status a rank reports.
+//
+// These are plain values; thread-safety is that of std containers (distinct objects freely).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "wtx/box.h"
+#include "wtx/manifest.h"
+#include "wtx/status.h"
+
+namespace wtx {
+
+enum class TxKind { kFull, kPartial, kDelta };
+std::string_view TxKindName(TxKind kind);
+std::optional<TxKind> TxKindFromName(std::string_view name);
+
+struct BeginRequest {
+  std::string tx;
+  TxKind kind = TxKind::kFull;
+  std::string base;                  // partial/delta: the committed version required
+  std::vector<std::string> modules;  // partial: the modules in scope
+  std::vector<std::string> sources;  // delta: the source tensors patched
+  bool rollback = false;             // partial/delta: keep before-images, abort restores
+};
+
+// One gap in required coverage.
+struct MissingPiece {
+  std::string param;
+  std::string shard;
+  Box box;                        // live coordinates of what is missing
+  std::string source;             // delta: the source whose parts are missing
+  std::vector<int> missing_parts; // delta: part numbers not received
+  int parts = 0;                  // delta: n of [k, n]; 0 when no part arrived
+};
+
+struct StaleDerivedState {
+  std::string name;
+  Phase phase = Phase::kPostLoad;
+  std::vector<std::string> written_sources;  // sources written after the last refresh
+};
+
+struct Vote {
+  int rank = -1;
+  std::string tx;
+  bool yes = false;
+  bool wrote = false;             // this rank changed live bytes in the transaction
+  std::string digest;             // yes: this rank's content digest (hex)
+  ErrorCode error = ErrorCode::kOk;  // no: the first failing check
+  std::string message;
+  std::vector<ErrorCode> errors;  // no: every failing check
+  std::vector<MissingPiece> missing;
+  size_t missing_total = 0;       // pieces missing (missing may be truncated)
+  std::vector<StaleDerivedState> stale;
+};
+
+enum class Decision { kCommit, kAbort, kNoop };
+std::string_view DecisionName(Decision d);
+std::optional<Decision> DecisionFromName(std::string_view name);
+
+struct RankDescription {
+  int rank = -1;
+  std::string fingerprint;
+  std::string kernel_identity;
+};
+
+struct RankStatus {
+  int rank = -1;
+  std::optional<std::string> version;  // committed version; nullopt if never committed
+  std::optional<std::string> committed_tx;
+  bool dirty = false;
+  bool loaded = false;
+  bool serving = false;
+  std::optional<std::string> in_doubt;   // prepared, decision not known
+  std::optional<std::string> active_tx;
+  std::vector<std::string> stale_derived;
+};
+
+}  // namespace wtx

@@ -1,0 +1,228 @@
+#include "fault_injection_fs.h"
+
+#include <filesystem>
+
+namespace wtx {
+
+using rocksdb::FileOptions;
+using rocksdb::FSWritableFile;
+using rocksdb::IODebugContext;
+using rocksdb::IOOptions;
+using rocksdb::IOStatus;
+using rocksdb::Slice;
+
+namespace {
+
+bool IsWalFile(const std::string& fname) {
+  return fname.size() > 4 && fname.compare(fname.size() - 4, 4, ".log") == 0;
+}
+
+class TrackedWritableFile : public rocksdb::FSWritableFileOwnerWrapper {
+ public:
+  TrackedWritableFile(std::unique_ptr<FSWritableFile> f, std::string fname,
+                      FaultInjectionFileSystem* fs)
+      : FSWritableFileOwnerWrapper(std::move(f)), fname_(std::move(fname)), fs_(fs) {}
+
+  IOStatus Append(const Slice& data, const IOOptions& o, IODebugContext* d) override {
+    IOStatus s = fs_->OnAppend(fname_, data.size());
+    return s.ok() ? target()->Append(data, o, d) : s;
+  }
+  IOStatus Append(const Slice& data, const IOOptions& o,
+                  const rocksdb::DataVerificationInfo& v, IODebugContext* d) override {
+    IOStatus s = fs_->OnAppend(fname_, data.size());
+    return s.ok() ? target()->Append(data, o, v, d) : s;
+  }
+  IOStatus PositionedAppend(const Slice& data, uint64_t off, const IOOptions& o,
+                            IODebugContext* d) override {
+    IOStatus s = fs_->OnAppend(fname_, data.size());
+    return s.ok() ? target()->PositionedAppend(data, off, o, d) : s;
+  }
+  IOStatus Sync(const IOOptions& o, IODebugContext* d) override {
+    IOStatus s = target()->Flush(o, d);
+    if (s.ok()) s = target()->Sync(o, d);
+    return s.ok() ? fs_->OnSync(fname_) : s;
+  }
+  IOStatus Fsync(const IOOptions& o, IODebugContext* d) override {
+    IOStatus s = target()->Flush(o, d);
+    if (s.ok()) s = target()->Fsync(o, d);
+    return s.ok() ? fs_->OnSync(fname_) : s;
+  }
+  // Range syncs are advisory in RocksDB; treat them as not durable.
+  IOStatus RangeSync(uint64_t, uint64_t, const IOOptions&, IODebugContext*) override {
+    return IOStatus::OK();
+  }
+
+ private:
+  std::string fname_;
+  FaultInjectionFileSystem* fs_;
+};
+
+}  // namespace
+
+FaultInjectionFileSystem::FaultInjectionFileSystem(std::shared_ptr<rocksdb::FileSystem> base)
+    : FileSystemWrapper(std::move(base)) {}
+
+IOStatus FaultInjectionFileSystem::Wrap(const std::string& fname, IOStatus s, bool fresh,
+                                        std::unique_ptr<FSWritableFile>* result) {
+  if (!s.ok()) return s;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (fresh) {
+      files_[fname] = FileState{};
+    } else {
+      uint64_t size = 0;
+      std::error_code ec;
+      auto sz = std::filesystem::file_size(fname, ec);
+      if (!ec) size = sz;
+      auto& st = files_[fname];
+      st.size = size;
+      st.synced = size;
+      st.ever_synced = true;
+    }
+  }
+  *result = std::make_unique<TrackedWritableFile>(std::move(*result), fname, this);
+  return s;
+}
+
+IOStatus FaultInjectionFileSystem::NewWritableFile(const std::string& fname,
+                                                   const FileOptions& opts,
+                                                   std::unique_ptr<FSWritableFile>* result,
+                                                   IODebugContext* dbg) {
+  if (!active()) return IOStatus::IOError("filesystem inactive (process crashed): " + fname);
+  return Wrap(fname, target()->NewWritableFile(fname, opts, result, dbg), true, result);
+}
+
+IOStatus FaultInjectionFileSystem::ReopenWritableFile(const std::string& fname,
+                                                      const FileOptions& opts,
+                                                      std::unique_ptr<FSWritableFile>* result,
+                                                      IODebugContext* dbg) {
+  if (!active()) return IOStatus::IOError("filesystem inactive (process crashed): " + fname);
+  return Wrap(fname, target()->ReopenWritableFile(fname, opts, result, dbg), false, result);
+}
+
+IOStatus FaultInjectionFileSystem::ReuseWritableFile(const std::string& fname,
+                                                     const std::string& old_fname,
+                                                     const FileOptions& opts,
+                                                     std::unique_ptr<FSWritableFile>* result,
+                                                     IODebugContext* dbg) {
+  if (!active()) return IOStatus::IOError("filesystem inactive (process crashed): " + fname);
+  return Wrap(fname, target()->ReuseWritableFile(fname, old_fname, opts, result, dbg), true,
+              result);
+}
+
+IOStatus FaultInjectionFileSystem::RenameFile(const std::string& src, const std::string& dst,
+                                              const IOOptions& opts, IODebugContext* dbg) {
+  if (!active()) return IOStatus::IOError("filesystem inactive (process crashed): " + src);
+  IOStatus s = target()->RenameFile(src, dst, opts, dbg);
+  if (s.ok()) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = files_.find(src);
+    if (it != files_.end()) {
+      files_[dst] = it->second;
+      files_.erase(it);
+    }
+  }
+  return s;
+}
+
+IOStatus FaultInjectionFileSystem::DeleteFile(const std::string& fname, const IOOptions& opts,
+                                              IODebugContext* dbg) {
+  if (!active()) return IOStatus::IOError("filesystem inactive (process crashed): " + fname);
+  IOStatus s = target()->DeleteFile(fname, opts, dbg);
+  if (s.ok()) {
+    std::lock_guard<std::mutex> l(mu_);
+    files_.erase(fname);
+  }
+  return s;
+}
+
+void FaultInjectionFileSystem::SetActive(bool active) {
+  std::lock_guard<std::mutex> l(mu_);
+  active_ = active;
+}
+
+bool FaultInjectionFileSystem::active() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return active_;
+}
+
+void FaultInjectionFileSystem::FailNextWrites(int n) {
+  std::lock_guard<std::mutex> l(mu_);
+  fail_writes_ = n;
+}
+
+void FaultInjectionFileSystem::FailNextSyncs(int n) {
+  std::lock_guard<std::mutex> l(mu_);
+  fail_syncs_ = n;
+}
+
+IOStatus FaultInjectionFileSystem::OnAppend(const std::string& fname, size_t n) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!active_) return IOStatus::IOError("filesystem inactive (process crashed): " + fname);
+  if (fail_writes_ > 0) {
+    --fail_writes_;
+    return IOStatus::IOError("injected write error: " + fname);
+  }
+  files_[fname].size += n;
+  return IOStatus::OK();
+}
+
+IOStatus FaultInjectionFileSystem::OnSync(const std::string& fname) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!active_) return IOStatus::IOError("filesystem inactive (process crashed): " + fname);
+  if (fail_syncs_ > 0) {
+    --fail_syncs_;
+    return IOStatus::IOError("injected sync error: " + fname);
+  }
+  auto& st = files_[fname];
+  st.synced = st.size;
+  st.ever_synced = true;
+  ++syncs_;
+  if (IsWalFile(fname)) ++wal_syncs_;
+  return IOStatus::OK();
+}
+
+void FaultInjectionFileSystem::DropUnsyncedData(DropMode mode, uint64_t seed) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::mt19937_64 rng(seed);
+  for (auto it = files_.begin(); it != files_.end();) {
+    const std::string& fname = it->first;
+    FileState& st = it->second;
+    std::error_code ec;
+    if (!std::filesystem::exists(fname, ec)) {
+      it = files_.erase(it);
+      continue;
+    }
+    if (mode == DropMode::kAllUnsynced && !st.ever_synced) {
+      std::filesystem::remove(fname, ec);
+      it = files_.erase(it);
+      continue;
+    }
+    uint64_t keep = st.synced;
+    uint64_t tail = st.size > st.synced ? st.size - st.synced : 0;
+    if (tail > 0 && mode == DropMode::kRandomPrefix) keep += rng() % (tail + 1);
+    if (tail > 1 && mode == DropMode::kTearLastRecord) keep += 1 + rng() % (tail - 1);
+    if (keep < std::filesystem::file_size(fname, ec)) std::filesystem::resize_file(fname, keep, ec);
+    st.size = keep;
+    st.synced = keep;
+    ++it;
+  }
+}
+
+uint64_t FaultInjectionFileSystem::syncs() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return syncs_;
+}
+
+uint64_t FaultInjectionFileSystem::wal_syncs() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return wal_syncs_;
+}
+
+void FaultInjectionFileSystem::ResetCounters() {
+  std::lock_guard<std::mutex> l(mu_);
+  syncs_ = 0;
+  wal_syncs_ = 0;
+}
+
+}  // namespace wtx

@@ -1,0 +1,89 @@
+// FaultInjectionFileSystem: a RocksDB FileSystemWrapper that remembers, per file, how many bytes
+// were made durable by Sync/Fsync, so that a simulated power loss can drop exactly the data a
+// real machine could lose. It can also fail writes or syncs with an I/O error, drop a random
+// part of the unsynced tail, or tear the last record (cut the unsynced tail mid-way), and it
+// counts syncs (the journal's durability cost).
+//
+// Usage for a crash: SetActive(false) (every later write/sync fails, as a dead process's would),
+// destroy the DB object, then DropUnsyncedData(). The next Open sees what survived.
+//
+// Thread-safety: all methods are safe to call concurrently (one internal mutex).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+
+#include <rocksdb/file_system.h>
+
+namespace wtx {
+
+class FaultInjectionFileSystem : public rocksdb::FileSystemWrapper {
+ public:
+  enum class DropMode {
+    kAllUnsynced,     // power loss: every file back to its last synced size
+    kRandomPrefix,    // keep a random prefix of each unsynced tail (partial page writes)
+    kTearLastRecord,  // cut each unsynced tail in the middle (a torn last record)
+  };
+
+  explicit FaultInjectionFileSystem(std::shared_ptr<rocksdb::FileSystem> base =
+                                        rocksdb::FileSystem::Default());
+  static const char* kClassName() { return "WtxFaultInjectionFileSystem"; }
+  const char* Name() const override { return kClassName(); }
+
+  rocksdb::IOStatus NewWritableFile(const std::string& fname, const rocksdb::FileOptions& opts,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                    rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus ReopenWritableFile(const std::string& fname, const rocksdb::FileOptions& opts,
+                                       std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                       rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus ReuseWritableFile(const std::string& fname, const std::string& old_fname,
+                                      const rocksdb::FileOptions& opts,
+                                      std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                      rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus RenameFile(const std::string& src, const std::string& target,
+                               const rocksdb::IOOptions& opts,
+                               rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus DeleteFile(const std::string& fname, const rocksdb::IOOptions& opts,
+                               rocksdb::IODebugContext* dbg) override;
+
+  // While inactive every write and sync fails with an I/O error (a dead process writes nothing).
+  void SetActive(bool active);
+  bool active() const;
+  // Truncates every file written through this filesystem according to `mode`; files never
+  // synced are deleted under kAllUnsynced. REQUIRES: no open DB uses this filesystem.
+  void DropUnsyncedData(DropMode mode = DropMode::kAllUnsynced, uint64_t seed = 0);
+  // The next `n` appends (or syncs) fail with an I/O error.
+  void FailNextWrites(int n);
+  void FailNextSyncs(int n);
+
+  uint64_t syncs() const;      // Sync/Fsync calls that made data durable, all files
+  uint64_t wal_syncs() const;  // the same, write-ahead-log files only
+  void ResetCounters();
+
+  // Callbacks from the file wrapper.
+  rocksdb::IOStatus OnAppend(const std::string& fname, size_t n);
+  rocksdb::IOStatus OnSync(const std::string& fname);
+
+ private:
+  struct FileState {
+    uint64_t size = 0;
+    uint64_t synced = 0;
+    bool ever_synced = false;
+  };
+  rocksdb::IOStatus Wrap(const std::string& fname, rocksdb::IOStatus s, bool fresh,
+                         std::unique_ptr<rocksdb::FSWritableFile>* result);
+
+  mutable std::mutex mu_;
+  std::map<std::string, FileState> files_;
+  bool active_ = true;
+  int fail_writes_ = 0;
+  int fail_syncs_ = 0;
+  uint64_t syncs_ = 0;
+  uint64_t wal_syncs_ = 0;
+};
+
+}  // namespace wtx

@@ -1,0 +1,28 @@
+// History: the audit view of a journal — one entry per transaction with its kind, base,
+// resulting version, outcome, reason, coverage summary and per-phase timings — and the
+// integrity check that replays the journal and compares it with the stored state.
+//
+// Thread-safety: functions read a Journal the caller does not use concurrently.
+#pragma once
+
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "journal.h"
+
+namespace wtx {
+
+// Entries in order of first appearance. Participant entries: {tx, kind, base, version,
+// outcome, reason, time, coverage, timings_us, vote, refreshed}; coordinator entries:
+// {tx, decision, outcome, version, reason, time, votes, timings_us}.
+Result<std::vector<nlohmann::json>> ReadHistory(const Journal& journal);
+
+// Replays every record from empty; returns the rebuilt state.
+Result<nlohmann::json> ReplayState(const Journal& journal);
+
+// Chain, identity and replay-equals-stored-state checks. OK or kJournalCorrupt naming the
+// first inconsistency.
+Status CheckJournal(const Journal& journal);
+
+}  // namespace wtx

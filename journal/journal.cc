@@ -1,0 +1,202 @@
+#include "journal.h"
+
+#include <filesystem>
+
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+#include "hash_util.h"
+#include "record.h"
+
+namespace wtx {
+
+using nlohmann::json;
+
+namespace {
+
+Status FromRocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return Status::OK();
+  if (s.IsCorruption()) return Status::Corruption(what + ": " + s.ToString());
+  return Status::IOError(what + ": " + s.ToString());
+}
+
+std::string DescribeIdentity(const JournalIdentity& id) {
+  if (id.role == "participant") return "participant rank " + std::to_string(id.rank);
+  return id.role;
+}
+
+}  // namespace
+
+Journal::~Journal() {
+  if (db_) {
+    // Close without flushing memtables (avoid_flush_during_shutdown): the WAL holds the data.
+    db_->Close().PermitUncheckedError();
+  }
+}
+
+Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
+                                               const JournalOptions& options) {
+  std::unique_ptr<Journal> j(new Journal());
+  j->dir_ = dir;
+  j->options_ = options;
+  rocksdb::Options o;
+  o.create_if_missing = options.create_if_missing && !options.read_only;
+  o.paranoid_checks = true;
+  o.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+  o.avoid_flush_during_shutdown = true;
+  o.write_buffer_size = 8 << 20;
+  o.max_write_buffer_number = 2;
+  o.keep_log_file_num = 2;
+  o.max_log_file_size = 1 << 20;
+  o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  o.max_background_jobs = 1;
+  o.compression = rocksdb::kNoCompression;
+  if (options.env.fs) {
+    j->rocks_env_ = rocksdb::NewCompositeEnv(options.env.fs);
+    o.env = j->rocks_env_.get();
+  }
+  if (!options.read_only && options.create_if_missing) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+  } else if (!std::filesystem::exists(std::filesystem::path(dir) / "CURRENT")) {
+    return Status(ErrorCode::kNotFound, "no journal at " + dir);
+  }
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = options.read_only ? rocksdb::DB::OpenForReadOnly(o, dir, &raw)
+                                        : rocksdb::DB::Open(o, dir, &raw);
+  if (!s.ok()) return FromRocks(s, "opening journal " + dir);
+  j->db_.reset(raw);
+
+  std::string meta_value;
+  s = j->db_->Get(rocksdb::ReadOptions(), std::string(kMetaKey), &meta_value);
+  if (s.IsNotFound()) {
+    if (options.read_only) return Status::Corruption(dir + ": journal has no identity record");
+    if (options.identity.role.empty()) {
+      return Status::InvalidArgument("creating journal " + dir + " requires an identity");
+    }
+    json meta = {{"format", 1}, {"role", options.identity.role}, {"rank", options.identity.rank}};
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    s = j->db_->Put(wo, std::string(kMetaKey), EncodeValue(meta));
+    if (!s.ok()) return FromRocks(s, "writing journal identity");
+    j->identity_ = options.identity;
+  } else if (!s.ok()) {
+    return FromRocks(s, "reading journal identity");
+  } else {
+    auto meta = DecodeValue(meta_value, dir + ": identity record");
+    if (!meta.ok()) return meta.status();
+    const json& m = meta.value();
+    if (!m.contains("role") || !m["role"].is_string() || !m.contains("rank")) {
+      return Status::Corruption(dir + ": identity record lacks role/rank");
+    }
+    j->identity_.role = m["role"].get<std::string>();
+    j->identity_.rank = m["rank"].get<int>();
+    if (!options.identity.role.empty() && !(j->identity_ == options.identity)) {
+      return Status::Corruption(dir + ": journal belongs to " + DescribeIdentity(j->identity_) +
+                                ", opened as " + DescribeIdentity(options.identity));
+    }
+  }
+  WTX_RETURN_IF_ERROR(j->LoadTail());
+  return j;
+}
+
+Status Journal::LoadTail() {
+  std::string sv;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), std::string(kStateKey), &sv);
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  it->SeekForPrev(RecordKey(~uint64_t{0}));
+  uint64_t tail_seq = 0;
+  uint64_t tail_sum = 0;
+  if (it->Valid() && RecordSeq(it->key().ToStringView()) != 0) {
+    tail_seq = RecordSeq(it->key().ToStringView());
+    tail_sum = ValueChecksum(it->value().ToStringView());
+  }
+  if (!it->status().ok()) return FromRocks(it->status(), dir_ + ": reading last record");
+  if (s.IsNotFound()) {
+    if (tail_seq != 0) return Status::Corruption(dir_ + ": records present but no state");
+    state_ = json();
+    return Status::OK();
+  }
+  if (!s.ok()) return FromRocks(s, dir_ + ": reading state");
+  auto st = DecodeValue(sv, dir_ + ": state");
+  if (!st.ok()) return st.status();
+  state_ = std::move(st).value();
+  uint64_t seq = state_.value("seq", uint64_t{0});
+  std::string head = state_.value("head", std::string());
+  if (seq != tail_seq || head != Hex64(tail_sum)) {
+    return Status::Corruption(dir_ + ": state names record " + std::to_string(seq) +
+                              " but the last record is " + std::to_string(tail_seq));
+  }
+  last_seq_ = tail_seq;
+  last_checksum_ = tail_sum;
+  return Status::OK();
+}
+
+Status Journal::Append(std::vector<json> records, json state, bool sync) {
+  assert(!options_.read_only && "append to a read-only journal");
+  rocksdb::WriteBatch batch;
+  uint64_t seq = last_seq_;
+  uint64_t sum = last_checksum_;
+  for (auto& r : records) {
+    r["seq"] = ++seq;
+    r["prev"] = Hex64(sum);
+    std::string v = EncodeValue(r);
+    sum = ValueChecksum(v);
+    batch.Put(RecordKey(seq), v);
+  }
+  state["seq"] = seq;
+  state["head"] = Hex64(sum);
+  batch.Put(std::string(kStateKey), EncodeValue(state));
+  rocksdb::WriteOptions wo;
+  wo.sync = sync;
+  rocksdb::Status s = db_->Write(wo, &batch);
+  if (!s.ok()) return FromRocks(s, dir_ + ": append");
+  if (sync) ++synced_appends_;
+  last_seq_ = seq;
+  last_checksum_ = sum;
+  state_ = std::move(state);
+  return Status::OK();
+}
+
+Status Journal::ForEachRecord(const std::function<Status(const json&)>& fn) const {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  uint64_t expect = 1;
+  uint64_t prev = 0;
+  for (it->Seek(RecordKey(0)); it->Valid(); it->Next()) {
+    uint64_t seq = RecordSeq(it->key().ToStringView());
+    if (seq == 0) break;  // past the record key range
+    const std::string what = dir_ + ": record " + std::to_string(seq);
+    if (seq != expect) {
+      return Status::Corruption(what + ": expected record " + std::to_string(expect) +
+                                " (records missing or out of order)");
+    }
+    auto rec = DecodeValue(it->value().ToStringView(), what);
+    if (!rec.ok()) return rec.status();
+    const json& r = rec.value();
+    if (r.value("seq", uint64_t{0}) != seq) {
+      return Status::Corruption(what + ": stored under the wrong sequence number");
+    }
+    if (r.value("prev", std::string()) != Hex64(prev)) {
+      return Status::Corruption(what + ": chain broken (does not follow record " +
+                                std::to_string(seq - 1) + ")");
+    }
+    prev = ValueChecksum(it->value().ToStringView());
+    WTX_RETURN_IF_ERROR(fn(r));
+    ++expect;
+  }
+  if (!it->status().ok()) return FromRocks(it->status(), dir_ + ": scanning records");
+  if (expect - 1 != last_seq_) {
+    return Status::Corruption(dir_ + ": state names record " + std::to_string(last_seq_) +
+                              " but the chain ends at " + std::to_string(expect - 1));
+  }
+  return Status::OK();
+}
+
+Status Journal::Verify() const {
+  return ForEachRecord([](const json&) { return Status::OK(); });
+}
+
+}  // namespace wtx

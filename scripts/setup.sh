@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs the Debian packages wtx needs (idempotent). Run as root or with sudo available.
+set -euo pipefail
+pkgs=(build-essential cmake librocksdb-dev libboost-dev nlohmann-json3-dev catch2 libxxhash-dev libcli11-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi

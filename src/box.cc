@@ -1,0 +1,123 @@
+#include "wtx/box.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace wtx {
+
+int64_t NumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t NumElements(const Box& box) {
+  int64_t n = 1;
+  for (const Range& r : box) n *= std::max<int64_t>(0, r.extent());
+  return n;
+}
+
+Box WholeBox(const Shape& shape) {
+  Box b;
+  b.reserve(shape.size());
+  for (int64_t d : shape) b.push_back({0, d});
+  return b;
+}
+
+bool BoxIsEmpty(const Box& box) {
+  return std::any_of(box.begin(), box.end(), [](const Range& r) { return r.extent() <= 0; });
+}
+
+bool BoxContains(const Box& outer, const Box& inner) {
+  if (outer.size() != inner.size()) return false;
+  for (size_t i = 0; i < outer.size(); ++i) {
+    if (inner[i].begin < outer[i].begin || inner[i].end > outer[i].end) return false;
+  }
+  return true;
+}
+
+bool BoxInsideShape(const Box& box, const Shape& shape) {
+  if (box.size() != shape.size()) return false;
+  for (size_t i = 0; i < box.size(); ++i) {
+    if (box[i].begin < 0 || box[i].end > shape[i] || box[i].begin > box[i].end) return false;
+  }
+  return true;
+}
+
+Box Intersect(const Box& a, const Box& b) {
+  assert(a.size() == b.size() && "intersecting boxes of different rank");
+  Box r(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    r[i].begin = std::max(a[i].begin, b[i].begin);
+    r[i].end = std::min(a[i].end, b[i].end);
+  }
+  return r;
+}
+
+bool Overlaps(const Box& a, const Box& b) {
+  return a.size() == b.size() && !BoxIsEmpty(Intersect(a, b));
+}
+
+std::string BoxToString(const Box& box) {
+  std::string s = "[";
+  for (size_t i = 0; i < box.size(); ++i) {
+    if (i) s += ", ";
+    s += "[" + std::to_string(box[i].begin) + ", " + std::to_string(box[i].end) + "]";
+  }
+  return s + "]";
+}
+
+std::vector<int64_t> Strides(const Shape& shape) {
+  std::vector<int64_t> st(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) st[i - 1] = st[i] * shape[i];
+  return st;
+}
+
+namespace {
+// The first dimension from which the box spans whole trailing dimensions contiguously: dims
+// [split, n) form one contiguous run per index of dims [0, split).
+size_t ContiguousSplit(const Shape& shape, const Box& box) {
+  size_t n = shape.size();
+  if (n == 0) return 0;
+  size_t split = n - 1;  // the last dim is always contiguous within a run
+  while (split > 0 && box[split].begin == 0 && box[split].end == shape[split]) --split;
+  return split;
+}
+}  // namespace
+
+int64_t NumFlatRuns(const Shape& shape, const Box& box) {
+  size_t split = ContiguousSplit(shape, box);
+  int64_t runs = 1;
+  for (size_t i = 0; i < split; ++i) runs *= box[i].extent();
+  return runs;
+}
+
+void ForEachFlatRun(const Shape& shape, const Box& box,
+                    const std::function<void(int64_t, int64_t)>& fn) {
+  assert(BoxInsideShape(box, shape) && "flat runs of a box outside its tensor");
+  if (shape.empty()) {
+    fn(0, 1);
+    return;
+  }
+  const size_t split = ContiguousSplit(shape, box);
+  const std::vector<int64_t> st = Strides(shape);
+  int64_t run_len = box[split].extent() * st[split];
+  // Odometer over dims [0, split).
+  std::vector<int64_t> idx(split);
+  for (size_t i = 0; i < split; ++i) idx[i] = box[i].begin;
+  while (true) {
+    int64_t base = box[split].begin * st[split];
+    for (size_t i = 0; i < split; ++i) base += idx[i] * st[i];
+    fn(base, run_len);
+    size_t d = split;
+    while (d > 0) {
+      --d;
+      if (++idx[d] < box[d].end) break;
+      idx[d] = box[d].begin;
+      if (d == 0) return;
+    }
+    if (split == 0) return;
+  }
+}
+
+}  // namespace wtx

@@ -1,0 +1,43 @@
+#include "wtx/protocol.h"
+
+namespace wtx {
+
+std::string_view TxKindName(TxKind kind) {
+  switch (kind) {
+    case TxKind::kFull:
+      return "full";
+    case TxKind::kPartial:
+      return "partial";
+    case TxKind::kDelta:
+      return "delta";
+  }
+  return "full";
+}
+
+std::optional<TxKind> TxKindFromName(std::string_view name) {
+  if (name == "full") return TxKind::kFull;
+  if (name == "partial") return TxKind::kPartial;
+  if (name == "delta") return TxKind::kDelta;
+  return std::nullopt;
+}
+
+std::string_view DecisionName(Decision d) {
+  switch (d) {
+    case Decision::kCommit:
+      return "commit";
+    case Decision::kAbort:
+      return "abort";
+    case Decision::kNoop:
+      return "noop";
+  }
+  return "abort";
+}
+
+std::optional<Decision> DecisionFromName(std::string_view name) {
+  if (name == "commit") return Decision::kCommit;
+  if (name == "abort") return Decision::kAbort;
+  if (name == "noop") return Decision::kNoop;
+  return std::nullopt;
+}
+
+}  // namespace wtx

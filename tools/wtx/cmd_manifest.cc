@@ -1,0 +1,180 @@
+// `wtx manifest`: one rank's manifest generated from a Hugging Face config.json, as JSON or as
+// a size summary.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <unordered_set>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "wtx/hf_manifest.h"
+
+namespace wtx::cli {
+namespace {
+
+using nlohmann::json;
+
+struct ManifestArgs {
+  std::string hf_config;
+  int tp = 1;
+  int rank = 0;
+  std::string dtype;
+  bool json = false;
+  bool summary = false;
+};
+
+// The library names options as the API does ("tp 3 ..."); on the command line they are flags.
+std::string CliMessage(const Status& s) {
+  const std::string& m = s.message();
+  if (m.rfind("tp ", 0) == 0 || m.rfind("rank ", 0) == 0) return "--" + m;
+  return m;
+}
+
+int Fail(const std::string& message) {
+  std::cerr << "wtx manifest: " << message << "\n";
+  return 2;
+}
+
+// "1,026,408,232,448"
+std::string Grouped(int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return (v < 0 ? "-" : "") + out;
+}
+
+std::string GiB(int64_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
+  return buf;
+}
+
+// The label column of the human-readable summary.
+std::string Pad(std::string label) {
+  if (label.size() < 14) label.resize(14, ' ');
+  return label;
+}
+
+json SummaryJson(const ManifestSummary& s) {
+  return {{"params", s.params}, {"bytes", s.bytes}, {"tensors", s.tensors}, {"shards", s.shards}};
+}
+
+std::string SummaryLine(const std::string& label, const ManifestSummary& s) {
+  std::ostringstream o;
+  o << label << Grouped(s.params) << " params, " << Grouped(s.bytes) << " bytes (" << GiB(s.bytes)
+    << "), " << Grouped(static_cast<int64_t>(s.tensors)) << " tensors, "
+    << Grouped(static_cast<int64_t>(s.shards)) << " shards\n";
+  return o.str();
+}
+
+int PrintSummary(const Manifest& m, const ManifestArgs& a, const std::string& model_type) {
+  const ManifestSummary rank = Summarize(m);
+  // Every rank of the group has the same parameter shapes and dtypes (one fingerprint), so the
+  // group's total is tp times one rank's.
+  ManifestSummary total;
+  total.params = rank.params * a.tp;
+  total.bytes = rank.bytes * a.tp;
+  total.tensors = rank.tensors * a.tp;
+  total.shards = rank.shards * a.tp;
+  // The checkpoint: every source tensor once, at the dtype of the parameter it feeds.
+  ManifestSummary ckpt;
+  std::unordered_set<std::string_view> seen;
+  std::map<std::string, size_t> dtypes;
+  for (const ParamSpec& p : m.params()) {
+    ++dtypes[std::string(DTypeName(p.dtype))];
+    for (const ShardSpec& s : p.shards) {
+      if (!seen.insert(s.source).second) continue;
+      const int64_t n = NumElements(s.source_shape);
+      ckpt.params += n;
+      ckpt.bytes += n * static_cast<int64_t>(DTypeSize(p.dtype));
+      ++ckpt.tensors;
+    }
+  }
+  if (a.json) {
+    json out = {{"hf_config", a.hf_config},
+                {"model_type", model_type},
+                {"tp", a.tp},
+                {"rank", a.rank},
+                {"fingerprint", m.Fingerprint()},
+                {"dtypes", dtypes},
+                {"per_rank", SummaryJson(rank)},
+                {"total", SummaryJson(total)},
+                {"checkpoint",
+                 {{"params", ckpt.params}, {"bytes", ckpt.bytes}, {"tensors", ckpt.tensors}}}};
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::ostringstream o;
+  o << model_type << " (" << a.hf_config << "), tp " << a.tp << ", rank " << a.rank << "\n";
+  o << Pad("fingerprint") << m.Fingerprint() << "\n";
+  o << Pad("dtypes");
+  bool first = true;
+  for (const auto& [name, n] : dtypes) {
+    o << (first ? "" : ", ") << name << " x " << n;
+    first = false;
+  }
+  o << " tensors\n";
+  o << SummaryLine(Pad("rank " + std::to_string(a.rank)), rank);
+  o << SummaryLine(Pad("all " + std::to_string(a.tp) + " ranks"), total);
+  o << Pad("checkpoint") << Grouped(ckpt.params) << " params, " << Grouped(ckpt.bytes) << " bytes ("
+    << GiB(ckpt.bytes) << "), " << Grouped(static_cast<int64_t>(ckpt.tensors))
+    << " source tensors (each once)\n";
+  std::cout << o.str();
+  return 0;
+}
+
+int RunManifest(const ManifestArgs& a) {
+  HfManifestOptions options;
+  options.tp = a.tp;
+  options.rank = a.rank;
+  if (!a.dtype.empty()) {
+    auto dt = DTypeFromName(a.dtype);
+    if (!dt || (*dt != DType::kBF16 && *dt != DType::kF16 && *dt != DType::kF32)) {
+      return Fail("--dtype: unknown '" + a.dtype + "' (bf16|f16|f32)");
+    }
+    options.dtype = *dt;
+  }
+  std::ifstream in(a.hf_config, std::ios::binary);
+  if (!in) return Fail("--hf-config: cannot open '" + a.hf_config + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  const json config = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded()) return Fail("--hf-config: '" + a.hf_config + "' is not valid JSON");
+  auto m = ManifestFromHfConfig(config, options);
+  if (!m.ok()) return Fail(CliMessage(m.status()));
+  if (a.summary) return PrintSummary(**m, a, config.value("model_type", ""));
+  json out = (*m)->ToJson();
+  out["fingerprint"] = (*m)->Fingerprint();
+  std::cout << out.dump() << "\n";
+  return 0;
+}
+
+}  // namespace
+
+void RegisterManifestCommand(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<ManifestArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "manifest", "Print one TP rank's manifest generated from a Hugging Face config.json");
+  cmd->add_option("--hf-config", args->hf_config, "config.json (llama|qwen2|deepseek_v3|kimi_k2)")
+      ->required();
+  cmd->add_option("--tp", args->tp, "tensor-parallel degree")->capture_default_str();
+  cmd->add_option("--rank", args->rank, "rank in the TP group, 0 <= rank < tp")
+      ->capture_default_str();
+  cmd->add_option("--dtype", args->dtype,
+                  "bf16|f16|f32: store every weight so, ignoring quantization_config (default: "
+                  "bf16, fp8 block-quantized linears when the config says so)");
+  cmd->add_flag("--json", args->json, "JSON output (the default without --summary)");
+  cmd->add_flag("--summary", args->summary,
+                "parameter counts and bytes of this rank, of all ranks and of the checkpoint");
+  cmd->callback([args, exit_code] { *exit_code = RunManifest(*args); });
+}
+
+}  // namespace wtx::cli

@@ -1,0 +1,78 @@
+// `wtx sim SCENARIO.json [--journal-dir DIR] [--expect EXPECT.json]`
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+
+#include "commands.h"
+#include "expectations.h"
+#include "scenario.h"
+#include "simulator.h"
+
+namespace wtx::cli {
+
+namespace {
+
+int RunSim(const std::string& path, std::string journal_dir, const std::string& expect_path,
+           bool pretty) {
+  auto sc = sim::LoadScenarioFile(path);
+  if (!sc.ok()) {
+    std::cerr << "wtx sim: invalid scenario " << path << ": " << sc.status().message() << "\n";
+    return 2;
+  }
+  nlohmann::json expect;
+  if (!expect_path.empty()) {
+    std::ifstream in(expect_path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    expect = nlohmann::json::parse(ss.str(), nullptr, false);
+    if (!in || expect.is_discarded()) {
+      std::cerr << "wtx sim: cannot read expectations " << expect_path << "\n";
+      return 2;
+    }
+  }
+  bool temp = journal_dir.empty();
+  if (temp) {
+    std::random_device rd;
+    journal_dir = (std::filesystem::temp_directory_path() /
+                   ("wtx-sim-" + std::to_string(rd()) + std::to_string(rd())))
+                      .string();
+  }
+  sim::SimOptions o;
+  o.journal_dir = journal_dir;
+  auto out = sim::RunScenario(sc.value(), o);
+  if (temp) {
+    std::error_code ec;
+    std::filesystem::remove_all(journal_dir, ec);
+  }
+  if (!out.ok()) {
+    std::cerr << "wtx sim: " << out.status().ToString() << "\n";
+    return out.status().code() == ErrorCode::kInvalidArgument ? 2 : 1;
+  }
+  std::cout << out.value().dump(pretty ? 1 : -1) << "\n";
+  if (!expect_path.empty()) {
+    auto fails = sim::CheckExpectations(out.value(), expect);
+    for (const auto& f : fails) std::cerr << "EXPECTATION FAILED: " << f << "\n";
+    if (!fails.empty()) return 1;
+    std::cerr << "all " << expect.size() << " expectations hold\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterSimCommand(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("sim", "Run a scripted update scenario (spec/scenario.md)");
+  auto path = std::make_shared<std::string>();
+  auto dir = std::make_shared<std::string>();
+  auto expect = std::make_shared<std::string>();
+  auto pretty = std::make_shared<bool>(false);
+  cmd->add_option("scenario", *path, "Scenario JSON file")->required();
+  cmd->add_option("--journal-dir", *dir, "Keep the journals here (DIR/rank-N, DIR/coordinator)");
+  cmd->add_option("--expect", *expect, "Check the output against an *.expect.json file");
+  cmd->add_flag("--pretty", *pretty, "Indent the output");
+  cmd->callback([=] { *exit_code = RunSim(*path, *dir, *expect, *pretty); });
+}
+
+}  // namespace wtx::cli

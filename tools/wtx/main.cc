@@ -1,0 +1,19 @@
+// wtx: journaled, all-ranks transactions for inference-engine weight updates.
+#include <iostream>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"wtx: transactional weight updates for inference engines"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  wtx::cli::RegisterSimCommand(app, &exit_code);
+  wtx::cli::RegisterJournalCommands(app, &exit_code);
+  wtx::cli::RegisterManifestCommand(app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  return exit_code;
+}
