@@ -17,6 +17,13 @@ bool IsWalFile(const std::string& fname) {
   return fname.size() > 4 && fname.compare(fname.size() - 4, 4, ".log") == 0;
 }
 
+// RocksDB's info log (LOG, LOG.old.*): RocksDB ignores its write errors, so no injected error
+// is spent on it.
+bool IsInfoLog(const std::string& fname) {
+  const size_t slash = fname.rfind('/');
+  return fname.compare(slash == std::string::npos ? 0 : slash + 1, 3, "LOG") == 0;
+}
+
 class TrackedWritableFile : public rocksdb::FSWritableFileOwnerWrapper {
  public:
   TrackedWritableFile(std::unique_ptr<FSWritableFile> f, std::string fname,
@@ -89,7 +96,9 @@ IOStatus FaultInjectionFileSystem::NewWritableFile(const std::string& fname,
                                                    std::unique_ptr<FSWritableFile>* result,
                                                    IODebugContext* dbg) {
   if (!active()) return IOStatus::IOError("filesystem inactive (process crashed): " + fname);
-  return Wrap(fname, target()->NewWritableFile(fname, opts, result, dbg), true, result);
+  FileOptions o = opts;
+  o.allow_fallocate = false;
+  return Wrap(fname, target()->NewWritableFile(fname, o, result, dbg), true, result);
 }
 
 IOStatus FaultInjectionFileSystem::ReopenWritableFile(const std::string& fname,
@@ -97,7 +106,9 @@ IOStatus FaultInjectionFileSystem::ReopenWritableFile(const std::string& fname,
                                                       std::unique_ptr<FSWritableFile>* result,
                                                       IODebugContext* dbg) {
   if (!active()) return IOStatus::IOError("filesystem inactive (process crashed): " + fname);
-  return Wrap(fname, target()->ReopenWritableFile(fname, opts, result, dbg), false, result);
+  FileOptions o = opts;
+  o.allow_fallocate = false;
+  return Wrap(fname, target()->ReopenWritableFile(fname, o, result, dbg), false, result);
 }
 
 IOStatus FaultInjectionFileSystem::ReuseWritableFile(const std::string& fname,
@@ -106,8 +117,9 @@ IOStatus FaultInjectionFileSystem::ReuseWritableFile(const std::string& fname,
                                                      std::unique_ptr<FSWritableFile>* result,
                                                      IODebugContext* dbg) {
   if (!active()) return IOStatus::IOError("filesystem inactive (process crashed): " + fname);
-  return Wrap(fname, target()->ReuseWritableFile(fname, old_fname, opts, result, dbg), true,
-              result);
+  FileOptions o = opts;
+  o.allow_fallocate = false;
+  return Wrap(fname, target()->ReuseWritableFile(fname, old_fname, o, result, dbg), true, result);
 }
 
 IOStatus FaultInjectionFileSystem::RenameFile(const std::string& src, const std::string& dst,
@@ -146,21 +158,33 @@ bool FaultInjectionFileSystem::active() const {
   return active_;
 }
 
-void FaultInjectionFileSystem::FailNextWrites(int n) {
+void FaultInjectionFileSystem::FailNextWrites(int n, int after) {
   std::lock_guard<std::mutex> l(mu_);
   fail_writes_ = n;
+  fail_writes_after_ = after;
 }
 
-void FaultInjectionFileSystem::FailNextSyncs(int n) {
+void FaultInjectionFileSystem::FailNextSyncs(int n, int after) {
   std::lock_guard<std::mutex> l(mu_);
   fail_syncs_ = n;
+  fail_syncs_after_ = after;
+}
+
+void FaultInjectionFileSystem::RestrictInjectionToThread(std::thread::id id) {
+  std::lock_guard<std::mutex> l(mu_);
+  inject_thread_ = id;
+}
+
+bool FaultInjectionFileSystem::Eligible(const std::string& fname) const {
+  return !IsInfoLog(fname) && (!inject_thread_ || *inject_thread_ == std::this_thread::get_id());
 }
 
 IOStatus FaultInjectionFileSystem::OnAppend(const std::string& fname, size_t n) {
   std::lock_guard<std::mutex> l(mu_);
   if (!active_) return IOStatus::IOError("filesystem inactive (process crashed): " + fname);
-  if (fail_writes_ > 0) {
+  if (fail_writes_ > 0 && Eligible(fname) && fail_writes_after_-- <= 0) {
     --fail_writes_;
+    ++injected_errors_;
     return IOStatus::IOError("injected write error: " + fname);
   }
   files_[fname].size += n;
@@ -170,8 +194,9 @@ IOStatus FaultInjectionFileSystem::OnAppend(const std::string& fname, size_t n) 
 IOStatus FaultInjectionFileSystem::OnSync(const std::string& fname) {
   std::lock_guard<std::mutex> l(mu_);
   if (!active_) return IOStatus::IOError("filesystem inactive (process crashed): " + fname);
-  if (fail_syncs_ > 0) {
+  if (fail_syncs_ > 0 && Eligible(fname) && fail_syncs_after_-- <= 0) {
     --fail_syncs_;
+    ++injected_errors_;
     return IOStatus::IOError("injected sync error: " + fname);
   }
   auto& st = files_[fname];
@@ -207,6 +232,11 @@ void FaultInjectionFileSystem::DropUnsyncedData(DropMode mode, uint64_t seed) {
     st.synced = keep;
     ++it;
   }
+}
+
+uint64_t FaultInjectionFileSystem::injected_errors() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return injected_errors_;
 }
 
 uint64_t FaultInjectionFileSystem::syncs() const {

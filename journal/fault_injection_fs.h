@@ -2,7 +2,11 @@
 // were made durable by Sync/Fsync, so that a simulated power loss can drop exactly the data a
 // real machine could lose. It can also fail writes or syncs with an I/O error, drop a random
 // part of the unsynced tail, or tear the last record (cut the unsynced tail mid-way), and it
-// counts syncs (the journal's durability cost).
+// counts syncs (the journal's durability cost) and the I/O errors it injected, so that a test
+// can check that each of them surfaced as a failure.
+//
+// Preallocation (fallocate) of files it creates is turned off: it does not change what a crash
+// can lose, and on tmpfs it costs milliseconds per journal open.
 //
 // Usage for a crash: SetActive(false) (every later write/sync fails, as a dead process's would),
 // destroy the DB object, then DropUnsyncedData(). The next Open sees what survived.
@@ -15,7 +19,9 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include <rocksdb/file_system.h>
 
@@ -56,9 +62,19 @@ class FaultInjectionFileSystem : public rocksdb::FileSystemWrapper {
   // Truncates every file written through this filesystem according to `mode`; files never
   // synced are deleted under kAllUnsynced. REQUIRES: no open DB uses this filesystem.
   void DropUnsyncedData(DropMode mode = DropMode::kAllUnsynced, uint64_t seed = 0);
-  // The next `n` appends (or syncs) fail with an I/O error.
-  void FailNextWrites(int n);
-  void FailNextSyncs(int n);
+  // The next `n` appends (or syncs) fail with an I/O error. Appends to RocksDB's info log
+  // (LOG), whose errors RocksDB deliberately ignores, are not counted.
+  // With `after` > 0, that many appends (syncs) succeed first: the error lands later in the
+  // same operation (the second record of a commit, the sync watermark, ...). n = 0 disarms.
+  void FailNextWrites(int n, int after = 0);
+  void FailNextSyncs(int n, int after = 0);
+  // Only writes and syncs issued by thread `id` count toward FailNext*: RocksDB's background
+  // flushes and compactions (whose errors RocksDB handles itself, with no record lost) are
+  // then never hit, which keeps a fault on the caller's own journal write, deterministic.
+  void RestrictInjectionToThread(std::thread::id id);
+
+  // I/O errors returned because of FailNextWrites/FailNextSyncs (not those of SetActive(false)).
+  uint64_t injected_errors() const;
 
   uint64_t syncs() const;      // Sync/Fsync calls that made data durable, all files
   uint64_t wal_syncs() const;  // the same, write-ahead-log files only
@@ -82,8 +98,13 @@ class FaultInjectionFileSystem : public rocksdb::FileSystemWrapper {
   bool active_ = true;
   int fail_writes_ = 0;
   int fail_syncs_ = 0;
+  int fail_writes_after_ = 0;
+  int fail_syncs_after_ = 0;
+  std::optional<std::thread::id> inject_thread_;
+  bool Eligible(const std::string& fname) const;
   uint64_t syncs_ = 0;
   uint64_t wal_syncs_ = 0;
+  uint64_t injected_errors_ = 0;
 };
 
 }  // namespace wtx

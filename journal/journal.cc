@@ -28,11 +28,48 @@ std::string DescribeIdentity(const JournalIdentity& id) {
   return id.role;
 }
 
+std::shared_ptr<rocksdb::FileSystem> FsOf(const std::shared_ptr<rocksdb::FileSystem>& fs) {
+  return fs ? fs : rocksdb::FileSystem::Default();
+}
+
 }  // namespace
+
+std::optional<SyncWatermark> ReadWatermark(const std::string& dir,
+                                           const std::shared_ptr<rocksdb::FileSystem>& fs,
+                                           std::string* problem) {
+  problem->clear();
+  const std::string path = dir + "/" + kWatermarkFile;
+  auto f = FsOf(fs);
+  if (!f->FileExists(path, rocksdb::IOOptions(), nullptr).ok()) return std::nullopt;
+  std::string data;
+  rocksdb::IOStatus s = rocksdb::ReadFileToString(f.get(), path, &data);
+  if (!s.ok()) {
+    *problem = std::string(kWatermarkFile) + " unreadable: " + s.ToString();
+    return std::nullopt;
+  }
+  auto v = DecodeValue(data, kWatermarkFile);
+  if (!v.ok()) {
+    *problem = v.status().message();
+    return std::nullopt;
+  }
+  const json& w = v.value();
+  if (!w.is_object() || !w.contains("seq") || !w["seq"].is_number_unsigned() ||
+      !w.contains("head") || !w["head"].is_string()) {
+    *problem = std::string(kWatermarkFile) + " lacks seq/head";
+    return std::nullopt;
+  }
+  return SyncWatermark{w["seq"].get<uint64_t>(), w["head"].get<std::string>()};
+}
 
 Journal::~Journal() {
   if (db_) {
     // Close without flushing memtables (avoid_flush_during_shutdown): the WAL holds the data.
+    // A clean close syncs the WAL first, so the watermark can name the last record; a dead
+    // process (its filesystem refuses writes) or a failed append leaves the watermark as is.
+    if (!options_.read_only && !append_failed_ && last_seq_ > 0 &&
+        db_->FlushWAL(/*sync=*/true).ok()) {
+      WriteWatermark(/*sync=*/true).ok();  // best effort: a stale watermark only says less
+    }
     db_->Close().PermitUncheckedError();
   }
 }
@@ -45,7 +82,10 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
   rocksdb::Options o;
   o.create_if_missing = options.create_if_missing && !options.read_only;
   o.paranoid_checks = true;
-  o.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+  // Deliberate (see journal.h): a torn last record is a crash, any other damage is corruption.
+  o.wal_recovery_mode = options.wal_recovery == WalRecovery::kStrict
+                            ? rocksdb::WALRecoveryMode::kAbsoluteConsistency
+                            : rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
   o.avoid_flush_during_shutdown = true;
   o.write_buffer_size = 8 << 20;
   o.max_write_buffer_number = 2;
@@ -64,6 +104,8 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
   } else if (!std::filesystem::exists(std::filesystem::path(dir) / "CURRENT")) {
     return Status(ErrorCode::kNotFound, "no journal at " + dir);
   }
+  // Read before the database: a writer beside a read-only reader only moves it forward.
+  j->watermark_at_open_ = ReadWatermark(dir, options.env.fs, &j->watermark_problem_);
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = options.read_only ? rocksdb::DB::OpenForReadOnly(o, dir, &raw)
                                         : rocksdb::DB::Open(o, dir, &raw);
@@ -100,7 +142,39 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
     }
   }
   WTX_RETURN_IF_ERROR(j->LoadTail());
+  WTX_RETURN_IF_ERROR(j->CheckWatermark());
   return j;
+}
+
+Status Journal::CheckWatermark() const {
+  if (!watermark_at_open_) return Status::OK();
+  const SyncWatermark& w = *watermark_at_open_;
+  if (w.seq > last_seq_) {
+    return Status::Corruption(dir_ + ": synced records lost: the journal ends at record " +
+                              std::to_string(last_seq_) + " but record " + std::to_string(w.seq) +
+                              " was synced (" + kWatermarkFile + ")");
+  }
+  if (w.seq == 0) return Status::OK();
+  std::string v;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), RecordKey(w.seq), &v);
+  if (!s.ok()) return FromRocks(s, dir_ + ": reading synced record " + std::to_string(w.seq));
+  if (Hex64(ValueChecksum(v)) != w.head) {
+    return Status::Corruption(dir_ + ": record " + std::to_string(w.seq) +
+                              " differs from the record that was synced (" + kWatermarkFile +
+                              " names checksum " + w.head + "): history rewritten or foreign");
+  }
+  return Status::OK();
+}
+
+Status Journal::WriteWatermark(bool sync) {
+  auto fs = FsOf(options_.env.fs);
+  const std::string path = dir_ + "/" + kWatermarkFile;
+  const std::string tmp = path + ".tmp";
+  json w = {{"seq", last_seq_}, {"head", Hex64(last_checksum_)}};
+  rocksdb::IOStatus s = rocksdb::WriteStringToFile(fs.get(), EncodeValue(w), tmp, sync);
+  if (s.ok()) s = fs->RenameFile(tmp, path, rocksdb::IOOptions(), nullptr);
+  if (!s.ok()) return Status::IOError(dir_ + ": writing " + kWatermarkFile + ": " + s.ToString());
+  return Status::OK();
 }
 
 Status Journal::LoadTail() {
@@ -153,11 +227,23 @@ Status Journal::Append(std::vector<json> records, json state, bool sync) {
   rocksdb::WriteOptions wo;
   wo.sync = sync;
   rocksdb::Status s = db_->Write(wo, &batch);
-  if (!s.ok()) return FromRocks(s, dir_ + ": append");
+  if (!s.ok()) {
+    append_failed_ = true;
+    return FromRocks(s, dir_ + ": append");
+  }
   if (sync) ++synced_appends_;
   last_seq_ = seq;
   last_checksum_ = sum;
   state_ = std::move(state);
+  if (sync) {
+    // The records are durable; if the watermark cannot say so, the owner must still treat the
+    // append as failed (its journal no longer behaves as specified).
+    Status ws = WriteWatermark(/*sync=*/false);
+    if (!ws.ok()) {
+      append_failed_ = true;
+      return ws;
+    }
+  }
   return Status::OK();
 }
 
@@ -197,6 +283,30 @@ Status Journal::ForEachRecord(const std::function<Status(const json&)>& fn) cons
 
 Status Journal::Verify() const {
   return ForEachRecord([](const json&) { return Status::OK(); });
+}
+
+Status Journal::VerifyStorage() const {
+  rocksdb::Status s = db_->VerifyChecksum();
+  if (!s.ok()) return FromRocks(s, dir_ + ": table file checksums");
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  ro.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const std::string_view key = it->key().ToStringView();
+    if (key != kMetaKey && key != kStateKey && RecordSeq(key) == 0) {
+      std::string hex;
+      for (char c : key.substr(0, 16)) hex += Hex64(static_cast<uint8_t>(c)).substr(14);
+      return Status::Corruption(dir_ + ": unexpected key 0x" + hex + " (" +
+                                std::to_string(key.size()) + " bytes; not a journal key)");
+    }
+    auto v = DecodeValue(it->value().ToStringView(),
+                         dir_ + ": value of key " + (RecordSeq(key) ? "record " +
+                         std::to_string(RecordSeq(key)) : std::string(key)));
+    if (!v.ok()) return v.status();
+  }
+  if (!it->status().ok()) return FromRocks(it->status(), dir_ + ": scanning keys");
+  return CheckWatermark();
 }
 
 }  // namespace wtx

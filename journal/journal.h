@@ -7,10 +7,21 @@
 // reflects. The database also stores the identity of its owner (role and rank); opening it as
 // someone else is E_JOURNAL_CORRUPT.
 //
-// WAL recovery: kPointInTimeRecovery. After a power loss RocksDB recovers the longest
-// consistent prefix of the write-ahead log (unsynced tails are dropped, as they may be);
-// synced records are never dropped silently because Verify() checks the chain and the state
-// against each other.
+// Recovery policy after a crash or corruption (docs/crash-safety.md):
+//  * WAL recovery mode kTolerateCorruptedTailRecords (WalRecovery::kTolerateTornTail): an
+//    incomplete record at the end of a write-ahead log (a crash in the middle of an append) is
+//    dropped; any checksum mismatch anywhere refuses to open (E_JOURNAL_CORRUPT) instead of
+//    silently recovering to the record before it, as kPointInTimeRecovery would.
+//  * Sync watermark: after every synced Append (and after a clean close, which syncs the WAL)
+//    the journal writes the sequence and checksum of its last durable record to the file
+//    kWatermarkFile (not fsynced itself: after a power loss it can only be older, never
+//    newer, than the durable records). Open refuses a journal that ends before the watermark or
+//    whose record at the watermark differs: a synced record was lost or rewritten. A missing or
+//    unreadable watermark carries no information at Open (a power loss may take it);
+//    VerifyJournalDir (`wtx check`) reports it.
+//  * WalRecovery::kStrict (kAbsoluteConsistency) refuses any incomplete or corrupt WAL record;
+//    `wtx check` opens read-only with it first to tell a torn tail from a clean journal.
+//  * paranoid_checks; SST block checksums are verified on every read and by VerifyStorage().
 //
 // Thread-safety: a Journal is not thread-safe; its owner serializes calls.
 #pragma once
@@ -18,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +41,7 @@
 namespace rocksdb {
 class DB;
 class Env;
+class FileSystem;
 }
 
 namespace wtx {
@@ -39,12 +52,28 @@ struct JournalIdentity {
   bool operator==(const JournalIdentity&) const = default;
 };
 
+// How the write-ahead log is replayed on open (see the file comment).
+enum class WalRecovery {
+  kTolerateTornTail,  // kTolerateCorruptedTailRecords: drop an incomplete last record only
+  kStrict,            // kAbsoluteConsistency: any incomplete or corrupt record fails the open
+};
+
+// The file, inside the journal directory, naming the last record known to be durable.
+inline constexpr const char* kWatermarkFile = "WTX-SYNCED";
+
 struct JournalOptions {
   Env env;
   // Required when creating; when opening, checked against the stored one unless `role` empty.
   JournalIdentity identity;
   bool create_if_missing = true;
   bool read_only = false;
+  WalRecovery wal_recovery = WalRecovery::kTolerateTornTail;
+};
+
+// The content of kWatermarkFile: the last record known to be durable.
+struct SyncWatermark {
+  uint64_t seq = 0;
+  std::string head;  // hex checksum of record `seq`
 };
 
 class Journal {
@@ -75,12 +104,23 @@ class Journal {
   Status ForEachRecord(const std::function<Status(const nlohmann::json&)>& fn) const;
   // Chain + state consistency (the state names the last record).
   Status Verify() const;
+  // Storage-level checks: every SST block checksum (RocksDB VerifyChecksum), every key
+  // readable and of a known kind, and the records up to the sync watermark present.
+  Status VerifyStorage() const;
+
+  // The watermark read when the journal was opened (nullopt: none, or unreadable).
+  const std::optional<SyncWatermark>& watermark_at_open() const { return watermark_at_open_; }
+  // Why the watermark could not be used at open ("" when it was read, or there was none).
+  const std::string& watermark_problem() const { return watermark_problem_; }
 
   uint64_t synced_appends() const { return synced_appends_; }
 
  private:
   Journal() = default;
   Status LoadTail();
+  // Refuses a journal that lost or rewrote records up to the watermark read at open.
+  Status CheckWatermark() const;
+  Status WriteWatermark(bool sync);
 
   std::string dir_;
   JournalOptions options_;
@@ -91,6 +131,15 @@ class Journal {
   uint64_t last_seq_ = 0;
   uint64_t last_checksum_ = 0;
   uint64_t synced_appends_ = 0;
+  bool append_failed_ = false;
+  std::optional<SyncWatermark> watermark_at_open_;
+  std::string watermark_problem_;
 };
+
+// Reads `dir`/kWatermarkFile through `fs` (null: the default filesystem). nullopt with *problem
+// empty when the file does not exist; nullopt with *problem set when it is unreadable.
+std::optional<SyncWatermark> ReadWatermark(const std::string& dir,
+                                           const std::shared_ptr<rocksdb::FileSystem>& fs,
+                                           std::string* problem);
 
 }  // namespace wtx

@@ -47,6 +47,13 @@ class CoordinatorImpl : public Coordinator {
     }
     return false;
   }
+  // A failed journal write kills the coordinator: its memory and its journal may now disagree,
+  // so every later call is E_CRASHED until a restart recovers from the journal.
+  Status Journaled(Status s) {
+    if (s.ok()) return s;
+    crashed_ = true;
+    return Status(ErrorCode::kCrashed, "coordinator journal failed: " + s.ToString());
+  }
   Status LogDecision(const DecisionEntry& e, json extra, bool sync);
   Status LogEnd(const std::string& tx);
   std::vector<int> Deliver(const std::string& tx, Decision d, const std::string& version);
@@ -111,13 +118,13 @@ Status CoordinatorImpl::LogDecision(const DecisionEntry& e, json extra, bool syn
               {"reason", e.reason},
               {"ts", e.time_micros}};
   rec.update(extra);
-  return journal_->Append(std::move(rec), State(), sync);
+  return Journaled(journal_->Append(std::move(rec), State(), sync));
 }
 
 Status CoordinatorImpl::LogEnd(const std::string& tx) {
   pending_.erase(tx);
-  return journal_->Append(json{{"type", "END"}, {"tx", tx}, {"ts", options_.env.clock->NowMicros()}},
-                          State(), false);
+  return Journaled(journal_->Append(
+      json{{"type", "END"}, {"tx", tx}, {"ts", options_.env.clock->NowMicros()}}, State(), false));
 }
 
 std::vector<int> CoordinatorImpl::Deliver(const std::string& tx, Decision d,
@@ -283,8 +290,7 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx) {
   Status ls = LogDecision(e, {{"votes", votes}, {"timings_us", {{"prepare", t1 - t0}}}},
                           e.decision == Decision::kCommit);
   if (!ls.ok()) {
-    crashed_ = true;
-    out.status = Status(ErrorCode::kCrashed, "coordinator journal failed: " + ls.ToString());
+    out.status = ls;
     return out;
   }
   out.decision = e.decision;
@@ -307,8 +313,18 @@ BeginOutcome CoordinatorImpl::Abort(const std::string& tx) {
     out.status = s;
     return out;
   }
-  if (decided_.count(tx)) {
-    out.status = Status(ErrorCode::kNoTx, "transaction '" + tx + "' was already decided");
+  if (auto it = decided_.find(tx); it != decided_.end()) {
+    if (order_[it->second].decision == Decision::kCommit) {
+      out.status = Status(ErrorCode::kNoTx, "transaction '" + tx + "' already committed");
+      return out;
+    }
+    // Already aborted: re-deliver to ranks that missed it; once all know, there is nothing
+    // left to abort.
+    if (!pending_.count(tx)) {
+      out.status = Status(ErrorCode::kNoTx, "transaction '" + tx + "' was already aborted");
+      return out;
+    }
+    if (Deliver(tx, Decision::kAbort, "").empty()) LogEnd(tx).ok();
     return out;
   }
   int unknown = 0;
@@ -350,10 +366,12 @@ Result<std::pair<Decision, std::string>> CoordinatorImpl::QueryDecision(const st
   WTX_RETURN_IF_ERROR(CheckAlive());
   auto it = decided_.find(tx);
   if (it != decided_.end()) return std::make_pair(order_[it->second].decision, order_[it->second].version);
-  // Presumed abort; logged so that the transaction can never commit later.
+  // Presumed abort; logged so that the transaction can never commit later, and told to every
+  // rank so that none keeps waiting on it.
   DecisionEntry e{tx, Decision::kAbort, "", "presumed abort (never decided)",
                   options_.env.clock->NowMicros()};
   WTX_RETURN_IF_ERROR(LogDecision(e, json::object(), false));
+  if (Deliver(tx, Decision::kAbort, "").empty()) WTX_RETURN_IF_ERROR(LogEnd(tx));
   return std::make_pair(Decision::kAbort, std::string());
 }
 

@@ -89,6 +89,7 @@ class ParticipantImpl : public Participant {
     kernel_identity_ = std::move(identity);
   }
   Result<Vote> Prepare(std::string_view tx) override;
+  Result<Vote> CheckPrepare(std::string_view tx) const override;
   Status Decide(std::string_view tx, Decision decision, std::string_view version) override;
   Status ResolveInDoubt(DecisionOracle& oracle) override;
   RankStatus status() const override;
@@ -121,6 +122,9 @@ class ParticipantImpl : public Participant {
   }
   std::vector<StaleDerivedState> StaleDerived() const;
   void CollectMissing(Vote* vote) const;
+  // Coverage, staleness and kernel identity of the active transaction: sets errors, yes and
+  // message of *vote. REQUIRES: active_ and not prepared.
+  void LocalChecks(Vote* vote) const;
   std::string DigestLocked();
   void TouchBytes(uint32_t param, size_t offset, size_t len) {
     hash_[param].Touch(offset, len);
@@ -128,6 +132,11 @@ class ParticipantImpl : public Participant {
   void SaveBefore(uint32_t param, size_t offset, size_t len);
   void RestoreBefore();
   bool Serving() const;
+  // Live bytes may differ from the committed version: the durable flag, or a write of the
+  // active transaction whose record is still batched.
+  bool DirtyLocked() const {
+    return journal_->state().value("dirty", false) || (active_ && active_->wrote);
+  }
   void UpdateCoveragePeak();
 
   ParticipantOptions options_;
@@ -238,16 +247,16 @@ Status ParticipantImpl::CheckBeginLocked(const BeginRequest& req) const {
   const json& st = journal_->state();
   if (req.kind != TxKind::kFull) {
     const bool dirty = st.value("dirty", false);
-    if (dirty || !loaded_ || st["version"].is_null()) {
+    if (dirty || (!loaded_ && !st["version"].is_null())) {
       std::string why = dirty ? "is dirty (live bytes may differ from its committed version)"
-                        : !loaded_ ? "has no loaded weights"
-                                   : "has never committed a version";
+                              : "has no loaded weights";
       return Err(ErrorCode::kDirty, "rank " + Rank() + " " + why + "; a " +
                                         std::string(TxKindName(req.kind)) +
                                         " update needs a clean base, only a full commit cleans it");
     }
-    const std::string version = st["version"].get<std::string>();
-    if (req.base != version) {
+    const std::string version =
+        st["version"].is_null() ? std::string("(none: never committed)") : st["version"].get<std::string>();
+    if (st["version"].is_null() || req.base != version) {
       return Err(ErrorCode::kBaseMismatch,
                  "rank " + Rank() + ": base " + (req.base.empty() ? "(none)" : req.base) +
                      " is not the committed version " + version);
@@ -415,10 +424,15 @@ Status ParticipantImpl::Write(std::span<const WritePiece> pieces) {
     json rec = {{"type", "WRITE"}, {"tx", tx.req.tx}, {"param", p.name},
                 {"box", BoxJson(box)}, {"elements", NumElements(box)}, {"bytes", want}};
     json shard_ids = json::array();
-    for (uint32_t k = 0; k < p.shards.size(); ++k) {
-      if (Overlaps(p.shards[k].box, box)) {
-        shard_ids.push_back(p.shards[k].id);
-        touched.emplace_back(*pi, k);
+    if (si) {  // a named shard: no scan (stacked experts have hundreds of shards)
+      shard_ids.push_back(p.shards[*si].id);
+      touched.emplace_back(*pi, *si);
+    } else {
+      for (uint32_t k = 0; k < p.shards.size(); ++k) {
+        if (Overlaps(p.shards[k].box, box)) {
+          shard_ids.push_back(p.shards[k].id);
+          touched.emplace_back(*pi, k);
+        }
       }
     }
     rec["shards"] = std::move(shard_ids);
@@ -448,10 +462,14 @@ Status ParticipantImpl::Write(std::span<const WritePiece> pieces) {
     const size_t off = static_cast<size_t>(r.begin) * esz;
     const size_t len = static_cast<size_t>(r.len) * esz;
     if (tx.req.rollback) SaveBefore(r.param, off, len);
-    std::memcpy(memory_->Param(r.param).data() + off, r.src, len);
-    TouchBytes(r.param, off, len);
+    // Whole hash chunks are hashed in the same pass as the copy; prepare rehashes the rest.
+    if (!options_.benchmark_coverage_only) {
+      hash_[r.param].CopyIn(memory_->Param(r.param), off, r.src, len);
+    }
     auto& cov = tx.coverage[r.param];
-    if (!cov) cov = std::make_unique<CoverageSet>(p.num_elements());
+    if (!cov) {
+      cov = std::make_unique<CoverageSet>(p.num_elements(), p.shape.empty() ? 0 : p.shape.back());
+    }
     cov->Add(r.begin, r.len);
     param_epoch_[r.param] = ++epoch_;
     tx.elements += r.len;
@@ -511,7 +529,10 @@ Status ParticipantImpl::Patch(const PatchRequest& req) {
   }
   const auto& refs = manifest_->ShardsOfSource(req.source);
   if (refs.empty()) return Status::OK();  // this rank holds none of the source
-  PatchState& ps = tx.patches[req.source];
+  // Looked up, not inserted: a refused patch must leave no trace in the part accounting.
+  static const PatchState kNoParts;
+  auto existing = tx.patches.find(req.source);
+  const PatchState& ps = existing == tx.patches.end() ? kNoParts : existing->second;
   if (ps.parts != 0 && ps.parts != req.parts) {
     return Err(ErrorCode::kBadWrite, where + ": earlier parts said n = " +
                                          std::to_string(ps.parts));
@@ -615,15 +636,16 @@ Status ParticipantImpl::Patch(const PatchRequest& req) {
       if (ref.param == p) tx.shards_touched.insert({ref.param, ref.shard});
     }
   }
-  if (ps.parts == 0) {
-    ps.parts = req.parts;
-    ps.got.assign(req.parts, false);
+  PatchState& acc = tx.patches[req.source];
+  if (acc.parts == 0) {
+    acc.parts = req.parts;
+    acc.got.assign(req.parts, false);
   }
-  ps.got[req.part] = true;
+  acc.got[req.part] = true;
   std::vector<int64_t> merged;
-  std::merge(ps.applied.begin(), ps.applied.end(), sorted.begin(), sorted.end(),
+  std::merge(acc.applied.begin(), acc.applied.end(), sorted.begin(), sorted.end(),
              std::back_inserter(merged));
-  ps.applied = std::move(merged);
+  acc.applied = std::move(merged);
   tx.patched += static_cast<int64_t>(targets.size());
   tx.elements += static_cast<int64_t>(targets.size());
   tx.bytes += static_cast<int64_t>(targets.size() * esz);
@@ -690,7 +712,7 @@ void ParticipantImpl::CollectMissing(Vote* vote) const {
       auto it = tx.patches.find(src);
       std::vector<int> missing_parts;
       int parts = 0;
-      if (it == tx.patches.end()) {
+      if (it == tx.patches.end() || it->second.parts == 0) {
         missing_parts.push_back(0);
       } else {
         parts = it->second.parts;
@@ -729,6 +751,48 @@ void ParticipantImpl::CollectMissing(Vote* vote) const {
   }
 }
 
+void ParticipantImpl::LocalChecks(Vote* vote) const {
+  const ActiveTx& tx = *active_;
+  CollectMissing(vote);
+  if (vote->missing_total > 0) vote->errors.push_back(ErrorCode::kCoverageIncomplete);
+  vote->stale = StaleDerived();
+  if (!vote->stale.empty()) vote->errors.push_back(ErrorCode::kStaleDerived);
+  if (kernel_identity_ != tx.kernel_identity_at_begin) {
+    vote->errors.push_back(ErrorCode::kKernelIdentityChanged);
+  }
+  vote->yes = vote->errors.empty();
+  if (vote->yes) return;
+  vote->error = vote->errors.front();
+  std::string msg = "rank " + Rank() + ":";
+  if (vote->missing_total) msg += " " + std::to_string(vote->missing_total) + " piece(s) missing;";
+  if (!vote->stale.empty()) msg += " " + std::to_string(vote->stale.size()) + " stale derived;";
+  if (kernel_identity_ != tx.kernel_identity_at_begin) {
+    msg += " kernel identity changed from '" + tx.kernel_identity_at_begin + "' to '" +
+           kernel_identity_ + "';";
+  }
+  msg.pop_back();
+  vote->message = msg;
+}
+
+Result<Vote> ParticipantImpl::CheckPrepare(std::string_view txid) const {
+  std::lock_guard<std::mutex> l(mu_);
+  WTX_RETURN_IF_ERROR(CheckAlive());
+  if (!active_ || active_->req.tx != txid) {
+    return Err(ErrorCode::kNoTx,
+               "rank " + Rank() + ": transaction '" + std::string(txid) + "' is not active");
+  }
+  Vote vote;
+  vote.rank = options_.rank;
+  vote.tx = std::string(txid);
+  vote.wrote = active_->wrote;
+  if (active_->prepared) {  // decided already: the vote that was cast
+    vote.yes = active_->vote_yes;
+    return vote;
+  }
+  LocalChecks(&vote);
+  return vote;
+}
+
 std::string ParticipantImpl::DigestLocked() {
   const auto& params = manifest_->params();
   std::vector<uint64_t> digests(params.size());
@@ -765,28 +829,8 @@ Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
   }
   const int64_t t0 = options_.env.clock->NowMicros();
   vote.wrote = tx.wrote;
-  CollectMissing(&vote);
-  if (vote.missing_total > 0) vote.errors.push_back(ErrorCode::kCoverageIncomplete);
-  vote.stale = StaleDerived();
-  if (!vote.stale.empty()) vote.errors.push_back(ErrorCode::kStaleDerived);
-  if (kernel_identity_ != tx.kernel_identity_at_begin) {
-    vote.errors.push_back(ErrorCode::kKernelIdentityChanged);
-  }
-  vote.yes = vote.errors.empty();
-  if (!vote.yes) {
-    vote.error = vote.errors.front();
-    std::string msg = "rank " + Rank() + ":";
-    if (vote.missing_total) msg += " " + std::to_string(vote.missing_total) + " piece(s) missing;";
-    if (!vote.stale.empty()) msg += " " + std::to_string(vote.stale.size()) + " stale derived;";
-    if (kernel_identity_ != tx.kernel_identity_at_begin) {
-      msg += " kernel identity changed from '" + tx.kernel_identity_at_begin + "' to '" +
-             kernel_identity_ + "';";
-    }
-    msg.pop_back();
-    vote.message = msg;
-  } else {
-    vote.digest = DigestLocked();
-  }
+  LocalChecks(&vote);
+  if (vote.yes) vote.digest = DigestLocked();
   const int64_t t1 = options_.env.clock->NowMicros();
   if (CrashAt("before_prepare_logged")) {
     return Err(ErrorCode::kCrashed, "rank " + Rank() + " crashed before logging PREPARED");
@@ -903,7 +947,7 @@ Status ParticipantImpl::ResolveInDoubt(DecisionOracle& oracle) {
 bool ParticipantImpl::Serving() const {
   const json& st = journal_->state();
   const bool in_doubt = active_ && active_->prepared && active_->vote_yes;
-  return !crashed_ && loaded_ && !st.value("dirty", false) && !st["version"].is_null() &&
+  return !crashed_ && loaded_ && !DirtyLocked() && !st["version"].is_null() &&
          !in_doubt && StaleDerived().empty();
 }
 
@@ -914,7 +958,7 @@ RankStatus ParticipantImpl::status() const {
   const json& st = journal_->state();
   if (!st["version"].is_null()) s.version = st["version"].get<std::string>();
   if (!st["committed_tx"].is_null()) s.committed_tx = st["committed_tx"].get<std::string>();
-  s.dirty = st.value("dirty", false);
+  s.dirty = DirtyLocked() || crashed_;
   s.loaded = loaded_ && !crashed_;
   if (active_) {
     s.active_tx = active_->req.tx;

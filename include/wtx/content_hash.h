@@ -11,7 +11,11 @@
 // Same bytes, same version, whatever the write order or chunking of the writes.
 //
 // ParamHashCache keeps the chunk digests of one parameter and rehashes only chunks marked
-// touched. Thread-safety: a ParamHashCache is not synchronized.
+// touched. Writes through CopyIn hash every chunk they cover whole in the same pass as the copy
+// (the bytes are hashed while they are in registers, not read back from memory later), so a
+// full update costs about one memcpy; chunks a write covers only in part are marked touched and
+// rehashed by Digest. The digests are the same whatever path computed them.
+// Thread-safety: a ParamHashCache is not synchronized; the free functions keep no state.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +30,10 @@ namespace wtx {
 inline constexpr size_t kHashChunkBytes = 64 * 1024;
 
 uint64_t ChunkDigest(const void* data, size_t size);
+// Copies `size` bytes from `src` to `dst` and returns ChunkDigest(src, size), reading the bytes
+// once. Large copies bypass the cache (non-temporal stores) where the CPU supports it.
+// REQUIRES: the ranges do not overlap.
+uint64_t CopyAndChunkDigest(void* dst, const void* src, size_t size);
 uint64_t ParamDigestFromChunks(std::span<const uint64_t> chunk_digests);
 // Whole-buffer reference: chunks + combination in one call.
 uint64_t ParamDigest(std::span<const uint8_t> bytes);
@@ -38,10 +46,20 @@ class ParamHashCache {
   // Bytes [offset, offset + len) changed.
   void Touch(size_t offset, size_t len);
   void TouchAll();
+  // The digest of chunk `chunk` over its current bytes is `digest`; clears its touched mark.
+  // REQUIRES: chunk < num_chunks()
+  void SetChunkDigest(size_t chunk, uint64_t digest);
+  // Copies `len` bytes from `src` to bytes[offset, offset + len) and keeps the cache exact:
+  // chunks the range covers whole get their digest in the same pass, the partly covered ones
+  // at its ends are marked touched.
+  // REQUIRES: bytes.size() equals the constructor's num_bytes, offset + len <= bytes.size(),
+  // and `src` does not overlap the destination.
+  void CopyIn(std::span<uint8_t> bytes, size_t offset, const void* src, size_t len);
   // Rehashes touched chunks of `bytes` and returns the parameter digest.
   // REQUIRES: bytes.size() equals the constructor's num_bytes.
   uint64_t Digest(std::span<const uint8_t> bytes);
   size_t touched_chunks() const { return touched_count_; }
+  size_t num_chunks() const { return chunks_.size(); }
 
  private:
   size_t num_bytes_;

@@ -59,6 +59,10 @@ struct ParticipantOptions {
   size_t rollback_budget_bytes = size_t{1} << 30;
   CrashPoints* crash_points = nullptr;  // not owned; may be null
   std::shared_ptr<LiveMemory> memory;   // null: zeroed host buffers owned by the participant
+  // Benchmarks only (`wtx bench`): Write() checks, records coverage and journals as usual but
+  // neither copies nor hashes the bytes, so the version no longer describes the live bytes.
+  // Lets the coverage check of a 120 GiB rank be measured without moving 120 GiB.
+  bool benchmark_coverage_only = false;
 };
 
 // One write: bytes for a box of a parameter, in the parameter's dtype, row-major over the box.
@@ -102,6 +106,10 @@ class Participant {
   virtual void SetKernelIdentity(std::string identity) = 0;
   // Local checks, version digest, PREPARED (synced before a yes), vote.
   virtual Result<Vote> Prepare(std::string_view tx) = 0;
+  // Prepare's local checks alone (coverage, stale derived state, kernel identity): the vote
+  // Prepare would cast now, without its digest. Hashes, logs and changes nothing; for progress
+  // reports and benchmarks.
+  virtual Result<Vote> CheckPrepare(std::string_view tx) const = 0;
   virtual Status Decide(std::string_view tx, Decision decision, std::string_view version) = 0;
   // If in doubt, asks `oracle` and applies the answer.
   virtual Status ResolveInDoubt(DecisionOracle& oracle) = 0;

@@ -1,6 +1,7 @@
 // `wtx log|show|status|replay|check DIR`: read a participant's or the coordinator's journal.
-// All of them open the journal read-only (safe beside a running process) and refuse a journal
-// whose chain or state is inconsistent rather than print wrong history.
+// All of them open the journal read-only (safe beside a running process); log, show and status
+// first run the full integrity check of `wtx check` (journal/verify.h) and refuse a journal
+// that fails it rather than print wrong history. Warnings (a torn unsynced tail) go to stderr.
 #include <ctime>
 #include <iomanip>
 #include <iostream>
@@ -9,6 +10,7 @@
 #include "history.h"
 #include "journal.h"
 #include "participant_state.h"
+#include "verify.h"
 
 namespace wtx::cli {
 
@@ -45,7 +47,10 @@ std::string Short(const json& v) {
 }
 
 // Loads and verifies; every reader goes through this so that corruption is never printed.
-Result<std::unique_ptr<Journal>> OpenChecked(const std::string& dir) {
+Result<std::unique_ptr<Journal>> OpenChecked(const std::string& dir, const std::string& cmd) {
+  VerifyReport rep = VerifyJournalDir(dir);
+  if (!rep.status.ok()) return rep.status;
+  for (const auto& w : rep.warnings) std::cerr << "wtx " << cmd << ": warning: " << w << "\n";
   auto j = OpenReadOnly(dir);
   if (!j.ok()) return j.status();
   Status s = CheckJournal(*j.value());
@@ -54,7 +59,7 @@ Result<std::unique_ptr<Journal>> OpenChecked(const std::string& dir) {
 }
 
 int Log(const std::string& dir, bool as_json) {
-  auto j = OpenChecked(dir);
+  auto j = OpenChecked(dir, "log");
   if (!j.ok()) return Refuse("log", j.status());
   auto h = ReadHistory(*j.value());
   if (!h.ok()) return Refuse("log", h.status());
@@ -78,7 +83,7 @@ int Log(const std::string& dir, bool as_json) {
 }
 
 int Show(const std::string& dir, const std::string& tx, bool as_json) {
-  auto j = OpenChecked(dir);
+  auto j = OpenChecked(dir, "show");
   if (!j.ok()) return Refuse("show", j.status());
   auto h = ReadHistory(*j.value());
   if (!h.ok()) return Refuse("show", h.status());
@@ -123,7 +128,7 @@ json StatusJson(const Journal& j) {
 }
 
 int StatusCmd(const std::string& dir, bool as_json) {
-  auto j = OpenChecked(dir);
+  auto j = OpenChecked(dir, "status");
   if (!j.ok()) return Refuse("status", j.status());
   json s = StatusJson(*j.value());
   if (as_json) {
@@ -147,16 +152,24 @@ int Replay(const std::string& dir) {
   return st.value() == stored ? 0 : 3;
 }
 
-int Check(const std::string& dir) {
-  auto j = OpenReadOnly(dir);
-  if (!j.ok()) return Refuse("check", j.status());
-  Status s = CheckJournal(*j.value());
-  if (!s.ok()) return Refuse("check", s);
-  std::cout << "ok: " << dir << " (" << j.value()->identity().role
-            << (j.value()->identity().role == "participant"
-                    ? " rank " + std::to_string(j.value()->identity().rank)
-                    : "")
-            << ", " << j.value()->last_seq() << " records, chain and state consistent)\n";
+// Exit 0: consistent (warnings on stderr); 3: corrupt (the message names what is wrong);
+// 1: no journal or unreadable.
+int Check(const std::string& dir, int expect_rank, bool expect_coordinator, bool strict) {
+  VerifyOptions o;
+  o.strict = strict;
+  if (expect_coordinator) o.expect = JournalIdentity{"coordinator", -1};
+  if (expect_rank >= 0) o.expect = JournalIdentity{"participant", expect_rank};
+  VerifyReport rep = VerifyJournalDir(dir, o);
+  if (!rep.status.ok()) return Refuse("check", rep.status);
+  for (const auto& w : rep.warnings) std::cerr << "wtx check: warning: " << w << "\n";
+  const JournalIdentity& id = rep.identity;
+  std::cout << "ok: " << dir << " (" << id.role
+            << (id.role == "participant" ? " rank " + std::to_string(id.rank) : "")
+            << (rep.identity_checked ? " as expected" : "; identity not checked") << ", "
+            << rep.records << " records, synced through record "
+            << (rep.watermark ? std::to_string(rep.watermark->seq) : std::string("-"))
+            << ", checksums, chain and state consistent"
+            << (rep.torn_tail ? ", torn unsynced tail" : "") << ")\n";
   return 0;
 }
 
@@ -187,9 +200,20 @@ void RegisterJournalCommands(CLI::App& app, int* exit_code) {
   replay->add_option("dir", *dir, "Journal directory")->required();
   replay->callback([=] { *exit_code = Replay(*dir); });
 
-  auto* check = app.add_subcommand("check", "Verify integrity; non-zero exit on any inconsistency");
+  auto* check = app.add_subcommand(
+      "check", "Verify integrity (files, checksums, chain, state, identity); exit 3 if corrupt");
+  auto expect_rank = std::make_shared<int>(-1);
+  auto expect_coordinator = std::make_shared<bool>(false);
   check->add_option("dir", *dir, "Journal directory")->required();
-  check->callback([=] { *exit_code = Check(*dir); });
+  check->add_option("--expect-rank", *expect_rank,
+                    "The journal must be participant N's (default: inferred from a rank-N "
+                    "directory name)");
+  check->add_flag("--expect-coordinator", *expect_coordinator,
+                  "The journal must be the coordinator's (default: inferred from the name)");
+  auto strict = std::make_shared<bool>(false);
+  check->add_flag("--strict", *strict,
+                  "Warnings (a torn unsynced tail, a missing sync watermark) fail the check too");
+  check->callback([=] { *exit_code = Check(*dir, *expect_rank, *expect_coordinator, *strict); });
 }
 
 }  // namespace wtx::cli

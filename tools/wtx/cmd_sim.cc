@@ -1,4 +1,4 @@
-// `wtx sim SCENARIO.json [--journal-dir DIR] [--expect EXPECT.json]`
+// `wtx sim SCENARIO.json [--journal-dir DIR] [--expect EXPECT.json] [--transport inproc|tcp]`
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -9,13 +9,14 @@
 #include "expectations.h"
 #include "scenario.h"
 #include "simulator.h"
+#include "tcp_simulator.h"
 
 namespace wtx::cli {
 
 namespace {
 
 int RunSim(const std::string& path, std::string journal_dir, const std::string& expect_path,
-           bool pretty) {
+           bool pretty, const std::string& transport) {
   auto sc = sim::LoadScenarioFile(path);
   if (!sc.ok()) {
     std::cerr << "wtx sim: invalid scenario " << path << ": " << sc.status().message() << "\n";
@@ -39,9 +40,16 @@ int RunSim(const std::string& path, std::string journal_dir, const std::string& 
                    ("wtx-sim-" + std::to_string(rd()) + std::to_string(rd())))
                       .string();
   }
-  sim::SimOptions o;
-  o.journal_dir = journal_dir;
-  auto out = sim::RunScenario(sc.value(), o);
+  Result<nlohmann::json> out = Status::InvalidArgument("unknown transport");
+  if (transport == "tcp") {
+    sim::TcpSimOptions o;
+    o.journal_dir = journal_dir;
+    out = sim::RunScenarioTcp(sc.value(), o);
+  } else {
+    sim::SimOptions o;
+    o.journal_dir = journal_dir;
+    out = sim::RunScenario(sc.value(), o);
+  }
   if (temp) {
     std::error_code ec;
     std::filesystem::remove_all(journal_dir, ec);
@@ -72,7 +80,12 @@ void RegisterSimCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--journal-dir", *dir, "Keep the journals here (DIR/rank-N, DIR/coordinator)");
   cmd->add_option("--expect", *expect, "Check the output against an *.expect.json file");
   cmd->add_flag("--pretty", *pretty, "Indent the output");
-  cmd->callback([=] { *exit_code = RunSim(*path, *dir, *expect, *pretty); });
+  auto transport = std::make_shared<std::string>("inproc");
+  cmd->add_option("--transport", *transport,
+                  "inproc: one process; tcp: coordinator and ranks as processes on loopback")
+      ->check(CLI::IsMember({"inproc", "tcp"}))
+      ->capture_default_str();
+  cmd->callback([=] { *exit_code = RunSim(*path, *dir, *expect, *pretty, *transport); });
 }
 
 }  // namespace wtx::cli

@@ -10,6 +10,12 @@ int main(int argc, char** argv) {
   wtx::cli::RegisterSimCommand(app, &exit_code);
   wtx::cli::RegisterJournalCommands(app, &exit_code);
   wtx::cli::RegisterManifestCommand(app, &exit_code);
+  wtx::cli::RegisterBenchCommand(app, &exit_code);
+  wtx::cli::RegisterCoordinatorCommand(app, &exit_code);
+  wtx::cli::RegisterRankCommand(app, &exit_code);
+  wtx::cli::RegisterControlCommand(app, &exit_code);
+  wtx::cli::RegisterTortureCommand(app, &exit_code);
+  wtx::cli::RegisterVerifyCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

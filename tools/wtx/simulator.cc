@@ -55,11 +55,163 @@ struct CoordinatorProcess : Process {
   std::unique_ptr<Coordinator> c;
 };
 
-class Runner {
- public:
-  Runner(const Scenario& sc, std::string dir) : sc_(sc), dir_(std::move(dir)), transport_(sc.ranks) {}
+// The parameters `param: "*"` means on a rank: those in the current transaction's scope.
+std::vector<uint32_t> StarParams(const Manifest& m, const std::optional<BeginRequest>& scope) {
+  std::vector<uint32_t> out;
+  std::set<uint32_t> in;
+  if (scope && scope->kind == TxKind::kPartial) {
+    for (const auto& mod : scope->modules) {
+      if (auto mi = m.FindModule(mod)) {
+        for (const auto& pn : m.modules()[*mi].params) in.insert(*m.FindParam(pn));
+      }
+    }
+    return {in.begin(), in.end()};
+  }
+  if (scope && scope->kind == TxKind::kDelta) {
+    for (const auto& s : scope->sources) {
+      for (const auto& ref : m.ShardsOfSource(s)) in.insert(ref.param);
+    }
+    return {in.begin(), in.end()};
+  }
+  for (uint32_t i = 0; i < m.params().size(); ++i) out.push_back(i);
+  return out;
+}
 
-  Status Start() {
+// Bytes of `box` (live coordinates) of parameter `pi`, filled through the shards' mapping.
+std::vector<uint8_t> FillBox(const Manifest& m, uint32_t pi, const Box& box,
+                             const FillSpec& fill) {
+  const ParamSpec& p = m.params()[pi];
+  const size_t esz = DTypeSize(p.dtype);
+  std::vector<uint8_t> data(static_cast<size_t>(NumElements(box)) * esz);
+  uint8_t* out = data.data();
+  std::vector<uint64_t> src_hash(p.shards.size());
+  std::vector<std::vector<int64_t>> src_strides(p.shards.size());
+  for (size_t k = 0; k < p.shards.size(); ++k) {
+    src_hash[k] = SourceNameHash(p.shards[k].source);
+    src_strides[k] = Strides(p.shards[k].source_shape);
+  }
+  std::vector<int64_t> idx(box.size());
+  for (size_t d = 0; d < box.size(); ++d) idx[d] = box[d].begin;
+  const int64_t n = NumElements(box);
+  for (int64_t e = 0; e < n; ++e) {
+    // Which shard holds this live element?
+    size_t k = 0;
+    for (; k < p.shards.size(); ++k) {
+      const Box& sb = p.shards[k].box;
+      bool in = true;
+      for (size_t d = 0; d < idx.size() && in; ++d) in = idx[d] >= sb[d].begin && idx[d] < sb[d].end;
+      if (in) break;
+    }
+    int64_t src_flat = 0;
+    uint64_t h = 0;
+    if (k < p.shards.size()) {
+      const ShardSpec& s = p.shards[k];
+      const size_t extra = s.box.size() - s.source_box.size();
+      if (s.box.size() >= s.source_box.size()) {
+        for (size_t d = 0; d < s.source_box.size(); ++d) {
+          src_flat += (s.source_box[d].begin + idx[extra + d] - s.box[extra + d].begin) *
+                      src_strides[k][d];
+        }
+      }
+      h = src_hash[k];
+    }
+    FillElement(fill, h, src_flat, p.dtype, out);
+    out += esz;
+    for (size_t d = box.size(); d-- > 0;) {
+      if (++idx[d] < box[d].end) break;
+      idx[d] = box[d].begin;
+    }
+  }
+  return data;
+}
+
+Status DoWrite(const Step& st, const std::optional<BeginRequest>& scope, Participant& p) {
+  const Manifest& m = p.manifest();
+  std::vector<WritePiece> pieces;
+  std::vector<std::vector<uint8_t>> buffers;
+  auto add = [&](uint32_t pi, const std::string& shard, const Box& box) {
+    buffers.push_back(FillBox(m, pi, box, st.fill));
+    WritePiece w;
+    w.param = m.params()[pi].name;
+    w.shard = shard;
+    w.box = box;
+    w.data = buffers.back().data();
+    w.bytes = buffers.back().size();
+    pieces.push_back(std::move(w));
+  };
+  if (!st.source.empty()) {
+    const auto& refs = m.ShardsOfSource(st.source);
+    bool any = false;
+    for (const auto& ref : refs) {
+      const ParamSpec& ps = m.params()[ref.param];
+      if (st.param != "*" && ps.name != st.param) continue;
+      any = true;
+      add(ref.param, ps.shards[ref.shard].id, ps.shards[ref.shard].box);
+    }
+    if (!any) {
+      return Status(ErrorCode::kUnknownParam,
+                    "no shard fed by source '" + st.source + "'" +
+                        (st.param != "*" ? " in parameter '" + st.param + "'" : ""));
+    }
+  } else if (st.param == "*") {
+    for (uint32_t pi : StarParams(m, scope)) add(pi, "", WholeBox(m.params()[pi].shape));
+  } else {
+    auto pi = m.FindParam(st.param);
+    if (!pi) return Status(ErrorCode::kUnknownParam, "unknown parameter '" + st.param + "'");
+    const ParamSpec& ps = m.params()[*pi];
+    std::optional<uint32_t> si;
+    if (!st.shard.empty()) {
+      si = m.FindShard(*pi, st.shard);
+      if (!si) {
+        return Status(ErrorCode::kUnknownParam,
+                      "parameter '" + st.param + "' has no shard '" + st.shard + "'");
+      }
+    }
+    Box box = st.box ? *st.box : (si ? ps.shards[*si].box : WholeBox(ps.shape));
+    // Boxes that do not fit are the participant's to refuse; generate no bytes for them.
+    if (!BoxInsideShape(box, ps.shape) || BoxIsEmpty(box)) {
+      WritePiece w;
+      w.param = st.param;
+      w.shard = st.shard;
+      w.box = box;
+      pieces.push_back(std::move(w));
+    } else {
+      add(*pi, st.shard, box);
+    }
+  }
+  return p.Write(pieces);
+}
+
+Status DoPatch(const Step& st, Participant& p) {
+  const Manifest& m = p.manifest();
+  const auto& refs = m.ShardsOfSource(st.source);
+  std::vector<uint8_t> values;
+  if (!refs.empty()) {
+    const DType dt = m.params()[refs[0].param].dtype;
+    const size_t esz = DTypeSize(dt);
+    values.resize(st.indices.size() * esz);
+    const uint64_t h = SourceNameHash(st.source);
+    for (size_t i = 0; i < st.indices.size(); ++i) {
+      FillElement(st.fill, h, st.indices[i], dt, values.data() + i * esz);
+    }
+  }
+  PatchRequest req;
+  req.source = st.source;
+  req.indices = st.indices;
+  req.values = values.data();
+  req.value_bytes = values.size();
+  req.part = st.part;
+  req.parts = st.parts;
+  return p.Patch(req);
+}
+
+// Every rank and the coordinator as objects of this process, over the in-process transport.
+class InProcProcesses : public SimProcesses {
+ public:
+  InProcProcesses(const Scenario& sc, std::string dir)
+      : sc_(sc), dir_(std::move(dir)), transport_(sc.ranks) {}
+
+  Status Start() override {
     for (int r = 0; r < sc_.ranks; ++r) {
       auto rp = std::make_unique<RankProcess>();
       rp->dir = dir_ + "/rank-" + std::to_string(r);
@@ -70,14 +222,85 @@ class Runner {
     return StartCoordinator();
   }
 
-  json Run() {
-    json steps = json::array();
-    for (const Step& st : sc_.steps) {
-      json out = {{"i", st.index}, {"op", st.op}};
-      RunStep(st, out);
-      steps.push_back(std::move(out));
+  bool RankAlive(int r) override { return ranks_[r]->p != nullptr; }
+  bool CoordinatorAlive() override { return coord_.c != nullptr; }
+
+  Status RankStep(int r, const Step& st, const std::optional<BeginRequest>& scope) override {
+    return ApplyRankStep(st, scope, *ranks_[r]->p);
+  }
+  RankStatus RankState(int r) override { return ranks_[r]->p->status(); }
+
+  BeginOutcome Begin(const BeginRequest& req) override { return coord_.c->Begin(req); }
+
+  CommitOutcome Commit(const Step& st, bool* coordinator_died) override {
+    RankProcess* armed_rank = nullptr;
+    int armed_index = -1;
+    if (st.crash) {
+      if (st.crash->who == "coordinator") {
+        coord_.crash.Arm(st.crash->at);
+      } else {
+        armed_index = st.crash->rank;
+        armed_rank = ranks_[armed_index].get();
+        armed_rank->crash.Arm(st.crash->at);
+      }
     }
-    return {{"steps", std::move(steps)}, {"ranks", RanksJson()}, {"coordinator", CoordinatorJson()}};
+    transport_.SetSilent(st.silent);
+    CommitOutcome o = coord_.c->Commit(st.tx);
+    transport_.SetSilent({});
+    // Processes that died at their crash point.
+    if (armed_rank) {
+      armed_rank->crash.Disarm();
+      if (armed_rank->crash.fired()) KillRank(armed_index, st.crash->power_loss);
+    }
+    // Only a crash armed in this commit counts (fired() stays set across restarts).
+    *coordinator_died = st.crash && st.crash->who == "coordinator" && coord_.crash.fired();
+    coord_.crash.Disarm();
+    if (*coordinator_died) KillCoordinator(st.crash->power_loss);
+    return o;
+  }
+
+  BeginOutcome Abort(const std::string& tx) override { return coord_.c->Abort(tx); }
+  std::optional<std::string> CommittedVersion(const std::string& tx) override {
+    return coord_.c->CommittedVersion(tx);
+  }
+  std::vector<DecisionEntry> Decisions() override { return coord_.c->decisions(); }
+
+  // Process death: the filesystem stops taking writes, the object goes away (a rank's live
+  // bytes with it), then a power loss drops whatever was not synced.
+  void KillRank(int r, bool power_loss) override {
+    RankProcess& rp = *ranks_[r];
+    rp.fs->SetActive(false);
+    transport_.SetParticipant(r, nullptr);
+    rp.p.reset();
+    if (power_loss) rp.fs->DropUnsyncedData();
+    rp.fs->SetActive(true);
+  }
+
+  void KillCoordinator(bool power_loss) override {
+    coord_.fs->SetActive(false);
+    coord_.c.reset();
+    if (power_loss) coord_.fs->DropUnsyncedData();
+    coord_.fs->SetActive(true);
+  }
+
+  Status RestartRank(int r) override {
+    RankProcess& rp = *ranks_[r];
+    if (rp.p) KillRank(r, false);
+    Status s = StartRank(r);
+    if (s.ok() && coord_.c) s = rp.p->ResolveInDoubt(*coord_.c);
+    return s;
+  }
+
+  Status RestartCoordinator() override {
+    if (coord_.c) KillCoordinator(false);
+    Status s = StartCoordinator();
+    if (s.ok()) s = coord_.c->Recover();
+    if (s.ok()) {
+      for (auto& rp : ranks_) {
+        if (rp->p) rp->p->ResolveInDoubt(*coord_.c).ok();
+      }
+    }
+    return s;
   }
 
  private:
@@ -108,24 +331,30 @@ class Runner {
     return Status::OK();
   }
 
-  // Process death: the filesystem stops taking writes, the object goes away (a rank's live
-  // bytes with it), then a power loss drops whatever was not synced.
-  void KillRank(int r, bool power_loss) {
-    RankProcess& rp = *ranks_[r];
-    rp.fs->SetActive(false);
-    transport_.SetParticipant(r, nullptr);
-    rp.p.reset();
-    if (power_loss) rp.fs->DropUnsyncedData();
-    rp.fs->SetActive(true);
+  const Scenario& sc_;
+  std::string dir_;
+  InProcTransport transport_;
+  std::vector<std::unique_ptr<RankProcess>> ranks_;
+  CoordinatorProcess coord_;
+};
+
+// The steps of a scenario and the output document, on any SimProcesses.
+class Runner {
+ public:
+  Runner(const Scenario& sc, SimProcesses& procs, std::string dir)
+      : sc_(sc), procs_(procs), dir_(std::move(dir)) {}
+
+  json Run() {
+    json steps = json::array();
+    for (const Step& st : sc_.steps) {
+      json out = {{"i", st.index}, {"op", st.op}};
+      RunStep(st, out);
+      steps.push_back(std::move(out));
+    }
+    return {{"steps", std::move(steps)}, {"ranks", RanksJson()}, {"coordinator", CoordinatorJson()}};
   }
 
-  void KillCoordinator(bool power_loss) {
-    coord_.fs->SetActive(false);
-    coord_.c.reset();
-    if (power_loss) coord_.fs->DropUnsyncedData();
-    coord_.fs->SetActive(true);
-  }
-
+ private:
   std::vector<int> Targets(const RankTarget& t) const {
     if (!t.all) return {t.rank};
     std::vector<int> v;
@@ -148,13 +377,13 @@ class Runner {
     out["errors"] = detail;
   }
 
-  // Applies fn to every targeted rank; a dead rank fails with E_CRASHED.
-  void ForRanks(const RankTarget& t, json& out, const std::function<Status(int, Participant&)>& fn) {
+  // Runs a data-plane step on every targeted rank; a dead rank fails with E_CRASHED.
+  void ForRanks(const Step& st, json& out) {
     std::vector<std::pair<int, Status>> errs;
-    for (int r : Targets(t)) {
-      Participant* p = ranks_[r]->p.get();
-      Status s = p ? fn(r, *p)
-                   : Status(ErrorCode::kCrashed, "rank " + std::to_string(r) + " is down");
+    for (int r : Targets(st.target)) {
+      Status s = procs_.RankAlive(r)
+                     ? procs_.RankStep(r, st, scope_)
+                     : Status(ErrorCode::kCrashed, "rank " + std::to_string(r) + " is down");
       if (!s.ok()) errs.emplace_back(r, s);
     }
     if (errs.empty()) {
@@ -167,8 +396,8 @@ class Runner {
   std::string ResolveBase(const std::string& ref) {
     if (ref.empty() || ref[0] != '$') return ref;
     const std::string tx = ref.substr(1);
-    if (coord_.c) {
-      if (auto v = coord_.c->CommittedVersion(tx)) return *v;
+    if (procs_.CoordinatorAlive()) {
+      if (auto v = procs_.CommittedVersion(tx)) return *v;
     }
     auto it = committed_.find(tx);
     if (it != committed_.end()) return it->second;
@@ -177,16 +406,9 @@ class Runner {
 
   void RunStep(const Step& st, json& out) {
     if (st.op == "begin") return DoBegin(st, out);
-    if (st.op == "write") return DoWrite(st, out);
-    if (st.op == "patch") return DoPatch(st, out);
-    if (st.op == "refresh") {
-      return ForRanks(st.target, out, [&](int, Participant& p) { return p.Refresh(st.derived).status(); });
-    }
-    if (st.op == "set_kernel_identity") {
-      return ForRanks(st.target, out, [&](int, Participant& p) {
-        p.SetKernelIdentity(st.value);
-        return Status::OK();
-      });
+    if (st.op == "write" || st.op == "patch" || st.op == "refresh" ||
+        st.op == "set_kernel_identity") {
+      return ForRanks(st, out);
     }
     if (st.op == "commit") return DoCommit(st, out);
     if (st.op == "abort") return DoAbort(st, out);
@@ -195,10 +417,12 @@ class Runner {
   }
 
   void DoBegin(const Step& st, json& out) {
-    if (!coord_.c) return Fail(out, {{-1, Status(ErrorCode::kCrashed, "the coordinator is down")}});
+    if (!procs_.CoordinatorAlive()) {
+      return Fail(out, {{-1, Status(ErrorCode::kCrashed, "the coordinator is down")}});
+    }
     BeginRequest req = st.begin;
     req.base = ResolveBase(st.base_ref);
-    BeginOutcome o = coord_.c->Begin(req);
+    BeginOutcome o = procs_.Begin(req);
     if (o.status.ok()) {
       out["ok"] = true;
       scope_ = req;
@@ -208,160 +432,6 @@ class Runner {
     for (const auto& e : o.errors) errs.emplace_back(e.rank, e.status);
     if (errs.empty()) errs.emplace_back(-1, o.status);
     Fail(out, errs);
-  }
-
-  // The parameters `param: "*"` means on a rank: those in the current transaction's scope.
-  std::vector<uint32_t> StarParams(const Manifest& m) const {
-    std::vector<uint32_t> out;
-    std::set<uint32_t> in;
-    if (scope_ && scope_->kind == TxKind::kPartial) {
-      for (const auto& mod : scope_->modules) {
-        if (auto mi = m.FindModule(mod)) {
-          for (const auto& pn : m.modules()[*mi].params) in.insert(*m.FindParam(pn));
-        }
-      }
-      return {in.begin(), in.end()};
-    }
-    if (scope_ && scope_->kind == TxKind::kDelta) {
-      for (const auto& s : scope_->sources) {
-        for (const auto& ref : m.ShardsOfSource(s)) in.insert(ref.param);
-      }
-      return {in.begin(), in.end()};
-    }
-    for (uint32_t i = 0; i < m.params().size(); ++i) out.push_back(i);
-    return out;
-  }
-
-  // Bytes of `box` (live coordinates) of parameter `pi`, filled through the shards' mapping.
-  static std::vector<uint8_t> FillBox(const Manifest& m, uint32_t pi, const Box& box,
-                                      const FillSpec& fill) {
-    const ParamSpec& p = m.params()[pi];
-    const size_t esz = DTypeSize(p.dtype);
-    std::vector<uint8_t> data(static_cast<size_t>(NumElements(box)) * esz);
-    uint8_t* out = data.data();
-    std::vector<uint64_t> src_hash(p.shards.size());
-    std::vector<std::vector<int64_t>> src_strides(p.shards.size());
-    for (size_t k = 0; k < p.shards.size(); ++k) {
-      src_hash[k] = SourceNameHash(p.shards[k].source);
-      src_strides[k] = Strides(p.shards[k].source_shape);
-    }
-    std::vector<int64_t> idx(box.size());
-    for (size_t d = 0; d < box.size(); ++d) idx[d] = box[d].begin;
-    const int64_t n = NumElements(box);
-    for (int64_t e = 0; e < n; ++e) {
-      // Which shard holds this live element?
-      size_t k = 0;
-      for (; k < p.shards.size(); ++k) {
-        const Box& sb = p.shards[k].box;
-        bool in = true;
-        for (size_t d = 0; d < idx.size() && in; ++d) in = idx[d] >= sb[d].begin && idx[d] < sb[d].end;
-        if (in) break;
-      }
-      int64_t src_flat = 0;
-      uint64_t h = 0;
-      if (k < p.shards.size()) {
-        const ShardSpec& s = p.shards[k];
-        const size_t extra = s.box.size() - s.source_box.size();
-        if (s.box.size() >= s.source_box.size()) {
-          for (size_t d = 0; d < s.source_box.size(); ++d) {
-            src_flat += (s.source_box[d].begin + idx[extra + d] - s.box[extra + d].begin) *
-                        src_strides[k][d];
-          }
-        }
-        h = src_hash[k];
-      }
-      FillElement(fill, h, src_flat, p.dtype, out);
-      out += esz;
-      for (size_t d = box.size(); d-- > 0;) {
-        if (++idx[d] < box[d].end) break;
-        idx[d] = box[d].begin;
-      }
-    }
-    return data;
-  }
-
-  void DoWrite(const Step& st, json& out) {
-    ForRanks(st.target, out, [&](int, Participant& p) -> Status {
-      const Manifest& m = p.manifest();
-      std::vector<WritePiece> pieces;
-      std::vector<std::vector<uint8_t>> buffers;
-      auto add = [&](uint32_t pi, const std::string& shard, const Box& box) {
-        buffers.push_back(FillBox(m, pi, box, st.fill));
-        WritePiece w;
-        w.param = m.params()[pi].name;
-        w.shard = shard;
-        w.box = box;
-        w.data = buffers.back().data();
-        w.bytes = buffers.back().size();
-        pieces.push_back(std::move(w));
-      };
-      if (!st.source.empty()) {
-        const auto& refs = m.ShardsOfSource(st.source);
-        bool any = false;
-        for (const auto& ref : refs) {
-          const ParamSpec& ps = m.params()[ref.param];
-          if (st.param != "*" && ps.name != st.param) continue;
-          any = true;
-          add(ref.param, ps.shards[ref.shard].id, ps.shards[ref.shard].box);
-        }
-        if (!any) {
-          return Status(ErrorCode::kUnknownParam,
-                        "no shard fed by source '" + st.source + "'" +
-                            (st.param != "*" ? " in parameter '" + st.param + "'" : ""));
-        }
-      } else if (st.param == "*") {
-        for (uint32_t pi : StarParams(m)) add(pi, "", WholeBox(m.params()[pi].shape));
-      } else {
-        auto pi = m.FindParam(st.param);
-        if (!pi) return Status(ErrorCode::kUnknownParam, "unknown parameter '" + st.param + "'");
-        const ParamSpec& ps = m.params()[*pi];
-        std::optional<uint32_t> si;
-        if (!st.shard.empty()) {
-          si = m.FindShard(*pi, st.shard);
-          if (!si) {
-            return Status(ErrorCode::kUnknownParam,
-                          "parameter '" + st.param + "' has no shard '" + st.shard + "'");
-          }
-        }
-        Box box = st.box ? *st.box : (si ? ps.shards[*si].box : WholeBox(ps.shape));
-        // Boxes that do not fit are the participant's to refuse; generate no bytes for them.
-        if (!BoxInsideShape(box, ps.shape) || BoxIsEmpty(box)) {
-          WritePiece w;
-          w.param = st.param;
-          w.shard = st.shard;
-          w.box = box;
-          pieces.push_back(std::move(w));
-        } else {
-          add(*pi, st.shard, box);
-        }
-      }
-      return p.Write(pieces);
-    });
-  }
-
-  void DoPatch(const Step& st, json& out) {
-    ForRanks(st.target, out, [&](int, Participant& p) -> Status {
-      const Manifest& m = p.manifest();
-      const auto& refs = m.ShardsOfSource(st.source);
-      std::vector<uint8_t> values;
-      if (!refs.empty()) {
-        const DType dt = m.params()[refs[0].param].dtype;
-        const size_t esz = DTypeSize(dt);
-        values.resize(st.indices.size() * esz);
-        const uint64_t h = SourceNameHash(st.source);
-        for (size_t i = 0; i < st.indices.size(); ++i) {
-          FillElement(st.fill, h, st.indices[i], dt, values.data() + i * esz);
-        }
-      }
-      PatchRequest req;
-      req.source = st.source;
-      req.indices = st.indices;
-      req.values = values.data();
-      req.value_bytes = values.size();
-      req.part = st.part;
-      req.parts = st.parts;
-      return p.Patch(req);
-    });
   }
 
   static json VoteJson(const VoteReport& v) {
@@ -417,21 +487,11 @@ class Runner {
   }
 
   void DoCommit(const Step& st, json& out) {
-    if (!coord_.c) return Fail(out, {{-1, Status(ErrorCode::kCrashed, "the coordinator is down")}});
-    RankProcess* armed_rank = nullptr;
-    int armed_index = -1;
-    if (st.crash) {
-      if (st.crash->who == "coordinator") {
-        coord_.crash.Arm(st.crash->at);
-      } else {
-        armed_index = st.crash->rank;
-        armed_rank = ranks_[armed_index].get();
-        armed_rank->crash.Arm(st.crash->at);
-      }
+    if (!procs_.CoordinatorAlive()) {
+      return Fail(out, {{-1, Status(ErrorCode::kCrashed, "the coordinator is down")}});
     }
-    transport_.SetSilent(st.silent);
-    CommitOutcome o = coord_.c->Commit(st.tx);
-    transport_.SetSilent({});
+    bool coordinator_died = false;
+    CommitOutcome o = procs_.Commit(st, &coordinator_died);
     json votes = json::array();
     std::vector<int> failing;
     for (const auto& v : o.votes) {
@@ -439,14 +499,6 @@ class Runner {
       if (v.kind != VoteReport::Kind::kYes) failing.push_back(v.rank);
     }
     if (!o.votes.empty()) out["votes"] = std::move(votes);
-    // Processes that died at their crash point.
-    if (armed_rank) {
-      armed_rank->crash.Disarm();
-      if (armed_rank->crash.fired()) KillRank(armed_index, st.crash->power_loss);
-    }
-    const bool coordinator_died = coord_.crash.fired();
-    coord_.crash.Disarm();
-    if (coordinator_died) KillCoordinator(st.crash->power_loss);
     if (o.decision) out["decision"] = DecisionName(*o.decision);
     if (o.decision == Decision::kCommit) {
       committed_[st.tx] = o.version;
@@ -478,8 +530,10 @@ class Runner {
   }
 
   void DoAbort(const Step& st, json& out) {
-    if (!coord_.c) return Fail(out, {{-1, Status(ErrorCode::kCrashed, "the coordinator is down")}});
-    BeginOutcome o = coord_.c->Abort(st.tx);
+    if (!procs_.CoordinatorAlive()) {
+      return Fail(out, {{-1, Status(ErrorCode::kCrashed, "the coordinator is down")}});
+    }
+    BeginOutcome o = procs_.Abort(st.tx);
     if (o.status.ok()) {
       out["ok"] = true;
       out["outcome"] = "aborted";
@@ -491,36 +545,21 @@ class Runner {
 
   void DoCrash(const Step& st, json& out) {
     const CrashSpec& c = *st.crash;
-    const bool alive = c.who == "coordinator" ? coord_.c != nullptr : ranks_[c.rank]->p != nullptr;
+    const bool alive = c.who == "coordinator" ? procs_.CoordinatorAlive() : procs_.RankAlive(c.rank);
     if (!alive) {
       return Fail(out, {{c.rank, Status(ErrorCode::kCrashed, c.who + " is already down")}});
     }
     if (c.who == "coordinator") {
-      KillCoordinator(c.power_loss);
+      procs_.KillCoordinator(c.power_loss);
     } else {
-      KillRank(c.rank, c.power_loss);
+      procs_.KillRank(c.rank, c.power_loss);
     }
     out["ok"] = true;
   }
 
   void DoRestart(const Step& st, json& out) {
     const CrashSpec& c = *st.crash;
-    Status s;
-    if (c.who == "coordinator") {
-      if (coord_.c) KillCoordinator(false);
-      s = StartCoordinator();
-      if (s.ok()) s = coord_.c->Recover();
-      if (s.ok()) {
-        for (auto& rp : ranks_) {
-          if (rp->p) rp->p->ResolveInDoubt(*coord_.c).ok();
-        }
-      }
-    } else {
-      RankProcess& rp = *ranks_[c.rank];
-      if (rp.p) KillRank(c.rank, false);
-      s = StartRank(c.rank);
-      if (s.ok() && coord_.c) s = rp.p->ResolveInDoubt(*coord_.c);
-    }
+    Status s = c.who == "coordinator" ? procs_.RestartCoordinator() : procs_.RestartRank(c.rank);
     if (s.ok()) {
       out["ok"] = true;
     } else {
@@ -529,10 +568,9 @@ class Runner {
   }
 
   json RankJson(int r) {
-    RankProcess& rp = *ranks_[r];
     json j = {{"rank", r}};
-    if (rp.p) {
-      RankStatus s = rp.p->status();
+    if (procs_.RankAlive(r)) {
+      RankStatus s = procs_.RankState(r);
       j["version"] = s.version ? json(*s.version) : json();
       j["dirty"] = s.dirty;
       j["loaded"] = s.loaded;
@@ -547,7 +585,9 @@ class Runner {
     JournalOptions o;
     o.read_only = true;
     json st;
-    if (auto jr = Journal::Open(rp.dir, o); jr.ok()) st = jr.value()->state();
+    if (auto jr = Journal::Open(dir_ + "/rank-" + std::to_string(r), o); jr.ok()) {
+      st = jr.value()->state();
+    }
     const json act = st.is_object() ? st.value("active", json()) : json();
     j["version"] = st.is_object() ? st.value("version", json()) : json();
     j["dirty"] = true;
@@ -566,12 +606,13 @@ class Runner {
 
   json CoordinatorJson() {
     std::vector<DecisionEntry> ds;
-    if (coord_.c) {
-      ds = coord_.c->decisions();
+    const bool alive = procs_.CoordinatorAlive();
+    if (alive) {
+      ds = procs_.Decisions();
     } else {
       JournalOptions o;
       o.read_only = true;
-      if (auto jr = Journal::Open(coord_.dir, o); jr.ok()) {
+      if (auto jr = Journal::Open(dir_ + "/coordinator", o); jr.ok()) {
         jr.value()->ForEachRecord([&](const json& r) {
           if (r.value("type", "") == "DECISION") {
             ds.push_back({r["tx"].get<std::string>(),
@@ -590,32 +631,51 @@ class Runner {
       if (!d.reason.empty()) e["reason"] = d.reason;
       a.push_back(std::move(e));
     }
-    return {{"alive", coord_.c != nullptr}, {"decisions", std::move(a)}};
+    return {{"alive", alive}, {"decisions", std::move(a)}};
   }
 
   const Scenario& sc_;
+  SimProcesses& procs_;
   std::string dir_;
-  InProcTransport transport_;
-  std::vector<std::unique_ptr<RankProcess>> ranks_;
-  CoordinatorProcess coord_;
   std::optional<BeginRequest> scope_;
   std::map<std::string, std::string> committed_;
 };
 
 }  // namespace
 
-Result<json> RunScenario(const Scenario& scenario, const SimOptions& options) {
+Status ApplyRankStep(const Step& st, const std::optional<BeginRequest>& scope, Participant& p) {
+  if (st.op == "write") return DoWrite(st, scope, p);
+  if (st.op == "patch") return DoPatch(st, p);
+  if (st.op == "refresh") return p.Refresh(st.derived).status();
+  if (st.op == "set_kernel_identity") {
+    p.SetKernelIdentity(st.value);
+    return Status::OK();
+  }
+  return Status::InvalidArgument("'" + st.op + "' is not a rank step");
+}
+
+json RunSteps(const Scenario& scenario, SimProcesses& processes, const std::string& journal_dir) {
+  Runner runner(scenario, processes, journal_dir);
+  return runner.Run();
+}
+
+Status PrepareJournalDir(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (fs::exists(options.journal_dir, ec) && !fs::is_empty(options.journal_dir, ec)) {
-    return Status::InvalidArgument("--journal-dir " + options.journal_dir +
+  if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
+    return Status::InvalidArgument("--journal-dir " + dir +
                                    " is not empty; give a new or empty directory");
   }
-  fs::create_directories(options.journal_dir, ec);
-  if (ec) return Status::IOError("cannot create " + options.journal_dir + ": " + ec.message());
-  Runner runner(scenario, options.journal_dir);
-  WTX_RETURN_IF_ERROR(runner.Start());
-  return runner.Run();
+  fs::create_directories(dir, ec);
+  if (ec) return Status::IOError("cannot create " + dir + ": " + ec.message());
+  return Status::OK();
+}
+
+Result<json> RunScenario(const Scenario& scenario, const SimOptions& options) {
+  WTX_RETURN_IF_ERROR(PrepareJournalDir(options.journal_dir));
+  InProcProcesses procs(scenario, options.journal_dir);
+  WTX_RETURN_IF_ERROR(procs.Start());
+  return RunSteps(scenario, procs, options.journal_dir);
 }
 
 }  // namespace wtx::sim

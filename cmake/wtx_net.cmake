@@ -1,0 +1,77 @@
+# Multi-process wtx: the TCP transport (Boost.Asio, header-only; frames of CBOR, HMAC-SHA-256
+# authentication), the `wtx coordinator` / `wtx rank` commands, `wtx sim --transport tcp`, and
+# the optional NCCL vote (built only when CUDA and NCCL are found). Included from the top-level
+# CMakeLists.txt after the `wtx` executable is defined.
+
+add_library(wtx_net
+  src/net/sha256.cc
+  src/net/codec.cc
+  src/net/channel.cc
+  src/net/control.cc
+  src/net/tcp_transport.cc
+  src/net/rank_agent.cc
+)
+target_include_directories(wtx_net PUBLIC include ${CMAKE_SOURCE_DIR}/src)
+target_link_libraries(wtx_net PUBLIC wtx_core Boost::headers Threads::Threads)
+if(WTX_PCH)
+  target_precompile_headers(wtx_net REUSE_FROM wtx_core)
+endif()
+
+# The TCP simulator and the control protocol of the rank/coordinator processes.
+add_library(wtx_tcp_sim
+  tools/wtx/control_protocol.cc
+  tools/wtx/tcp_simulator.cc
+)
+target_include_directories(wtx_tcp_sim PUBLIC tools/wtx PRIVATE src journal)
+target_link_libraries(wtx_tcp_sim PUBLIC wtx_sim wtx_net)
+if(WTX_PCH)
+  target_precompile_headers(wtx_tcp_sim REUSE_FROM wtx_core)
+endif()
+
+target_sources(wtx PRIVATE tools/wtx/cmd_coordinator.cc tools/wtx/cmd_rank.cc
+                           tools/wtx/cmd_control.cc)
+target_link_libraries(wtx PRIVATE wtx_tcp_sim)
+
+# NCCL vote: only when CUDA's runtime and NCCL are found (nccl.h in /usr/local/cuda/include,
+# libnccl.so in /usr/local/cuda/lib64). Host code only: no nvcc needed.
+option(WTX_ENABLE_NCCL "Build the NCCL vote when CUDA and NCCL are found" ON)
+set(WTX_HAVE_NCCL OFF)
+if(WTX_ENABLE_NCCL)
+  find_package(CUDAToolkit QUIET)
+  find_path(WTX_NCCL_INCLUDE_DIR nccl.h
+            HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  find_library(WTX_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+  if(CUDAToolkit_FOUND AND WTX_NCCL_INCLUDE_DIR AND WTX_NCCL_LIBRARY)
+    add_library(wtx_nccl src/net/nccl_vote.cc)
+    target_include_directories(wtx_nccl PUBLIC include ${WTX_NCCL_INCLUDE_DIR}
+                                        PRIVATE ${CMAKE_SOURCE_DIR}/src)
+    target_link_libraries(wtx_nccl PUBLIC wtx_net CUDA::cudart ${WTX_NCCL_LIBRARY})
+    set(WTX_HAVE_NCCL ON)
+    message(STATUS "wtx: NCCL vote enabled (${WTX_NCCL_LIBRARY})")
+  else()
+    message(STATUS "wtx: NCCL vote disabled (CUDA runtime or NCCL not found)")
+  endif()
+endif()
+
+# `wtx sim --transport tcp` against the in-process output, for every scenario of `dir` that has
+# an expectations file: identical output document, expectations met.
+function(wtx_tcp_scenario_tests dir prefix)
+  file(GLOB scenarios "${dir}/*.json")
+  foreach(s ${scenarios})
+    if(s MATCHES "\\.expect\\.json$")
+      continue()
+    endif()
+    string(REGEX REPLACE "\\.json$" ".expect.json" e "${s}")
+    if(EXISTS "${e}")
+      get_filename_component(name "${s}" NAME_WE)
+      add_test(NAME "${prefix}.${name}"
+               COMMAND ${CMAKE_COMMAND} -DWTX=$<TARGET_FILE:wtx> -DSCENARIO=${s} -DEXPECT=${e}
+                       -P ${CMAKE_SOURCE_DIR}/tests/net/compare_transports.cmake)
+      set_tests_properties("${prefix}.${name}" PROPERTIES TIMEOUT 300)
+    endif()
+  endforeach()
+endfunction()
+
+# Commit latency against rank count (docs/protocol.md, "Scale"): a benchmark, not a test.
+add_executable(wtx_commit_bench tools/net_bench/commit_bench.cc)
+target_link_libraries(wtx_commit_bench PRIVATE wtx_tcp_sim)

@@ -1,0 +1,66 @@
+// VerifyJournalDir: the integrity check behind `wtx check` (and the gate of `wtx log`, `show`,
+// `status`): decides whether a journal directory can be trusted, and if not, names what is
+// wrong. It opens the journal read-only (safe beside a running process) and never modifies it.
+//
+// What it detects, in order (the first failure is reported):
+//  1. Missing files: no CURRENT (deleted, or not a journal), a table or MANIFEST file the
+//     database needs, a write-ahead log holding synced records (through the sync watermark).
+//  2. Write-ahead-log damage: the journal is opened with kAbsoluteConsistency; if that fails
+//     but kTolerateCorruptedTailRecords succeeds, the only damage is an incomplete last record
+//     (a torn tail). A torn tail is a crash, not corruption, when every synced record survived
+//     (sync watermark); it is then a warning. Any other WAL damage (a flipped byte anywhere,
+//     a truncation inside a record that is not the last) is corruption.
+//  3. Table damage: every block checksum of every SST (RocksDB VerifyChecksum), every value's
+//     own XXH3 checksum, no key outside the journal's key space.
+//  4. History damage: sequence numbers contiguous from 1, the hash chain ("prev"), the stored
+//     state naming the last record, replay from empty equal to the stored state, the record
+//     at the sync watermark present and unchanged.
+//  5. Identity: the journal's stored owner (role, rank) against the expected one: given
+//     explicitly, or inferred from the directory name ("rank-N" = participant N, "coordinator"),
+//     so that one rank's files copied into another rank's directory are caught.
+//  6. A missing or unreadable sync watermark: a warning (a power failure can take the
+//     unsynced watermark file with it until the journal is reopened), but without it lost
+//     synced records cannot be ruled out. `strict` turns every warning into corruption; a
+//     cleanly closed journal has no warning.
+//
+// Thread-safety: a pure function of the files; concurrent calls are safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "journal.h"
+#include "wtx/status.h"
+
+namespace wtx {
+
+struct VerifyOptions {
+  // Who the journal must belong to; nullopt: inferred from the directory name when it is
+  // "rank-N" or "coordinator", otherwise not checked.
+  std::optional<JournalIdentity> expect;
+  // nullopt: the default filesystem.
+  std::shared_ptr<rocksdb::FileSystem> fs;
+  // Warnings (torn unsynced tail, missing watermark) count as corruption.
+  bool strict = false;
+};
+
+struct VerifyReport {
+  // OK; kJournalCorrupt naming what is wrong; kNotFound when `dir` holds no journal at all.
+  Status status;
+  std::vector<std::string> warnings;  // problems that are not corruption (a torn unsynced tail)
+  JournalIdentity identity;           // as stored (empty role when unreadable)
+  bool identity_checked = false;      // compared with an expected identity
+  uint64_t records = 0;
+  std::optional<SyncWatermark> watermark;
+  bool torn_tail = false;
+};
+
+VerifyReport VerifyJournalDir(const std::string& dir, const VerifyOptions& options = {});
+
+// The identity a directory name implies: "rank-N" -> participant N, "coordinator" ->
+// coordinator; nullopt for any other name.
+std::optional<JournalIdentity> IdentityFromDirName(const std::string& dir);
+
+}  // namespace wtx

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The sanitizer and fuzzing pass of CI (.ci/run calls it after the README's test command).
+#
+#  1. build-asan: clang, AddressSanitizer + UndefinedBehaviorSanitizer (any report fails), with
+#     the libFuzzer targets (-DWTX_FUZZ=ON). Builds only the test targets that exercise the
+#     core (not the benchmarks), then runs their CTests, the scenario tests and a short
+#     torture under the sanitizers, and each fuzz target for WTX_FUZZ_SECONDS seconds.
+#  2. build-tsan: clang, ThreadSanitizer; builds only the concurrency test (participants and
+#     coordinator driven from several threads) and runs it.
+#
+# Environment: JOBS (default nproc), WTX_FUZZ_SECONDS (default 20), SANITIZE_SKIP_TSAN=1,
+# SANITIZE_SKIP_ASAN=1. Prints the time of each phase.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-$(nproc)}
+FUZZ_SECONDS=${WTX_FUZZ_SECONDS:-20}
+export CC=${SANITIZE_CC:-clang} CXX=${SANITIZE_CXX:-clang++}
+
+phase_start=$SECONDS
+phase() {
+  echo "== sanitize: $1 (+$((SECONDS - phase_start)) s)"
+}
+
+# Builds the given targets that exist in build dir $1 (others may come and go).
+build_existing() {
+  local dir=$1
+  shift
+  local have
+  have=$(cmake --build "$dir" --target help | sed -n 's/^\.\.\. \([^ ]*\).*/\1/p')
+  local targets=()
+  for t in "$@"; do
+    if grep -qx "$t" <<<"$have"; then targets+=("$t"); fi
+  done
+  cmake --build "$dir" -j"$JOBS" --target "${targets[@]}"
+}
+
+# Sanitized builds: -O1, no debug info (compile time is the budget), no CUDA.
+common=(-DCMAKE_BUILD_TYPE=Sanitize "-DCMAKE_CXX_FLAGS=-O1 -g0" "-DCMAKE_C_FLAGS=-O1 -g0"
+        -DWTX_ENABLE_CUDA=OFF)
+
+if [ "${SANITIZE_SKIP_ASAN:-0}" != 1 ]; then
+  phase "configure build-asan (ASan + UBSan + libFuzzer)"
+  cmake -S . -B build-asan "${common[@]}" -DWTX_SANITIZE=address,undefined -DWTX_FUZZ=ON \
+        -DWTX_FUZZ_SECONDS="$FUZZ_SECONDS" >/dev/null
+  phase "build build-asan"
+  build_existing build-asan wtx manifest_test hf_manifest_test content_hash_test participant_test \
+      crash_safety_test journal_corruption_test participant_concurrency_test fuzz_regression_test \
+      fuzz_scenario fuzz_manifest fuzz_record
+  phase "test build-asan"
+  # RocksDB keeps some allocations in static storage until exit: no leak checking; any
+  # address or undefined-behaviour report aborts the test.
+  export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_string_checks=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  # Test executables that were not built appear as *_NOT_BUILT; benchmarks and the TCP
+  # transport's tests are not part of this pass (their own builds cover them).
+  ctest --test-dir build-asan -j"$JOBS" --output-on-failure -LE fuzz \
+        -E '_NOT_BUILT|^bench\.|^scenario\.tcp\.'
+  phase "fuzz build-asan (${FUZZ_SECONDS} s per target)"
+  ctest --test-dir build-asan -j"$JOBS" --output-on-failure -L fuzz
+fi
+
+if [ "${SANITIZE_SKIP_TSAN:-0}" != 1 ]; then
+  phase "configure build-tsan (ThreadSanitizer)"
+  cmake -S . -B build-tsan "${common[@]}" -DWTX_SANITIZE=thread >/dev/null
+  phase "build build-tsan"
+  # Only the concurrency test: the libraries it links, then the test itself without the wtx
+  # binary every test target otherwise depends on (Makefile generator: target/fast).
+  build_existing build-tsan wtx_core wtx_sim wtx_test_main
+  if [ -f build-tsan/Makefile ]; then
+    make -C build-tsan -j"$JOBS" participant_concurrency_test/fast >/dev/null
+  else
+    build_existing build-tsan participant_concurrency_test
+  fi
+  phase "test build-tsan"
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    build-tsan/bin/participant_concurrency_test
+fi
+phase "done"

@@ -1,0 +1,182 @@
+// Channel: one authenticated, bidirectional request/response connection of the wtx wire
+// protocol (docs/protocol.md), on Boost.Asio.
+//
+//   frame     = u32 big-endian payload length, then the payload: one CBOR map
+//               (nlohmann::json::to_cbor). A length of 0 or above the limit is refused and the
+//               connection closed (a stream cannot resynchronize after a bad length).
+//   request   = {"id": u64, "m": method, "p": params [, "from": rank]}
+//   response  = {"re": id, "ok": result} | {"re": id, "err": {"code", "message"}}
+//
+// Before any of this, the handshake (Accept/Connect below) authenticates both ends with an
+// HMAC-SHA-256 challenge-response over a shared secret and fixes the client's identity (role and
+// rank). Frames from a peer registered as rank R must carry "from": R; a frame that speaks for
+// another rank is refused and the connection closed. Every refusal is logged to stderr.
+//
+// Thread-safety: Call/Close/closed are safe from any thread. Incoming requests run on the
+// loop's worker pool, in arrival order per channel (a strand); the I/O runs on the loop's one
+// I/O thread, which never blocks.
+#pragma once
+
+#include <boost/asio.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "wtx/status.h"
+
+namespace wtx::net {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+inline constexpr char kWireVersion[] = "wtx/1";
+// Frames before authentication are small; a peer that has not proved the secret cannot make
+// us allocate more than this.
+inline constexpr size_t kMaxHandshakeFrameBytes = 4096;
+inline constexpr size_t kDefaultMaxFrameBytes = size_t{64} << 20;
+
+struct NetOptions {
+  size_t max_frame_bytes = kDefaultMaxFrameBytes;
+  std::chrono::milliseconds handshake_timeout{5000};
+  std::chrono::milliseconds connect_timeout{3000};
+};
+
+// Who is at the other end, as fixed by the handshake.
+struct PeerIdentity {
+  std::string role;  // "rank", "control" (a driver/controller), "coordinator"
+  int rank = -1;     // role "rank" only
+  std::string address;
+};
+
+// Serializes one message as a frame (length prefix + CBOR).
+std::string EncodeFrame(const nlohmann::json& message);
+// Parses a frame payload; kInvalidArgument for anything but a CBOR map.
+Result<nlohmann::json> DecodePayload(const uint8_t* data, size_t size);
+// The handshake MACs (hex): HMAC-SHA-256(secret, "wtx/1|<direction>|" + server_nonce + "|" +
+// client_nonce + "|" + role + "|" + rank); direction is "client" or "server".
+std::string HandshakeMac(std::string_view secret, std::string_view direction,
+                         std::string_view server_nonce, std::string_view client_nonce,
+                         std::string_view role, int rank);
+std::string RandomNonce();  // 32 bytes from the OS, hex
+// Logs one line to stderr ("wtx[<tag>]: <message>"), serialized across threads.
+void LogLine(const std::string& tag, const std::string& message);
+// Reads a secret file; surrounding whitespace is stripped. Empty secrets are refused.
+Result<std::string> ReadSecretFile(const std::string& path);
+// "HOST:PORT" -> (host, port).
+Result<std::pair<std::string, uint16_t>> ParseHostPort(const std::string& s);
+
+// One I/O thread plus a pool of worker threads for request handlers.
+class EventLoop {
+ public:
+  explicit EventLoop(int workers = 4);
+  ~EventLoop();  // Stop()
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  asio::io_context& io() { return io_; }
+  asio::thread_pool& pool() { return pool_; }
+  // Stops the I/O thread, then waits for running handlers. Close channels first: a closed
+  // channel fails its pending calls at once, so no handler waits for a timeout.
+  void Stop();
+
+ private:
+  // Declaration order is destruction order reversed: handlers still queued in io_ hold
+  // channels whose strands live in pool_'s service, so pool_ must outlive io_.
+  asio::thread_pool pool_;
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> guard_;
+  std::thread thread_;
+  std::once_flag stopped_;
+};
+
+// Returns a result, an error, or nullopt to send no answer at all (test hook: a silent rank).
+using RequestHandler =
+    std::function<std::optional<Result<nlohmann::json>>(const std::string& method,
+                                                        const nlohmann::json& params)>;
+
+class Channel : public std::enable_shared_from_this<Channel> {
+ public:
+  // Use Accept/Connect. `self_rank` >= 0 stamps "from" on every frame this end sends.
+  Channel(EventLoop& loop, tcp::socket socket, PeerIdentity peer, int self_rank,
+          const NetOptions& options, std::string tag);
+  ~Channel();
+
+  // Starts reading. `on_close` runs once, on the I/O thread, when the connection ends.
+  // REQUIRES: called on the I/O thread, once.
+  void StartOnIo(RequestHandler handler, std::function<void()> on_close);
+
+  // Sends a request and waits up to `timeout` for its answer. Transport failures are
+  // kCrashed (closed) and kTimeout (no answer in time) with *transport_error set; an error
+  // answered by the peer is returned as it came, with *transport_error false.
+  Result<nlohmann::json> Call(const std::string& method, nlohmann::json params,
+                              std::chrono::milliseconds timeout, bool* transport_error = nullptr);
+  void Close();
+  bool closed() const { return closed_.load(); }
+  const PeerIdentity& peer() const { return peer_; }
+
+  // Queues a raw message. REQUIRES: on the I/O thread (handshake use).
+  void QueueOnIo(const nlohmann::json& message);
+
+ private:
+  void ReadHeader();
+  void ReadBody(uint32_t size);
+  void Dispatch(nlohmann::json message);
+  void Send(nlohmann::json message);
+  void WriteNext();
+  void CloseOnIo(const std::string& why);
+  void FailPending();
+  void Refuse(const std::string& why);
+  struct Reply;
+
+  EventLoop& loop_;
+  tcp::socket socket_;
+  const PeerIdentity peer_;
+  const int self_rank_;
+  const NetOptions options_;
+  const std::string tag_;
+  asio::strand<asio::thread_pool::executor_type> strand_;
+  RequestHandler handler_;
+  std::function<void()> on_close_;
+  std::atomic<bool> closed_{false};
+  // I/O thread only.
+  uint8_t header_[4];
+  std::string body_;
+  std::deque<std::string> out_;
+  bool writing_ = false;
+  bool on_close_ran_ = false;
+  // Pending calls.
+  std::mutex mu_;
+  uint64_t next_id_ = 1;
+  std::map<uint64_t, std::shared_ptr<std::promise<Reply>>> pending_;
+};
+
+// Server side: authenticates an accepted socket (asynchronously; never blocks the I/O
+// thread). `authorize` decides whether the authenticated identity may register (a refusal is
+// sent to the peer and logged); `install` then receives the started channel. Both run on the
+// I/O thread, back to back, so a check in one still holds in the other.
+using AuthorizeFn = std::function<Status(const PeerIdentity& peer)>;
+using InstallFn = std::function<void(const std::shared_ptr<Channel>& channel)>;
+void AcceptHandshake(EventLoop& loop, tcp::socket socket, std::string secret,
+                     const NetOptions& options, std::string tag, AuthorizeFn authorize,
+                     InstallFn install, RequestHandler handler,
+                     std::function<void(Channel*)> on_close);
+
+// Client side: connects, authenticates as (role, rank) and checks the server's proof of the
+// secret. Blocks up to connect_timeout + handshake_timeout.
+Result<std::shared_ptr<Channel>> Connect(EventLoop& loop, const std::string& host, uint16_t port,
+                                         const std::string& secret, const std::string& role,
+                                         int rank, const NetOptions& options, std::string tag,
+                                         RequestHandler handler, std::function<void()> on_close);
+
+}  // namespace wtx::net

@@ -1,0 +1,207 @@
+#include "net/codec.h"
+
+namespace wtx::net {
+
+using nlohmann::json;
+
+namespace {
+
+// Decoders run inside one try block: nlohmann throws json::exception on a type mismatch,
+// which becomes kInvalidArgument here and never crosses the API.
+template <typename T, typename Fn>
+Result<T> Decode(const char* what, const json& j, Fn&& fn) {
+  if (!j.is_object()) return Status::InvalidArgument(std::string(what) + ": expected a map");
+  try {
+    return fn();
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(std::string(what) + ": malformed: " + e.what());
+  }
+}
+
+json OptStr(const std::optional<std::string>& s) { return s ? json(*s) : json(); }
+std::optional<std::string> GetOptStr(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  return it->get<std::string>();
+}
+
+Box BoxFromJsonOrThrow(const json& j) {
+  Box b;
+  for (const auto& r : j.get_ref<const json::array_t&>()) {
+    if (!r.is_array() || r.size() != 2) throw json::type_error::create(302, "box range", &r);
+    b.push_back({r.at(0).get<int64_t>(), r.at(1).get<int64_t>()});
+  }
+  return b;
+}
+
+Phase PhaseFromNameOrThrow(const json& j) {
+  const std::string& n = j.get_ref<const std::string&>();
+  for (Phase p : {Phase::kPostLoad, Phase::kAttention, Phase::kKernel}) {
+    if (PhaseName(p) == n) return p;
+  }
+  throw json::type_error::create(302, "unknown phase '" + n + "'", &j);
+}
+
+ErrorCode CodeFromJson(const json& j) {
+  if (!j.is_string()) return ErrorCode::kIOError;
+  return ErrorCodeFromName(j.get_ref<const std::string&>()).value_or(ErrorCode::kIOError);
+}
+
+}  // namespace
+
+json BoxToJson(const Box& box) {
+  json a = json::array();
+  for (const auto& r : box) a.push_back({r.begin, r.end});
+  return a;
+}
+
+Result<Box> BoxFromJson(const json& j) {
+  if (!j.is_array()) return Status::InvalidArgument("box: expected an array");
+  try {
+    return BoxFromJsonOrThrow(j);
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(std::string("box: malformed: ") + e.what());
+  }
+}
+
+json BeginRequestToJson(const BeginRequest& r) {
+  return {{"tx", r.tx},           {"kind", TxKindName(r.kind)}, {"base", r.base},
+          {"modules", r.modules}, {"sources", r.sources},       {"rollback", r.rollback}};
+}
+
+Result<BeginRequest> BeginRequestFromJson(const json& j) {
+  return Decode<BeginRequest>("begin request", j, [&]() -> Result<BeginRequest> {
+    BeginRequest r;
+    r.tx = j.at("tx").get<std::string>();
+    auto kind = TxKindFromName(j.at("kind").get<std::string>());
+    if (!kind) return Status::InvalidArgument("begin request: unknown kind");
+    r.kind = *kind;
+    r.base = j.at("base").get<std::string>();
+    r.modules = j.at("modules").get<std::vector<std::string>>();
+    r.sources = j.at("sources").get<std::vector<std::string>>();
+    r.rollback = j.at("rollback").get<bool>();
+    return r;
+  });
+}
+
+json VoteToJson(const Vote& v) {
+  json errors = json::array();
+  for (ErrorCode e : v.errors) errors.push_back(ErrorCodeName(e));
+  json missing = json::array();
+  for (const auto& m : v.missing) {
+    missing.push_back({{"param", m.param},
+                       {"shard", m.shard},
+                       {"box", BoxToJson(m.box)},
+                       {"source", m.source},
+                       {"missing_parts", m.missing_parts},
+                       {"parts", m.parts}});
+  }
+  json stale = json::array();
+  for (const auto& s : v.stale) {
+    stale.push_back(
+        {{"name", s.name}, {"phase", PhaseName(s.phase)}, {"sources", s.written_sources}});
+  }
+  return {{"rank", v.rank},
+          {"tx", v.tx},
+          {"yes", v.yes},
+          {"wrote", v.wrote},
+          {"digest", v.digest},
+          {"error", ErrorCodeName(v.error)},
+          {"message", v.message},
+          {"errors", errors},
+          {"missing", missing},
+          {"missing_total", v.missing_total},
+          {"stale", stale}};
+}
+
+Result<Vote> VoteFromJson(const json& j) {
+  return Decode<Vote>("vote", j, [&]() -> Result<Vote> {
+    Vote v;
+    v.rank = j.at("rank").get<int>();
+    v.tx = j.at("tx").get<std::string>();
+    v.yes = j.at("yes").get<bool>();
+    v.wrote = j.at("wrote").get<bool>();
+    v.digest = j.at("digest").get<std::string>();
+    v.error = CodeFromJson(j.at("error"));
+    v.message = j.at("message").get<std::string>();
+    for (const auto& e : j.at("errors").get_ref<const json::array_t&>()) {
+      v.errors.push_back(CodeFromJson(e));
+    }
+    for (const auto& m : j.at("missing").get_ref<const json::array_t&>()) {
+      MissingPiece p;
+      p.param = m.at("param").get<std::string>();
+      p.shard = m.at("shard").get<std::string>();
+      p.box = BoxFromJsonOrThrow(m.at("box"));
+      p.source = m.at("source").get<std::string>();
+      p.missing_parts = m.at("missing_parts").get<std::vector<int>>();
+      p.parts = m.at("parts").get<int>();
+      v.missing.push_back(std::move(p));
+    }
+    v.missing_total = j.at("missing_total").get<size_t>();
+    for (const auto& s : j.at("stale").get_ref<const json::array_t&>()) {
+      StaleDerivedState d;
+      d.name = s.at("name").get<std::string>();
+      d.phase = PhaseFromNameOrThrow(s.at("phase"));
+      d.written_sources = s.at("sources").get<std::vector<std::string>>();
+      v.stale.push_back(std::move(d));
+    }
+    return v;
+  });
+}
+
+json RankDescriptionToJson(const RankDescription& d) {
+  return {{"rank", d.rank}, {"fingerprint", d.fingerprint}, {"kernel_identity", d.kernel_identity}};
+}
+
+Result<RankDescription> RankDescriptionFromJson(const json& j) {
+  return Decode<RankDescription>("rank description", j, [&]() -> Result<RankDescription> {
+    RankDescription d;
+    d.rank = j.at("rank").get<int>();
+    d.fingerprint = j.at("fingerprint").get<std::string>();
+    d.kernel_identity = j.at("kernel_identity").get<std::string>();
+    return d;
+  });
+}
+
+json RankStatusToJson(const RankStatus& s) {
+  return {{"rank", s.rank},
+          {"version", OptStr(s.version)},
+          {"committed_tx", OptStr(s.committed_tx)},
+          {"dirty", s.dirty},
+          {"loaded", s.loaded},
+          {"serving", s.serving},
+          {"in_doubt", OptStr(s.in_doubt)},
+          {"active_tx", OptStr(s.active_tx)},
+          {"stale_derived", s.stale_derived}};
+}
+
+Result<RankStatus> RankStatusFromJson(const json& j) {
+  return Decode<RankStatus>("rank status", j, [&]() -> Result<RankStatus> {
+    RankStatus s;
+    s.rank = j.at("rank").get<int>();
+    s.version = GetOptStr(j, "version");
+    s.committed_tx = GetOptStr(j, "committed_tx");
+    s.dirty = j.at("dirty").get<bool>();
+    s.loaded = j.at("loaded").get<bool>();
+    s.serving = j.at("serving").get<bool>();
+    s.in_doubt = GetOptStr(j, "in_doubt");
+    s.active_tx = GetOptStr(j, "active_tx");
+    s.stale_derived = j.at("stale_derived").get<std::vector<std::string>>();
+    return s;
+  });
+}
+
+json StatusToJson(const Status& s) {
+  return {{"code", ErrorCodeName(s.code())}, {"message", s.message()}};
+}
+
+Status StatusFromJson(const json& j) {
+  if (!j.is_object()) return Status::IOError("malformed error frame");
+  ErrorCode c = CodeFromJson(j.value("code", json()));
+  auto m = j.find("message");
+  std::string msg = (m != j.end() && m->is_string()) ? m->get<std::string>() : "";
+  if (c == ErrorCode::kOk) return Status::IOError("error frame with code OK: " + msg);
+  return Status(c, std::move(msg));
+}
+
+}  // namespace wtx::net

@@ -1,0 +1,303 @@
+// NCCL collectives for the vote and the decision (see wtx/nccl_vote.h).
+#include "wtx/nccl_vote.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <thread>
+
+#include "net/sha256.h"
+
+namespace wtx {
+
+namespace {
+
+// Record layout (little-endian, 128 bytes):
+//   [0]  magic 'W'   [1] kind (1 vote, 2 decision)   [2] yes / decision   [3] wrote
+//   [4..8)  error code (vote)   [8..24) SHA-256(tx) prefix   [24] digest/version length
+//   [25..25+len) digest or version, ASCII (at most 96 bytes)
+constexpr uint8_t kMagic = 'W';
+constexpr size_t kTextMax = 96;
+
+void PutTx(NcclRecord& r, const std::string& tx) {
+  const auto h = net::Sha256Of(tx);
+  std::memcpy(r.data() + 8, h.data(), 16);
+}
+bool SameTx(const NcclRecord& r, const std::string& tx) {
+  const auto h = net::Sha256Of(tx);
+  return std::memcmp(r.data() + 8, h.data(), 16) == 0;
+}
+void PutText(NcclRecord& r, const std::string& s) {
+  const size_t n = std::min(s.size(), kTextMax);
+  r[24] = static_cast<uint8_t>(n);
+  std::memcpy(r.data() + 25, s.data(), n);
+}
+std::string GetText(const NcclRecord& r) {
+  const size_t n = std::min<size_t>(r[24], kTextMax);
+  return std::string(reinterpret_cast<const char*>(r.data() + 25), n);
+}
+
+Status CudaErr(const char* what, cudaError_t e) {
+  return Status::IOError(std::string(what) + ": " + cudaGetErrorString(e));
+}
+Status NcclErr(const char* what, ncclResult_t e) {
+  return Status::IOError(std::string(what) + ": " + ncclGetErrorString(e));
+}
+
+}  // namespace
+
+NcclRecord PackVoteRecord(const std::string& tx, const Vote& v) {
+  NcclRecord r{};
+  r[0] = kMagic;
+  r[1] = 1;
+  r[2] = v.yes ? 1 : 0;
+  r[3] = v.wrote ? 1 : 0;
+  const int32_t e = static_cast<int32_t>(v.error);
+  std::memcpy(r.data() + 4, &e, 4);
+  PutTx(r, tx);
+  PutText(r, v.digest);
+  return r;
+}
+
+Vote UnpackVoteRecord(const std::string& tx, int rank, const NcclRecord& r) {
+  Vote v;
+  v.rank = rank;
+  v.tx = tx;
+  if (r[0] != kMagic || r[1] != 1 || !SameTx(r, tx)) {
+    v.yes = false;
+    v.error = ErrorCode::kNoTx;
+    v.errors = {v.error};
+    v.message = "rank " + std::to_string(rank) + " voted on another transaction";
+    return v;
+  }
+  v.yes = r[2] != 0;
+  v.wrote = r[3] != 0;
+  int32_t e;
+  std::memcpy(&e, r.data() + 4, 4);
+  v.error = static_cast<ErrorCode>(e);
+  if (!v.yes) {
+    v.errors = {v.error};
+    v.message = "rank " + std::to_string(rank) + " voted no (" +
+                std::string(ErrorCodeName(v.error)) + "); details in its journal";
+  }
+  v.digest = GetText(r);
+  return v;
+}
+
+NcclRecord PackDecisionRecord(const std::string& tx, Decision d, const std::string& version) {
+  NcclRecord r{};
+  r[0] = kMagic;
+  r[1] = 2;
+  r[2] = static_cast<uint8_t>(d);
+  PutTx(r, tx);
+  PutText(r, version);
+  return r;
+}
+
+Result<std::pair<Decision, std::string>> UnpackDecisionRecord(const std::string& tx,
+                                                              const NcclRecord& r) {
+  if (r[0] != kMagic || r[1] != 2 || !SameTx(r, tx) || r[2] > 2) {
+    return Status(ErrorCode::kNoTx, "the broadcast decision is not for '" + tx + "'");
+  }
+  return std::make_pair(static_cast<Decision>(r[2]), GetText(r));
+}
+
+Result<std::unique_ptr<NcclVoteGroup>> NcclVoteGroup::Create(ncclComm_t comm, int rank,
+                                                             int nranks,
+                                                             NcclVoteOptions options) {
+  if (!comm || rank < 0 || rank >= nranks) return Status::InvalidArgument("bad NCCL group");
+  std::unique_ptr<NcclVoteGroup> g(new NcclVoteGroup());
+  g->comm_ = comm;
+  g->rank_ = rank;
+  g->nranks_ = nranks;
+  g->options_ = options;
+  cudaStream_t s;
+  if (auto e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); e != cudaSuccess) {
+    return CudaErr("cudaStreamCreate", e);
+  }
+  g->stream_ = s;
+  if (auto e = cudaMalloc(&g->d_send_, kNcclRecordBytes); e != cudaSuccess) {
+    return CudaErr("cudaMalloc", e);
+  }
+  if (auto e = cudaMalloc(&g->d_recv_, kNcclRecordBytes * nranks); e != cudaSuccess) {
+    return CudaErr("cudaMalloc", e);
+  }
+  if (auto e = cudaMalloc(&g->d_decision_, kNcclRecordBytes); e != cudaSuccess) {
+    return CudaErr("cudaMalloc", e);
+  }
+  return g;
+}
+
+NcclVoteGroup::~NcclVoteGroup() {
+  if (stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  cudaFree(d_send_);
+  cudaFree(d_recv_);
+  cudaFree(d_decision_);
+  if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+
+Status NcclVoteGroup::Run(const char* what) {
+  auto s = static_cast<cudaStream_t>(stream_);
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  for (;;) {
+    cudaError_t e = cudaStreamQuery(s);
+    if (e == cudaSuccess) return Status::OK();
+    if (e != cudaErrorNotReady) return CudaErr(what, e);
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &async);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      ncclCommAbort(comm_);
+      broken_ = true;
+      return NcclErr(what, async);
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      // A peer is gone or stuck: abort so nothing waits forever; the caller falls back on TCP.
+      ncclCommAbort(comm_);
+      broken_ = true;
+      return Status(ErrorCode::kTimeout, std::string(what) + ": no completion within " +
+                                             std::to_string(options_.timeout.count()) +
+                                             " ms; NCCL communicator aborted");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+Result<std::vector<Vote>> NcclVoteGroup::ExchangeVotes(const std::string& tx, const Vote& mine) {
+  if (broken_) return Status(ErrorCode::kCrashed, "the NCCL communicator was aborted");
+  auto s = static_cast<cudaStream_t>(stream_);
+  const NcclRecord rec = PackVoteRecord(tx, mine);
+  std::vector<NcclRecord> all(nranks_);
+  if (auto e = cudaMemcpyAsync(d_send_, rec.data(), kNcclRecordBytes, cudaMemcpyHostToDevice, s);
+      e != cudaSuccess) {
+    return CudaErr("vote upload", e);
+  }
+  if (auto e = ncclAllGather(d_send_, d_recv_, kNcclRecordBytes, ncclUint8, comm_, s);
+      e != ncclSuccess) {
+    return NcclErr("ncclAllGather", e);
+  }
+  if (auto e = cudaMemcpyAsync(all.data(), d_recv_, kNcclRecordBytes * nranks_,
+                               cudaMemcpyDeviceToHost, s);
+      e != cudaSuccess) {
+    return CudaErr("vote download", e);
+  }
+  WTX_RETURN_IF_ERROR(Run("vote allgather"));
+  std::vector<Vote> votes;
+  for (int r = 0; r < nranks_; ++r) votes.push_back(UnpackVoteRecord(tx, r, all[r]));
+  return votes;
+}
+
+Result<std::pair<Decision, std::string>> NcclVoteGroup::BroadcastDecision(
+    const std::string& tx, Decision d, const std::string& version) {
+  if (broken_) return Status(ErrorCode::kCrashed, "the NCCL communicator was aborted");
+  auto s = static_cast<cudaStream_t>(stream_);
+  NcclRecord rec = PackDecisionRecord(tx, d, version);
+  if (rank_ == 0) {
+    if (auto e = cudaMemcpyAsync(d_decision_, rec.data(), kNcclRecordBytes, cudaMemcpyHostToDevice, s);
+        e != cudaSuccess) {
+      return CudaErr("decision upload", e);
+    }
+  }
+  if (auto e = ncclBroadcast(d_decision_, d_decision_, kNcclRecordBytes, ncclUint8, 0, comm_, s);
+      e != ncclSuccess) {
+    return NcclErr("ncclBroadcast", e);
+  }
+  if (auto e = cudaMemcpyAsync(rec.data(), d_decision_, kNcclRecordBytes, cudaMemcpyDeviceToHost, s);
+      e != cudaSuccess) {
+    return CudaErr("decision download", e);
+  }
+  WTX_RETURN_IF_ERROR(Run("decision broadcast"));
+  return UnpackDecisionRecord(tx, rec);
+}
+
+Status NcclVoteGroup::FollowCommit(Participant& p, const std::string& tx) {
+  auto v = p.Prepare(tx);
+  Vote mine;
+  if (v.ok()) {
+    mine = v.value();
+  } else {
+    mine.rank = rank_;
+    mine.tx = tx;
+    mine.error = v.status().code();
+  }
+  WTX_ASSIGN_OR_RETURN(votes, ExchangeVotes(tx, mine));
+  (void)votes;
+  WTX_ASSIGN_OR_RETURN(d, BroadcastDecision(tx, Decision::kAbort, ""));
+  return p.Decide(tx, d.first, d.second);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+class NcclVoteTransport::Endpoint : public ParticipantEndpoint {
+ public:
+  Endpoint(NcclVoteTransport* t, int rank) : t_(t), rank_(rank) {}
+  Result<RankDescription> Describe() override { return control()->Describe(); }
+  Status CheckBegin(const BeginRequest& req, std::vector<bool>* holds) override {
+    return control()->CheckBegin(req, holds);
+  }
+  Status Begin(const BeginRequest& req) override { return control()->Begin(req); }
+
+  Result<Vote> Prepare(const std::string& tx, std::chrono::milliseconds timeout) override {
+    std::lock_guard<std::mutex> l(t_->mu_);
+    if (rank_ == 0) {
+      auto v = t_->local_->Prepare(tx);
+      Vote mine;
+      if (v.ok()) {
+        mine = v.value();
+      } else {
+        mine.rank = 0;
+        mine.tx = tx;
+        mine.error = v.status().code();
+      }
+      auto all = t_->group_->ExchangeVotes(tx, mine);
+      if (!all.ok()) return all.status();
+      t_->voted_tx_ = tx;
+      t_->votes_ = std::move(all).value();
+      if (!v.ok()) return v.status();
+      return t_->votes_[0];
+    }
+    if (t_->voted_tx_ != tx || rank_ >= static_cast<int>(t_->votes_.size())) {
+      return Status(ErrorCode::kTimeout, "rank " + std::to_string(rank_) + " did not answer");
+    }
+    return t_->votes_[rank_];
+  }
+
+  Status Decide(const std::string& tx, Decision d, const std::string& version) override {
+    std::unique_lock<std::mutex> l(t_->mu_);
+    if (t_->voted_tx_ == tx && t_->broadcast_tx_ != tx) {
+      // The first delivery after the vote: one broadcast tells every rank.
+      auto b = t_->group_->BroadcastDecision(tx, d, version);
+      if (!b.ok()) {
+        t_->voted_tx_.clear();
+        l.unlock();
+        return rank_ == 0 ? t_->local_->Decide(tx, d, version) : control()->Decide(tx, d, version);
+      }
+      t_->broadcast_tx_ = tx;
+    }
+    if (t_->broadcast_tx_ == tx) {
+      l.unlock();
+      if (rank_ == 0) return t_->local_->Decide(tx, d, version);
+      return Status::OK();  // the follower applied the broadcast decision
+    }
+    l.unlock();
+    return control()->Decide(tx, d, version);
+  }
+
+ private:
+  ParticipantEndpoint* control() { return t_->control_->endpoint(rank_); }
+  NcclVoteTransport* t_;
+  int rank_;
+};
+
+NcclVoteTransport::NcclVoteTransport(Transport* control, NcclVoteGroup* group, Participant* local)
+    : control_(control), group_(group), local_(local) {
+  for (int r = 0; r < control->num_ranks(); ++r) {
+    endpoints_.push_back(std::make_unique<Endpoint>(this, r));
+  }
+}
+
+NcclVoteTransport::~NcclVoteTransport() = default;
+int NcclVoteTransport::num_ranks() const { return control_->num_ranks(); }
+ParticipantEndpoint* NcclVoteTransport::endpoint(int rank) { return endpoints_.at(rank).get(); }
+
+}  // namespace wtx

@@ -1,0 +1,240 @@
+// TcpRankAgent::Impl: connect/register/resolve/serve loop of one rank.
+#include <condition_variable>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "net/channel.h"
+#include "net/codec.h"
+#include "wtx/participant_endpoint.h"
+
+namespace wtx {
+
+using nlohmann::json;
+
+class TcpRankAgent::Impl : public DecisionOracle {
+ public:
+  Impl(const RankAgentOptions& o, Participant* p) : options_(o), p_(p), loop_(1) {
+    if (options_.log_tag.empty()) options_.log_tag = "rank-" + std::to_string(o.rank);
+    net_.max_frame_bytes = o.max_frame_bytes;
+    net_.connect_timeout = o.connect_timeout;
+    net_.handshake_timeout = o.handshake_timeout;
+  }
+
+  ~Impl() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    std::shared_ptr<net::Channel> c;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      c = channel_;
+    }
+    if (c) c->Close();  // fails an in-flight QueryDecision at once
+    if (thread_.joinable()) thread_.join();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      c = std::move(channel_);
+    }
+    if (c) c->Close();
+    loop_.Stop();
+  }
+
+  void Start() { thread_ = std::thread([this] { Run(); }); }
+
+  RankAgentState state() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return state_;
+  }
+
+  bool WaitResolved(std::chrono::milliseconds timeout, RankAgentState* out) const {
+    std::unique_lock<std::mutex> l(mu_);
+    bool ok = cv_.wait_for(l, timeout, [&] { return state_.connected && state_.resolved; });
+    if (out) *out = state_;
+    return ok;
+  }
+
+  void SetSilent(bool s) { silent_ = s; }
+
+  // DecisionOracle over the current connection. Any failure (no connection, the coordinator
+  // not ready, a malformed answer) marks the attempt for a retry.
+  Result<std::pair<Decision, std::string>> QueryDecision(const std::string& tx) override {
+    std::shared_ptr<net::Channel> c;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      c = channel_;
+    }
+    oracle_failed_ = true;
+    if (!c) return Status(ErrorCode::kCrashed, "not connected to the coordinator");
+    auto r = c->Call("query_decision", {{"tx", tx}}, options_.request_timeout);
+    if (!r.ok()) return r.status();
+    const json& j = r.value();
+    auto d = j.find("decision");
+    auto v = j.find("version");
+    if (d == j.end() || !d->is_string() || v == j.end() || !v->is_string()) {
+      return Status::InvalidArgument("malformed query_decision answer");
+    }
+    auto decision = DecisionFromName(d->get<std::string>());
+    if (!decision) return Status::InvalidArgument("unknown decision " + d->dump());
+    oracle_failed_ = false;
+    return std::make_pair(*decision, v->get<std::string>());
+  }
+
+ private:
+  std::optional<Result<json>> Serve(const std::string& m, const json& p) {
+    if (m == "describe") return Result<json>(net::RankDescriptionToJson(p_->Describe()));
+    if (m == "check_begin" || m == "begin") {
+      auto req = net::BeginRequestFromJson(p.value("req", json()));
+      if (!req.ok()) return Result<json>(req.status());
+      if (m == "begin") {
+        Status s = p_->Begin(req.value());
+        if (!s.ok()) return Result<json>(s);
+        return Result<json>(json::object());
+      }
+      json holds = json::array();
+      for (const auto& s : req->sources) holds.push_back(p_->manifest().HoldsSource(s));
+      Status s = p_->CheckBegin(req.value());
+      if (!s.ok()) return Result<json>(s);
+      return Result<json>(json{{"holds", holds}});
+    }
+    if (m == "prepare") {
+      if (silent_) return std::nullopt;
+      auto v = p_->Prepare(p.at("tx").get<std::string>());
+      if (!v.ok()) return Result<json>(v.status());
+      return Result<json>(net::VoteToJson(v.value()));
+    }
+    if (m == "decide") {
+      auto d = DecisionFromName(p.at("decision").get<std::string>());
+      if (!d) return Result<json>(Status::InvalidArgument("decide: unknown decision"));
+      Status s = p_->Decide(p.at("tx").get<std::string>(), *d, p.at("version").get<std::string>());
+      if (!s.ok()) return Result<json>(s);
+      return Result<json>(json::object());
+    }
+    if (m == "ping") return Result<json>(json::object());
+    return Result<json>(Status::InvalidArgument("unknown method '" + m + "'"));
+  }
+
+  // Sleeps up to d; false when stopping.
+  bool Sleep(std::chrono::milliseconds d) {
+    std::unique_lock<std::mutex> l(mu_);
+    return !cv_.wait_for(l, d, [&] { return stopping_; });
+  }
+
+  void Run() {
+    std::mt19937_64 rng(std::random_device{}());
+    std::chrono::milliseconds backoff = options_.backoff_initial;
+    std::string last_logged;
+    auto next_backoff = [&] {
+      // Full jitter in [backoff/2, backoff], then double.
+      const auto lo = backoff.count() / 2;
+      std::uniform_int_distribution<int64_t> u(lo, std::max<int64_t>(lo, backoff.count()));
+      const auto d = std::chrono::milliseconds(u(rng));
+      backoff = std::min(backoff * 2, options_.backoff_max);
+      return d;
+    };
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (stopping_) return;
+      }
+      auto c = net::Connect(
+          loop_, options_.coordinator_host, options_.coordinator_port, options_.secret, "rank",
+          options_.rank, net_, options_.log_tag,
+          [this](const std::string& m, const json& p) { return Serve(m, p); },
+          [this] {
+            { std::lock_guard<std::mutex> l(mu_); }
+            cv_.notify_all();
+          });
+      if (!c.ok()) {
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          state_.last_error = c.status();
+        }
+        // Refusals (wrong secret, rank taken) are worth a line; a coordinator that is not up
+        // yet is not.
+        if (c.status().code() == ErrorCode::kInvalidArgument &&
+            c.status().message() != last_logged) {
+          net::LogLine(options_.log_tag, c.status().message() + "; retrying");
+          last_logged = c.status().message();
+        }
+        if (!Sleep(next_backoff())) return;
+        continue;
+      }
+      backoff = options_.backoff_initial;
+      last_logged.clear();
+      std::shared_ptr<net::Channel> ch = std::move(c).value();
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        channel_ = ch;
+        state_.connected = true;
+        state_.resolved = false;
+        ++state_.connections;
+      }
+      cv_.notify_all();
+      // In-doubt resolution, retried while the coordinator cannot answer.
+      std::chrono::milliseconds retry = options_.backoff_initial;
+      while (!ch->closed()) {
+        oracle_failed_ = false;
+        Status s = p_->ResolveInDoubt(*this);
+        if (!oracle_failed_) {
+          {
+            std::lock_guard<std::mutex> l(mu_);
+            state_.resolved = true;
+            state_.resolution = s;
+          }
+          cv_.notify_all();
+          break;
+        }
+        if (!Sleep(retry)) return;
+        retry = std::min(retry * 2, options_.backoff_max);
+      }
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stopping_ || ch->closed(); });
+        channel_.reset();
+        state_.connected = false;
+        state_.resolved = false;
+        if (stopping_) return;
+      }
+      cv_.notify_all();
+    }
+  }
+
+  RankAgentOptions options_;
+  Participant* p_;
+  net::NetOptions net_;
+  net::EventLoop loop_;
+  std::atomic<bool> silent_{false};
+  std::atomic<bool> oracle_failed_{false};
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool stopping_ = false;
+  std::shared_ptr<net::Channel> channel_;
+  RankAgentState state_;
+  std::thread thread_;
+};
+
+TcpRankAgent::TcpRankAgent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TcpRankAgent::~TcpRankAgent() = default;
+
+Result<std::unique_ptr<TcpRankAgent>> TcpRankAgent::Start(const RankAgentOptions& options,
+                                                          Participant* participant) {
+  if (options.secret.empty()) return Status::InvalidArgument("TcpRankAgent needs a secret");
+  if (!participant) return Status::InvalidArgument("TcpRankAgent needs a participant");
+  if (options.coordinator_port == 0) {
+    return Status::InvalidArgument("TcpRankAgent needs the coordinator's port");
+  }
+  auto impl = std::make_unique<Impl>(options, participant);
+  impl->Start();
+  return std::unique_ptr<TcpRankAgent>(new TcpRankAgent(std::move(impl)));
+}
+
+RankAgentState TcpRankAgent::state() const { return impl_->state(); }
+bool TcpRankAgent::WaitResolved(std::chrono::milliseconds timeout, RankAgentState* state) const {
+  return impl_->WaitResolved(timeout, state);
+}
+void TcpRankAgent::SetSilent(bool silent) { impl_->SetSilent(silent); }
+
+}  // namespace wtx

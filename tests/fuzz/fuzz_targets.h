@@ -1,0 +1,86 @@
+// Fuzz entry points, shared by the libFuzzer executables (fuzz_main.cc, built with
+// -DWTX_FUZZ=ON and clang) and by fuzz_regression_test.cc, which replays every input under
+// tests/fuzz/regressions/<target>/ in the normal build.
+//
+// Each target feeds one parser arbitrary bytes and checks properties that must hold for every
+// input: no crash, no exception escaping (wtx APIs do not throw), and round trips (a manifest
+// that parses re-parses from its own JSON with the same fingerprint; a record that decodes
+// re-encodes to a value that decodes to the same record).
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "participant_state.h"
+#include "record.h"
+#include "scenario.h"
+#include "wtx/manifest.h"
+
+namespace wtx::fuzz {
+
+// A broken property: print and abort (libFuzzer records the input as a crash).
+inline void Violated(const char* what) {
+  std::fprintf(stderr, "fuzz property violated: %s\n", what);
+  std::abort();
+}
+
+// Input: JSON text of a `wtx sim` scenario. Files named by the scenario are never read (a
+// fuzzer could name /dev/zero): inputs whose model names a file are skipped.
+inline void FuzzScenario(const uint8_t* data, size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return;
+  if (j.is_object() && j.contains("model") && j["model"].is_object() &&
+      (j["model"].contains("manifest_file") || j["model"].contains("hf_config"))) {
+    return;
+  }
+  auto sc = sim::ParseScenario(j, "/nonexistent-wtx-fuzz");
+  if (sc.ok() && static_cast<size_t>(sc.value().ranks) != sc.value().manifests.size()) {
+    Violated("a parsed scenario has one manifest per rank");
+  }
+}
+
+// Input: JSON text of a manifest.
+inline void FuzzManifest(const uint8_t* data, size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  auto m = ParseManifestText(text);
+  if (!m.ok()) return;
+  auto again = ParseManifest(m.value()->ToJson());
+  if (!again.ok()) Violated("a parsed manifest re-parses from its own JSON");
+  if (again.value()->Fingerprint() != m.value()->Fingerprint()) {
+    Violated("re-parsing a manifest keeps its fingerprint");
+  }
+}
+
+// Input: a stored journal value ("WTX1" | xxh3 | CBOR) when it starts with 'W'; otherwise one
+// selector byte and a bare CBOR payload, which gets a valid header first, so that the fuzzer
+// reaches the CBOR decoder and the record replay past the checksum.
+inline void FuzzRecord(const uint8_t* data, size_t size) {
+  std::string value(reinterpret_cast<const char*>(data), size);
+  if (size > 0 && data[0] != 'W') {
+    nlohmann::json payload = nlohmann::json::from_cbor(value.begin() + 1, value.end(),
+                                                       /*strict=*/true, /*allow_exceptions=*/false);
+    if (payload.is_discarded()) return;
+    value = EncodeValue(payload);
+  }
+  auto rec = DecodeValue(value, "fuzz");
+  if (!rec.ok()) return;
+  auto again = DecodeValue(EncodeValue(rec.value()), "fuzz");
+  if (!again.ok() || again.value() != rec.value()) Violated("a decoded record round-trips");
+  // Replay it onto an empty journal and onto one with an active transaction: a record with a
+  // valid checksum but wrong content is E_JOURNAL_CORRUPT, never a crash.
+  nlohmann::json active = InitialParticipantState(0);
+  active["active"] = {{"tx", "t1"}, {"kind", "full"}, {"wrote", false}, {"prepared", false}};
+  for (const nlohmann::json& state : {nlohmann::json(), InitialParticipantState(0), active}) {
+    (void)ApplyParticipantRecord(state, rec.value());
+  }
+}
+
+}  // namespace wtx::fuzz

@@ -1,0 +1,312 @@
+// CPU side of the GPU path (docs/gpu.md): the __host__ __device__ XXH3 port and its lane
+// decomposition against libxxhash, the kernels' CPU references against the participant's
+// digests, scatter/restore and scan semantics, and live verification (API and `wtx verify`).
+#include <sys/wait.h>
+#include <xxhash.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <vector>
+
+#include "test_util.h"
+#include "wtx/content_hash.h"
+#include "wtx/gpu.h"
+#include "wtx/live_verify.h"
+#include "xxh3_hd.h"
+
+namespace wtx {
+namespace {
+
+std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; i += 8) {
+    const uint64_t r = rng();
+    std::memcpy(v.data() + i, &r, std::min<size_t>(8, n - i));
+  }
+  return v;
+}
+
+const std::vector<size_t> kSizes = {0,    1,     15,        16,     17,        128,
+                                    129,  240,   241,       1024,   64 * 1024, 64 * 1024 + 1,
+                                    1000, 65535, 3 * 65536, 200000, 10u << 20};
+
+TEST_CASE("xxh3 host port equals XXH3_64bits for every short and mid length and offset") {
+  const auto buf = RandomBytes(4096 + 16, 1);
+  for (size_t len = 0; len <= 4096; ++len) {
+    const size_t off = len % 8;  // unaligned starts too
+    const uint8_t* p = buf.data() + off;
+    const uint64_t want = XXH3_64bits(p, len);
+    INFO("len " << len << " offset " << off);
+    REQUIRE(xxh3::Hash64(p, len) == want);
+    if (len > xxh3::kMidSizeMax) {
+      REQUIRE(xxh3::HashLongDecomposed(p, len, xxh3::Secret()) == want);
+    }
+  }
+}
+
+TEST_CASE("xxh3 host port equals XXH3_64bits for thousands of random lengths and contents") {
+  std::mt19937_64 rng(42);
+  const auto buf = RandomBytes(300000, 2);
+  for (int i = 0; i < 3000; ++i) {
+    const size_t len = (i % 3 == 0) ? rng() % 300 : rng() % (buf.size() - 8);
+    const size_t off = rng() % 8;
+    const uint8_t* p = buf.data() + off;
+    const uint64_t want = XXH3_64bits(p, len);
+    INFO("len " << len << " offset " << off);
+    REQUIRE(xxh3::Hash64(p, len) == want);
+    if (len > xxh3::kMidSizeMax) REQUIRE(xxh3::HashLongDecomposed(p, len, xxh3::Secret()) == want);
+  }
+  // Low-entropy contents (all zeros, all ones) too.
+  for (uint8_t fill : {uint8_t{0}, uint8_t{0xff}}) {
+    std::vector<uint8_t> v(70000, fill);
+    for (size_t len : {0, 3, 9, 100, 200, 241, 1025, 65536, 70000}) {
+      REQUIRE(xxh3::Hash64(v.data(), len) == XXH3_64bits(v.data(), len));
+    }
+  }
+}
+
+TEST_CASE("the kernel's tiled loop structure equals XXH3_64bits") {
+  const auto buf = RandomBytes(200000, 3);
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 300; ++i) {
+    const size_t len = 241 + rng() % (buf.size() - 241);
+    const uint64_t want = XXH3_64bits(buf.data(), len);
+    INFO("len " << len);
+    for (size_t tile : {1, 3, 64}) {
+      REQUIRE(xxh3::HashLongTiled(buf.data(), len, xxh3::Secret(), tile) == want);
+    }
+  }
+  for (size_t len : {241, 1023, 1024, 1025, 1088, 2048, 65536, 65537, 65536 + 1024}) {
+    REQUIRE(xxh3::HashLongTiled(buf.data(), len, xxh3::Secret(), 64) ==
+            XXH3_64bits(buf.data(), len));
+  }
+}
+
+TEST_CASE("kernel reference digests equal the participant's content hash") {
+  for (size_t n : kSizes) {
+    const auto b = RandomBytes(n, n + 7);
+    INFO("size " << n);
+    REQUIRE(ParamDigestRef(b.data(), n) == ParamDigest(b));
+    std::vector<uint64_t> chunks((n + kHashChunkBytes - 1) / kHashChunkBytes);
+    ChunkDigestsRef(b.data(), n, chunks.data());
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      const size_t off = c * kHashChunkBytes;
+      REQUIRE(chunks[c] == ChunkDigest(b.data() + off, std::min(kHashChunkBytes, n - off)));
+    }
+    REQUIRE(ParamDigestFromChunks(chunks) == ParamDigest(b));
+    // And the ParamHashCache path the participant uses.
+    ParamHashCache cache(n);
+    std::vector<uint8_t> live(n);
+    cache.CopyIn(live, 0, b.data(), n);
+    REQUIRE(cache.Digest(live) == ParamDigestRef(b.data(), n));
+  }
+}
+
+TEST_CASE("scatter with before-images restores the original bytes") {
+  for (size_t esize : {1, 2, 4, 8}) {
+    const size_t elems = 5000;
+    auto param = RandomBytes(elems * esize, esize);
+    const auto original = param;
+    std::vector<int64_t> idx;
+    for (int64_t i = 0; i < static_cast<int64_t>(elems); i += 7) idx.push_back((i * 31) % elems);
+    std::sort(idx.begin(), idx.end());
+    idx.erase(std::unique(idx.begin(), idx.end()), idx.end());
+    const auto values = RandomBytes(idx.size() * esize, 99);
+    std::vector<uint8_t> before(idx.size() * esize);
+    INFO("element size " << esize);
+    REQUIRE(ScatterRef(param.data(), param.size(), idx, values.data(), esize, before.data(),
+                       before.size())
+                .ok());
+    for (size_t i = 0; i < idx.size(); ++i) {
+      REQUIRE(std::memcmp(param.data() + idx[i] * esize, values.data() + i * esize, esize) == 0);
+      REQUIRE(std::memcmp(before.data() + i * esize, original.data() + idx[i] * esize, esize) == 0);
+    }
+    REQUIRE(ParamDigestRef(param.data(), param.size()) != ParamDigest(original));
+    REQUIRE(RestoreRef(param.data(), param.size(), idx, before.data(), esize).ok());
+    REQUIRE(param == original);
+  }
+}
+
+TEST_CASE("scatter refuses bad indices and small before buffers and changes nothing") {
+  auto param = RandomBytes(64, 5);
+  const auto original = param;
+  const std::vector<uint8_t> values(3 * 4, 0xab);
+  std::vector<uint8_t> before(12);
+  std::vector<int64_t> bad = {0, 16, 3};  // 16 elements of 4 bytes: 16 is outside
+  Status s = ScatterRef(param.data(), param.size(), bad, values.data(), 4, before.data(), 12);
+  REQUIRE(s.code() == ErrorCode::kOutOfRange);
+  std::vector<int64_t> neg = {-1};
+  REQUIRE(ScatterRef(param.data(), param.size(), neg, values.data(), 4, nullptr, 0).code() ==
+          ErrorCode::kOutOfRange);
+  std::vector<int64_t> ok = {0, 1, 2};
+  s = ScatterRef(param.data(), param.size(), ok, values.data(), 4, before.data(), 11);
+  REQUIRE(s.code() == ErrorCode::kBudgetExceeded);
+  REQUIRE(s.code_name() == "E_ROLLBACK_BUDGET");
+  REQUIRE(ScatterRef(param.data(), param.size(), ok, values.data(), 3, nullptr, 0).code() ==
+          ErrorCode::kInvalidArgument);
+  REQUIRE(param == original);
+  // Without a before buffer there is no budget to exceed.
+  REQUIRE(ScatterRef(param.data(), param.size(), ok, values.data(), 4, nullptr, 0).ok());
+}
+
+TEST_CASE("scan counts NaN, Inf and all-zero rows") {
+  // f32 [4, 4]: row 1 all zero, row 3 -0.0 only (not all-zero bytes), NaN/Inf in rows 0 and 2.
+  std::vector<float> f(16, 1.0f);
+  for (int k = 4; k < 8; ++k) f[k] = 0.0f;
+  for (int k = 12; k < 16; ++k) f[k] = -0.0f;
+  f[0] = std::numeric_limits<float>::quiet_NaN();
+  f[1] = std::numeric_limits<float>::infinity();
+  f[9] = -std::numeric_limits<float>::infinity();
+  f[10] = -std::numeric_limits<float>::signaling_NaN();
+  auto r = VerifyScanRef(f.data(), f.size() * 4, DType::kF32, 4);
+  REQUIRE(r.ok());
+  CHECK(r->nan == 2);
+  CHECK(r->inf == 2);
+  CHECK(r->rows == 4);
+  CHECK(r->zero_rows == 1);
+  CHECK(r->digest == XXH3_64bits(std::vector<uint64_t>{XXH3_64bits(f.data(), 64)}.data(), 8));
+
+  // bf16 and f16 bit patterns.
+  const std::vector<uint16_t> bf = {0x7F80, 0xFF80, 0x7FC0, 0x7F81, 0x3F80, 0, 0, 0};
+  r = VerifyScanRef(bf.data(), bf.size() * 2, DType::kBF16, 2);
+  REQUIRE(r.ok());
+  CHECK((r->nan == 2 && r->inf == 2 && r->rows == 4 && r->zero_rows == 1));
+  const std::vector<uint16_t> h = {0x7C00, 0xFC00, 0x7E00, 0x3C00, 0, 0};
+  r = VerifyScanRef(h.data(), h.size() * 2, DType::kF16, 3);
+  REQUIRE(r.ok());
+  CHECK((r->nan == 1 && r->inf == 2 && r->rows == 2 && r->zero_rows == 0));
+  // Integer dtypes have no NaN/Inf; row_elems 0 skips the row check.
+  const std::vector<uint8_t> u(8, 0xff);
+  r = VerifyScanRef(u.data(), u.size(), DType::kU8, 0);
+  REQUIRE(r.ok());
+  CHECK((r->nan == 0 && r->inf == 0 && r->rows == 0));
+  REQUIRE(VerifyScanRef(u.data(), u.size(), DType::kU8, 3).status().code() ==
+          ErrorCode::kInvalidArgument);
+}
+
+// ---- live verification ----
+
+struct Rank {
+  testing::TempDir dir;
+  ManifestPtr manifest = testing::SmallManifest();
+  std::unique_ptr<Participant> p;
+  std::string journal() const { return dir.sub("rank-0"); }
+  Rank() {
+    ParticipantOptions o;
+    o.journal_dir = journal();
+    o.kernel_identity = "k1";
+    p = Participant::Open(std::move(o), manifest).value();
+  }
+  // A full transaction writing every parameter with pattern `seed`, then `decision`.
+  void Full(const std::string& tx, uint32_t seed, Decision decision) {
+    BeginRequest req;
+    req.tx = tx;
+    REQUIRE(p->Begin(req).ok());
+    std::vector<std::vector<uint8_t>> bufs;
+    std::vector<WritePiece> pieces;
+    for (const auto& ps : manifest->params()) {
+      bufs.push_back(testing::Pattern(*manifest, ps.name, WholeBox(ps.shape), seed));
+    }
+    for (size_t i = 0; i < bufs.size(); ++i) {
+      WritePiece w;
+      w.param = manifest->params()[i].name;
+      w.data = bufs[i].data();
+      w.bytes = bufs[i].size();
+      pieces.push_back(w);
+    }
+    REQUIRE(p->Write(pieces).ok());
+    REQUIRE(p->Refresh("*").ok());  // the manifest's derived states
+    auto vote = p->Prepare(tx);
+    REQUIRE(vote.ok());
+    INFO(vote->message);
+    REQUIRE(vote->yes);
+    const std::vector<std::string> digests = {vote->digest};
+    REQUIRE(p->Decide(tx, decision, CombineRankDigests(digests)).ok());
+  }
+};
+
+TEST_CASE("VerifyLive catches bytes changed outside a transaction") {
+  Rank r;
+  auto rep = VerifyLive(*r.p, r.journal());
+  REQUIRE(rep.ok());
+  CHECK_FALSE(rep->comparable);  // never committed
+
+  r.Full("t1", 1, Decision::kCommit);
+  rep = VerifyLive(*r.p, r.journal());
+  REQUIRE(rep.ok());
+  CHECK(rep->comparable);
+  CHECK(rep->match);
+  CHECK(rep->committed.committed_tx == "t1");
+  CHECK(rep->live_digest == r.p->RecomputeDigest());
+
+  // A stray write: flip one bit of the last parameter.
+  const uint32_t last = static_cast<uint32_t>(r.manifest->params().size() - 1);
+  r.p->memory().Param(last)[3] ^= 0x10;
+  rep = VerifyLive(*r.p, r.journal());
+  REQUIRE(rep.ok());
+  CHECK(rep->comparable);
+  CHECK_FALSE(rep->match);
+  CHECK(rep->message.find("MISMATCH") != std::string::npos);
+  r.p->memory().Param(last)[3] ^= 0x10;
+  rep = VerifyLive(*r.p, r.journal());
+  REQUIRE(rep.ok());
+  CHECK(rep->match);
+
+  // An aborted full transaction leaves the rank dirty: nothing to compare with.
+  r.Full("t2", 2, Decision::kAbort);
+  rep = VerifyLive(*r.p, r.journal());
+  REQUIRE(rep.ok());
+  CHECK_FALSE(rep->comparable);
+  CHECK_FALSE(rep->match);
+
+  // A later full commit makes it comparable again.
+  r.Full("t3", 3, Decision::kCommit);
+  rep = VerifyLive(*r.p, r.journal());
+  REQUIRE(rep.ok());
+  CHECK(rep->match);
+  CHECK(rep->committed.committed_tx == "t3");
+}
+
+#ifdef WTX_BINARY
+int RunWtx(const std::string& args) {
+  const std::string cmd = std::string(WTX_BINARY) + " " + args + " >/dev/null 2>&1";
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST_CASE("wtx verify checks a dumped live image against the journal") {
+  testing::TempDir files;
+  const std::string manifest = files.sub("manifest.json");
+  std::ofstream(manifest) << testing::SmallManifestJson().dump();
+  const std::string image = files.sub("live.bin");
+  std::string journal;
+  {
+    Rank r;
+    r.Full("t1", 1, Decision::kCommit);
+    REQUIRE(DumpLiveImage(*r.p, image).ok());
+    // While the participant has its journal open.
+    CHECK(RunWtx("verify " + r.journal() + " --image " + image + " --manifest " + manifest) == 0);
+    r.p.reset();
+    CHECK(RunWtx("verify " + r.journal() + " --image " + image + " --manifest " + manifest +
+                 " --json") == 0);
+    // Tampered image: mismatch.
+    {
+      std::fstream f(image, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(10);
+      f.put('\x5a');
+    }
+    CHECK(RunWtx("verify " + r.journal() + " --image " + image + " --manifest " + manifest) == 1);
+    // Truncated image, missing journal: errors.
+    std::ofstream(image, std::ios::trunc) << "short";
+    CHECK(RunWtx("verify " + r.journal() + " --image " + image + " --manifest " + manifest) == 3);
+    CHECK(RunWtx("verify " + files.sub("nope") + " --image " + image + " --manifest " + manifest) ==
+          3);
+  }
+}
+#endif  // WTX_BINARY
+
+}  // namespace
+}  // namespace wtx

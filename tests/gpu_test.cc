@@ -1,0 +1,196 @@
+// GPU kernels against their CPU references (docs/gpu.md). Runs only where a CUDA device is
+// usable; otherwise it prints why and exits 77, registered as SKIP_RETURN_CODE so CTest
+// reports "Skipped", never "Passed".
+#define CATCH_CONFIG_RUNNER
+#include <cuda_runtime.h>
+#include <xxhash.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <vector>
+
+#include "wtx/content_hash.h"
+#include "wtx/gpu.h"
+
+namespace wtx {
+namespace {
+
+constexpr int kSkip = 77;
+
+std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; i += 8) {
+    const uint64_t r = rng();
+    std::memcpy(v.data() + i, &r, std::min<size_t>(8, n - i));
+  }
+  return v;
+}
+
+// A device copy of host bytes, freed on scope exit.
+class Dev {
+ public:
+  explicit Dev(size_t n) : n_(n) { REQUIRE(cudaMalloc(&p_, n == 0 ? 1 : n) == cudaSuccess); }
+  template <typename T>
+  explicit Dev(const std::vector<T>& v) : Dev(v.size() * sizeof(T)) {
+    REQUIRE(cudaMemcpy(p_, v.data(), n_, cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  ~Dev() { cudaFree(p_); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  template <typename T = void>
+  T* get() const {
+    return static_cast<T*>(p_);
+  }
+  std::vector<uint8_t> Read() const {
+    std::vector<uint8_t> v(n_);
+    REQUIRE(cudaMemcpy(v.data(), p_, n_, cudaMemcpyDeviceToHost) == cudaSuccess);
+    return v;
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t n_;
+};
+
+TEST_CASE("GPU digests equal the CPU digests for every size class") {
+  const std::vector<size_t> sizes = {0,
+                                     1,
+                                     15,
+                                     16,
+                                     17,
+                                     128,
+                                     129,
+                                     240,
+                                     241,
+                                     1023,
+                                     1024,
+                                     1025,
+                                     4096,
+                                     65535,
+                                     65536,
+                                     65537,
+                                     200000,
+                                     3 * 65536,
+                                     (10u << 20) + 3,
+                                     10u << 20};
+  for (size_t n : sizes) {
+    const auto b = RandomBytes(n, n * 3 + 1);
+    Dev d(b);
+    INFO("size " << n);
+    auto g = GpuParamDigest(d.get(), n);
+    REQUIRE(g.ok());
+    REQUIRE(g.value() == ParamDigest(b));
+    std::vector<uint64_t> chunks((n + kHashChunkBytes - 1) / kHashChunkBytes);
+    REQUIRE(GpuChunkDigests(d.get(), n, chunks.data()).ok());
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      const size_t off = c * kHashChunkBytes;
+      REQUIRE(chunks[c] == XXH3_64bits(b.data() + off, std::min(kHashChunkBytes, n - off)));
+    }
+  }
+  // Every length up to a few KiB, as whole (single-chunk) parameters.
+  const auto b = RandomBytes(5000, 9);
+  Dev d(b);
+  for (size_t n = 0; n <= 5000; n += (n < 300 ? 1 : 37)) {
+    auto g = GpuParamDigest(d.get(), n);
+    REQUIRE(g.ok());
+    REQUIRE(g.value() == ParamDigest({b.data(), n}));
+  }
+  // More chunk digests than one 64 KiB combine tile (> 8192 chunks: 600 MiB would be needed;
+  // 1 GiB-class parameters are covered by the benchmark), and a large all-zero parameter.
+  std::vector<uint8_t> zeros(64u << 20, 0);
+  Dev z(zeros);
+  auto g = GpuParamDigest(z.get(), zeros.size());
+  REQUIRE(g.ok());
+  REQUIRE(g.value() == ParamDigest(zeros));
+}
+
+TEST_CASE("GPU scatter with before-images round-trips and matches the CPU reference") {
+  for (size_t esize : {1, 2, 4, 8}) {
+    const size_t elems = 1 << 20;
+    const auto original = RandomBytes(elems * esize, esize);
+    std::vector<int64_t> idx;
+    std::mt19937_64 rng(esize);
+    std::vector<bool> used(elems);
+    while (idx.size() < 100000) {
+      const int64_t i = static_cast<int64_t>(rng() % elems);
+      if (!used[i]) used[i] = true, idx.push_back(i);
+    }
+    const auto values = RandomBytes(idx.size() * esize, 77);
+    Dev param(original), didx(idx), dvals(values), before(idx.size() * esize);
+    INFO("element size " << esize);
+    REQUIRE(GpuScatter(param.get(), original.size(), didx.get<int64_t>(), idx.size(), dvals.get(),
+                       esize, before.get(), idx.size() * esize)
+                .ok());
+    auto ref = original;
+    std::vector<uint8_t> ref_before(idx.size() * esize);
+    REQUIRE(ScatterRef(ref.data(), ref.size(), idx, values.data(), esize, ref_before.data(),
+                       ref_before.size())
+                .ok());
+    REQUIRE(param.Read() == ref);
+    REQUIRE(before.Read() == ref_before);
+    auto g = GpuParamDigest(param.get(), ref.size());
+    REQUIRE((g.ok() && g.value() == ParamDigest(ref)));
+    REQUIRE(GpuRestore(param.get(), original.size(), didx.get<int64_t>(), idx.size(), before.get(),
+                       esize)
+                .ok());
+    REQUIRE(param.Read() == original);
+  }
+}
+
+TEST_CASE("GPU scatter refuses bad indices and small before buffers and changes nothing") {
+  const auto original = RandomBytes(4096, 3);
+  Dev param(original);
+  std::vector<int64_t> bad = {0, 5, 1024, 7};  // 1024 4-byte elements: 1024 is outside
+  std::vector<uint8_t> values(bad.size() * 4, 0xcd);
+  Dev didx(bad), dvals(values), before(16);
+  Status s = GpuScatter(param.get(), 4096, didx.get<int64_t>(), bad.size(), dvals.get(), 4,
+                        before.get(), 16);
+  REQUIRE(s.code() == ErrorCode::kOutOfRange);
+  std::vector<int64_t> ok = {0, 5, 6, 7};
+  Dev dok(ok);
+  s = GpuScatter(param.get(), 4096, dok.get<int64_t>(), ok.size(), dvals.get(), 4, before.get(),
+                 15);
+  REQUIRE(s.code() == ErrorCode::kBudgetExceeded);
+  REQUIRE(param.Read() == original);
+}
+
+TEST_CASE("GPU scan counts equal the CPU reference") {
+  struct Case {
+    DType dtype;
+    size_t row_elems;
+  };
+  for (Case c : {Case{DType::kF32, 256}, Case{DType::kBF16, 1000}, Case{DType::kF16, 3},
+                 Case{DType::kU8, 64}, Case{DType::kI32, 0}}) {
+    const size_t esize = DTypeSize(c.dtype);
+    const size_t rows = 3000;
+    const size_t row_elems = c.row_elems == 0 ? 100 : c.row_elems;
+    auto b = RandomBytes(rows * row_elems * esize, esize * 1000 + row_elems);
+    for (size_t r = 0; r < rows; r += 7) {  // some all-zero rows
+      std::memset(b.data() + r * row_elems * esize, 0, row_elems * esize);
+    }
+    Dev d(b);
+    auto g = GpuVerifyScan(d.get(), b.size(), c.dtype, c.row_elems);
+    auto want = VerifyScanRef(b.data(), b.size(), c.dtype, c.row_elems);
+    REQUIRE(g.ok());
+    REQUIRE(want.ok());
+    INFO("dtype " << DTypeName(c.dtype));
+    CHECK(g.value() == want.value());
+    if (c.dtype == DType::kF32) CHECK(want->nan + want->inf > 0);  // random bits hit some
+    if (c.row_elems != 0) CHECK(want->zero_rows >= rows / 7);
+  }
+}
+
+}  // namespace
+}  // namespace wtx
+
+int main(int argc, char** argv) {
+  const wtx::Status probe = wtx::GpuProbe();
+  if (!probe.ok()) {
+    std::cout << "SKIPPED: gpu_test needs a CUDA device: " << probe.ToString() << "\n";
+    return wtx::kSkip;
+  }
+  return Catch::Session().run(argc, argv);
+}

@@ -1,0 +1,404 @@
+// The TCP transport on loopback: a real coordinator and real participants in this process,
+// connected through TcpTransport / TcpRankAgent, plus a raw socket client that misbehaves.
+// Every server binds 127.0.0.1; every wait is bounded.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <future>
+#include <thread>
+
+#include "net/channel.h"
+#include "../test_util.h"
+#include "wtx/participant_endpoint.h"
+#include "wtx/tcp_transport.h"
+
+namespace wtx {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using testing::TempDir;
+
+constexpr char kSecret[] = "correct horse battery staple";
+
+// A blocking POSIX client that speaks (or garbles) the wire protocol by hand.
+class RawClient {
+ public:
+  explicit RawClient(uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  }
+  ~RawClient() { ::close(fd_); }
+
+  void Write(const std::string& bytes) {
+    size_t off = 0;
+    while (off < bytes.size()) {
+      ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return;
+      off += static_cast<size_t>(n);
+    }
+  }
+  // Reads exactly n bytes within the timeout; false on close/timeout.
+  bool ReadExactly(std::string* out, size_t n, milliseconds timeout = milliseconds(5000)) {
+    out->clear();
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (out->size() < n) {
+      const auto left = std::chrono::duration_cast<milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char buf[4096];
+      ssize_t r = ::recv(fd_, buf, std::min(sizeof(buf), n - out->size()), 0);
+      if (r <= 0) return false;
+      out->append(buf, static_cast<size_t>(r));
+    }
+    return true;
+  }
+  json ReadFrame() {
+    std::string h, b;
+    if (!ReadExactly(&h, 4)) return json();
+    const uint32_t n = (uint32_t{uint8_t(h[0])} << 24) | (uint32_t{uint8_t(h[1])} << 16) |
+                       (uint32_t{uint8_t(h[2])} << 8) | uint32_t{uint8_t(h[3])};
+    if (!ReadExactly(&b, n)) return json();
+    auto j = net::DecodePayload(reinterpret_cast<const uint8_t*>(b.data()), b.size());
+    return j.ok() ? j.value() : json();
+  }
+  // Runs the client handshake; returns the server's verdict frame.
+  json Handshake(const std::string& secret, const std::string& role, int rank) {
+    json hello = ReadFrame();
+    if (!hello.is_object()) return json();
+    const std::string sn = hello["nonce"].get<std::string>();
+    const std::string cn = net::RandomNonce();
+    Write(net::EncodeFrame({{"role", role},
+                            {"rank", rank},
+                            {"nonce", cn},
+                            {"mac", net::HandshakeMac(secret, "client", sn, cn, role, rank)}}));
+    return ReadFrame();
+  }
+  // True when the server closes the connection within the timeout.
+  bool ClosedByPeer(milliseconds timeout = milliseconds(5000)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char buf[4096];
+      ssize_t r = ::recv(fd_, buf, sizeof(buf), 0);
+      if (r <= 0) return true;  // EOF or reset
+    }
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+std::string FrameHeader(uint32_t n) {
+  std::string h(4, '\0');
+  h[0] = static_cast<char>(n >> 24);
+  h[1] = static_cast<char>(n >> 16);
+  h[2] = static_cast<char>(n >> 8);
+  h[3] = static_cast<char>(n);
+  return h;
+}
+
+// A coordinator with N ranks on loopback; ranks [0, agents) run real agents.
+struct Rig {
+  TempDir dir;
+  ManifestPtr manifest = testing::SmallManifest();
+  std::unique_ptr<TcpTransport> transport;
+  std::vector<std::unique_ptr<Participant>> parts;
+  std::vector<std::unique_ptr<TcpRankAgent>> agents;
+  std::unique_ptr<Coordinator> coord;
+
+  explicit Rig(int ranks, int agents_n = -1, TcpTransportOptions to = {},
+               milliseconds prepare_timeout = milliseconds(5000)) {
+    if (agents_n < 0) agents_n = ranks;
+    to.secret = kSecret;
+    to.num_ranks = ranks;
+    auto t = TcpTransport::Listen(to);
+    REQUIRE(t.ok());
+    transport = std::move(t).value();
+    for (int r = 0; r < agents_n; ++r) {
+      ParticipantOptions po;
+      po.rank = r;
+      po.journal_dir = dir.sub("rank-" + std::to_string(r));
+      po.kernel_identity = "k1";
+      auto p = Participant::Open(po, manifest);
+      REQUIRE(p.ok());
+      parts.push_back(std::move(p).value());
+      agents.push_back(StartAgent(r, kSecret));
+    }
+    std::vector<int> all;
+    for (int r = 0; r < agents_n; ++r) all.push_back(r);
+    REQUIRE(transport->WaitForRanks(all, milliseconds(10000)));
+    CoordinatorOptions co;
+    co.journal_dir = dir.sub("coordinator");
+    co.prepare_timeout = prepare_timeout;
+    auto c = Coordinator::Open(co, transport.get());
+    REQUIRE(c.ok());
+    coord = std::move(c).value();
+    transport->SetDecisionOracle(coord.get());
+  }
+
+  ~Rig() {
+    // Agents first (they use the participants), then the transport (it uses the coordinator
+    // as its oracle), then the rest.
+    agents.clear();
+    transport.reset();
+    coord.reset();
+  }
+
+  std::unique_ptr<TcpRankAgent> StartAgent(int r, const std::string& secret) {
+    RankAgentOptions ao;
+    ao.coordinator_port = transport->port();
+    ao.rank = r;
+    ao.secret = secret;
+    ao.backoff_max = milliseconds(100);
+    auto a = TcpRankAgent::Start(ao, parts[r].get());
+    REQUIRE(a.ok());
+    return std::move(a).value();
+  }
+
+  void WriteAll(int r, uint32_t seed) {
+    const Manifest& m = *manifest;
+    std::vector<std::vector<uint8_t>> bufs;
+    std::vector<WritePiece> pieces;
+    for (const auto& p : m.params()) {
+      bufs.push_back(testing::Pattern(m, p.name, WholeBox(p.shape), seed));
+      WritePiece w;
+      w.param = p.name;
+      w.data = bufs.back().data();
+      w.bytes = bufs.back().size();
+      pieces.push_back(w);
+    }
+    REQUIRE(parts[r]->Write(pieces).ok());
+    REQUIRE(parts[r]->Refresh("*").ok());
+  }
+};
+
+BeginRequest Full(const std::string& tx) {
+  BeginRequest b;
+  b.tx = tx;
+  return b;
+}
+
+TEST_CASE("CoordinatorCommitsOverTcp", "[tcp]") {
+  Rig rig(3);
+  REQUIRE(rig.coord->Begin(Full("t1")).status.ok());
+  for (int r = 0; r < 3; ++r) rig.WriteAll(r, 1);
+  CommitOutcome o = rig.coord->Commit("t1");
+  REQUIRE(o.status.ok());
+  REQUIRE(o.decision == Decision::kCommit);
+  CHECK(o.unacknowledged.empty());
+  for (int r = 0; r < 3; ++r) {
+    RankStatus s = rig.parts[r]->status();
+    CHECK(s.serving);
+    CHECK(s.version == o.version);
+    CHECK(o.votes[r].kind == VoteReport::Kind::kYes);
+  }
+  // A refusal travels with its code and message.
+  BeginRequest d;
+  d.tx = "t2";
+  d.kind = TxKind::kDelta;
+  d.base = "not-a-version";
+  d.sources = {"q_proj"};
+  BeginOutcome b = rig.coord->Begin(d);
+  CHECK(b.status.code() == ErrorCode::kBaseMismatch);
+  CHECK(b.errors.size() == 3);
+}
+
+TEST_CASE("WrongSecretIsRefused", "[tcp][auth]") {
+  TcpTransportOptions to;
+  to.handshake_timeout = milliseconds(300);
+  Rig rig(2, 1, to);
+  // An agent with the wrong secret never registers.
+  ParticipantOptions po;
+  po.rank = 1;
+  po.journal_dir = rig.dir.sub("rank-1");
+  po.kernel_identity = "k1";
+  rig.parts.push_back(Participant::Open(po, rig.manifest).value());
+  auto bad = rig.StartAgent(1, "wrong secret");
+  CHECK_FALSE(rig.transport->WaitForRanks({1}, milliseconds(500)));
+  CHECK(bad->state().connections == 0);
+  CHECK(bad->state().last_error.message().find("authentication failed") != std::string::npos);
+  CHECK(rig.transport->endpoint(1)->Describe().status().code() == ErrorCode::kCrashed);
+
+  // A raw client with a wrong MAC is told so and disconnected.
+  RawClient wrong(rig.transport->port());
+  json verdict = wrong.Handshake("guess", "rank", 1);
+  CHECK(verdict.value("refused", "") == "authentication failed");
+  CHECK(wrong.ClosedByPeer());
+  // A client that never authenticates is dropped after the handshake timeout, and does not
+  // hold anyone up meanwhile.
+  RawClient silent(rig.transport->port());
+  CHECK(rig.transport->endpoint(0)->Describe().ok());
+  CHECK(silent.ClosedByPeer(milliseconds(3000)));
+  // The right secret still works.
+  bad.reset();
+  auto good = rig.StartAgent(1, kSecret);
+  CHECK(rig.transport->WaitForRanks({0, 1}, milliseconds(5000)));
+  CHECK(rig.transport->endpoint(1)->Describe().ok());
+}
+
+TEST_CASE("OversizedFrameIsRefused", "[tcp]") {
+  TcpTransportOptions to;
+  to.max_frame_bytes = 1 << 20;
+  Rig rig(2, 1, to);
+  // Before authentication the limit is 4 KiB.
+  {
+    RawClient c(rig.transport->port());
+    CHECK(c.ReadFrame().contains("hello"));
+    c.Write(FrameHeader(64 * 1024));
+    CHECK(c.ClosedByPeer());
+  }
+  // After authentication, max_frame_bytes.
+  RawClient c(rig.transport->port());
+  REQUIRE(c.Handshake(kSecret, "rank", 1).value("ok", false));
+  c.Write(FrameHeader((1 << 20) + 1));
+  CHECK(c.ClosedByPeer());
+  CHECK_FALSE(rig.transport->WaitForRanks({1}, milliseconds(100)));
+  // Other ranks are unaffected.
+  CHECK(rig.transport->endpoint(0)->Describe().ok());
+}
+
+TEST_CASE("MalformedFrameIsRefused", "[tcp]") {
+  Rig rig(2, 1);
+  RawClient c(rig.transport->port());
+  REQUIRE(c.Handshake(kSecret, "rank", 1).value("ok", false));
+  c.Write(FrameHeader(5) + std::string("\xff\x00\x13\x37\x42", 5));
+  CHECK(c.ClosedByPeer());
+  // A well-formed map that is neither a request nor a response.
+  RawClient d(rig.transport->port());
+  REQUIRE(d.Handshake(kSecret, "rank", 1).value("ok", false));
+  d.Write(net::EncodeFrame({{"from", 1}, {"what", "ever"}}));
+  CHECK(d.ClosedByPeer());
+  // A malformed handshake.
+  RawClient e(rig.transport->port());
+  CHECK(e.ReadFrame().contains("hello"));
+  e.Write(net::EncodeFrame({{"role", 7}}));
+  CHECK(e.ClosedByPeer());
+  CHECK(rig.transport->endpoint(0)->Describe().ok());
+}
+
+TEST_CASE("RankImpersonationIsRefused", "[tcp][auth]") {
+  Rig rig(3, 1);
+  // A second connection for a rank that is connected.
+  {
+    RawClient c(rig.transport->port());
+    json v = c.Handshake(kSecret, "rank", 0);
+    CHECK(v.value("refused", "").find("already connected") != std::string::npos);
+    CHECK(c.ClosedByPeer());
+  }
+  // A rank id outside the job.
+  {
+    RawClient c(rig.transport->port());
+    CHECK(c.Handshake(kSecret, "rank", 7).contains("refused"));
+  }
+  // Rank 1's connection sending a frame that claims rank 0.
+  {
+    RawClient c(rig.transport->port());
+    REQUIRE(c.Handshake(kSecret, "rank", 1).value("ok", false));
+    c.Write(net::EncodeFrame({{"id", 1}, {"m", "query_decision"}, {"p", {{"tx", "t"}}},
+                              {"from", 0}}));
+    CHECK(c.ClosedByPeer());
+  }
+  // Rank 2's connection answering as rank 0.
+  RawClient c(rig.transport->port());
+  REQUIRE(c.Handshake(kSecret, "rank", 2).value("ok", false));
+  REQUIRE(rig.transport->WaitForRanks({2}, milliseconds(2000)));
+  auto fut = std::async(std::launch::async,
+                        [&] { return rig.transport->endpoint(2)->Describe(); });
+  json req = c.ReadFrame();
+  REQUIRE(req.value("m", "") == "describe");
+  c.Write(net::EncodeFrame({{"re", req["id"]},
+                            {"from", 2},
+                            {"ok", {{"rank", 0}, {"fingerprint", "f"}, {"kernel_identity", "k1"}}}}));
+  REQUIRE(fut.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK(fut.get().status().code() == ErrorCode::kCrashed);
+  CHECK(c.ClosedByPeer());
+  CHECK(rig.transport->endpoint(0)->Describe().ok());
+}
+
+TEST_CASE("SilentRankTimesOutAndTheTransactionAborts", "[tcp]") {
+  Rig rig(2, 2, {}, milliseconds(300));
+  REQUIRE(rig.coord->Begin(Full("t1")).status.ok());
+  for (int r = 0; r < 2; ++r) rig.WriteAll(r, 3);
+  rig.agents[1]->SetSilent(true);
+  const auto t0 = std::chrono::steady_clock::now();
+  CommitOutcome o = rig.coord->Commit("t1");
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  CHECK(o.status.code() == ErrorCode::kTimeout);
+  REQUIRE(o.decision == Decision::kAbort);
+  CHECK(o.votes[1].kind == VoteReport::Kind::kTimeout);
+  CHECK(o.votes[1].status.message() == "rank 1 did not answer");
+  // Decisions still reach it.
+  CHECK_FALSE(rig.parts[1]->status().active_tx.has_value());
+}
+
+// Fires once at a named point.
+class CrashAt : public CrashPoints {
+ public:
+  explicit CrashAt(std::string p) : p_(std::move(p)) {}
+  bool ShouldCrash(std::string_view point) override { return point == p_ && !std::exchange(done_, true); }
+
+ private:
+  std::string p_;
+  bool done_ = false;
+};
+
+TEST_CASE("RanksReconnectToARestartedCoordinatorAndResolveInDoubt", "[tcp]") {
+  Rig rig(2);
+  REQUIRE(rig.coord->Begin(Full("t1")).status.ok());
+  for (int r = 0; r < 2; ++r) rig.WriteAll(r, 5);
+  // The coordinator logs commit and dies before telling anyone: both ranks are in doubt.
+  CrashAt crash("after_decision_logged");
+  {
+    CoordinatorOptions co;
+    co.journal_dir = rig.dir.sub("coordinator");
+    rig.transport->SetDecisionOracle(nullptr);
+    rig.coord.reset();
+    co.crash_points = &crash;
+    rig.coord = Coordinator::Open(co, rig.transport.get()).value();
+  }
+  CommitOutcome o = rig.coord->Commit("t1");
+  CHECK(o.status.code() == ErrorCode::kCrashed);
+  CHECK(rig.parts[0]->status().in_doubt == std::optional<std::string>("t1"));
+  // Restart the coordinator process: a new transport on the same port, the same journal.
+  const uint16_t port = rig.transport->port();
+  rig.coord.reset();
+  rig.transport.reset();
+  TcpTransportOptions to;
+  to.port = port;
+  to.secret = kSecret;
+  to.num_ranks = 2;
+  rig.transport = TcpTransport::Listen(to).value();
+  CoordinatorOptions co;
+  co.journal_dir = rig.dir.sub("coordinator");
+  rig.coord = Coordinator::Open(co, rig.transport.get()).value();
+  rig.transport->SetDecisionOracle(rig.coord.get());
+  // The agents reconnect with backoff and ask for the decision themselves.
+  for (auto& a : rig.agents) CHECK(a->WaitResolved(milliseconds(10000)));
+  for (int r = 0; r < 2; ++r) {
+    RankStatus s = rig.parts[r]->status();
+    CHECK_FALSE(s.in_doubt.has_value());
+    CHECK(s.version == std::optional<std::string>(o.version));
+    CHECK(s.serving);
+  }
+  CHECK(rig.agents[0]->state().connections == 2);
+  CHECK(rig.coord->Recover().ok());
+}
+
+}  // namespace
+}  // namespace wtx

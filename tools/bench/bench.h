@@ -1,0 +1,80 @@
+// `wtx bench`: what a transaction costs against the physical limit. Each measurement pits a wtx
+// operation against a baseline doing the same physical work (memcpy of the same shards, one raw
+// XXH3 pass over the same bytes, raw RocksDB writes and scans of the same keys and values),
+// measured in the same process and interleaved round by round, so that a noisy shared machine
+// moves both sides alike; figures are ratios of medians (or, where a figure is absolute, a
+// median). docs/performance.md describes each method.
+//
+// Contract: every Bench* function creates its journals under options.scratch_dir (which must
+// exist and is left as found: each run works in, and removes, its own subdirectory), returns
+// a JSON object with its figure(s) under the documented keys plus a "details" object, and
+// returns an error Status (never throws) when a measurement cannot run (a missing model
+// config, a failing transaction). Progress lines go to options.progress when it is not null.
+//
+// Thread-safety: the functions are independent and use no shared state, but they measure
+// single-threaded work and are meant to run one at a time.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "wtx/status.h"
+
+namespace wtx::bench {
+
+struct BenchOptions {
+  bool quick = false;          // small sizes: a smoke test that runs in seconds
+  std::string model;           // config.json of the update figure (tp 1)
+  std::string coverage_model;  // config.json of the coverage figure
+  int coverage_tp = 8;         // ... its TP degree (rank 0 is measured)
+  std::string scratch_dir;     // where journals live; must exist
+  std::ostream* progress = nullptr;
+};
+
+// update_vs_memcpy: a full transaction of the model (Participant writes with coverage, journal,
+// prepare with hashing, 2PC commit through Coordinator + InProcTransport with real fsync)
+// against memcpy of the same shards into the same live buffers. Keys: update_vs_memcpy,
+// update_vs_stream_copy, details.
+Result<nlohmann::json> BenchUpdate(const BenchOptions& options);
+
+// hash_vs_xxh3: ParamDigest over a buffer larger than the caches against one XXH3_64bits pass
+// over the same bytes. Keys: hash_vs_xxh3, details.
+Result<nlohmann::json> BenchHash(const BenchOptions& options);
+
+// coverage_check_ms / coverage_bytes: Participant::CheckPrepare (prepare's coverage, staleness
+// and kernel-identity checks) on a rank whose every shard was written through Write() in
+// benchmark_coverage_only mode, and Participant::CoverageMemoryBytes().
+Result<nlohmann::json> BenchCoverage(const BenchOptions& options);
+
+// synced_writes_per_tx: syncs counted by FaultInjectionFileSystem over N full transactions on
+// two ranks. Keys: synced_writes_per_tx (the most of any rank),
+// synced_writes_per_tx_coordinator, details.
+Result<nlohmann::json> BenchSyncs(const BenchOptions& options);
+
+// replay_records_per_s: ReplayState over a participant journal of one transaction with many
+// one-row writes, against a raw RocksDB iterator scan of the same database. Keys:
+// replay_records_per_s, details.
+Result<nlohmann::json> BenchReplay(const BenchOptions& options);
+
+// journal_vs_rocksdb: Journal::Append (unsynced, batches of write records plus the state)
+// against WriteBatch puts of the very same keys and values into a RocksDB with the journal's
+// options. Keys: journal_vs_rocksdb, details.
+Result<nlohmann::json> BenchJournal(const BenchOptions& options);
+
+// {"cores", "cpu", "memory_bytes", "loadavg"} of this machine.
+nlohmann::json MachineInfo();
+
+// Helpers shared by the measurements.
+double NowSeconds();
+double Median(std::vector<double> v);
+// Fills `n` bytes with a deterministic pseudo-random pattern.
+void FillPattern(void* p, size_t n, uint64_t seed);
+// Copies with non-temporal stores where the CPU allows (the fastest copy of bytes that are not
+// read back soon); memcpy elsewhere.
+void StreamCopy(void* dst, const void* src, size_t n);
+
+}  // namespace wtx::bench

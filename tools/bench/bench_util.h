@@ -1,0 +1,50 @@
+// Internal helpers of the `wtx bench` measurements: scratch directories that remove
+// themselves, aligned buffers, progress lines.
+//
+// Thread-safety: ScratchDir::Make and the objects are not synchronized; one bench at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "bench.h"
+#include "wtx/status.h"
+
+namespace wtx::bench {
+
+// A fresh directory under `parent`, removed with everything in it on destruction.
+class ScratchDir {
+ public:
+  static Result<ScratchDir> Make(const std::string& parent, const std::string& name);
+  ScratchDir(ScratchDir&& o) noexcept : path_(std::exchange(o.path_, std::string())) {}
+  ScratchDir& operator=(ScratchDir&&) = delete;
+  ~ScratchDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  ScratchDir() = default;
+  std::string path_;
+};
+
+// n bytes, 64-byte aligned; `zeroed` ones come from calloc instead (16-byte aligned, zero pages
+// the OS maps lazily, so memory never touched is never resident). data() is null when the
+// allocation failed.
+class Buffer {
+ public:
+  Buffer(size_t n, bool zeroed);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  uint8_t* data() { return p_; }
+  size_t size() const { return size_; }
+
+ private:
+  uint8_t* p_ = nullptr;
+  size_t size_ = 0;
+};
+
+void Progress(const BenchOptions& options, const std::string& line);
+
+}  // namespace wtx::bench

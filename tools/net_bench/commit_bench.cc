@@ -1,0 +1,229 @@
+// wtx_commit_bench: commit latency against rank count (a benchmark, not a test).
+//
+//   wtx_commit_bench [--inproc 1,4,16,64,256,1024] [--tcp 1,4,16,64] [--repeats 10]
+//                    [--dir /tmp] [--wtx build/bin/wtx]
+//
+// For each rank count N it opens N participants (each with its own RocksDB journal under DIR)
+// and a coordinator, then runs `repeats` full transactions on a one-parameter manifest
+// (64 f32) and reports, per phase, the median and 90th percentile in milliseconds:
+//   begin  : Coordinator::Begin (Describe + CheckBegin + synced BEGIN on every rank)
+//   commit : Coordinator::Commit (Prepare with synced PREPARED on every rank, synced DECISION,
+//            Decide everywhere)
+// `inproc` calls participants directly (InProcTransport); `tcp` runs `wtx coordinator` and N
+// `wtx rank` processes on loopback and drives them over their control connections, so its
+// figures include one extra loopback round trip (driver -> coordinator) per call. Also
+// reports the time to open the N journals and the process's open file descriptors.
+#include <dirent.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tcp_simulator.h"
+#include "wtx/coordinator.h"
+#include "wtx/inproc_transport.h"
+#include "wtx/participant.h"
+
+namespace {
+
+using namespace wtx;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+struct Stats {
+  double p50 = 0, p90 = 0;
+};
+Stats Summarize(std::vector<double> v) {
+  Stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  s.p50 = v[v.size() / 2];
+  s.p90 = v[std::min(v.size() - 1, (v.size() * 9) / 10)];
+  return s;
+}
+
+int OpenFds() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (readdir(d)) ++n;
+    closedir(d);
+  }
+  return n - 2;
+}
+
+std::vector<int> ParseList(const std::string& s) {
+  std::vector<int> v;
+  std::stringstream ss(s);
+  std::string x;
+  while (std::getline(ss, x, ',')) {
+    if (!x.empty()) v.push_back(std::stoi(x));
+  }
+  return v;
+}
+
+ManifestPtr BenchManifest() {
+  return ParseManifest(json::parse(R"({"params": [{"name": "w", "dtype": "f32", "shape": [64]}]})"))
+      .value();
+}
+
+json RunInProc(int n, int repeats, const std::string& root) {
+  const std::string dir = root + "/inproc-" + std::to_string(n);
+  std::filesystem::remove_all(dir);
+  ManifestPtr m = BenchManifest();
+  InProcTransport t(n);
+  std::vector<std::unique_ptr<Participant>> parts;
+  const auto t0 = Clock::now();
+  for (int r = 0; r < n; ++r) {
+    ParticipantOptions o;
+    o.rank = r;
+    o.journal_dir = dir + "/rank-" + std::to_string(r);
+    auto p = Participant::Open(o, m);
+    if (!p.ok()) {
+      return {{"ranks", n}, {"error", p.status().ToString()}, {"opened", r}};
+    }
+    parts.push_back(std::move(p).value());
+    t.SetParticipant(r, parts.back().get());
+  }
+  const double open_ms = Ms(Clock::now() - t0);
+  CoordinatorOptions co;
+  co.journal_dir = dir + "/coordinator";
+  auto c = Coordinator::Open(co, &t).value();
+  std::vector<float> bytes(64);
+  std::vector<double> begin, commit;
+  for (int i = 0; i < repeats; ++i) {
+    BeginRequest b;
+    b.tx = "t" + std::to_string(i);
+    auto a = Clock::now();
+    if (!c->Begin(b).status.ok()) return {{"ranks", n}, {"error", "begin failed"}};
+    begin.push_back(Ms(Clock::now() - a));
+    for (int r = 0; r < n; ++r) {
+      bytes[0] = static_cast<float>(i);
+      WritePiece w;
+      w.param = "w";
+      w.data = bytes.data();
+      w.bytes = bytes.size() * 4;
+      if (!parts[r]->Write({&w, 1}).ok()) return {{"ranks", n}, {"error", "write failed"}};
+    }
+    a = Clock::now();
+    CommitOutcome o = c->Commit(b.tx);
+    if (!o.status.ok()) return {{"ranks", n}, {"error", o.status.ToString()}};
+    commit.push_back(Ms(Clock::now() - a));
+  }
+  const Stats sb = Summarize(begin), sc = Summarize(commit);
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  json out = {{"transport", "inproc"}, {"ranks", n},           {"open_ms", open_ms},
+              {"fds", OpenFds()},      {"max_rss_mb", ru.ru_maxrss / 1024},
+              {"begin_p50_ms", sb.p50}, {"begin_p90_ms", sb.p90},
+              {"commit_p50_ms", sc.p50}, {"commit_p90_ms", sc.p90}};
+  c.reset();
+  parts.clear();
+  std::filesystem::remove_all(dir);
+  return out;
+}
+
+json RunTcp(int n, int repeats, const std::string& root, const std::string& wtx) {
+  const std::string dir = root + "/tcp-" + std::to_string(n);
+  std::filesystem::remove_all(dir);
+  sim::Scenario sc;
+  sc.ranks = n;
+  sc.manifests.assign(n, BenchManifest());
+  sim::TcpSimOptions o;
+  o.journal_dir = dir;
+  o.binary = wtx;
+  o.test_hooks = false;
+  o.start_timeout = std::chrono::milliseconds(60000);
+  if (!sim::PrepareJournalDir(dir).ok()) return {{"ranks", n}, {"error", "journal dir"}};
+  sim::TcpProcesses procs(sc, o);
+  const auto t0 = Clock::now();
+  if (Status s = procs.Start(); !s.ok()) return {{"ranks", n}, {"error", s.ToString()}};
+  const double start_ms = Ms(Clock::now() - t0);
+  std::vector<double> begin, commit;
+  for (int i = 0; i < repeats; ++i) {
+    BeginRequest b;
+    b.tx = "t" + std::to_string(i);
+    auto a = Clock::now();
+    if (!procs.Begin(b).status.ok()) return {{"ranks", n}, {"error", "begin failed"}};
+    begin.push_back(Ms(Clock::now() - a));
+    sim::Step w;
+    w.op = "write";
+    w.param = "*";
+    w.fill.seed = static_cast<uint64_t>(i + 1);
+    for (int r = 0; r < n; ++r) {
+      if (!procs.RankStep(r, w, b).ok()) return {{"ranks", n}, {"error", "write failed"}};
+    }
+    sim::Step cs;
+    cs.op = "commit";
+    cs.tx = b.tx;
+    bool died = false;
+    a = Clock::now();
+    CommitOutcome co = procs.Commit(cs, &died);
+    if (!co.status.ok()) return {{"ranks", n}, {"error", co.status.ToString()}};
+    commit.push_back(Ms(Clock::now() - a));
+  }
+  const Stats sb = Summarize(begin), sc2 = Summarize(commit);
+  json out = {{"transport", "tcp"},        {"ranks", n},           {"start_ms", start_ms},
+              {"begin_p50_ms", sb.p50},    {"begin_p90_ms", sb.p90},
+              {"commit_p50_ms", sc2.p50},  {"commit_p90_ms", sc2.p90}};
+  std::filesystem::remove_all(dir);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string inproc = "1,4,16,64,256,1024", tcp = "1,4,16,64", dir = "/tmp", wtx;
+  int repeats = 10;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--inproc") inproc = v;
+    else if (k == "--tcp") tcp = v;
+    else if (k == "--repeats") repeats = std::stoi(v);
+    else if (k == "--dir") dir = v;
+    else if (k == "--wtx") wtx = v;
+    else {
+      std::cerr << "unknown option " << k << "\n";
+      return 2;
+    }
+  }
+  if (wtx.empty()) {
+    wtx = (std::filesystem::path(argv[0]).parent_path() / "wtx").string();
+  }
+  rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  const std::string root = dir + "/wtx-commit-bench-" + std::to_string(::getpid());
+  std::filesystem::create_directories(root);
+  json all = json::array();
+  std::printf("| transport | ranks | setup ms | begin p50 / p90 ms | commit p50 / p90 ms |\n");
+  std::printf("|---|---:|---:|---:|---:|\n");
+  auto row = [&](const json& j) {
+    all.push_back(j);
+    if (j.contains("error")) {
+      std::printf("| %s | %d | error: %s | | |\n", j.value("transport", "").c_str(),
+                  j["ranks"].get<int>(), j["error"].dump().c_str());
+    } else {
+      std::printf("| %s | %d | %.0f | %.2f / %.2f | %.2f / %.2f |\n",
+                  j["transport"].get<std::string>().c_str(), j["ranks"].get<int>(),
+                  j.value("open_ms", j.value("start_ms", 0.0)), j["begin_p50_ms"].get<double>(),
+                  j["begin_p90_ms"].get<double>(), j["commit_p50_ms"].get<double>(),
+                  j["commit_p90_ms"].get<double>());
+    }
+    std::fflush(stdout);
+  };
+  for (int n : ParseList(inproc)) row(RunInProc(n, repeats, root));
+  for (int n : ParseList(tcp)) row(RunTcp(n, repeats, root, wtx));
+  std::filesystem::remove_all(root);
+  std::cout << all.dump() << "\n";
+  return 0;
+}

@@ -1,0 +1,265 @@
+// `wtx bench [--model PATH/config.json] [--json] [--quick]`: what a transaction costs against
+// the physical limit. Every figure is measured against a baseline in the same run (see
+// tools/bench/bench.h and docs/performance.md); progress goes to stderr, the figures to stdout.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "../bench/bench.h"
+#include "commands.h"
+
+namespace wtx::cli {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+struct BenchArgs {
+  std::string model;
+  std::string coverage_model;
+  int coverage_tp = 8;
+  std::string shared_dir;
+  std::string scratch_dir;
+  std::vector<std::string> only;
+  bool json = false;
+  bool quick = false;
+  bool coverage_tp_given = false;
+};
+
+// The shared/ folder beside the checkout: $WTX_SHARED_DIR, else the first ancestor of the
+// executable or of the working directory that has shared/models.
+std::string FindSharedDir() {
+  if (const char* env = std::getenv("WTX_SHARED_DIR"); env && *env) return env;
+  std::error_code ec;
+  std::vector<fs::path> starts = {fs::read_symlink("/proc/self/exe", ec).parent_path(),
+                                  fs::current_path(ec)};
+  for (fs::path p : starts) {
+    for (; !p.empty(); p = p.parent_path()) {
+      if (fs::is_directory(p / "shared" / "models", ec)) return (p / "shared").string();
+      if (p == p.parent_path()) break;
+    }
+  }
+  return "";
+}
+
+struct Figure {
+  const char* key;
+  const char* goal;  // human-readable
+  bool (*met)(double);
+};
+
+const Figure kFigures[] = {
+    {"update_vs_memcpy", ">= 0.90", [](double v) { return v >= 0.90; }},
+    {"hash_vs_xxh3", ">= 0.95", [](double v) { return v >= 0.95; }},
+    {"coverage_check_ms", "< 10", [](double v) { return v < 10; }},
+    {"coverage_bytes", "< 1 MiB", [](double v) { return v < 1024.0 * 1024; }},
+    {"synced_writes_per_tx", "<= 2", [](double v) { return v <= 2; }},
+    {"synced_writes_per_tx_coordinator", "<= 1", [](double v) { return v <= 1; }},
+    {"replay_records_per_s", ">= 1e6", [](double v) { return v >= 1e6; }},
+    {"journal_vs_rocksdb", ">= 0.80", [](double v) { return v >= 0.80; }},
+};
+
+std::string Num(double v) {
+  char buf[64];
+  if (v != 0 && (v >= 1e6 || v < 1e-2)) {
+    std::snprintf(buf, sizeof buf, "%.3g", v);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.3f", v);
+  }
+  return buf;
+}
+
+// One line of context per measurement for the human-readable report.
+std::string Baseline(const std::string& name, const json& d) {
+  auto g = [&](const char* k) { return d.contains(k) ? Num(d[k].get<double>()) : "?"; };
+  if (name == "update") {
+    return "memcpy " + g("memcpy_ms") + " ms (" + g("memcpy_gb_per_s") + " GB/s), stream copy " +
+           g("stream_copy_ms") + " ms, transaction " + g("transaction_ms") + " ms for " +
+           d.value("bytes", json(0)).dump() + " bytes";
+  }
+  if (name == "hash") {
+    return "XXH3_64bits " + g("xxh3_gb_per_s") + " GB/s, ParamDigest " +
+           g("param_digest_gb_per_s") + " GB/s";
+  }
+  if (name == "coverage") {
+    return d.value("shards", json(0)).dump() + " shards, " + d.value("params", json(0)).dump() +
+           " params; every other shard missing: " +
+           Num(d["every_other_shard_missing"].value("check_ms", 0.0)) + " ms";
+  }
+  if (name == "syncs") {
+    return "all-file syncs per tx: rank " + g("participant_all_file_syncs_per_tx") +
+           ", coordinator " + g("coordinator_all_file_syncs_per_tx");
+  }
+  if (name == "replay") {
+    return "raw RocksDB scan " + g("rocksdb_scan_records_per_s") + " records/s over " +
+           d.value("records", json(0)).dump() + " records";
+  }
+  if (name == "journal") {
+    return "raw RocksDB " + g("rocksdb_records_per_s") + " records/s, journal " +
+           g("journal_records_per_s") + " records/s";
+  }
+  return "";
+}
+
+int RunBench(BenchArgs a) {
+  const std::string shared = a.shared_dir.empty() ? FindSharedDir() : a.shared_dir;
+  auto model_path = [&](const std::string& name) {
+    return shared.empty() ? std::string() : shared + "/models/" + name + "/config.json";
+  };
+  if (a.model.empty()) a.model = model_path(a.quick ? "tiny-qwen2" : "qwen2.5-0.5b");
+  if (a.coverage_model.empty()) {
+    a.coverage_model = model_path(a.quick ? "tiny-deepseek" : "kimi-k2");
+    if (a.quick && !a.coverage_tp_given) a.coverage_tp = 1;
+  }
+  if (a.model.empty() || a.coverage_model.empty()) {
+    std::cerr << "wtx bench: cannot find shared/models; pass --shared-dir or --model and "
+                 "--coverage-model\n";
+    return 2;
+  }
+  std::error_code ec;
+  std::string parent = a.scratch_dir.empty() ? fs::temp_directory_path(ec).string() : a.scratch_dir;
+  if (!fs::is_directory(parent, ec)) {
+    std::cerr << "wtx bench: scratch directory " << parent << " does not exist\n";
+    return 2;
+  }
+
+  bench::BenchOptions o;
+  o.quick = a.quick;
+  o.model = a.model;
+  o.coverage_model = a.coverage_model;
+  o.coverage_tp = a.coverage_tp;
+  o.scratch_dir = parent;
+  o.progress = &std::cerr;
+
+  using Fn = Result<json> (*)(const bench::BenchOptions&);
+  const std::vector<std::pair<std::string, Fn>> all = {
+      {"update", bench::BenchUpdate},     {"hash", bench::BenchHash},
+      {"coverage", bench::BenchCoverage}, {"syncs", bench::BenchSyncs},
+      {"replay", bench::BenchReplay},     {"journal", bench::BenchJournal},
+  };
+  for (const auto& name : a.only) {
+    bool known = false;
+    for (const auto& [n, fn] : all) known = known || n == name;
+    if (!known) {
+      std::cerr << "wtx bench: --only: unknown measurement '" << name
+                << "' (update, hash, coverage, syncs, replay, journal)\n";
+      return 2;
+    }
+  }
+
+  json out = json::object();
+  json details = json::object();
+  json errors = json::object();
+  const double t0 = bench::NowSeconds();
+  for (const auto& [name, fn] : all) {
+    if (!a.only.empty() && std::find(a.only.begin(), a.only.end(), name) == a.only.end()) {
+      continue;
+    }
+    Result<json> r = Status::Error(ErrorCode::kIOError, "not run");
+    try {
+      r = fn(o);
+    } catch (const std::exception& e) {  // bad_alloc and the like: report, go on
+      r = Status::Error(ErrorCode::kIOError, std::string("exception: ") + e.what());
+    }
+    if (!r.ok()) {
+      std::cerr << "wtx bench: " << name << ": " << r.status().ToString() << "\n";
+      errors[name] = r.status().ToString();
+      continue;
+    }
+    for (auto& [k, v] : r->items()) {
+      if (k == "details") {
+        details[name] = v;
+      } else {
+        out[k] = v;
+      }
+    }
+  }
+  // The baselines' absolute numbers, gathered from the details.
+  json baselines = json::object();
+  auto pick = [&](const char* m, const char* k, const char* as) {
+    if (details.contains(m) && details[m].contains(k)) baselines[as] = details[m][k];
+  };
+  pick("update", "memcpy_gb_per_s", "memcpy_gb_per_s");
+  pick("update", "stream_copy_gb_per_s", "stream_copy_gb_per_s");
+  pick("update", "bytes", "update_bytes");
+  pick("hash", "xxh3_gb_per_s", "xxh3_gb_per_s");
+  pick("replay", "rocksdb_scan_records_per_s", "rocksdb_scan_records_per_s");
+  pick("journal", "rocksdb_records_per_s", "rocksdb_put_records_per_s");
+  out["baselines"] = baselines;
+  out["details"] = details;
+  out["machine"] = bench::MachineInfo();
+  out["quick"] = a.quick;
+  out["seconds"] = bench::NowSeconds() - t0;
+  if (!errors.empty()) out["errors"] = errors;
+
+  if (a.json) {
+    std::cout << out.dump(2) << "\n";
+  } else {
+    const json& m = out["machine"];
+    std::cout << "wtx bench" << (a.quick ? " --quick" : "") << ": " << m.value("cpu", "?") << ", "
+              << m.value("cores", 0) << " cores, "
+              << Num(m.value("memory_bytes", 0.0) / (1024.0 * 1024 * 1024)) << " GiB, load "
+              << Num(m.value("loadavg_1min", 0.0)) << "\n\n";
+    std::ostringstream t;
+    t << "  figure                              value        goal       met\n";
+    for (const Figure& f : kFigures) {
+      if (!out.contains(f.key)) continue;
+      const double v = out[f.key].get<double>();
+      std::string key = f.key, val = Num(v), goal = f.goal;
+      key.resize(36, ' ');
+      val.resize(13, ' ');
+      goal.resize(11, ' ');
+      t << "  " << key << val << goal << (f.met(v) ? "yes" : "NO") << "\n";
+    }
+    std::cout << t.str() << "\n";
+    for (const auto& [name, d] : details.items()) {
+      std::cout << "  " << name << ": " << Baseline(name, d) << "\n";
+    }
+    std::cout << "\n  " << Num(out["seconds"].get<double>()) << " s; `wtx bench --json` prints "
+              << "every detail\n";
+  }
+  return errors.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+void RegisterBenchCommand(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench",
+      "Measure what a transaction costs against the physical limit (memcpy, XXH3, RocksDB), "
+      "as ratios to baselines measured in the same run");
+  cmd->add_option("--model", a->model,
+                  "config.json of the update_vs_memcpy model (default: shared/models/"
+                  "qwen2.5-0.5b, with --quick tiny-qwen2)");
+  cmd->add_option("--coverage-model", a->coverage_model,
+                  "config.json of the coverage_check_ms model (default: shared/models/kimi-k2 "
+                  "at --coverage-tp 8, with --quick tiny-deepseek at tp 1)");
+  cmd->add_option("--coverage-tp", a->coverage_tp, "TP degree of the coverage model (rank 0)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--shared-dir", a->shared_dir,
+                  "the shared/ folder with models/ (default: $WTX_SHARED_DIR or found upward "
+                  "from the executable)");
+  cmd->add_option("--scratch-dir", a->scratch_dir,
+                  "existing directory for the journals (default: the system temp directory); "
+                  "fsync costs are those of its filesystem");
+  cmd->add_option("--only", a->only,
+                  "run only these measurements: update, hash, coverage, syncs, replay, journal")
+      ->delimiter(',');
+  cmd->add_flag("--json", a->json, "print one JSON object with every figure and detail");
+  cmd->add_flag("--quick", a->quick, "small sizes: a smoke test of a few seconds");
+  CLI::Option* tp = cmd->get_option("--coverage-tp");
+  cmd->callback([a, tp, exit_code] {
+    a->coverage_tp_given = tp->count() > 0;
+    *exit_code = RunBench(*a);
+  });
+}
+
+}  // namespace wtx::cli

@@ -1,0 +1,236 @@
+// `wtx coordinator --listen HOST:PORT --journal DIR --secret-file F --ranks N`
+//
+// Runs a coordinator on the TCP transport until SIGINT/SIGTERM. Ranks (`wtx rank`, or an
+// engine embedding TcpRankAgent) connect to --listen; drivers connect to the same port with
+// role "control" and call begin/commit/abort/decisions (control_protocol.h). On start it waits
+// up to --startup-wait-ms for every rank, re-sends logged decisions (Recover) and only then
+// answers in-doubt ranks; it re-sends pending decisions whenever a rank (re)connects.
+// --defer-recovery leaves both to a control "recover" call (the simulator's ordering).
+// Prints one JSON line on stdout when listening: {"ready": true, "port": P}.
+#include <signal.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "commands.h"
+#include "control_protocol.h"
+#include "fault_injection_fs.h"
+#include "net/channel.h"
+#include "net/codec.h"
+#include "wtx/coordinator.h"
+#include "wtx/tcp_transport.h"
+
+namespace wtx::cli {
+
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+struct CoordinatorArgs {
+  std::string listen = "127.0.0.1:7070";
+  std::string journal;
+  std::string secret_file;
+  int ranks = 1;
+  int64_t prepare_timeout_ms = 5000;
+  int64_t request_timeout_ms = 10000;
+  int64_t startup_wait_ms = 30000;
+  size_t max_frame_bytes = size_t{64} << 20;
+  bool defer_recovery = false;
+  bool test_hooks = false;
+};
+
+void PrintReady(const json& j) { std::cout << j.dump() << std::endl; }
+
+int Fail(const Status& s) {
+  PrintReady({{"ready", false}, {"error", sim::StatusJson(s)}});
+  std::cerr << "wtx coordinator: " << s.ToString() << "\n";
+  return 1;
+}
+
+// Re-sends pending decisions in the background whenever asked (a rank registered).
+class Recoverer {
+ public:
+  explicit Recoverer(Coordinator* c) : c_(c), thread_([this] { Run(); }) {}
+  ~Recoverer() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Kick() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      kicked_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> l(mu_);
+    for (;;) {
+      cv_.wait(l, [&] { return stop_ || kicked_; });
+      if (stop_) return;
+      kicked_ = false;
+      l.unlock();
+      Status s = c_->Recover();
+      if (!s.ok()) net::LogLine("coordinator", "recover: " + s.ToString());
+      l.lock();
+    }
+  }
+  Coordinator* c_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false, kicked_ = false;
+  std::thread thread_;
+};
+
+int RunCoordinator(const CoordinatorArgs& a) {
+  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // threads inherit; main sigwaits
+
+  auto secret = net::ReadSecretFile(a.secret_file);
+  if (!secret.ok()) return Fail(secret.status());
+  auto hp = net::ParseHostPort(a.listen);
+  if (!hp.ok()) return Fail(hp.status());
+  TcpTransportOptions to;
+  to.listen_host = hp->first;
+  to.port = hp->second;
+  to.secret = secret.value();
+  to.num_ranks = a.ranks;
+  to.request_timeout = milliseconds(a.request_timeout_ms);
+  to.max_frame_bytes = a.max_frame_bytes;
+  auto transport = TcpTransport::Listen(to);
+  if (!transport.ok()) return Fail(transport.status());
+  TcpTransport& t = *transport.value();
+
+  // With test hooks the journal runs on a fault-injecting filesystem, so that a "crash with
+  // power loss" can drop exactly the unsynced data before the process exits.
+  std::shared_ptr<FaultInjectionFileSystem> fs;
+  sim::ArmedCrashPoint crash;
+  CoordinatorOptions co;
+  co.journal_dir = a.journal;
+  co.prepare_timeout = milliseconds(a.prepare_timeout_ms);
+  if (a.test_hooks) {
+    fs = std::make_shared<FaultInjectionFileSystem>();
+    co.env.fs = fs;
+    co.crash_points = &crash;
+  }
+  auto opened = Coordinator::Open(co, &t);
+  if (!opened.ok()) return Fail(opened.status());
+  Coordinator* c = opened.value().get();
+  auto recoverer = std::make_unique<Recoverer>(c);
+
+  t.SetControlHandler([&](const std::string& m, const json& p) -> std::optional<Result<json>> {
+    auto ok = [](json j) { return std::optional<Result<json>>(Result<json>(std::move(j))); };
+    if (m == "begin") {
+      auto req = net::BeginRequestFromJson(p.value("req", json()));
+      if (!req.ok()) return Result<json>(req.status());
+      return ok(sim::BeginOutcomeToJson(c->Begin(req.value())));
+    }
+    if (m == "commit") {
+      CommitOutcome o = c->Commit(p.at("tx").get<std::string>());
+      json j = sim::CommitOutcomeToJson(o);
+      j["crash_fired"] = crash.Disarm();
+      return ok(std::move(j));
+    }
+    if (m == "abort") return ok(sim::BeginOutcomeToJson(c->Abort(p.at("tx").get<std::string>())));
+    if (m == "committed_version") {
+      auto v = c->CommittedVersion(p.at("tx").get<std::string>());
+      return ok({{"version", v ? json(*v) : json()}});
+    }
+    if (m == "decisions") return ok({{"decisions", sim::DecisionsToJson(c->decisions())}});
+    if (m == "recover") {
+      Status s = c->Recover();
+      if (s.ok()) t.SetDecisionOracle(c);
+      return ok(sim::StatusJson(s));
+    }
+    if (m == "connected") return ok({{"ranks", t.ConnectedRanks()}});
+    if (m == "wait_ranks") {
+      const bool all = t.WaitForRanks(p.at("ranks").get<std::vector<int>>(),
+                                      milliseconds(p.at("timeout_ms").get<int64_t>()));
+      return ok({{"ok", all}});
+    }
+    if (!a.test_hooks) {
+      return Result<json>(Status::InvalidArgument("unknown method '" + m + "'"));
+    }
+    if (m == "arm_crash") {
+      crash.Arm(p.at("point").get<std::string>());
+      return ok(json::object());
+    }
+    if (m == "disarm") return ok({{"fired", crash.Disarm()}});
+    if (m == "crash") {
+      if (p.value("power_loss", false) && fs) {
+        fs->SetActive(false);
+        fs->DropUnsyncedData();
+      }
+      ::_exit(137);
+    }
+    return Result<json>(Status::InvalidArgument("unknown method '" + m + "'"));
+  });
+
+  PrintReady({{"ready", true}, {"role", "coordinator"}, {"port", t.port()}});
+
+  std::thread startup;
+  if (!a.defer_recovery) {
+    startup = std::thread([&] {
+      std::vector<int> all;
+      for (int r = 0; r < a.ranks; ++r) all.push_back(r);
+      if (!t.WaitForRanks(all, milliseconds(a.startup_wait_ms))) {
+        net::LogLine("coordinator", "not every rank connected within " +
+                                        std::to_string(a.startup_wait_ms) +
+                                        " ms; recovering with those present");
+      }
+      Status s = c->Recover();
+      if (!s.ok()) net::LogLine("coordinator", "recover: " + s.ToString());
+      t.SetDecisionOracle(c);
+      t.SetOnRankRegistered([&](int) { recoverer->Kick(); });
+    });
+  }
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  if (startup.joinable()) startup.join();
+  t.SetOnRankRegistered(nullptr);
+  t.SetDecisionOracle(nullptr);
+  recoverer.reset();
+  transport.value().reset();
+  return 0;
+}
+
+}  // namespace
+
+void RegisterCoordinatorCommand(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("coordinator", "Run a coordinator on the TCP transport");
+  auto a = std::make_shared<CoordinatorArgs>();
+  cmd->add_option("--listen", a->listen, "HOST:PORT to listen on (port 0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--journal", a->journal, "Coordinator journal directory")->required();
+  cmd->add_option("--secret-file", a->secret_file, "File holding the shared secret")->required();
+  cmd->add_option("--ranks", a->ranks, "Number of ranks")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--prepare-timeout-ms", a->prepare_timeout_ms, "Vote timeout")
+      ->capture_default_str();
+  cmd->add_option("--request-timeout-ms", a->request_timeout_ms, "Timeout of other calls")
+      ->capture_default_str();
+  cmd->add_option("--startup-wait-ms", a->startup_wait_ms,
+                  "How long to wait for every rank before recovering")
+      ->capture_default_str();
+  cmd->add_option("--max-frame-bytes", a->max_frame_bytes, "Largest accepted frame")
+      ->capture_default_str();
+  cmd->add_flag("--defer-recovery", a->defer_recovery,
+                "Recover and answer in-doubt ranks only on a control 'recover' call");
+  cmd->add_flag("--test-hooks", a->test_hooks,
+                "Accept crash-point and crash control calls (simulator, tests)");
+  cmd->callback([=] { *exit_code = RunCoordinator(*a); });
+}
+
+}  // namespace wtx::cli

@@ -1,0 +1,219 @@
+// `wtx rank --connect HOST:PORT --rank R --journal DIR --secret-file F
+//           (--manifest M.json | --hf-config C --tp N) [--kernel-identity S]`
+//
+// Runs one participant (its journal recovered from DIR) with a TcpRankAgent connected to the
+// coordinator, until SIGINT/SIGTERM. It stands in for an inference rank: a real engine embeds
+// Participant + TcpRankAgent and writes its own bytes. With --control HOST:PORT it also serves
+// an authenticated control port for the data-plane steps of spec/scenario.md (write, patch,
+// refresh, set_kernel_identity with deterministic fills), status queries and, with
+// --test-hooks, crash points, silence and crashes (control_protocol.h).
+// Prints one JSON line on stdout when up: {"ready": true, "rank": R, "control_port": P}.
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "commands.h"
+#include "control_protocol.h"
+#include "fault_injection_fs.h"
+#include "net/codec.h"
+#include "net/control.h"
+#include "simulator.h"
+#include "wtx/hf_manifest.h"
+#include "wtx/participant.h"
+#include "wtx/participant_endpoint.h"
+
+namespace wtx::cli {
+
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+struct RankArgs {
+  std::string connect;
+  int rank = 0;
+  std::string journal;
+  std::string secret_file;
+  std::string manifest;
+  std::string hf_config;
+  int tp = 1;
+  std::string kernel_identity;
+  size_t rollback_budget_bytes = size_t{1} << 30;
+  std::string control;
+  int64_t backoff_max_ms = 1000;
+  int64_t request_timeout_ms = 10000;
+  size_t max_frame_bytes = size_t{64} << 20;
+  bool test_hooks = false;
+};
+
+int Fail(const Status& s) {
+  std::cout << json{{"ready", false}, {"error", sim::StatusJson(s)}}.dump() << std::endl;
+  std::cerr << "wtx rank: " << s.ToString() << "\n";
+  return 1;
+}
+
+Result<ManifestPtr> LoadManifest(const RankArgs& a) {
+  if (!a.manifest.empty()) {
+    std::ifstream in(a.manifest);
+    if (!in) return Status::InvalidArgument("cannot read manifest '" + a.manifest + "'");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ParseManifestText(ss.str());
+  }
+  HfManifestOptions o;
+  o.tp = a.tp;
+  o.rank = a.rank % a.tp;
+  return ManifestFromHfConfigFile(a.hf_config, o);
+}
+
+int RunRank(const RankArgs& a) {
+  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  if (a.manifest.empty() == a.hf_config.empty()) {
+    return Fail(Status::InvalidArgument("give exactly one of --manifest and --hf-config"));
+  }
+  auto secret = net::ReadSecretFile(a.secret_file);
+  if (!secret.ok()) return Fail(secret.status());
+  auto hp = net::ParseHostPort(a.connect);
+  if (!hp.ok()) return Fail(hp.status());
+  auto manifest = LoadManifest(a);
+  if (!manifest.ok()) return Fail(manifest.status());
+
+  std::shared_ptr<FaultInjectionFileSystem> fs;
+  sim::ArmedCrashPoint crash;
+  ParticipantOptions po;
+  po.rank = a.rank;
+  po.journal_dir = a.journal;
+  po.kernel_identity = a.kernel_identity;
+  po.rollback_budget_bytes = a.rollback_budget_bytes;
+  if (a.test_hooks) {
+    // Power-loss emulation: the journal's files remember their synced size (see "crash").
+    fs = std::make_shared<FaultInjectionFileSystem>();
+    po.env.fs = fs;
+    po.crash_points = &crash;
+  }
+  auto opened = Participant::Open(std::move(po), manifest.value());
+  if (!opened.ok()) return Fail(opened.status());
+  Participant& p = *opened.value();
+
+  RankAgentOptions ao;
+  ao.coordinator_host = hp->first;
+  ao.coordinator_port = hp->second;
+  ao.rank = a.rank;
+  ao.secret = secret.value();
+  ao.backoff_max = milliseconds(a.backoff_max_ms);
+  ao.request_timeout = milliseconds(a.request_timeout_ms);
+  ao.max_frame_bytes = a.max_frame_bytes;
+  auto agent = TcpRankAgent::Start(ao, &p);
+  if (!agent.ok()) return Fail(agent.status());
+  TcpRankAgent& ag = *agent.value();
+
+  std::unique_ptr<net::ControlServer> control;
+  if (!a.control.empty()) {
+    auto chp = net::ParseHostPort(a.control);
+    if (!chp.ok()) return Fail(chp.status());
+    auto handler = [&](const std::string& m, const json& q) -> std::optional<Result<json>> {
+      auto ok = [](json j) { return std::optional<Result<json>>(Result<json>(std::move(j))); };
+      if (m == "step") {
+        auto st = sim::RankStepFromJson(q.at("step"));
+        if (!st.ok()) return Result<json>(st.status());
+        std::optional<BeginRequest> scope;
+        if (q.contains("scope") && !q["scope"].is_null()) {
+          auto s = net::BeginRequestFromJson(q["scope"]);
+          if (!s.ok()) return Result<json>(s.status());
+          scope = s.value();
+        }
+        Status s = sim::ApplyRankStep(st.value(), scope, p);
+        if (!s.ok()) return Result<json>(s);
+        return ok(json::object());
+      }
+      if (m == "status") return ok(net::RankStatusToJson(p.status()));
+      if (m == "wait_resolved") {
+        RankAgentState s;
+        const bool done = ag.WaitResolved(milliseconds(q.at("timeout_ms").get<int64_t>()), &s);
+        return ok({{"resolved", done},
+                   {"connected", s.connected},
+                   {"resolution", sim::StatusJson(s.resolution)},
+                   {"last_error", sim::StatusJson(s.last_error)}});
+      }
+      if (m == "ping") return ok(json::object());
+      if (!a.test_hooks) return Result<json>(Status::InvalidArgument("unknown method '" + m + "'"));
+      if (m == "arm_crash") {
+        crash.Arm(q.at("point").get<std::string>());
+        return ok(json::object());
+      }
+      if (m == "disarm") return ok({{"fired", crash.Disarm()}});
+      if (m == "set_silent") {
+        ag.SetSilent(q.at("silent").get<bool>());
+        return ok(json::object());
+      }
+      if (m == "crash") {
+        // Power loss: no more writes reach the files, every file goes back to its synced size,
+        // and the process ends without running destructors (which could write).
+        if (q.value("power_loss", false) && fs) {
+          fs->SetActive(false);
+          fs->DropUnsyncedData();
+        }
+        ::_exit(137);
+      }
+      return Result<json>(Status::InvalidArgument("unknown method '" + m + "'"));
+    };
+    net::NetOptions no;
+    no.max_frame_bytes = a.max_frame_bytes;
+    auto cs = net::ControlServer::Listen(chp->first, chp->second, secret.value(), handler, no,
+                                         "rank-" + std::to_string(a.rank) + "-control");
+    if (!cs.ok()) return Fail(cs.status());
+    control = std::move(cs).value();
+  }
+
+  json ready = {{"ready", true}, {"role", "rank"}, {"rank", a.rank}};
+  if (control) ready["control_port"] = control->port();
+  std::cout << ready.dump() << std::endl;
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  control.reset();
+  agent.value().reset();
+  return 0;
+}
+
+}  // namespace
+
+void RegisterRankCommand(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("rank", "Run one participant rank on the TCP transport");
+  auto a = std::make_shared<RankArgs>();
+  cmd->add_option("--connect", a->connect, "Coordinator HOST:PORT")->required();
+  cmd->add_option("--rank", a->rank, "This rank's id")->required()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--journal", a->journal, "Journal directory of this rank")->required();
+  cmd->add_option("--secret-file", a->secret_file, "File holding the shared secret")->required();
+  cmd->add_option("--manifest", a->manifest, "Manifest JSON of this rank");
+  cmd->add_option("--hf-config", a->hf_config, "Hugging Face config.json (with --tp)");
+  cmd->add_option("--tp", a->tp, "Tensor-parallel degree (with --hf-config)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--kernel-identity", a->kernel_identity, "Attention/GEMM backends identity");
+  cmd->add_option("--rollback-budget-bytes", a->rollback_budget_bytes,
+                  "Before-image budget of rollback transactions")
+      ->capture_default_str();
+  cmd->add_option("--control", a->control,
+                  "Serve the control protocol on HOST:PORT (port 0: any free port)");
+  cmd->add_option("--backoff-max-ms", a->backoff_max_ms, "Longest reconnect backoff")
+      ->capture_default_str();
+  cmd->add_option("--request-timeout-ms", a->request_timeout_ms,
+                  "Timeout of this rank's own requests (QueryDecision)")
+      ->capture_default_str();
+  cmd->add_option("--max-frame-bytes", a->max_frame_bytes, "Largest accepted frame")
+      ->capture_default_str();
+  cmd->add_flag("--test-hooks", a->test_hooks,
+                "Accept crash-point, silence and crash control calls (simulator, tests)");
+  cmd->callback([=] { *exit_code = RunRank(*a); });
+}
+
+}  // namespace wtx::cli

@@ -1,0 +1,74 @@
+// `wtx torture --iterations N --seed S [--ranks R] [--transactions T] [--start I] [--dir DIR]
+//              [--json] [--verbose] [--keep-failed]`
+// Randomized crash-safety testing (tools/torture/torture.h). Exit 0 when no invariant was
+// violated, 1 on any violation (each printed with the command that replays it), 2 on bad usage.
+#include <iostream>
+
+#include "commands.h"
+#include "../torture/torture.h"
+
+namespace wtx::cli {
+
+namespace {
+
+int RunTortureCmd(const torture::TortureOptions& o, bool as_json) {
+  torture::TortureOptions opts = o;
+  opts.log = [](const std::string& line) { std::cerr << line << "\n"; };
+  auto rep = torture::RunTorture(opts);
+  if (!rep.ok()) {
+    std::cerr << "wtx torture: " << rep.status().ToString() << "\n";
+    return rep.status().code() == ErrorCode::kInvalidArgument ? 2 : 1;
+  }
+  const torture::TortureReport& r = rep.value();
+  for (const auto& v : r.violations) {
+    std::cerr << "VIOLATION seed " << o.seed << " script " << v.script << " step " << v.step
+              << ": " << v.what << "\n  reproduce: wtx torture --seed " << o.seed << " --start "
+              << v.script << " --iterations 1 --ranks " << o.ranks << " --transactions "
+              << o.transactions << " --verbose\n";
+    for (const auto& t : v.trace) std::cerr << "    " << t << "\n";
+    if (!v.journals.empty()) std::cerr << "  journals kept in " << v.journals << "\n";
+  }
+  if (as_json) {
+    std::cout << r.ToJson(o).dump(1) << "\n";
+  } else {
+    std::cout << "torture: seed " << o.seed << ", " << o.ranks << " ranks: " << r.scripts
+              << " scripts, " << r.transactions << " transactions (" << r.committed
+              << " committed, " << r.aborted << " aborted, " << r.noop << " noop, "
+              << r.begin_refused << " begins refused), " << r.steps << " steps\n"
+              << "  crash points: " << r.crash_points << " (";
+    bool first = true;
+    for (const auto& [k, n] : r.crash_kinds) {
+      std::cout << (first ? "" : ", ") << k << " " << n;
+      first = false;
+    }
+    std::cout << ")\n  recoveries: " << r.recoveries << ", in-doubt resolved: "
+              << r.in_doubt_resolved << ", I/O errors injected: " << r.io_errors_injected
+              << ", invariant checks: " << r.checks << ", journals verified: "
+              << r.journals_verified << "\n  violations: " << r.violations.size() << "\n  time: "
+              << r.seconds << " s (" << (r.seconds > 0 ? r.crash_points / r.seconds : 0)
+              << " crash points/s)\n";
+  }
+  return r.violations.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+void RegisterTortureCommand(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand(
+      "torture", "Random transaction scripts with injected crashes, checked against a model");
+  auto o = std::make_shared<torture::TortureOptions>();
+  auto as_json = std::make_shared<bool>(false);
+  cmd->add_option("--iterations", o->iterations, "Scripts to run (default 100)");
+  cmd->add_option("--seed", o->seed, "Random seed (default 1)");
+  cmd->add_option("--start", o->start, "Index of the first script (replay one: --iterations 1)");
+  cmd->add_option("--ranks", o->ranks, "Ranks per cluster (default 2)")->check(CLI::Range(1, 8));
+  cmd->add_option("--transactions", o->transactions,
+                  "Faulty transactions per script before the final clean one (default 10)");
+  cmd->add_option("--dir", o->dir, "Scratch directory (default /dev/shm or the temp dir)");
+  cmd->add_flag("--json", *as_json, "Print the report as JSON");
+  cmd->add_flag("--verbose", o->verbose, "Trace every operation to stderr");
+  cmd->add_flag("--keep-failed", o->keep_failed, "Keep the journals of failing scripts");
+  cmd->callback([=] { *exit_code = RunTortureCmd(*o, *as_json); });
+}
+
+}  // namespace wtx::cli

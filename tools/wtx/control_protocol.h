@@ -1,0 +1,58 @@
+// The control protocol of `wtx coordinator` and `wtx rank` (docs/protocol.md, "Control"):
+// JSON forms of the values a driver exchanges with those processes over a control
+// connection. Decoders return kInvalidArgument for malformed input and never throw.
+//
+// Coordinator methods: begin {req}, commit {tx}, abort {tx}, committed_version {tx},
+//   decisions, recover, connected, wait_ranks {ranks, timeout_ms}; test hooks (--test-hooks):
+//   arm_crash {point}, disarm, crash {power_loss}.
+// Rank methods (--control): step {step, scope}, status, wait_resolved {timeout_ms}; test hooks:
+//   arm_crash {point}, disarm, set_silent {silent}, crash {power_loss}.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "scenario.h"
+#include "wtx/coordinator.h"
+
+namespace wtx::sim {
+
+// Status with OK: {"code": "OK", "message": ""}.
+nlohmann::json StatusJson(const Status& s);
+Status StatusFromJson(const nlohmann::json& j);
+
+// The data-plane fields of a step (op, param, shard, source, box, fill, indices, part,
+// derived, value).
+nlohmann::json RankStepToJson(const Step& step);
+Result<Step> RankStepFromJson(const nlohmann::json& j);
+
+nlohmann::json BeginOutcomeToJson(const BeginOutcome& o);
+Result<BeginOutcome> BeginOutcomeFromJson(const nlohmann::json& j);
+
+nlohmann::json CommitOutcomeToJson(const CommitOutcome& o);
+Result<CommitOutcome> CommitOutcomeFromJson(const nlohmann::json& j);
+
+nlohmann::json DecisionsToJson(const std::vector<DecisionEntry>& d);
+Result<std::vector<DecisionEntry>> DecisionsFromJson(const nlohmann::json& j);
+
+// Fires once at the armed point (the test hook behind crash points).
+class ArmedCrashPoint : public CrashPoints {
+ public:
+  void Arm(std::string point);
+  // Disarms; true when the point fired since it was armed (then forgotten).
+  bool Disarm();
+  bool ShouldCrash(std::string_view point) override;
+
+ private:
+  std::mutex mu_;
+  std::string point_;
+  bool fired_ = false;
+};
+
+}  // namespace wtx::sim
