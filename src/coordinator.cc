@@ -307,8 +307,18 @@ BeginOutcome CoordinatorImpl::Abort(const std::string& tx) {
     out.status = s;
     return out;
   }
-  if (decided_.count(tx)) {
-    out.status = Status(ErrorCode::kNoTx, "transaction '" + tx + "' was already decided");
+  if (auto it = decided_.find(tx); it != decided_.end()) {
+    if (order_[it->second].decision == Decision::kCommit) {
+      out.status = Status(ErrorCode::kNoTx, "transaction '" + tx + "' already committed");
+      return out;
+    }
+    // Already aborted: re-deliver to ranks that missed it; once all know, there is nothing
+    // left to abort.
+    if (!pending_.count(tx)) {
+      out.status = Status(ErrorCode::kNoTx, "transaction '" + tx + "' was already aborted");
+      return out;
+    }
+    if (Deliver(tx, Decision::kAbort, "").empty()) LogEnd(tx).ok();
     return out;
   }
   int unknown = 0;
@@ -350,10 +360,12 @@ Result<std::pair<Decision, std::string>> CoordinatorImpl::QueryDecision(const st
   WTX_RETURN_IF_ERROR(CheckAlive());
   auto it = decided_.find(tx);
   if (it != decided_.end()) return std::make_pair(order_[it->second].decision, order_[it->second].version);
-  // Presumed abort; logged so that the transaction can never commit later.
+  // Presumed abort; logged so that the transaction can never commit later, and told to every
+  // rank so that none keeps waiting on it.
   DecisionEntry e{tx, Decision::kAbort, "", "presumed abort (never decided)",
                   options_.env.clock->NowMicros()};
   WTX_RETURN_IF_ERROR(LogDecision(e, json::object(), false));
+  if (Deliver(tx, Decision::kAbort, "").empty()) WTX_RETURN_IF_ERROR(LogEnd(tx));
   return std::make_pair(Decision::kAbort, std::string());
 }
 

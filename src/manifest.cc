@@ -217,15 +217,22 @@ Status Manifest::Index() {
       return Invalid(where + ".name", "duplicate parameter '" + p.name + "'");
     }
     std::unordered_map<std::string_view, int> ids;
+    ids.reserve(p.shards.size());
     for (uint32_t k = 0; k < p.shards.size(); ++k) {
       const ShardSpec& s = p.shards[k];
-      const std::string sw = where + ".shards[" + std::to_string(k) + "]";
-      WTX_RETURN_IF_ERROR(ValidateShard(p, s, sw));
+      // Error locations are built only when something is wrong (hundreds of thousands of
+      // shards in a large MoE manifest).
+      if (Status st = ValidateShard(p, s, std::string()); !st.ok()) {
+        const std::string sw = where + ".shards[" + std::to_string(k) + "]";
+        return ValidateShard(p, s, sw);
+      }
       if (!ids.emplace(s.id, 0).second) {
+        const std::string sw = where + ".shards[" + std::to_string(k) + "]";
         return Invalid(sw + ".id", "duplicate shard id '" + s.id + "' in " + p.name);
       }
       auto& refs = source_index_[s.source];
       if (!refs.empty()) {
+        const std::string sw = where + ".shards[" + std::to_string(k) + "]";
         const ShardRef& first = refs.front();
         const ShardSpec& other = params_[first.param].shards[first.shard];
         if (other.source_shape != s.source_shape) {

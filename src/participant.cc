@@ -128,6 +128,11 @@ class ParticipantImpl : public Participant {
   void SaveBefore(uint32_t param, size_t offset, size_t len);
   void RestoreBefore();
   bool Serving() const;
+  // Live bytes may differ from the committed version: the durable flag, or a write of the
+  // active transaction whose record is still batched.
+  bool DirtyLocked() const {
+    return journal_->state().value("dirty", false) || (active_ && active_->wrote);
+  }
   void UpdateCoveragePeak();
 
   ParticipantOptions options_;
@@ -511,7 +516,10 @@ Status ParticipantImpl::Patch(const PatchRequest& req) {
   }
   const auto& refs = manifest_->ShardsOfSource(req.source);
   if (refs.empty()) return Status::OK();  // this rank holds none of the source
-  PatchState& ps = tx.patches[req.source];
+  // Looked up, not inserted: a refused patch must leave no trace in the part accounting.
+  static const PatchState kNoParts;
+  auto existing = tx.patches.find(req.source);
+  const PatchState& ps = existing == tx.patches.end() ? kNoParts : existing->second;
   if (ps.parts != 0 && ps.parts != req.parts) {
     return Err(ErrorCode::kBadWrite, where + ": earlier parts said n = " +
                                          std::to_string(ps.parts));
@@ -615,15 +623,16 @@ Status ParticipantImpl::Patch(const PatchRequest& req) {
       if (ref.param == p) tx.shards_touched.insert({ref.param, ref.shard});
     }
   }
-  if (ps.parts == 0) {
-    ps.parts = req.parts;
-    ps.got.assign(req.parts, false);
+  PatchState& acc = tx.patches[req.source];
+  if (acc.parts == 0) {
+    acc.parts = req.parts;
+    acc.got.assign(req.parts, false);
   }
-  ps.got[req.part] = true;
+  acc.got[req.part] = true;
   std::vector<int64_t> merged;
-  std::merge(ps.applied.begin(), ps.applied.end(), sorted.begin(), sorted.end(),
+  std::merge(acc.applied.begin(), acc.applied.end(), sorted.begin(), sorted.end(),
              std::back_inserter(merged));
-  ps.applied = std::move(merged);
+  acc.applied = std::move(merged);
   tx.patched += static_cast<int64_t>(targets.size());
   tx.elements += static_cast<int64_t>(targets.size());
   tx.bytes += static_cast<int64_t>(targets.size() * esz);
@@ -690,7 +699,7 @@ void ParticipantImpl::CollectMissing(Vote* vote) const {
       auto it = tx.patches.find(src);
       std::vector<int> missing_parts;
       int parts = 0;
-      if (it == tx.patches.end()) {
+      if (it == tx.patches.end() || it->second.parts == 0) {
         missing_parts.push_back(0);
       } else {
         parts = it->second.parts;
@@ -903,7 +912,7 @@ Status ParticipantImpl::ResolveInDoubt(DecisionOracle& oracle) {
 bool ParticipantImpl::Serving() const {
   const json& st = journal_->state();
   const bool in_doubt = active_ && active_->prepared && active_->vote_yes;
-  return !crashed_ && loaded_ && !st.value("dirty", false) && !st["version"].is_null() &&
+  return !crashed_ && loaded_ && !DirtyLocked() && !st["version"].is_null() &&
          !in_doubt && StaleDerived().empty();
 }
 
@@ -914,7 +923,7 @@ RankStatus ParticipantImpl::status() const {
   const json& st = journal_->state();
   if (!st["version"].is_null()) s.version = st["version"].get<std::string>();
   if (!st["committed_tx"].is_null()) s.committed_tx = st["committed_tx"].get<std::string>();
-  s.dirty = st.value("dirty", false);
+  s.dirty = DirtyLocked() || crashed_;
   s.loaded = loaded_ && !crashed_;
   if (active_) {
     s.active_tx = active_->req.tx;

@@ -33,7 +33,7 @@ constexpr std::array<CodeName, 23> kNames = {{
     {ErrorCode::kInvalidArgument, "INVALID_ARGUMENT"},
     {ErrorCode::kIOError, "IO_ERROR"},
     {ErrorCode::kNotFound, "NOT_FOUND"},
-    {ErrorCode::kBudgetExceeded, "BUDGET_EXCEEDED"},
+    {ErrorCode::kBudgetExceeded, "E_ROLLBACK_BUDGET"},
 }};
 
 }  // namespace
