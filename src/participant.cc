@@ -243,16 +243,16 @@ Status ParticipantImpl::CheckBeginLocked(const BeginRequest& req) const {
   const json& st = journal_->state();
   if (req.kind != TxKind::kFull) {
     const bool dirty = st.value("dirty", false);
-    if (dirty || !loaded_ || st["version"].is_null()) {
+    if (dirty || (!loaded_ && !st["version"].is_null())) {
       std::string why = dirty ? "is dirty (live bytes may differ from its committed version)"
-                        : !loaded_ ? "has no loaded weights"
-                                   : "has never committed a version";
+                              : "has no loaded weights";
       return Err(ErrorCode::kDirty, "rank " + Rank() + " " + why + "; a " +
                                         std::string(TxKindName(req.kind)) +
                                         " update needs a clean base, only a full commit cleans it");
     }
-    const std::string version = st["version"].get<std::string>();
-    if (req.base != version) {
+    const std::string version =
+        st["version"].is_null() ? std::string("(none: never committed)") : st["version"].get<std::string>();
+    if (st["version"].is_null() || req.base != version) {
       return Err(ErrorCode::kBaseMismatch,
                  "rank " + Rank() + ": base " + (req.base.empty() ? "(none)" : req.base) +
                      " is not the committed version " + version);
