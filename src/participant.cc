@@ -456,7 +456,9 @@ Status ParticipantImpl::Write(std::span<const WritePiece> pieces) {
     std::memcpy(memory_->Param(r.param).data() + off, r.src, len);
     TouchBytes(r.param, off, len);
     auto& cov = tx.coverage[r.param];
-    if (!cov) cov = std::make_unique<CoverageSet>(p.num_elements());
+    if (!cov) {
+      cov = std::make_unique<CoverageSet>(p.num_elements(), p.shape.empty() ? 0 : p.shape.back());
+    }
     cov->Add(r.begin, r.len);
     param_epoch_[r.param] = ++epoch_;
     tx.elements += r.len;
