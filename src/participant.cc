@@ -420,10 +420,15 @@ Status ParticipantImpl::Write(std::span<const WritePiece> pieces) {
     json rec = {{"type", "WRITE"}, {"tx", tx.req.tx}, {"param", p.name},
                 {"box", BoxJson(box)}, {"elements", NumElements(box)}, {"bytes", want}};
     json shard_ids = json::array();
-    for (uint32_t k = 0; k < p.shards.size(); ++k) {
-      if (Overlaps(p.shards[k].box, box)) {
-        shard_ids.push_back(p.shards[k].id);
-        touched.emplace_back(*pi, k);
+    if (si) {  // a named shard: no scan (stacked experts have hundreds of shards)
+      shard_ids.push_back(p.shards[*si].id);
+      touched.emplace_back(*pi, *si);
+    } else {
+      for (uint32_t k = 0; k < p.shards.size(); ++k) {
+        if (Overlaps(p.shards[k].box, box)) {
+          shard_ids.push_back(p.shards[k].id);
+          touched.emplace_back(*pi, k);
+        }
       }
     }
     rec["shards"] = std::move(shard_ids);
