@@ -25,8 +25,13 @@ json BoxJson(const Box& b) {
 class ArmedCrash : public CrashPoints {
  public:
   void Arm(std::string point) { point_ = std::move(point); fired_ = false; }
-  void Disarm() { point_.clear(); }
-  bool fired() const { return fired_; }
+  // True if the armed point fired since Arm(); disarms and resets.
+  bool TakeFired() {
+    point_.clear();
+    bool f = fired_;
+    fired_ = false;
+    return f;
+  }
   bool ShouldCrash(std::string_view point) override {
     if (!point_.empty() && point == point_) {
       fired_ = true;
@@ -248,13 +253,8 @@ class InProcProcesses : public SimProcesses {
     CommitOutcome o = coord_.c->Commit(st.tx);
     transport_.SetSilent({});
     // Processes that died at their crash point.
-    if (armed_rank) {
-      armed_rank->crash.Disarm();
-      if (armed_rank->crash.fired()) KillRank(armed_index, st.crash->power_loss);
-    }
-    // Only a crash armed in this commit counts (fired() stays set across restarts).
-    *coordinator_died = st.crash && st.crash->who == "coordinator" && coord_.crash.fired();
-    coord_.crash.Disarm();
+    if (armed_rank && armed_rank->crash.TakeFired()) KillRank(armed_index, st.crash->power_loss);
+    *coordinator_died = coord_.crash.TakeFired();
     if (*coordinator_died) KillCoordinator(st.crash->power_loss);
     return o;
   }

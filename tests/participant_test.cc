@@ -1,0 +1,508 @@
+// The rules of one rank: coverage, scope, staleness, the dirty rule, patches, rollback.
+#include <catch2/catch.hpp>
+#include <cstring>
+
+#include "test_util.h"
+#include "wtx/content_hash.h"
+
+using namespace wtx;
+using namespace wtx::testing;
+
+namespace {
+
+BeginRequest Req(const std::string& tx, TxKind kind, std::string base = "",
+                 std::vector<std::string> modules = {}, std::vector<std::string> sources = {},
+                 bool rollback = false) {
+  BeginRequest b;
+  b.tx = tx;
+  b.kind = kind;
+  b.base = std::move(base);
+  b.modules = std::move(modules);
+  b.sources = std::move(sources);
+  b.rollback = rollback;
+  return b;
+}
+
+Status WriteBox(Participant& p, const std::string& param, const std::string& shard,
+                std::optional<Box> box, uint32_t seed = 1) {
+  const Manifest& m = p.manifest();
+  if (!m.FindParam(param)) {
+    uint8_t byte = 0;
+    WritePiece w{param, shard, box, &byte, 1};
+    return p.Write({&w, 1});
+  }
+  const ParamSpec& ps = m.params()[*m.FindParam(param)];
+  if (!shard.empty() && !m.FindShard(*m.FindParam(param), shard)) {
+    uint8_t byte = 0;
+    WritePiece w{param, shard, box, &byte, 1};
+    return p.Write({&w, 1});
+  }
+  Box b = box ? *box
+              : (shard.empty() ? WholeBox(ps.shape) : ps.shards[*m.FindShard(*m.FindParam(param), shard)].box);
+  auto bytes = Pattern(m, param, b, seed);
+  WritePiece w{param, shard, box, bytes.data(), bytes.size()};
+  return p.Write({&w, 1});
+}
+
+Status PatchIdx(Participant& p, const std::string& source, std::vector<int64_t> idx,
+                uint8_t value, int part = 0, int parts = 1) {
+  const Manifest& m = p.manifest();
+  const auto& refs = m.ShardsOfSource(source);
+  size_t esz = refs.empty() ? 1 : DTypeSize(m.params()[refs[0].param].dtype);
+  std::vector<uint8_t> vals(idx.size() * esz, value);
+  PatchRequest r;
+  r.source = source;
+  r.indices = idx;
+  r.values = vals.data();
+  r.value_bytes = vals.size();
+  r.part = part;
+  r.parts = parts;
+  return p.Patch(r);
+}
+
+const MissingPiece* FindMissing(const Vote& v, const std::string& param, const std::string& shard) {
+  for (const auto& m : v.missing) {
+    if (m.param == param && m.shard == shard) return &m;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("EmptyTransactionIsNoopAndNeverCleans") {
+  Cluster c(2, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  REQUIRE(c.rank(0).status().serving);
+  // A half-failed update: rank 1 writes only q of qkv.
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kFull)).status.ok());
+  REQUIRE(WriteBox(c.rank(0), "qkv", "", std::nullopt).ok());
+  REQUIRE(WriteBox(c.rank(1), "qkv", "q", std::nullopt).ok());
+  CommitOutcome o = c.coordinator().Commit("t2");
+  CHECK(o.status.code() == ErrorCode::kVoteNo);
+  CHECK(o.decision == Decision::kAbort);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(c.rank(r).status().dirty);
+    CHECK_FALSE(c.rank(r).status().serving);
+  }
+  // An empty session afterwards reports success but cleans nothing.
+  REQUIRE(c.coordinator().Begin(Req("t3", TxKind::kFull)).status.ok());
+  CommitOutcome e = c.coordinator().Commit("t3");
+  CHECK(e.status.ok());
+  CHECK(e.decision == Decision::kNoop);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(c.rank(r).status().dirty);
+    CHECK_FALSE(c.rank(r).status().serving);
+    CHECK_FALSE(c.rank(r).status().active_tx);
+  }
+  // Nor can a delta build on the mixed state.
+  auto v1 = c.coordinator().CommittedVersion("t1").value();
+  BeginOutcome d = c.coordinator().Begin(Req("t4", TxKind::kDelta, v1, {}, {"k_proj"}));
+  CHECK(d.status.code() == ErrorCode::kDirty);
+  // Only a full commit cleans.
+  REQUIRE(c.FullCommit("t5", 5).status.ok());
+  CHECK_FALSE(c.rank(0).status().dirty);
+  CHECK(c.rank(1).status().serving);
+}
+
+TEST_CASE("RankTurnsDirtyAtFirstWriteNotAtBegin") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  auto v1 = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kDelta, v1, {}, {"norm"})).status.ok());
+  CHECK_FALSE(c.rank(0).status().dirty);
+  CHECK(c.rank(0).status().serving);
+  REQUIRE(PatchIdx(c.rank(0), "norm", {3}, 7).ok());
+  CHECK(c.rank(0).status().dirty);
+  CHECK_FALSE(c.rank(0).status().serving);
+  CommitOutcome o = c.coordinator().Commit("t2");
+  REQUIRE(o.status.ok());
+  CHECK(o.decision == Decision::kCommit);
+  CHECK(o.version != v1);
+  CHECK_FALSE(c.rank(0).status().dirty);
+  CHECK(c.rank(0).status().serving);
+  CHECK(c.rank(0).status().version == o.version);
+}
+
+TEST_CASE("FusedQkvWithOnlyQIsIncompleteNamingKAndV") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
+  for (const char* p : {"kv_b", "norm", "packed"}) REQUIRE(WriteBox(c.rank(0), p, "", std::nullopt).ok());
+  REQUIRE(WriteBox(c.rank(0), "qkv", "q", std::nullopt).ok());
+  REQUIRE(c.RefreshAll().ok());
+  auto v = c.rank(0).Prepare("t1");
+  REQUIRE(v.ok());
+  CHECK_FALSE(v->yes);
+  CHECK(v->error == ErrorCode::kCoverageIncomplete);
+  const MissingPiece* k = FindMissing(*v, "qkv", "k");
+  const MissingPiece* vv = FindMissing(*v, "qkv", "v");
+  REQUIRE(k);
+  REQUIRE(vv);
+  CHECK(k->box == Box{{16, 24}, {0, 8}});
+  CHECK(vv->box == Box{{24, 32}, {0, 8}});
+  CHECK_FALSE(FindMissing(*v, "qkv", "q"));
+  CHECK(v->missing_total == 2);
+}
+
+TEST_CASE("DuplicateShardIsRejectedAndChangesNothing") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
+  REQUIRE(WriteBox(c.rank(0), "qkv", "q", std::nullopt, 1).ok());
+  std::vector<uint8_t> before(c.rank(0).memory().Param(0).begin(), c.rank(0).memory().Param(0).end());
+  Status s = WriteBox(c.rank(0), "qkv", "q", std::nullopt, 2);
+  CHECK(s.code() == ErrorCode::kDuplicateWrite);
+  // An overlapping sub-box of another write is a duplicate too.
+  CHECK(WriteBox(c.rank(0), "qkv", "", Box{{15, 17}, {0, 8}}, 3).code() == ErrorCode::kDuplicateWrite);
+  std::vector<uint8_t> after(c.rank(0).memory().Param(0).begin(), c.rank(0).memory().Param(0).end());
+  CHECK(before == after);
+  // A duplicated shard must not complete the module early: k and v are still missing.
+  for (const char* p : {"kv_b", "norm", "packed"}) REQUIRE(WriteBox(c.rank(0), p, "", std::nullopt).ok());
+  REQUIRE(c.RefreshAll().ok());
+  auto v = c.rank(0).Prepare("t1");
+  REQUIRE(v.ok());
+  CHECK(v->error == ErrorCode::kCoverageIncomplete);
+  CHECK(FindMissing(*v, "qkv", "k"));
+}
+
+TEST_CASE("OverlappingPiecesOfOneWriteAreRejectedAtomically") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
+  auto a = Pattern(c.manifest(), "qkv", Box{{0, 4}, {0, 8}}, 1);
+  auto b = Pattern(c.manifest(), "qkv", Box{{3, 6}, {0, 8}}, 1);
+  WritePiece w[2] = {{"qkv", "", Box{{0, 4}, {0, 8}}, a.data(), a.size()},
+                     {"qkv", "", Box{{3, 6}, {0, 8}}, b.data(), b.size()}};
+  CHECK(c.rank(0).Write(w).code() == ErrorCode::kDuplicateWrite);
+  // Nothing landed: the first piece alone is still writable.
+  CHECK(c.rank(0).Write({&w[0], 1}).ok());
+  CHECK(c.rank(0).status().dirty);
+}
+
+TEST_CASE("PartialRowWritesCoverExactlyAndGapsAreReportedAsBoxes") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
+  for (const char* p : {"kv_b", "norm", "packed"}) REQUIRE(WriteBox(c.rank(0), p, "", std::nullopt).ok());
+  // Columns 0-3 of every row, then columns 3-8 except element (5, 6).
+  REQUIRE(WriteBox(c.rank(0), "qkv", "", Box{{0, 32}, {0, 3}}).ok());
+  REQUIRE(WriteBox(c.rank(0), "qkv", "", Box{{0, 5}, {3, 8}}).ok());
+  REQUIRE(WriteBox(c.rank(0), "qkv", "", Box{{5, 6}, {3, 6}}).ok());
+  REQUIRE(WriteBox(c.rank(0), "qkv", "", Box{{5, 6}, {7, 8}}).ok());
+  REQUIRE(WriteBox(c.rank(0), "qkv", "", Box{{6, 32}, {3, 8}}).ok());
+  REQUIRE(c.RefreshAll().ok());
+  auto v = c.rank(0).Prepare("t1");
+  REQUIRE(v.ok());
+  REQUIRE(v->missing.size() == 1);
+  CHECK(v->missing[0].shard == "q");
+  CHECK(v->missing[0].box == Box{{5, 6}, {6, 7}});
+}
+
+TEST_CASE("CompletedPiecewiseWritesCommit") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
+  for (const char* p : {"kv_b", "norm", "packed"}) REQUIRE(WriteBox(c.rank(0), p, "", std::nullopt).ok());
+  REQUIRE(WriteBox(c.rank(0), "qkv", "", Box{{0, 32}, {0, 3}}).ok());
+  REQUIRE(WriteBox(c.rank(0), "qkv", "", Box{{0, 32}, {3, 8}}).ok());
+  REQUIRE(c.RefreshAll().ok());
+  CommitOutcome o = c.coordinator().Commit("t1");
+  CHECK(o.status.ok());
+  CHECK(o.decision == Decision::kCommit);
+  CHECK(c.rank(0).CoverageMemoryBytes() < 4096);
+}
+
+TEST_CASE("WritesOutsideTheParameterOrShardAreRejected") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
+  CHECK(WriteBox(c.rank(0), "qkv", "", Box{{30, 33}, {0, 8}}).code() == ErrorCode::kOutOfRange);
+  CHECK(WriteBox(c.rank(0), "qkv", "k", Box{{15, 17}, {0, 8}}).code() == ErrorCode::kOutOfRange);
+  CHECK(WriteBox(c.rank(0), "nope", "", Box{{0, 1}}).code() == ErrorCode::kUnknownParam);
+  CHECK(WriteBox(c.rank(0), "qkv", "z", std::nullopt).code() == ErrorCode::kUnknownParam);
+  // Wrong rank of box, empty box, wrong byte count.
+  std::vector<uint8_t> bytes(16);
+  WritePiece w{"qkv", "", Box{{0, 1}}, bytes.data(), bytes.size()};
+  CHECK(c.rank(0).Write({&w, 1}).code() == ErrorCode::kBadWrite);
+  w.box = Box{{2, 2}, {0, 8}};
+  CHECK(c.rank(0).Write({&w, 1}).code() == ErrorCode::kBadWrite);
+  w.box = Box{{0, 1}, {0, 8}};
+  w.bytes = 15;
+  CHECK(c.rank(0).Write({&w, 1}).code() == ErrorCode::kBadWrite);
+  CHECK_FALSE(c.rank(0).status().dirty);
+}
+
+TEST_CASE("MisuseOutsideATransactionIsRefused") {
+  Cluster c(1, SmallManifest());
+  CHECK(WriteBox(c.rank(0), "norm", "", std::nullopt).code() == ErrorCode::kNoTx);
+  CHECK(PatchIdx(c.rank(0), "norm", {0}, 1).code() == ErrorCode::kNoTx);
+  CHECK(c.coordinator().Commit("ghost").status.code() == ErrorCode::kNoTx);
+  CHECK(c.coordinator().Abort("ghost").status.code() == ErrorCode::kNoTx);
+  REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
+  CHECK(c.coordinator().Begin(Req("t2", TxKind::kFull)).status.code() == ErrorCode::kTxActive);
+  // After prepare, no more changes.
+  REQUIRE(c.WriteAll(1).ok());
+  REQUIRE(c.RefreshAll().ok());
+  REQUIRE(c.rank(0).Prepare("t1").ok());
+  CHECK(WriteBox(c.rank(0), "norm", "", std::nullopt).code() == ErrorCode::kTxActive);
+}
+
+TEST_CASE("PartialScopeRequiresCleanMatchingBaseAndStaysInScope") {
+  Cluster c(2, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  auto v1 = c.coordinator().CommittedVersion("t1").value();
+  CHECK(c.coordinator().Begin(Req("t2", TxKind::kPartial, "bogus", {"attn"})).status.code() ==
+        ErrorCode::kBaseMismatch);
+  CHECK(c.coordinator().Begin(Req("t2", TxKind::kPartial, v1, {"ghost"})).status.code() ==
+        ErrorCode::kUnknownParam);
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kPartial, v1, {"attn"})).status.ok());
+  CHECK(WriteBox(c.rank(0), "norm", "", std::nullopt).code() == ErrorCode::kOutOfScope);
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(WriteBox(c.rank(r), "qkv", "", std::nullopt, 2).ok());
+    REQUIRE(WriteBox(c.rank(r), "kv_b", "", std::nullopt, 2).ok());
+  }
+  // Written sources make W_UK_T and scales stale until refreshed after the writes.
+  auto v = c.rank(0).Prepare("t2");
+  REQUIRE(v.ok());
+  CHECK(v->error == ErrorCode::kStaleDerived);
+  CHECK(v->stale.size() == 2);
+  REQUIRE(c.coordinator().Abort("t2").status.ok());
+  CHECK(c.rank(0).status().dirty);
+  REQUIRE(c.FullCommit("t3", 1).status.ok());
+  // The same bytes as t1: the same version.
+  CHECK(c.coordinator().CommittedVersion("t3") == v1);
+  REQUIRE(c.coordinator().Begin(Req("t4", TxKind::kPartial, v1, {"attn"})).status.ok());
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(WriteBox(c.rank(r), "qkv", "", std::nullopt, 2).ok());
+    REQUIRE(WriteBox(c.rank(r), "kv_b", "", std::nullopt, 2).ok());
+  }
+  REQUIRE(c.RefreshAll().ok());
+  CommitOutcome o = c.coordinator().Commit("t4");
+  REQUIRE(o.status.ok());
+  CHECK(o.version != v1);
+  CHECK(c.rank(1).status().serving);
+}
+
+TEST_CASE("PartialMissingAParamInScopeIsIncomplete") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  auto v1 = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kPartial, v1, {"attn", "rest"})).status.ok());
+  REQUIRE(WriteBox(c.rank(0), "qkv", "", std::nullopt, 2).ok());
+  REQUIRE(WriteBox(c.rank(0), "norm", "", std::nullopt, 2).ok());
+  REQUIRE(WriteBox(c.rank(0), "packed", "", std::nullopt, 2).ok());
+  REQUIRE(c.RefreshAll().ok());
+  auto v = c.rank(0).Prepare("t2");
+  REQUIRE(v.ok());
+  CHECK(v->error == ErrorCode::kCoverageIncomplete);
+  REQUIRE(FindMissing(*v, "kv_b", "0"));
+}
+
+TEST_CASE("StaleDerivedOrderMattersRefreshBeforeWriteDoesNotCount") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  auto v1 = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kDelta, v1, {}, {"kv_b"})).status.ok());
+  REQUIRE(c.rank(0).Refresh("W_UK_T").ok());
+  REQUIRE(PatchIdx(c.rank(0), "kv_b", {0, 5}, 9).ok());
+  CHECK(c.rank(0).status().stale_derived == std::vector<std::string>{"W_UK_T"});
+  auto v = c.rank(0).Prepare("t2");
+  REQUIRE(v.ok());
+  CHECK(v->error == ErrorCode::kStaleDerived);
+  REQUIRE(v->stale.size() == 1);
+  CHECK(v->stale[0].name == "W_UK_T");
+  CHECK(v->stale[0].phase == Phase::kAttention);
+  CHECK(v->stale[0].written_sources == std::vector<std::string>{"kv_b"});
+}
+
+TEST_CASE("RefreshOfUnknownDerivedIsRejected") {
+  Cluster c(1, SmallManifest());
+  CHECK(c.rank(0).Refresh("nope").status().code() == ErrorCode::kUnknownParam);
+}
+
+TEST_CASE("PatchesMapSourceIndicesThroughShardTranslation") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  auto v1 = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kDelta, v1, {}, {"k_proj"})).status.ok());
+  // k_proj [8, 8] lands at qkv rows 16..24: source index 19 = (2, 3) -> live (18, 3).
+  REQUIRE(PatchIdx(c.rank(0), "k_proj", {19}, 0xAB).ok());
+  auto qkv = c.rank(0).memory().Param(0);
+  const size_t off = (18 * 8 + 3) * 2;
+  CHECK(qkv[off] == 0xAB);
+  CHECK(qkv[off + 1] == 0xAB);
+  CHECK(PatchIdx(c.rank(0), "k_proj", {64}, 1).code() == ErrorCode::kDuplicateWrite);  // part 0 again
+}
+
+TEST_CASE("PatchIndexOutsideSourceOrDuplicatedIsRejected") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  auto v1 = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kDelta, v1, {}, {"k_proj", "q_proj"})).status.ok());
+  CHECK(PatchIdx(c.rank(0), "k_proj", {64}, 1).code() == ErrorCode::kOutOfRange);
+  CHECK(PatchIdx(c.rank(0), "k_proj", {3, 3}, 1).code() == ErrorCode::kDuplicateWrite);
+  CHECK(PatchIdx(c.rank(0), "v_proj", {3}, 1).code() == ErrorCode::kOutOfScope);
+  CHECK(PatchIdx(c.rank(0), "k_proj", {3}, 1, 2, 2).code() == ErrorCode::kBadWrite);
+  REQUIRE(PatchIdx(c.rank(0), "k_proj", {3}, 1, 0, 2).ok());
+  CHECK(PatchIdx(c.rank(0), "k_proj", {3}, 1, 1, 2).code() == ErrorCode::kDuplicateWrite);
+  CHECK(PatchIdx(c.rank(0), "k_proj", {4}, 1, 1, 3).code() == ErrorCode::kBadWrite);
+  CHECK(WriteBox(c.rank(0), "qkv", "k", std::nullopt).code() == ErrorCode::kOutOfScope);
+  CHECK_FALSE(c.rank(0).status().serving);
+}
+
+TEST_CASE("PackedLayoutRefusesCheckpointCoordinatePatches") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  auto v1 = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kDelta, v1, {}, {"packed_src"})).status.ok());
+  CHECK(PatchIdx(c.rank(0), "packed_src", {1}, 1).code() == ErrorCode::kLayoutMismatch);
+  CHECK_FALSE(c.rank(0).status().dirty);
+  CHECK(c.rank(0).RecomputeDigest().size() == 32);
+}
+
+TEST_CASE("DeltaPartsMustAllArriveExactlyOnce") {
+  Cluster c(2, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  auto v1 = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kDelta, v1, {}, {"norm"})).status.ok());
+  for (int r = 0; r < 2; ++r) REQUIRE(PatchIdx(c.rank(r), "norm", {1}, 3, 0, 3).ok());
+  for (int r = 0; r < 2; ++r) REQUIRE(PatchIdx(c.rank(r), "norm", {2}, 3, 2, 3).ok());
+  REQUIRE(PatchIdx(c.rank(0), "norm", {5}, 3, 1, 3).ok());
+  CommitOutcome o = c.coordinator().Commit("t2");
+  CHECK(o.status.code() == ErrorCode::kVoteNo);
+  const Vote& v = o.votes[1].vote;
+  CHECK(v.error == ErrorCode::kCoverageIncomplete);
+  REQUIRE(v.missing.size() == 1);
+  CHECK(v.missing[0].source == "norm");
+  CHECK(v.missing[0].missing_parts == std::vector<int>{1});
+  CHECK(v.missing[0].parts == 3);
+  CHECK(o.votes[0].kind == VoteReport::Kind::kYes);
+}
+
+TEST_CASE("DeltaSourceHeldByNoRankIsRejectedAtBegin") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  auto v1 = c.coordinator().CommittedVersion("t1").value();
+  CHECK(c.coordinator().Begin(Req("t2", TxKind::kDelta, v1, {}, {"ghost"})).status.code() ==
+        ErrorCode::kUnknownParam);
+  CHECK_FALSE(c.rank(0).status().active_tx);
+}
+
+TEST_CASE("KernelIdentityChangedDuringTransactionVotesNo") {
+  Cluster c(2, SmallManifest());
+  REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
+  REQUIRE(c.WriteAll(1).ok());
+  REQUIRE(c.RefreshAll().ok());
+  c.rank(1).SetKernelIdentity("k2");
+  CommitOutcome o = c.coordinator().Commit("t1");
+  CHECK(o.status.code() == ErrorCode::kVoteNo);
+  CHECK(o.votes[1].vote.error == ErrorCode::kKernelIdentityChanged);
+  // Ranks now disagree: nothing can begin, and a refused begin changes nothing.
+  BeginOutcome b = c.coordinator().Begin(Req("t2", TxKind::kFull));
+  CHECK(b.status.code() == ErrorCode::kManifestMismatch);
+  CHECK_FALSE(c.rank(0).status().active_tx);
+  c.rank(0).SetKernelIdentity("k2");
+  CHECK(c.FullCommit("t3", 1).status.ok());
+}
+
+TEST_CASE("ManifestFingerprintMismatchRefusesBegin") {
+  TempDir dir;
+  auto j = SmallManifestJson();
+  auto m0 = ParseManifest(j).value();
+  j["params"][2]["shape"] = nlohmann::json::array({16});
+  auto m1 = ParseManifest(j).value();
+  InProcTransport t(2);
+  std::vector<std::unique_ptr<Participant>> ps;
+  for (int r = 0; r < 2; ++r) {
+    ParticipantOptions o;
+    o.rank = r;
+    o.journal_dir = dir.sub("rank-" + std::to_string(r));
+    ps.push_back(std::move(Participant::Open(std::move(o), r ? m1 : m0).value()));
+    t.SetParticipant(r, ps.back().get());
+  }
+  CoordinatorOptions co;
+  co.journal_dir = dir.sub("coordinator");
+  auto c = std::move(Coordinator::Open(co, &t).value());
+  BeginOutcome b = c->Begin(Req("t1", TxKind::kFull));
+  CHECK(b.status.code() == ErrorCode::kManifestMismatch);
+  REQUIRE(b.errors.size() == 1);
+  CHECK(b.errors[0].rank == 1);
+  CHECK_FALSE(ps[0]->status().active_tx);
+}
+
+TEST_CASE("RollbackDeltaAbortRestoresBytesAndStaysClean") {
+  Cluster c(2, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  auto v1 = c.coordinator().CommittedVersion("t1").value();
+  const std::string d0 = c.rank(0).RecomputeDigest();
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kDelta, v1, {}, {"kv_b", "k_proj"}, true)).status.ok());
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(PatchIdx(c.rank(r), "kv_b", {0, 31}, 0xEE).ok());
+    REQUIRE(PatchIdx(c.rank(r), "k_proj", {7}, 0xEE).ok());
+  }
+  REQUIRE(c.rank(0).Refresh("*").ok());  // derived recomputed from the patched bytes
+  CHECK(c.rank(0).RecomputeDigest() != d0);
+  REQUIRE(c.coordinator().Abort("t2").status.ok());
+  CHECK(c.rank(0).RecomputeDigest() == d0);
+  CHECK_FALSE(c.rank(1).status().dirty);
+  CHECK(c.rank(1).status().serving);
+  // Rank 0 refreshed from the aborted bytes: its derived copies are stale again.
+  CHECK_FALSE(c.rank(0).status().stale_derived.empty());
+  CHECK_FALSE(c.rank(0).status().serving);
+  REQUIRE(c.rank(0).Refresh("*").ok());
+  CHECK(c.rank(0).status().serving);
+  // The old version is still the base.
+  REQUIRE(c.coordinator().Begin(Req("t3", TxKind::kDelta, v1, {}, {"norm"})).status.ok());
+}
+
+TEST_CASE("RollbackPartialAbortRestoresBytes") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  auto v1 = c.coordinator().CommittedVersion("t1").value();
+  const std::string d0 = c.rank(0).RecomputeDigest();
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kPartial, v1, {"rest"}, {}, true)).status.ok());
+  REQUIRE(WriteBox(c.rank(0), "norm", "", std::nullopt, 9).ok());
+  REQUIRE(WriteBox(c.rank(0), "packed", "", Box{{0, 2}, {0, 4}}, 9).ok());
+  CommitOutcome o = c.coordinator().Commit("t2");  // packed incomplete: votes no
+  CHECK(o.decision == Decision::kAbort);
+  CHECK(c.rank(0).RecomputeDigest() == d0);
+  CHECK(c.rank(0).status().serving);
+}
+
+TEST_CASE("RollbackOverBudgetIsRefusedAtBegin") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  auto v1 = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.Restart(0, nullptr, /*rollback_budget=*/16).ok());
+  REQUIRE(c.FullCommit("t1b", 1).status.ok());
+  BeginOutcome b = c.coordinator().Begin(Req("t2", TxKind::kPartial, v1, {"attn"}, {}, true));
+  CHECK(b.status.code() == ErrorCode::kBudgetExceeded);
+  CHECK_THAT(b.status.message(), Catch::Contains("budget"));
+  CHECK(c.coordinator().Begin(Req("t2", TxKind::kPartial, v1, {"attn"}, {}, false)).status.ok());
+}
+
+TEST_CASE("SilentRankTimesOutAndAborts") {
+  Cluster c(3, SmallManifest());
+  REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
+  REQUIRE(c.WriteAll(1).ok());
+  REQUIRE(c.RefreshAll().ok());
+  c.transport().SetSilent({2});
+  CommitOutcome o = c.coordinator().Commit("t1");
+  c.transport().SetSilent({});
+  CHECK(o.status.code() == ErrorCode::kTimeout);
+  CHECK(o.decision == Decision::kAbort);
+  CHECK(o.votes[2].kind == VoteReport::Kind::kTimeout);
+  for (int r = 0; r < 3; ++r) {
+    CHECK_FALSE(c.rank(r).status().active_tx);
+    CHECK(c.rank(r).status().dirty);
+  }
+}
+
+TEST_CASE("JournalIoErrorNeverBecomesSilentSuccess") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
+  REQUIRE(c.WriteAll(1).ok());
+  REQUIRE(c.RefreshAll().ok());
+  c.fs(0).FailNextSyncs(1);
+  auto v = c.rank(0).Prepare("t1");
+  CHECK_FALSE(v.ok());
+  CHECK(v.status().code() == ErrorCode::kCrashed);
+  CHECK_FALSE(c.rank(0).status().serving);
+  // The coordinator sees no vote and aborts.
+  CommitOutcome o = c.coordinator().Commit("t1");
+  CHECK(o.decision == Decision::kAbort);
+}

@@ -1,0 +1,203 @@
+// Shared fixtures for tests: temporary directories, a small fused-QKV manifest, and a cluster
+// of in-process participants with a coordinator.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fault_injection_fs.h"
+#include "wtx/coordinator.h"
+#include "wtx/inproc_transport.h"
+#include "wtx/manifest.h"
+#include "wtx/participant.h"
+
+namespace wtx::testing {
+
+// A directory removed when the object dies.
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    path_ = (std::filesystem::temp_directory_path() /
+             ("wtx-test-" + std::to_string(rd()) + "-" + std::to_string(rd())))
+                .string();
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string sub(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// qkv (bf16 [32, 8]: q rows 0-16, k 16-24, v 24-32), kv_b (bf16 [8, 4]), norm (f32 [8]),
+// packed (u8 [4, 4], layout packed); modules attn = {qkv, kv_b}, rest = {norm, packed};
+// derived W_UK_T from kv_b (attention), scales from qkv (post_load).
+inline nlohmann::json SmallManifestJson() {
+  return nlohmann::json::parse(R"({
+    "params": [
+      {"name": "qkv", "dtype": "bf16", "shape": [32, 8], "shards": [
+        {"id": "q", "source": "q_proj", "source_shape": [16, 8], "box": [[0, 16], [0, 8]], "source_box": [[0, 16], [0, 8]]},
+        {"id": "k", "source": "k_proj", "source_shape": [8, 8], "box": [[16, 24], [0, 8]], "source_box": [[0, 8], [0, 8]]},
+        {"id": "v", "source": "v_proj", "source_shape": [8, 8], "box": [[24, 32], [0, 8]], "source_box": [[0, 8], [0, 8]]}]},
+      {"name": "kv_b", "dtype": "bf16", "shape": [8, 4]},
+      {"name": "norm", "dtype": "f32", "shape": [8]},
+      {"name": "packed", "dtype": "u8", "shape": [4, 4], "shards": [
+        {"id": "0", "source": "packed_src", "source_shape": [4, 4], "box": [[0, 4], [0, 4]], "source_box": [[0, 4], [0, 4]], "layout": "packed"}]}
+    ],
+    "modules": [{"name": "attn", "params": ["qkv", "kv_b"]}, {"name": "rest", "params": ["norm", "packed"]}],
+    "derived": [{"name": "W_UK_T", "sources": ["kv_b"], "phase": "attention"},
+                {"name": "scales", "sources": ["qkv"], "phase": "post_load"}]
+  })");
+}
+
+inline ManifestPtr SmallManifest() { return ParseManifest(SmallManifestJson()).value(); }
+
+// Bytes for a box of a parameter: a deterministic pattern from (seed, element index).
+inline std::vector<uint8_t> Pattern(const Manifest& m, const std::string& param, const Box& box,
+                                    uint32_t seed) {
+  const ParamSpec& p = m.params()[*m.FindParam(param)];
+  std::vector<uint8_t> out(static_cast<size_t>(NumElements(box)) * DTypeSize(p.dtype));
+  std::mt19937 rng(seed * 7919u + static_cast<uint32_t>(box.empty() ? 0 : box[0].begin));
+  for (auto& b : out) b = static_cast<uint8_t>(rng());
+  return out;
+}
+
+// N ranks with the same manifest, each on its own fault-injecting filesystem, and a
+// coordinator. Ranks can be killed (with or without power loss) and restarted.
+class Cluster {
+ public:
+  Cluster(int ranks, ManifestPtr manifest, std::string kernel = "k1")
+      : manifest_(std::move(manifest)), kernel_(std::move(kernel)), transport_(ranks) {
+    for (int r = 0; r < ranks; ++r) {
+      fs_.push_back(std::make_shared<FaultInjectionFileSystem>());
+      p_.emplace_back();
+      Restart(r);
+    }
+    coord_fs_ = std::make_shared<FaultInjectionFileSystem>();
+    RestartCoordinator();
+  }
+
+  Participant& rank(int r) { return *p_[r]; }
+  Coordinator& coordinator() { return *c_; }
+  FaultInjectionFileSystem& fs(int r) { return *fs_[r]; }
+  InProcTransport& transport() { return transport_; }
+  const Manifest& manifest() const { return *manifest_; }
+  std::string rank_dir(int r) const { return dir_.sub("rank-" + std::to_string(r)); }
+  std::string coordinator_dir() const { return dir_.sub("coordinator"); }
+
+  Status Restart(int r, CrashPoints* cp = nullptr, size_t rollback_budget = size_t{1} << 30) {
+    transport_.SetParticipant(r, nullptr);
+    p_[r].reset();
+    ParticipantOptions o;
+    o.rank = r;
+    o.journal_dir = rank_dir(r);
+    o.env.fs = fs_[r];
+    o.kernel_identity = kernel_;
+    o.crash_points = cp;
+    o.rollback_budget_bytes = rollback_budget;
+    auto p = Participant::Open(std::move(o), manifest_);
+    if (!p.ok()) return p.status();
+    p_[r] = std::move(p).value();
+    transport_.SetParticipant(r, p_[r].get());
+    if (c_) return p_[r]->ResolveInDoubt(*c_);
+    return Status::OK();
+  }
+
+  void Kill(int r, bool power_loss) {
+    fs_[r]->SetActive(false);
+    transport_.SetParticipant(r, nullptr);
+    p_[r].reset();
+    if (power_loss) fs_[r]->DropUnsyncedData();
+    fs_[r]->SetActive(true);
+  }
+
+  Status RestartCoordinator(CrashPoints* cp = nullptr) {
+    c_.reset();
+    CoordinatorOptions o;
+    o.journal_dir = coordinator_dir();
+    o.env.fs = coord_fs_;
+    o.crash_points = cp;
+    auto c = Coordinator::Open(o, &transport_);
+    if (!c.ok()) return c.status();
+    c_ = std::move(c).value();
+    WTX_RETURN_IF_ERROR(c_->Recover());
+    for (auto& p : p_) {
+      if (p) WTX_RETURN_IF_ERROR(p->ResolveInDoubt(*c_));
+    }
+    return Status::OK();
+  }
+
+  void KillCoordinator(bool power_loss) {
+    coord_fs_->SetActive(false);
+    c_.reset();
+    if (power_loss) coord_fs_->DropUnsyncedData();
+    coord_fs_->SetActive(true);
+  }
+
+  // Writes every parameter whole on every rank with pattern `seed`.
+  Status WriteAll(uint32_t seed) {
+    for (auto& p : p_) {
+      for (const auto& ps : manifest_->params()) {
+        Box box = WholeBox(ps.shape);
+        auto bytes = Pattern(*manifest_, ps.name, box, seed);
+        WritePiece w{ps.name, "", box, bytes.data(), bytes.size()};
+        WTX_RETURN_IF_ERROR(p->Write({&w, 1}));
+      }
+    }
+    return Status::OK();
+  }
+
+  Status RefreshAll() {
+    for (auto& p : p_) {
+      auto r = p->Refresh("*");
+      if (!r.ok()) return r.status();
+    }
+    return Status::OK();
+  }
+
+  // begin full, write all, refresh, commit.
+  CommitOutcome FullCommit(const std::string& tx, uint32_t seed) {
+    BeginRequest b;
+    b.tx = tx;
+    b.kind = TxKind::kFull;
+    BeginOutcome bo = c_->Begin(b);
+    if (!bo.status.ok()) {
+      CommitOutcome o;
+      o.status = bo.status;
+      return o;
+    }
+    if (Status s = WriteAll(seed); !s.ok()) {
+      CommitOutcome o;
+      o.status = s;
+      return o;
+    }
+    if (Status s = RefreshAll(); !s.ok()) {
+      CommitOutcome o;
+      o.status = s;
+      return o;
+    }
+    return c_->Commit(tx);
+  }
+
+ private:
+  TempDir dir_;
+  ManifestPtr manifest_;
+  std::string kernel_;
+  InProcTransport transport_;
+  std::vector<std::shared_ptr<FaultInjectionFileSystem>> fs_;
+  std::vector<std::unique_ptr<Participant>> p_;
+  std::shared_ptr<FaultInjectionFileSystem> coord_fs_;
+  std::unique_ptr<Coordinator> c_;
+};
+
+}  // namespace wtx::testing
