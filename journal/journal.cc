@@ -131,7 +131,8 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
     auto meta = DecodeValue(meta_value, dir + ": identity record");
     if (!meta.ok()) return meta.status();
     const json& m = meta.value();
-    if (!m.contains("role") || !m["role"].is_string() || !m.contains("rank")) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("rank") ||
+        !m["rank"].is_number_integer()) {
       return Status::Corruption(dir + ": identity record lacks role/rank");
     }
     j->identity_.role = m["role"].get<std::string>();
@@ -198,8 +199,12 @@ Status Journal::LoadTail() {
   auto st = DecodeValue(sv, dir_ + ": state");
   if (!st.ok()) return st.status();
   state_ = std::move(st).value();
-  uint64_t seq = state_.value("seq", uint64_t{0});
-  std::string head = state_.value("head", std::string());
+  if (!state_.is_object() || !state_.contains("seq") || !state_["seq"].is_number_unsigned() ||
+      !state_.contains("head") || !state_["head"].is_string()) {
+    return Status::Corruption(dir_ + ": state lacks seq/head");
+  }
+  uint64_t seq = state_["seq"].get<uint64_t>();
+  std::string head = state_["head"].get<std::string>();
   if (seq != tail_seq || head != Hex64(tail_sum)) {
     return Status::Corruption(dir_ + ": state names record " + std::to_string(seq) +
                               " but the last record is " + std::to_string(tail_seq));
@@ -262,15 +267,24 @@ Status Journal::ForEachRecord(const std::function<Status(const json&)>& fn) cons
     auto rec = DecodeValue(it->value().ToStringView(), what);
     if (!rec.ok()) return rec.status();
     const json& r = rec.value();
-    if (r.value("seq", uint64_t{0}) != seq) {
+    if (!r.is_object() || !r.contains("seq") || !r["seq"].is_number_unsigned() ||
+        r["seq"].get<uint64_t>() != seq) {
       return Status::Corruption(what + ": stored under the wrong sequence number");
     }
-    if (r.value("prev", std::string()) != Hex64(prev)) {
+    if (!r.contains("prev") || !r["prev"].is_string() || r["prev"].get<std::string>() != Hex64(prev)) {
       return Status::Corruption(what + ": chain broken (does not follow record " +
                                 std::to_string(seq - 1) + ")");
     }
     prev = ValueChecksum(it->value().ToStringView());
-    WTX_RETURN_IF_ERROR(fn(r));
+    // Readers index records by field; a malformed record (valid checksum, wrong shape) is
+    // corruption, not an exception escaping into `wtx check` or a recovering process.
+    Status s;
+    try {
+      s = fn(r);
+    } catch (const json::exception& e) {
+      s = Status::Corruption(what + ": malformed record: " + e.what());
+    }
+    WTX_RETURN_IF_ERROR(s);
     ++expect;
   }
   if (!it->status().ok()) return FromRocks(it->status(), dir_ + ": scanning records");

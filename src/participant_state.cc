@@ -17,7 +17,9 @@ json StripBookkeeping(json state) {
   return state;
 }
 
-Result<json> ApplyParticipantRecord(const json& state, const json& r) {
+namespace {
+
+Result<json> ApplyUnchecked(const json& state, const json& r) {
   json s = StripBookkeeping(state);
   const std::string type = r.value("type", std::string());
   const json tx = r.value("tx", json());
@@ -78,6 +80,26 @@ Result<json> ApplyParticipantRecord(const json& state, const json& r) {
     return Status::Corruption("unknown record type '" + type + "'");
   }
   return s;
+}
+
+}  // namespace
+
+Result<json> ApplyParticipantRecord(const json& state, const json& r) {
+  // A record with a valid checksum can still be malformed (written by another program, or
+  // crafted): that is a corrupt journal, never an exception escaping into the reader.
+  const std::string at = "record " + (r.is_object() && r.contains("seq") && r["seq"].is_number()
+                                          ? r["seq"].dump()
+                                          : std::string("?"));
+  if (!r.is_object()) return Status::Corruption(at + " is not an object");
+  if (!state.is_null() && !state.is_object()) return Status::Corruption("state is not an object");
+  if (state.is_null() && r.value("type", json()) != "CREATE") {
+    return Status::Corruption(at + " comes before the journal's CREATE record");
+  }
+  try {
+    return ApplyUnchecked(state, r);
+  } catch (const json::exception& e) {
+    return Status::Corruption(at + " is malformed: " + e.what());
+  }
 }
 
 }  // namespace wtx

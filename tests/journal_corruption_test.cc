@@ -287,6 +287,24 @@ TEST_CASE("RewrittenStateIsDetected") {
   ExpectCorrupt(c.path, "differs from the stored state");
 }
 
+// Found by fuzz_record: a record with a valid checksum and chain link but a missing field made
+// the replay throw, so `wtx check` died instead of reporting. It is corruption.
+TEST_CASE("MalformedRecordWithValidChecksumIsReportedNotACrash") {
+  Copy c;
+  Rewrite(c.path, [](rocksdb::DB* db) {
+    std::string prev;
+    REQUIRE(db->Get(rocksdb::ReadOptions(), RecordKey(2), &prev).ok());
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(ValueChecksum(prev)));
+    json bad = {{"type", "OUTCOME"}, {"tx", "t1"}, {"seq", 3}, {"prev", hex}};  // no decision
+    REQUIRE(db->Put(rocksdb::WriteOptions(), RecordKey(3), EncodeValue(bad)).ok());
+  });
+  Run r = Check(c.path);
+  INFO(r.out);
+  CHECK(r.code == 3);
+  CHECK_THAT(r.out, Catch::Contains("record 3"));
+}
+
 TEST_CASE("ForeignJournalIsDetected") {
   Copy c("rank-1", "rank-0");  // rank 1's files in rank 0's directory
   ExpectCorrupt(c.path, "journal of participant rank 1 where the journal of participant rank 0");

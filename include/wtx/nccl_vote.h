@@ -99,9 +99,9 @@ class NcclVoteTransport : public Transport {
   NcclVoteGroup* group_;
   Participant* local_;
   std::mutex mu_;
-  std::string voted_tx_;               // the transaction of the last exchange
+  std::string voted_tx_;  // the transaction of the last exchange
   std::vector<Vote> votes_;
-  std::string broadcast_tx_;           // decision broadcast done for this transaction
+  std::string broadcast_tx_;  // decision broadcast done for this transaction
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
 };
 

@@ -41,7 +41,7 @@ namespace wtx {
 
 struct TcpTransportOptions {
   std::string listen_host = "127.0.0.1";
-  uint16_t port = 0;  // 0: a free port, see port()
+  uint16_t port = 0;   // 0: a free port, see port()
   std::string secret;  // REQUIRED: non-empty, shared with every rank
   int num_ranks = 1;
   std::chrono::milliseconds request_timeout{10000};

@@ -152,8 +152,10 @@ std::string EncodeFrame(const json& message) {
 
 Result<json> DecodePayload(const uint8_t* data, size_t size) {
   if (!CborShapeOk(data, size)) {
-    return Status::InvalidArgument("malformed frame: not one well-formed CBOR item (or nested "
-                                   "deeper than " + std::to_string(kMaxCborDepth) + ")");
+    return Status::InvalidArgument(
+        "malformed frame: not one well-formed CBOR item (or nested "
+        "deeper than " +
+        std::to_string(kMaxCborDepth) + ")");
   }
   json j = json::from_cbor(data, data + size, /*strict=*/true, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
@@ -263,8 +265,7 @@ void Channel::ReadHeader() {
                      if (ec) return self->CloseOnIo(ec.message());
                      const uint32_t size = ReadBe32(self->header_);
                      if (size == 0 || size > self->options_.max_frame_bytes) {
-                       return self->Refuse("frame of " + std::to_string(size) +
-                                           " bytes (limit " +
+                       return self->Refuse("frame of " + std::to_string(size) + " bytes (limit " +
                                            std::to_string(self->options_.max_frame_bytes) + ")");
                      }
                      self->ReadBody(size);
@@ -359,9 +360,9 @@ void Channel::Send(json message) {
   std::string frame = EncodeFrame(message);
   if (frame.size() - 4 > options_.max_frame_bytes && message.contains("re")) {
     json err = {{"re", message["re"]},
-                {"err", StatusToJson(Status::InvalidArgument(
-                            "answer of " + std::to_string(frame.size() - 4) +
-                            " bytes exceeds the frame limit"))}};
+                {"err", StatusToJson(Status::InvalidArgument("answer of " +
+                                                             std::to_string(frame.size() - 4) +
+                                                             " bytes exceeds the frame limit"))}};
     if (self_rank_ >= 0) err["from"] = self_rank_;
     frame = EncodeFrame(err);
   }
@@ -459,8 +460,8 @@ Result<json> Channel::Call(const std::string& method, json params,
   if (fut.wait_for(timeout) != std::future_status::ready) {
     std::lock_guard<std::mutex> l(mu_);
     if (pending_.erase(id)) {
-      return fail(Status(ErrorCode::kTimeout,
-                         "no answer to '" + method + "' within " + Ms(timeout)));
+      return fail(
+          Status(ErrorCode::kTimeout, "no answer to '" + method + "' within " + Ms(timeout)));
     }
   }
   Reply r = fut.get();
@@ -502,8 +503,8 @@ void AsyncReadFrame(tcp::socket& socket, size_t limit, std::shared_ptr<std::stri
 class ServerHandshake : public std::enable_shared_from_this<ServerHandshake> {
  public:
   ServerHandshake(EventLoop& loop, tcp::socket socket, std::string secret, const NetOptions& o,
-                  std::string tag, AuthorizeFn authorize, InstallFn install,
-                  RequestHandler handler, std::function<void(Channel*)> on_close)
+                  std::string tag, AuthorizeFn authorize, InstallFn install, RequestHandler handler,
+                  std::function<void(Channel*)> on_close)
       : loop_(loop),
         socket_(std::move(socket)),
         secret_(std::move(secret)),
@@ -526,8 +527,8 @@ class ServerHandshake : public std::enable_shared_from_this<ServerHandshake> {
       self->Refuse("no authentication within " + Ms(self->options_.handshake_timeout), "");
     });
     nonce_ = RandomNonce();
-    auto hello = std::make_shared<std::string>(
-        EncodeFrame({{"hello", kWireVersion}, {"nonce", nonce_}}));
+    auto hello =
+        std::make_shared<std::string>(EncodeFrame({{"hello", kWireVersion}, {"nonce", nonce_}}));
     asio::async_write(socket_, asio::buffer(*hello),
                       [self, hello](const boost::system::error_code& ec, size_t) {
                         if (ec) return self->Quit();
@@ -566,8 +567,7 @@ class ServerHandshake : public std::enable_shared_from_this<ServerHandshake> {
     }
     PeerIdentity peer{role, role == "rank" ? rank : -1, address_};
     if (Status a = authorize_ ? authorize_(peer) : Status::OK(); !a.ok()) {
-      return Refuse(role + (role == "rank" ? " " + std::to_string(rank) : "") + ": " +
-                        a.message(),
+      return Refuse(role + (role == "rank" ? " " + std::to_string(rank) : "") + ": " + a.message(),
                     a.message());
     }
     done_ = true;
@@ -648,24 +648,24 @@ class ClientHandshake : public std::enable_shared_from_this<ClientHandshake> {
       if (ec) return;
       self->Finish(Status(ErrorCode::kTimeout, "connecting to " + self->address_ + " timed out"));
     });
-    asio::async_connect(socket_, endpoints,
-                        [self](const boost::system::error_code& ec, const tcp::endpoint&) {
-                          if (ec) {
-                            return self->Finish(Status(ErrorCode::kCrashed,
-                                                       "cannot connect to " + self->address_ +
-                                                           ": " + ec.message()));
-                          }
-                          TuneSocket(self->socket_);
-                          AsyncReadFrame(self->socket_, kMaxHandshakeFrameBytes, self->buf_,
-                                         [self](Status s, json m) { self->OnHello(s, m); });
-                        });
+    asio::async_connect(
+        socket_, endpoints, [self](const boost::system::error_code& ec, const tcp::endpoint&) {
+          if (ec) {
+            return self->Finish(Status(
+                ErrorCode::kCrashed, "cannot connect to " + self->address_ + ": " + ec.message()));
+          }
+          TuneSocket(self->socket_);
+          AsyncReadFrame(self->socket_, kMaxHandshakeFrameBytes, self->buf_,
+                         [self](Status s, json m) { self->OnHello(s, m); });
+        });
   }
 
  private:
   void OnHello(const Status& s, const json& m) {
     if (done_) return;
-    if (!s.ok()) return Finish(Status(ErrorCode::kCrashed, "handshake with " + address_ +
-                                                               " failed: " + s.message()));
+    if (!s.ok())
+      return Finish(
+          Status(ErrorCode::kCrashed, "handshake with " + address_ + " failed: " + s.message()));
     auto h = m.find("hello");
     auto n = m.find("nonce");
     if (h == m.end() || *h != kWireVersion || n == m.end() || !n->is_string() ||
@@ -680,23 +680,22 @@ class ClientHandshake : public std::enable_shared_from_this<ClientHandshake> {
          {"nonce", client_nonce_},
          {"mac", HandshakeMac(secret_, "client", server_nonce_, client_nonce_, role_, rank_)}}));
     auto self = shared_from_this();
-    asio::async_write(socket_, asio::buffer(*frame),
-                      [self, frame](const boost::system::error_code& ec, size_t) {
-                        if (ec) {
-                          return self->Finish(Status(ErrorCode::kCrashed,
-                                                     "handshake with " + self->address_ +
-                                                         " failed: " + ec.message()));
-                        }
-                        AsyncReadFrame(self->socket_, kMaxHandshakeFrameBytes, self->buf_,
-                                       [self](Status s, json m) { self->OnVerdict(s, m); });
-                      });
+    asio::async_write(
+        socket_, asio::buffer(*frame), [self, frame](const boost::system::error_code& ec, size_t) {
+          if (ec) {
+            return self->Finish(Status(ErrorCode::kCrashed, "handshake with " + self->address_ +
+                                                                " failed: " + ec.message()));
+          }
+          AsyncReadFrame(self->socket_, kMaxHandshakeFrameBytes, self->buf_,
+                         [self](Status s, json m) { self->OnVerdict(s, m); });
+        });
   }
 
   void OnVerdict(const Status& s, const json& m) {
     if (done_) return;
     if (!s.ok()) {
-      return Finish(Status(ErrorCode::kCrashed,
-                           "handshake with " + address_ + " failed: " + s.message()));
+      return Finish(
+          Status(ErrorCode::kCrashed, "handshake with " + address_ + " failed: " + s.message()));
     }
     if (auto r = m.find("refused"); r != m.end()) {
       return Finish(Status::InvalidArgument(address_ + " refused " + role_ +
@@ -750,10 +749,9 @@ void AcceptHandshake(EventLoop& loop, tcp::socket socket, std::string secret,
                      const NetOptions& options, std::string tag, AuthorizeFn authorize,
                      InstallFn install, RequestHandler handler,
                      std::function<void(Channel*)> on_close) {
-  auto hs = std::make_shared<ServerHandshake>(loop, std::move(socket), std::move(secret), options,
-                                              std::move(tag), std::move(authorize),
-                                              std::move(install), std::move(handler),
-                                              std::move(on_close));
+  auto hs = std::make_shared<ServerHandshake>(
+      loop, std::move(socket), std::move(secret), options, std::move(tag), std::move(authorize),
+      std::move(install), std::move(handler), std::move(on_close));
   hs->Start();
 }
 

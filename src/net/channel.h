@@ -101,9 +101,8 @@ class EventLoop {
 };
 
 // Returns a result, an error, or nullopt to send no answer at all (test hook: a silent rank).
-using RequestHandler =
-    std::function<std::optional<Result<nlohmann::json>>(const std::string& method,
-                                                        const nlohmann::json& params)>;
+using RequestHandler = std::function<std::optional<Result<nlohmann::json>>(
+    const std::string& method, const nlohmann::json& params)>;
 
 class Channel : public std::enable_shared_from_this<Channel> {
  public:

@@ -101,16 +101,11 @@ json VoteToJson(const Vote& v) {
     stale.push_back(
         {{"name", s.name}, {"phase", PhaseName(s.phase)}, {"sources", s.written_sources}});
   }
-  return {{"rank", v.rank},
-          {"tx", v.tx},
-          {"yes", v.yes},
-          {"wrote", v.wrote},
-          {"digest", v.digest},
-          {"error", ErrorCodeName(v.error)},
-          {"message", v.message},
-          {"errors", errors},
-          {"missing", missing},
-          {"missing_total", v.missing_total},
+  return {{"rank", v.rank},       {"tx", v.tx},
+          {"yes", v.yes},         {"wrote", v.wrote},
+          {"digest", v.digest},   {"error", ErrorCodeName(v.error)},
+          {"message", v.message}, {"errors", errors},
+          {"missing", missing},   {"missing_total", v.missing_total},
           {"stale", stale}};
 }
 

@@ -13,8 +13,7 @@ ControlServer::ControlServer(std::string secret, RequestHandler handler, const N
       loop_(2),
       acceptor_(loop_.io()) {}
 
-Result<std::unique_ptr<ControlServer>> ControlServer::Listen(const std::string& host,
-                                                             uint16_t port,
+Result<std::unique_ptr<ControlServer>> ControlServer::Listen(const std::string& host, uint16_t port,
                                                              const std::string& secret,
                                                              RequestHandler handler,
                                                              const NetOptions& options,

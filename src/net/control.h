@@ -25,8 +25,7 @@ class ControlServer {
   static Result<std::unique_ptr<ControlServer>> Listen(const std::string& host, uint16_t port,
                                                        const std::string& secret,
                                                        RequestHandler handler,
-                                                       const NetOptions& options,
-                                                       std::string tag);
+                                                       const NetOptions& options, std::string tag);
   ~ControlServer();
   uint16_t port() const { return port_; }
 
@@ -50,8 +49,7 @@ class ControlClient {
  public:
   static Result<std::unique_ptr<ControlClient>> Connect(const std::string& host, uint16_t port,
                                                         const std::string& secret,
-                                                        const NetOptions& options,
-                                                        std::string tag);
+                                                        const NetOptions& options, std::string tag);
   ~ControlClient();
   // Transport failures are kCrashed / kTimeout; errors answered by the server come back as
   // they were sent.

@@ -103,8 +103,7 @@ Result<std::pair<Decision, std::string>> UnpackDecisionRecord(const std::string&
   return std::make_pair(static_cast<Decision>(r[2]), GetText(r));
 }
 
-Result<std::unique_ptr<NcclVoteGroup>> NcclVoteGroup::Create(ncclComm_t comm, int rank,
-                                                             int nranks,
+Result<std::unique_ptr<NcclVoteGroup>> NcclVoteGroup::Create(ncclComm_t comm, int rank, int nranks,
                                                              NcclVoteOptions options) {
   if (!comm || rank < 0 || rank >= nranks) return Status::InvalidArgument("bad NCCL group");
   std::unique_ptr<NcclVoteGroup> g(new NcclVoteGroup());
@@ -193,7 +192,8 @@ Result<std::pair<Decision, std::string>> NcclVoteGroup::BroadcastDecision(
   auto s = static_cast<cudaStream_t>(stream_);
   NcclRecord rec = PackDecisionRecord(tx, d, version);
   if (rank_ == 0) {
-    if (auto e = cudaMemcpyAsync(d_decision_, rec.data(), kNcclRecordBytes, cudaMemcpyHostToDevice, s);
+    if (auto e =
+            cudaMemcpyAsync(d_decision_, rec.data(), kNcclRecordBytes, cudaMemcpyHostToDevice, s);
         e != cudaSuccess) {
       return CudaErr("decision upload", e);
     }
@@ -202,7 +202,8 @@ Result<std::pair<Decision, std::string>> NcclVoteGroup::BroadcastDecision(
       e != ncclSuccess) {
     return NcclErr("ncclBroadcast", e);
   }
-  if (auto e = cudaMemcpyAsync(rec.data(), d_decision_, kNcclRecordBytes, cudaMemcpyDeviceToHost, s);
+  if (auto e =
+          cudaMemcpyAsync(rec.data(), d_decision_, kNcclRecordBytes, cudaMemcpyDeviceToHost, s);
       e != cudaSuccess) {
     return CudaErr("decision download", e);
   }

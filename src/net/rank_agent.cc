@@ -42,7 +42,9 @@ class TcpRankAgent::Impl : public DecisionOracle {
     loop_.Stop();
   }
 
-  void Start() { thread_ = std::thread([this] { Run(); }); }
+  void Start() {
+    thread_ = std::thread([this] { Run(); });
+  }
 
   RankAgentState state() const {
     std::lock_guard<std::mutex> l(mu_);

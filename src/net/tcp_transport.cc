@@ -174,7 +174,8 @@ class TcpTransport::Impl {
         std::lock_guard<std::mutex> l(mu_);
         oracle = oracle_;
       }
-      if (!oracle) return Result<json>(Status(ErrorCode::kCrashed, "the coordinator is recovering"));
+      if (!oracle)
+        return Result<json>(Status(ErrorCode::kCrashed, "the coordinator is recovering"));
       auto tx = p.find("tx");
       if (tx == p.end() || !tx->is_string()) {
         return Result<json>(Status::InvalidArgument("query_decision: missing tx"));
@@ -285,8 +286,8 @@ class TcpTransport::Impl::Proxy : public ParticipantEndpoint {
   }
   // An answer we cannot decode: the peer does not speak the protocol; drop it.
   Status Malformed(const std::shared_ptr<net::Channel>& c, const Status& s) {
-    net::LogLine(t_->options_.log_tag, "refused answer from rank " + std::to_string(rank_) +
-                                           ": " + s.message() + "; connection closed");
+    net::LogLine(t_->options_.log_tag, "refused answer from rank " + std::to_string(rank_) + ": " +
+                                           s.message() + "; connection closed");
     if (c) c->Close();
     return Down();
   }

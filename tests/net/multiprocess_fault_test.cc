@@ -15,8 +15,8 @@
 #include <random>
 #include <thread>
 
-#include "tcp_simulator.h"
 #include "../test_util.h"
+#include "tcp_simulator.h"
 
 namespace wtx::sim {
 namespace {
@@ -148,15 +148,16 @@ TEST_CASE("RandomKillsLeaveRanksAgreeing", "[tcp][faults]") {
     procs.Abort(tx);  // E_NO_TX when already decided: nothing changes
     const std::vector<DecisionEntry> ds = procs.Decisions();
     const std::optional<std::string> want = LastCommitted(ds);
-    INFO("kill " << kill << " victim " << victim << " after " << delay.count() << " ms; crash "
-                 << (commit.crash ? commit.crash->who + "@" + commit.crash->at : "-")
-                 << "; outcome "
-                 << (outcome ? outcome->status.ToString() + " decision " +
-                                   (outcome->decision ? std::string(DecisionName(*outcome->decision)) : "none")
-                             : "none")
-                 << "; last decision "
-                 << (ds.empty() ? "-" : ds.back().tx + " " + std::string(DecisionName(ds.back().decision)))
-                 << " want " << want.value_or("null"));
+    INFO("kill "
+         << kill << " victim " << victim << " after " << delay.count() << " ms; crash "
+         << (commit.crash ? commit.crash->who + "@" + commit.crash->at : "-") << "; outcome "
+         << (outcome
+                 ? outcome->status.ToString() + " decision " +
+                       (outcome->decision ? std::string(DecisionName(*outcome->decision)) : "none")
+                 : "none")
+         << "; last decision "
+         << (ds.empty() ? "-" : ds.back().tx + " " + std::string(DecisionName(ds.back().decision)))
+         << " want " << want.value_or("null"));
     for (int r = 0; r < kRanks; ++r) {
       INFO("rank " << r);
       REQUIRE(procs.RankAlive(r));

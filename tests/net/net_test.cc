@@ -30,8 +30,7 @@ std::string Unhex(const std::string& h) {
 }
 
 TEST_CASE("Sha256MatchesFips180Vectors", "[net]") {
-  CHECK(ToHex(Sha256Of("")) ==
-        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(ToHex(Sha256Of("")) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   CHECK(ToHex(Sha256Of("abc")) ==
         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   CHECK(ToHex(Sha256Of("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")) ==
@@ -104,10 +103,10 @@ TEST_CASE("FramesRoundTripAndMalformedPayloadsAreRefused", "[net]") {
     return DecodePayload(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()).ok();
   };
   CHECK_FALSE(bad("\xff\xfe garbage"));
-  CHECK_FALSE(bad(std::string("\xa1\x61", 2)));              // map cut short
-  CHECK_FALSE(bad(std::string("\x83\x01\x02", 3)));          // array of 3 with 2 items
-  CHECK_FALSE(bad(std::string("\x01", 1)));                   // not a map
-  CHECK_FALSE(bad(std::string("\xa0\x00", 2)));               // trailing bytes
+  CHECK_FALSE(bad(std::string("\xa1\x61", 2)));      // map cut short
+  CHECK_FALSE(bad(std::string("\x83\x01\x02", 3)));  // array of 3 with 2 items
+  CHECK_FALSE(bad(std::string("\x01", 1)));          // not a map
+  CHECK_FALSE(bad(std::string("\xa0\x00", 2)));      // trailing bytes
   CHECK_FALSE(bad(std::string("\xbb\xff\xff\xff\xff\xff\xff\xff\xff", 9)));  // huge count
   // Nesting bomb: 100000 nested arrays must be refused without recursing.
   std::string bomb = "\xa1\x61x";

@@ -12,8 +12,8 @@
 #include <future>
 #include <thread>
 
-#include "net/channel.h"
 #include "../test_util.h"
+#include "net/channel.h"
 #include "wtx/participant_endpoint.h"
 #include "wtx/tcp_transport.h"
 
@@ -52,8 +52,8 @@ class RawClient {
     out->clear();
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (out->size() < n) {
-      const auto left = std::chrono::duration_cast<milliseconds>(
-          deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return false;
       pollfd p{fd_, POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
@@ -89,8 +89,8 @@ class RawClient {
   bool ClosedByPeer(milliseconds timeout = milliseconds(5000)) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
-      const auto left = std::chrono::duration_cast<milliseconds>(
-          deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return false;
       pollfd p{fd_, POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
@@ -310,21 +310,21 @@ TEST_CASE("RankImpersonationIsRefused", "[tcp][auth]") {
   {
     RawClient c(rig.transport->port());
     REQUIRE(c.Handshake(kSecret, "rank", 1).value("ok", false));
-    c.Write(net::EncodeFrame({{"id", 1}, {"m", "query_decision"}, {"p", {{"tx", "t"}}},
-                              {"from", 0}}));
+    c.Write(
+        net::EncodeFrame({{"id", 1}, {"m", "query_decision"}, {"p", {{"tx", "t"}}}, {"from", 0}}));
     CHECK(c.ClosedByPeer());
   }
   // Rank 2's connection answering as rank 0.
   RawClient c(rig.transport->port());
   REQUIRE(c.Handshake(kSecret, "rank", 2).value("ok", false));
   REQUIRE(rig.transport->WaitForRanks({2}, milliseconds(2000)));
-  auto fut = std::async(std::launch::async,
-                        [&] { return rig.transport->endpoint(2)->Describe(); });
+  auto fut = std::async(std::launch::async, [&] { return rig.transport->endpoint(2)->Describe(); });
   json req = c.ReadFrame();
   REQUIRE(req.value("m", "") == "describe");
-  c.Write(net::EncodeFrame({{"re", req["id"]},
-                            {"from", 2},
-                            {"ok", {{"rank", 0}, {"fingerprint", "f"}, {"kernel_identity", "k1"}}}}));
+  c.Write(
+      net::EncodeFrame({{"re", req["id"]},
+                        {"from", 2},
+                        {"ok", {{"rank", 0}, {"fingerprint", "f"}, {"kernel_identity", "k1"}}}}));
   REQUIRE(fut.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
   CHECK(fut.get().status().code() == ErrorCode::kCrashed);
   CHECK(c.ClosedByPeer());
@@ -351,7 +351,9 @@ TEST_CASE("SilentRankTimesOutAndTheTransactionAborts", "[tcp]") {
 class CrashAt : public CrashPoints {
  public:
   explicit CrashAt(std::string p) : p_(std::move(p)) {}
-  bool ShouldCrash(std::string_view point) override { return point == p_ && !std::exchange(done_, true); }
+  bool ShouldCrash(std::string_view point) override {
+    return point == p_ && !std::exchange(done_, true);
+  }
 
  private:
   std::string p_;

@@ -120,10 +120,15 @@ json RunInProc(int n, int repeats, const std::string& root) {
   const Stats sb = Summarize(begin), sc = Summarize(commit);
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  json out = {{"transport", "inproc"}, {"ranks", n},           {"open_ms", open_ms},
-              {"fds", OpenFds()},      {"max_rss_mb", ru.ru_maxrss / 1024},
-              {"begin_p50_ms", sb.p50}, {"begin_p90_ms", sb.p90},
-              {"commit_p50_ms", sc.p50}, {"commit_p90_ms", sc.p90}};
+  json out = {{"transport", "inproc"},
+              {"ranks", n},
+              {"open_ms", open_ms},
+              {"fds", OpenFds()},
+              {"max_rss_mb", ru.ru_maxrss / 1024},
+              {"begin_p50_ms", sb.p50},
+              {"begin_p90_ms", sb.p90},
+              {"commit_p50_ms", sc.p50},
+              {"commit_p90_ms", sc.p90}};
   c.reset();
   parts.clear();
   std::filesystem::remove_all(dir);
@@ -170,9 +175,10 @@ json RunTcp(int n, int repeats, const std::string& root, const std::string& wtx)
     commit.push_back(Ms(Clock::now() - a));
   }
   const Stats sb = Summarize(begin), sc2 = Summarize(commit);
-  json out = {{"transport", "tcp"},        {"ranks", n},           {"start_ms", start_ms},
-              {"begin_p50_ms", sb.p50},    {"begin_p90_ms", sb.p90},
-              {"commit_p50_ms", sc2.p50},  {"commit_p90_ms", sc2.p90}};
+  json out = {{"transport", "tcp"},      {"ranks", n},
+              {"start_ms", start_ms},    {"begin_p50_ms", sb.p50},
+              {"begin_p90_ms", sb.p90},  {"commit_p50_ms", sc2.p50},
+              {"commit_p90_ms", sc2.p90}};
   std::filesystem::remove_all(dir);
   return out;
 }
@@ -184,11 +190,16 @@ int main(int argc, char** argv) {
   int repeats = 10;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--inproc") inproc = v;
-    else if (k == "--tcp") tcp = v;
-    else if (k == "--repeats") repeats = std::stoi(v);
-    else if (k == "--dir") dir = v;
-    else if (k == "--wtx") wtx = v;
+    if (k == "--inproc")
+      inproc = v;
+    else if (k == "--tcp")
+      tcp = v;
+    else if (k == "--repeats")
+      repeats = std::stoi(v);
+    else if (k == "--dir")
+      dir = v;
+    else if (k == "--wtx")
+      wtx = v;
     else {
       std::cerr << "unknown option " << k << "\n";
       return 2;

@@ -42,10 +42,10 @@ json RankStepToJson(const Step& st) {
       fill["override"] = {{"seed", st.fill.override_seed}, {"indices", idx}};
     }
   }
-  json j = {{"op", st.op},           {"param", st.param},     {"shard", st.shard},
-            {"source", st.source},   {"fill", fill},          {"indices", st.indices},
-            {"part", st.part},       {"parts", st.parts},     {"derived", st.derived},
-            {"value", st.value},     {"index", st.index}};
+  json j = {{"op", st.op},         {"param", st.param}, {"shard", st.shard},
+            {"source", st.source}, {"fill", fill},      {"indices", st.indices},
+            {"part", st.part},     {"parts", st.parts}, {"derived", st.derived},
+            {"value", st.value},   {"index", st.index}};
   if (st.box) j["box"] = net::BoxToJson(*st.box);
   return j;
 }
@@ -78,7 +78,8 @@ Result<Step> RankStepFromJson(const json& j) {
 
 json BeginOutcomeToJson(const BeginOutcome& o) {
   json errors = json::array();
-  for (const auto& e : o.errors) errors.push_back({{"rank", e.rank}, {"status", StatusJson(e.status)}});
+  for (const auto& e : o.errors)
+    errors.push_back({{"rank", e.rank}, {"status", StatusJson(e.status)}});
   return {{"status", StatusJson(o.status)}, {"errors", errors}};
 }
 
@@ -164,7 +165,8 @@ Result<std::vector<DecisionEntry>> DecisionsFromJson(const json& j) {
         for (const auto& e : j) {
           DecisionEntry d;
           d.tx = e.at("tx").get<std::string>();
-          d.decision = DecisionFromName(e.at("decision").get<std::string>()).value_or(Decision::kAbort);
+          d.decision =
+              DecisionFromName(e.at("decision").get<std::string>()).value_or(Decision::kAbort);
           d.version = e.at("version").get<std::string>();
           d.reason = e.at("reason").get<std::string>();
           d.time_micros = e.at("ts").get<int64_t>();

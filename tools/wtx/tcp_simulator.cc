@@ -36,7 +36,8 @@ Status ReadLine(int fd, std::string* line, milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   line->clear();
   for (;;) {
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return Status(ErrorCode::kTimeout, "no ready line in time");
     pollfd p{fd, POLLIN, 0};
     int r = ::poll(&p, 1, static_cast<int>(left.count()));
@@ -113,7 +114,8 @@ Status ChildProcess::Spawn(const std::vector<std::string>& args, milliseconds ti
   }
   ::close(fds[1]);
   pid_ = pid;
-  if (std::getenv("WTX_SIM_TRACE")) net::LogLine("sim", "spawned " + std::to_string(pid) + ": " + args[1]);
+  if (std::getenv("WTX_SIM_TRACE"))
+    net::LogLine("sim", "spawned " + std::to_string(pid) + ": " + args[1]);
   std::string line;
   Status s = ReadLine(fds[0], &line, timeout);
   ::close(fds[0]);
@@ -140,9 +142,9 @@ bool ChildProcess::Alive() {
   pid_t r = ::waitpid(pid_, &st, WNOHANG);
   if (r == pid_ || (r < 0 && errno == ECHILD)) {
     // Exited on its own (or killed from outside the controller).
-    if (r == pid_ && (std::getenv("WTX_SIM_TRACE") ||
-                      (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) &&
-                       !(WIFEXITED(st) && WEXITSTATUS(st) == 137)))) {
+    if (r == pid_ &&
+        (std::getenv("WTX_SIM_TRACE") || (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) &&
+                                          !(WIFEXITED(st) && WEXITSTATUS(st) == 137)))) {
       net::LogLine("sim", "process " + std::to_string(pid_) + " ended unexpectedly (" +
                               (WIFSIGNALED(st) ? "signal " + std::to_string(WTERMSIG(st))
                                                : "exit " + std::to_string(WEXITSTATUS(st))) +
@@ -210,9 +212,10 @@ Status TcpProcesses::Start() {
   for (int r = 0; r < sc_.ranks; ++r) WTX_RETURN_IF_ERROR(SpawnRank(r));
   json all = json::array();
   for (int r = 0; r < sc_.ranks; ++r) all.push_back(r);
-  WTX_ASSIGN_OR_RETURN(w, CallCoordinator("wait_ranks",
-                                          {{"ranks", all}, {"timeout_ms", options_.start_timeout.count()}},
-                                          options_.start_timeout + kCallTimeout));
+  WTX_ASSIGN_OR_RETURN(
+      w, CallCoordinator("wait_ranks",
+                         {{"ranks", all}, {"timeout_ms", options_.start_timeout.count()}},
+                         options_.start_timeout + kCallTimeout));
   if (!w.value("ok", false)) return Status(ErrorCode::kTimeout, "ranks did not connect in time");
   WTX_ASSIGN_OR_RETURN(rec, CallCoordinator("recover", json::object(), kCallTimeout));
   WTX_RETURN_IF_ERROR(StatusFromJson(rec));
@@ -220,21 +223,25 @@ Status TcpProcesses::Start() {
 }
 
 Status TcpProcesses::SpawnCoordinator() {
-  std::vector<std::string> args = {
-      options_.binary, "coordinator",
-      "--listen", "127.0.0.1:" + std::to_string(coord_port_),
-      "--journal", options_.journal_dir + "/coordinator",
-      "--secret-file", secret_file_,
-      "--ranks", std::to_string(sc_.ranks),
-      "--prepare-timeout-ms", std::to_string(options_.prepare_timeout.count()),
-      "--defer-recovery"};
+  std::vector<std::string> args = {options_.binary,
+                                   "coordinator",
+                                   "--listen",
+                                   "127.0.0.1:" + std::to_string(coord_port_),
+                                   "--journal",
+                                   options_.journal_dir + "/coordinator",
+                                   "--secret-file",
+                                   secret_file_,
+                                   "--ranks",
+                                   std::to_string(sc_.ranks),
+                                   "--prepare-timeout-ms",
+                                   std::to_string(options_.prepare_timeout.count()),
+                                   "--defer-recovery"};
   if (options_.test_hooks) args.push_back("--test-hooks");
   json ready;
   WTX_RETURN_IF_ERROR(coord_.child.Spawn(args, options_.start_timeout, &ready));
   coord_.pid = coord_.child.pid();
   coord_port_ = ready.value("port", uint16_t{0});
-  auto c = net::ControlClient::Connect("127.0.0.1", coord_port_, secret_, net::NetOptions(),
-                                       "sim");
+  auto c = net::ControlClient::Connect("127.0.0.1", coord_port_, secret_, net::NetOptions(), "sim");
   if (!c.ok()) {
     coord_.child.Kill();
     coord_.pid = 0;
@@ -246,16 +253,24 @@ Status TcpProcesses::SpawnCoordinator() {
 
 Status TcpProcesses::SpawnRank(int r) {
   Proc& p = *ranks_[r];
-  std::vector<std::string> args = {
-      options_.binary, "rank",
-      "--connect", "127.0.0.1:" + std::to_string(coord_port_),
-      "--rank", std::to_string(r),
-      "--journal", options_.journal_dir + "/rank-" + std::to_string(r),
-      "--secret-file", secret_file_,
-      "--manifest", work_dir_ + "/manifest-" + std::to_string(r) + ".json",
-      "--rollback-budget-bytes", std::to_string(sc_.rollback_budget_bytes),
-      "--control", "127.0.0.1:0",
-      "--backoff-max-ms", "100"};
+  std::vector<std::string> args = {options_.binary,
+                                   "rank",
+                                   "--connect",
+                                   "127.0.0.1:" + std::to_string(coord_port_),
+                                   "--rank",
+                                   std::to_string(r),
+                                   "--journal",
+                                   options_.journal_dir + "/rank-" + std::to_string(r),
+                                   "--secret-file",
+                                   secret_file_,
+                                   "--manifest",
+                                   work_dir_ + "/manifest-" + std::to_string(r) + ".json",
+                                   "--rollback-budget-bytes",
+                                   std::to_string(sc_.rollback_budget_bytes),
+                                   "--control",
+                                   "127.0.0.1:0",
+                                   "--backoff-max-ms",
+                                   "100"};
   if (options_.test_hooks) args.push_back("--test-hooks");
   if (!sc_.kernel_identity.empty()) {
     args.push_back("--kernel-identity");
@@ -360,7 +375,8 @@ CommitOutcome TcpProcesses::Commit(const Step& st, bool* coordinator_died) {
   }
   for (int r : st.silent) CallRank(r, "set_silent", {{"silent", true}}, kCallTimeout).status().ok();
   auto j = CallCoordinator("commit", {{"tx", st.tx}}, kCallTimeout * 4);
-  for (int r : st.silent) CallRank(r, "set_silent", {{"silent", false}}, kCallTimeout).status().ok();
+  for (int r : st.silent)
+    CallRank(r, "set_silent", {{"silent", false}}, kCallTimeout).status().ok();
   CommitOutcome o;
   bool coordinator_fired = false;
   if (j.ok()) {

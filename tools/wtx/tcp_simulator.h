@@ -41,8 +41,8 @@
 namespace wtx::sim {
 
 struct TcpSimOptions {
-  std::string journal_dir;                  // must be empty or absent
-  std::string binary = "/proc/self/exe";    // the wtx executable to spawn
+  std::string journal_dir;                // must be empty or absent
+  std::string binary = "/proc/self/exe";  // the wtx executable to spawn
   std::chrono::milliseconds prepare_timeout{2000};
   std::chrono::milliseconds start_timeout{30000};  // per process start / reconnect
   // Crash points, silence and power-loss emulation (a fault-injecting filesystem under every
@@ -118,7 +118,7 @@ class TcpProcesses : public SimProcesses {
 
   const Scenario& sc_;
   TcpSimOptions options_;
-  std::string work_dir_;     // private: the secret and the manifests
+  std::string work_dir_;  // private: the secret and the manifests
   std::string secret_, secret_file_;
   uint16_t coord_port_ = 0;
   Proc coord_;
