@@ -61,6 +61,20 @@ std::optional<SyncWatermark> ReadWatermark(const std::string& dir,
   return SyncWatermark{w["seq"].get<uint64_t>(), w["head"].get<std::string>()};
 }
 
+void ConfigureJournalOptions(rocksdb::Options* o) {
+  o->create_if_missing = true;
+  o->paranoid_checks = true;
+  o->wal_recovery_mode = rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
+  o->avoid_flush_during_shutdown = true;
+  o->write_buffer_size = 8 << 20;
+  o->max_write_buffer_number = 2;
+  o->keep_log_file_num = 2;
+  o->max_log_file_size = 1 << 20;
+  o->info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  o->max_background_jobs = 1;
+  o->compression = rocksdb::kNoCompression;
+}
+
 Journal::~Journal() {
   if (db_) {
     // Close without flushing memtables (avoid_flush_during_shutdown): the WAL holds the data.
@@ -80,20 +94,12 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
   j->dir_ = dir;
   j->options_ = options;
   rocksdb::Options o;
+  ConfigureJournalOptions(&o);
   o.create_if_missing = options.create_if_missing && !options.read_only;
-  o.paranoid_checks = true;
   // Deliberate (see journal.h): a torn last record is a crash, any other damage is corruption.
   o.wal_recovery_mode = options.wal_recovery == WalRecovery::kStrict
                             ? rocksdb::WALRecoveryMode::kAbsoluteConsistency
                             : rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
-  o.avoid_flush_during_shutdown = true;
-  o.write_buffer_size = 8 << 20;
-  o.max_write_buffer_number = 2;
-  o.keep_log_file_num = 2;
-  o.max_log_file_size = 1 << 20;
-  o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
-  o.max_background_jobs = 1;
-  o.compression = rocksdb::kNoCompression;
   if (options.env.fs) {
     j->rocks_env_ = rocksdb::NewCompositeEnv(options.env.fs);
     o.env = j->rocks_env_.get();
@@ -214,15 +220,22 @@ Status Journal::LoadTail() {
   return Status::OK();
 }
 
-Status Journal::Append(std::vector<json> records, json state, bool sync) {
+Status Journal::Append(std::vector<JournalRecord> records, json state, bool sync) {
   assert(!options_.read_only && "append to a read-only journal");
   rocksdb::WriteBatch batch;
   uint64_t seq = last_seq_;
   uint64_t sum = last_checksum_;
-  for (auto& r : records) {
-    r["seq"] = ++seq;
-    r["prev"] = Hex64(sum);
-    std::string v = EncodeValue(r);
+  for (auto& record : records) {
+    ++seq;
+    std::string v;
+    if (auto* w = std::get_if<WriteRecord>(&record)) {
+      v = EncodeWriteRecord(*w, seq, sum);
+    } else {
+      json& r = std::get<json>(record);
+      r["seq"] = seq;
+      r["prev"] = Hex64(sum);
+      v = EncodeValue(r);
+    }
     sum = ValueChecksum(v);
     batch.Put(RecordKey(seq), v);
   }
@@ -253,36 +266,74 @@ Status Journal::Append(std::vector<json> records, json state, bool sync) {
 }
 
 Status Journal::ForEachRecord(const std::function<Status(const json&)>& fn) const {
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  return ForEachRecordRef([&](const RecordRef& r) -> Status {
+    if (r.json) return fn(*r.json);
+    return fn(r.write->ToJson());
+  });
+}
+
+Status Journal::ForEachRecordRef(const std::function<Status(const RecordRef&)>& fn) const {
+  // A sequential scan of values read once: no block-cache churn, large readahead.
+  rocksdb::ReadOptions ro;
+  ro.fill_cache = false;
+  ro.readahead_size = 4 << 20;
+  const std::string upper = RecordKey(~uint64_t{0});
+  const rocksdb::Slice upper_slice(upper);
+  ro.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
   uint64_t expect = 1;
   uint64_t prev = 0;
+  // Built only when a record is reported on: the walk does not allocate per record.
+  auto what = [&](uint64_t seq) { return dir_ + ": record " + std::to_string(seq); };
   for (it->Seek(RecordKey(0)); it->Valid(); it->Next()) {
-    uint64_t seq = RecordSeq(it->key().ToStringView());
+    const uint64_t seq = RecordSeq(it->key().ToStringView());
     if (seq == 0) break;  // past the record key range
-    const std::string what = dir_ + ": record " + std::to_string(seq);
     if (seq != expect) {
-      return Status::Corruption(what + ": expected record " + std::to_string(expect) +
+      return Status::Corruption(what(seq) + ": expected record " + std::to_string(expect) +
                                 " (records missing or out of order)");
     }
-    auto rec = DecodeValue(it->value().ToStringView(), what);
-    if (!rec.ok()) return rec.status();
-    const json& r = rec.value();
-    if (!r.is_object() || !r.contains("seq") || !r["seq"].is_number_unsigned() ||
-        r["seq"].get<uint64_t>() != seq) {
-      return Status::Corruption(what + ": stored under the wrong sequence number");
+    const std::string_view value = it->value().ToStringView();
+    RecordRef ref;
+    ref.seq = seq;
+    WriteRecordView write;
+    json decoded;
+    uint64_t stored_seq = 0;
+    bool shaped = true;
+    bool chained = true;
+    if (IsWriteRecordValue(value)) {
+      auto w = DecodeWriteRecord(value, what(seq));
+      if (!w.ok()) return w.status();
+      write = w.value();
+      ref.write = &write;
+      stored_seq = write.seq;
+      chained = write.prev == prev;
+    } else {
+      auto rec = DecodeValue(value, what(seq));
+      if (!rec.ok()) return rec.status();
+      decoded = std::move(rec).value();
+      ref.json = &decoded;
+      const json& r = decoded;
+      shaped = r.is_object() && r.contains("seq") && r["seq"].is_number_unsigned();
+      if (shaped) stored_seq = r["seq"].get<uint64_t>();
+      // The chain link, compared as hex text exactly as written.
+      chained = shaped && r.contains("prev") && r["prev"].is_string() &&
+                r["prev"].get<std::string>() == Hex64(prev);
     }
-    if (!r.contains("prev") || !r["prev"].is_string() || r["prev"].get<std::string>() != Hex64(prev)) {
-      return Status::Corruption(what + ": chain broken (does not follow record " +
+    if (!shaped || stored_seq != seq) {
+      return Status::Corruption(what(seq) + ": stored under the wrong sequence number");
+    }
+    if (!chained) {
+      return Status::Corruption(what(seq) + ": chain broken (does not follow record " +
                                 std::to_string(seq - 1) + ")");
     }
-    prev = ValueChecksum(it->value().ToStringView());
+    prev = ValueChecksum(value);
     // Readers index records by field; a malformed record (valid checksum, wrong shape) is
     // corruption, not an exception escaping into `wtx check` or a recovering process.
     Status s;
     try {
-      s = fn(r);
+      s = fn(ref);
     } catch (const json::exception& e) {
-      s = Status::Corruption(what + ": malformed record: " + e.what());
+      s = Status::Corruption(what(seq) + ": malformed record: " + e.what());
     }
     WTX_RETURN_IF_ERROR(s);
     ++expect;

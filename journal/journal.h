@@ -31,15 +31,18 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "record.h"
 #include "wtx/env.h"
 #include "wtx/status.h"
 
 namespace rocksdb {
 class DB;
+struct Options;
 class Env;
 class FileSystem;
 }
@@ -71,6 +74,17 @@ struct JournalOptions {
 };
 
 // The content of kWatermarkFile: the last record known to be durable.
+// One record to append: JSON (stored as CBOR) or a WRITE record (stored in binary).
+using JournalRecord = std::variant<nlohmann::json, WriteRecord>;
+
+// One stored record, as ForEachRecordRef visits it: exactly one of `write` (a binary WRITE
+// record, not converted to JSON) and `json` is set.
+struct RecordRef {
+  uint64_t seq = 0;
+  const WriteRecordView* write = nullptr;
+  const nlohmann::json* json = nullptr;
+};
+
 struct SyncWatermark {
   uint64_t seq = 0;
   std::string head;  // hex checksum of record `seq`
@@ -86,10 +100,16 @@ class Journal {
 
   // Appends `records` (each gets "seq" and "prev") and replaces the state, atomically.
   // REQUIRES: !read_only
-  Status Append(std::vector<nlohmann::json> records, nlohmann::json state, bool sync);
+  Status Append(std::vector<JournalRecord> records, nlohmann::json state, bool sync);
+  Status Append(std::vector<nlohmann::json> records, nlohmann::json state, bool sync) {
+    std::vector<JournalRecord> v;
+    v.reserve(records.size());
+    for (auto& r : records) v.emplace_back(std::move(r));
+    return Append(std::move(v), std::move(state), sync);
+  }
   Status Append(nlohmann::json record, nlohmann::json state, bool sync) {
-    std::vector<nlohmann::json> v;
-    v.push_back(std::move(record));
+    std::vector<JournalRecord> v;
+    v.emplace_back(std::move(record));
     return Append(std::move(v), std::move(state), sync);
   }
 
@@ -101,7 +121,10 @@ class Journal {
 
   // Visits every record in sequence order, verifying checksum, sequence continuity and the
   // chain. Stops at the first error (kJournalCorrupt naming the record) or non-OK from fn.
+  // Binary WRITE records are converted to JSON (as their CBOR form would decode).
   Status ForEachRecord(const std::function<Status(const nlohmann::json&)>& fn) const;
+  // The same walk and checks, handing binary WRITE records over without building JSON (replay).
+  Status ForEachRecordRef(const std::function<Status(const RecordRef&)>& fn) const;
   // Chain + state consistency (the state names the last record).
   Status Verify() const;
   // Storage-level checks: every SST block checksum (RocksDB VerifyChecksum), every key
@@ -135,6 +158,10 @@ class Journal {
   std::optional<SyncWatermark> watermark_at_open_;
   std::string watermark_problem_;
 };
+
+// The RocksDB options every journal database is opened with (before the per-open recovery mode
+// and filesystem): paranoid checks, torn-tail WAL recovery, no compression, small memtables.
+void ConfigureJournalOptions(rocksdb::Options* options);
 
 // Reads `dir`/kWatermarkFile through `fs` (null: the default filesystem). nullopt with *problem
 // empty when the file does not exist; nullopt with *problem set when it is unreadable.

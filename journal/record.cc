@@ -1,41 +1,197 @@
 #include "record.h"
 
 #include <cstring>
+#include <limits>
+
 #include <xxhash.h>
+
+#include "hash_util.h"
 
 namespace wtx {
 
 namespace {
-constexpr std::string_view kMagic = "WTX1";
-constexpr size_t kHeader = 4 + 8;
-}  // namespace
 
-std::string EncodeValue(const nlohmann::json& payload) {
-  std::vector<uint8_t> cbor = nlohmann::json::to_cbor(payload);
-  uint64_t h = XXH3_64bits(cbor.data(), cbor.size());
+constexpr std::string_view kMagic = "WTX1";
+constexpr std::string_view kWriteMagic = "WTXW";
+constexpr size_t kHeader = 4 + 8;
+constexpr uint8_t kWriteLayout = 1;  // first payload byte of a binary WRITE record
+
+void PutFixed64(std::string* out, uint64_t v) {
+  char b[8];
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out->append(b, 8);
+}
+
+void PutFixed32(std::string* out, uint32_t v) {
+  char b[4];
+  for (int i = 0; i < 4; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out->append(b, 4);
+}
+
+void PutBytes(std::string* out, std::string_view s) {
+  PutFixed32(out, static_cast<uint32_t>(s.size()));
+  out->append(s);
+}
+
+uint64_t LoadFixed64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
+  return v;
+}
+
+uint32_t LoadFixed32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(p[i])) << (8 * i);
+  return v;
+}
+
+// Bounds-checked reading of a binary payload: every read past the end sets `failed`.
+class PayloadReader {
+ public:
+  explicit PayloadReader(std::string_view s) : rest_(s) {}
+  bool failed() const { return failed_; }
+  bool done() const { return rest_.empty(); }
+  std::string_view remaining() const { return rest_; }
+  uint8_t U8() {
+    if (!Need(1)) return 0;
+    const uint8_t v = static_cast<uint8_t>(rest_[0]);
+    rest_.remove_prefix(1);
+    return v;
+  }
+  uint32_t U32() {
+    if (!Need(4)) return 0;
+    const uint32_t v = LoadFixed32(rest_.data());
+    rest_.remove_prefix(4);
+    return v;
+  }
+  uint64_t U64() {
+    if (!Need(8)) return 0;
+    const uint64_t v = LoadFixed64(rest_.data());
+    rest_.remove_prefix(8);
+    return v;
+  }
+  std::string_view Take(size_t n) {
+    if (!Need(n)) return {};
+    std::string_view v = rest_.substr(0, n);
+    rest_.remove_prefix(n);
+    return v;
+  }
+  std::string_view Bytes() { return Take(U32()); }
+
+ private:
+  bool Need(size_t n) {
+    if (failed_ || rest_.size() < n) failed_ = true;
+    return !failed_;
+  }
+  std::string_view rest_;
+  bool failed_ = false;
+};
+
+std::string WithHeader(std::string_view magic, std::string_view payload) {
   std::string out;
-  out.reserve(kHeader + cbor.size());
-  out.append(kMagic);
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((h >> (8 * i)) & 0xff));
-  out.append(reinterpret_cast<const char*>(cbor.data()), cbor.size());
+  out.reserve(kHeader + payload.size());
+  out.append(magic);
+  PutFixed64(&out, XXH3_64bits(payload.data(), payload.size()));
+  out.append(payload);
   return out;
 }
 
-uint64_t ValueChecksum(std::string_view encoded) {
-  if (encoded.size() < kHeader) return 0;
-  uint64_t h = 0;
-  for (int i = 0; i < 8; ++i) h |= static_cast<uint64_t>(static_cast<uint8_t>(encoded[4 + i])) << (8 * i);
-  return h;
-}
-
-Result<nlohmann::json> DecodeValue(std::string_view value, std::string_view what) {
-  if (value.size() < kHeader || value.substr(0, 4) != kMagic) {
+// The payload of a value whose magic is `magic` and whose checksum holds.
+Result<std::string_view> CheckedPayload(std::string_view value, std::string_view magic,
+                                        std::string_view what) {
+  if (value.size() < kHeader || value.substr(0, 4) != magic) {
     return Status::Corruption(std::string(what) + ": bad record header");
   }
   std::string_view body = value.substr(kHeader);
   if (XXH3_64bits(body.data(), body.size()) != ValueChecksum(value)) {
     return Status::Corruption(std::string(what) + ": checksum mismatch");
   }
+  return body;
+}
+
+}  // namespace
+
+std::string EncodeValue(const nlohmann::json& payload) {
+  std::vector<uint8_t> cbor = nlohmann::json::to_cbor(payload);
+  return WithHeader(kMagic, std::string_view(reinterpret_cast<const char*>(cbor.data()),
+                                             cbor.size()));
+}
+
+std::string EncodeWriteRecord(const WriteRecord& w, uint64_t seq, uint64_t prev) {
+  std::string payload;
+  payload.reserve(1 + 5 * 8 + 3 * 4 + w.tx.size() + w.param.size() + 16 * w.box.size() +
+                  16 * w.shards.size());
+  payload.push_back(static_cast<char>(kWriteLayout));
+  PutFixed64(&payload, seq);
+  PutFixed64(&payload, prev);
+  PutFixed64(&payload, static_cast<uint64_t>(w.ts));
+  PutFixed64(&payload, static_cast<uint64_t>(w.elements));
+  PutFixed64(&payload, static_cast<uint64_t>(w.bytes));
+  PutBytes(&payload, w.tx);
+  PutBytes(&payload, w.param);
+  PutFixed32(&payload, static_cast<uint32_t>(w.box.size()));
+  for (const Range& r : w.box) {
+    PutFixed64(&payload, static_cast<uint64_t>(r.begin));
+    PutFixed64(&payload, static_cast<uint64_t>(r.end));
+  }
+  PutFixed32(&payload, static_cast<uint32_t>(w.shards.size()));
+  for (const std::string& s : w.shards) PutBytes(&payload, s);
+  return WithHeader(kWriteMagic, payload);
+}
+
+bool IsWriteRecordValue(std::string_view value) {
+  return value.size() >= kHeader && value.substr(0, 4) == kWriteMagic;
+}
+
+Result<WriteRecordView> DecodeWriteRecord(std::string_view value, std::string_view what) {
+  WTX_ASSIGN_OR_RETURN(payload, CheckedPayload(value, kWriteMagic, what));
+  PayloadReader in(payload);
+  WriteRecordView v;
+  const uint8_t layout = in.U8();
+  v.seq = in.U64();
+  v.prev = in.U64();
+  v.ts = static_cast<int64_t>(in.U64());
+  v.elements = static_cast<int64_t>(in.U64());
+  v.bytes = static_cast<int64_t>(in.U64());
+  v.tx = in.Bytes();
+  v.param = in.Bytes();
+  const uint32_t rank = in.U32();
+  v.box_bytes = in.Take(16ull * rank);  // fails, without allocating, past the payload
+  const uint32_t shards = in.U32();
+  v.shard_bytes = in.remaining();
+  for (uint32_t i = 0; i < shards && !in.failed(); ++i) in.Bytes();
+  if (layout != kWriteLayout || in.failed() || !in.done()) {
+    return Status::Corruption(std::string(what) + ": malformed binary WRITE record");
+  }
+  return v;
+}
+
+nlohmann::json WriteRecordView::ToJson() const {
+  nlohmann::json box = nlohmann::json::array();
+  for (size_t i = 0; i + 16 <= box_bytes.size(); i += 16) {
+    box.push_back({static_cast<int64_t>(LoadFixed64(box_bytes.data() + i)),
+                   static_cast<int64_t>(LoadFixed64(box_bytes.data() + i + 8))});
+  }
+  nlohmann::json shards = nlohmann::json::array();
+  PayloadReader in(shard_bytes);
+  while (!in.done() && !in.failed()) shards.push_back(std::string(in.Bytes()));
+  return {{"type", "WRITE"},   {"tx", std::string(tx)},   {"param", std::string(param)},
+          {"box", box},        {"elements", elements},    {"bytes", bytes},
+          {"shards", shards},  {"ts", ts},                {"seq", seq},
+          {"prev", Hex64(prev)}};
+}
+
+uint64_t ValueChecksum(std::string_view encoded) {
+  if (encoded.size() < kHeader) return 0;
+  return LoadFixed64(encoded.data() + 4);
+}
+
+Result<nlohmann::json> DecodeValue(std::string_view value, std::string_view what) {
+  if (IsWriteRecordValue(value)) {
+    WTX_ASSIGN_OR_RETURN(w, DecodeWriteRecord(value, what));
+    return w.ToJson();
+  }
+  WTX_ASSIGN_OR_RETURN(body, CheckedPayload(value, kMagic, what));
   nlohmann::json j = nlohmann::json::from_cbor(body.begin(), body.end(), /*strict=*/true,
                                                /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status::Corruption(std::string(what) + ": undecodable CBOR");

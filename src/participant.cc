@@ -22,12 +22,6 @@ namespace {
 constexpr size_t kMaxMissingReported = 64;
 constexpr size_t kWriteRecordBatch = 256;
 
-json BoxJson(const Box& b) {
-  json a = json::array();
-  for (const auto& r : b) a.push_back({r.begin, r.end});
-  return a;
-}
-
 Status Err(ErrorCode c, std::string m) { return Status(c, std::move(m)); }
 
 // Per-source accounting of delta patch parts.
@@ -112,7 +106,7 @@ class ParticipantImpl : public Participant {
   // Appends pending write records plus `record` (if not null) with the new state.
   Status Log(json record, bool sync);
   Status FlushPending() { return Log(json(), false); }
-  Status AppendRecords(std::vector<json> records, bool sync);
+  Status AppendRecords(std::vector<JournalRecord> records, bool sync);
   bool CrashAt(std::string_view point) {
     if (options_.crash_points && options_.crash_points->ShouldCrash(point)) {
       crashed_ = true;
@@ -153,7 +147,7 @@ class ParticipantImpl : public Participant {
   uint64_t epoch_ = 0;
   std::vector<uint64_t> param_epoch_;    // epoch of the last write to each parameter
   std::vector<uint64_t> derived_epoch_;  // epoch of the last refresh of each derived state
-  std::vector<json> pending_;            // batched WRITE/PATCH/REFRESH records
+  std::vector<JournalRecord> pending_;   // batched WRITE/PATCH/REFRESH records
   size_t coverage_peak_bytes_ = 0;
 };
 
@@ -174,11 +168,12 @@ Status ParticipantImpl::Init() {
   if (!j.ok()) return j.status();
   journal_ = std::move(j).value();
   if (journal_->state().is_null()) {
-    return AppendRecords({json{{"type", "CREATE"},
-                               {"rank", options_.rank},
-                               {"fingerprint", manifest_->Fingerprint()},
-                               {"ts", options_.env.clock->NowMicros()}}},
-                         true);
+    std::vector<JournalRecord> create;
+    create.emplace_back(json{{"type", "CREATE"},
+                             {"rank", options_.rank},
+                             {"fingerprint", manifest_->Fingerprint()},
+                             {"ts", options_.env.clock->NowMicros()}});
+    return AppendRecords(std::move(create), true);
   }
   if (journal_->state().value("rank", -1) != options_.rank) {
     return Status::Corruption(options_.journal_dir + ": state belongs to rank " +
@@ -211,21 +206,22 @@ Status ParticipantImpl::Init() {
              false);
 }
 
-Status ParticipantImpl::AppendRecords(std::vector<json> records, bool sync) {
-  json state = journal_->state();
+Status ParticipantImpl::AppendRecords(std::vector<JournalRecord> records, bool sync) {
+  // The new state by the rules replay uses (a record's seq is assigned by the journal: 0 here).
+  ParticipantReplay replay(journal_->state());
   for (const auto& r : records) {
-    auto next = ApplyParticipantRecord(state, r);
-    assert(next.ok() && "the live participant produced a record its own replay rejects");
-    if (!next.ok()) return next.status();
-    state = std::move(next).value();
+    const auto* w = std::get_if<WriteRecord>(&r);
+    Status s = w ? replay.ApplyWrite(0, w->tx) : replay.Apply(std::get<json>(r));
+    assert(s.ok() && "the live participant produced a record its own replay rejects");
+    if (!s.ok()) return s;
   }
-  return journal_->Append(std::move(records), std::move(state), sync);
+  return journal_->Append(std::move(records), std::move(replay).Take(), sync);
 }
 
 Status ParticipantImpl::Log(json record, bool sync) {
-  std::vector<json> recs = std::move(pending_);
+  std::vector<JournalRecord> recs = std::move(pending_);
   pending_.clear();
-  if (!record.is_null()) recs.push_back(std::move(record));
+  if (!record.is_null()) recs.emplace_back(std::move(record));
   if (recs.empty()) return Status::OK();
   Status s = AppendRecords(std::move(recs), sync);
   if (!s.ok()) {
@@ -356,7 +352,7 @@ Status ParticipantImpl::Write(std::span<const WritePiece> pieces) {
   WTX_RETURN_IF_ERROR(CheckWritable());
   ActiveTx& tx = *active_;
   std::vector<PlannedRun> runs;
-  std::vector<json> records;
+  std::vector<WriteRecord> records;
   std::vector<std::pair<uint32_t, uint32_t>> touched;
   for (const WritePiece& w : pieces) {
     auto pi = manifest_->FindParam(w.param);
@@ -421,9 +417,13 @@ Status ParticipantImpl::Write(std::span<const WritePiece> pieces) {
                        " overlaps elements this transaction already wrote");
       }
     }
-    json rec = {{"type", "WRITE"}, {"tx", tx.req.tx}, {"param", p.name},
-                {"box", BoxJson(box)}, {"elements", NumElements(box)}, {"bytes", want}};
-    json shard_ids = json::array();
+    WriteRecord rec;
+    rec.tx = tx.req.tx;
+    rec.param = p.name;
+    rec.box = box;
+    rec.elements = NumElements(box);
+    rec.bytes = static_cast<int64_t>(want);
+    std::vector<std::string>& shard_ids = rec.shards;
     if (si) {  // a named shard: no scan (stacked experts have hundreds of shards)
       shard_ids.push_back(p.shards[*si].id);
       touched.emplace_back(*pi, *si);
@@ -435,7 +435,6 @@ Status ParticipantImpl::Write(std::span<const WritePiece> pieces) {
         }
       }
     }
-    rec["shards"] = std::move(shard_ids);
     records.push_back(std::move(rec));
   }
   // Overlaps among the pieces of this call.
@@ -481,8 +480,8 @@ Status ParticipantImpl::Write(std::span<const WritePiece> pieces) {
   tx.wrote = tx.wrote || !runs.empty();
   UpdateCoveragePeak();
   for (auto& r : records) {
-    r["ts"] = now;
-    pending_.push_back(std::move(r));
+    r.ts = now;
+    pending_.emplace_back(std::move(r));
   }
   if (pending_.size() >= kWriteRecordBatch) return FlushPending();
   return Status::OK();
@@ -650,9 +649,9 @@ Status ParticipantImpl::Patch(const PatchRequest& req) {
   tx.elements += static_cast<int64_t>(targets.size());
   tx.bytes += static_cast<int64_t>(targets.size() * esz);
   tx.wrote = tx.wrote || !targets.empty();
-  pending_.push_back({{"type", "PATCH"}, {"tx", tx.req.tx}, {"source", req.source},
-                      {"part", {req.part, req.parts}}, {"indices", req.indices.size()},
-                      {"applied", targets.size()}, {"ts", now}});
+  pending_.emplace_back(json{{"type", "PATCH"}, {"tx", tx.req.tx}, {"source", req.source},
+                            {"part", {req.part, req.parts}}, {"indices", req.indices.size()},
+                            {"applied", targets.size()}, {"ts", now}});
   if (pending_.size() >= kWriteRecordBatch) return FlushPending();
   return Status::OK();
 }
@@ -674,8 +673,8 @@ Result<std::vector<std::string>> ParticipantImpl::Refresh(std::string_view name)
     names.push_back(manifest_->derived()[d].name);
   }
   if (active_ && !names.empty()) {
-    pending_.push_back({{"type", "REFRESH"}, {"tx", active_->req.tx}, {"derived", names},
-                        {"ts", options_.env.clock->NowMicros()}});
+    pending_.emplace_back(json{{"type", "REFRESH"}, {"tx", active_->req.tx}, {"derived", names},
+                              {"ts", options_.env.clock->NowMicros()}});
   }
   return names;
 }

@@ -17,25 +17,85 @@ json StripBookkeeping(json state) {
   return state;
 }
 
-namespace {
+ParticipantReplay::ParticipantReplay(json state) : state_(StripBookkeeping(std::move(state))) {
+  Recache();
+}
 
-Result<json> ApplyUnchecked(const json& state, const json& r) {
-  json s = StripBookkeeping(state);
+void ParticipantReplay::Recache() {
+  has_active_ = false;
+  active_tx_is_string_ = false;
+  write_marked_ = false;
+  if (!state_.is_object()) return;
+  auto a = state_.find("active");
+  if (a == state_.end() || !a->is_object()) return;
+  has_active_ = true;
+  auto tx = a->find("tx");
+  if (tx != a->end() && tx->is_string()) {
+    active_tx_is_string_ = true;
+    active_tx_ = tx->get<std::string>();
+  }
+  auto wrote = a->find("wrote");
+  auto dirty = state_.find("dirty");
+  write_marked_ = wrote != a->end() && *wrote == true && dirty != state_.end() && *dirty == true;
+}
+
+Status ParticipantReplay::NotActive(uint64_t seq, std::string_view type, const json& tx) const {
+  return Status::Corruption("record " + std::to_string(seq) + " (" + std::string(type) +
+                            ") names transaction " + tx.dump() +
+                            " which is not the active one");
+}
+
+Status ParticipantReplay::ApplyWrite(uint64_t seq, std::string_view tx) {
+  if (state_.is_null()) {
+    return Status::Corruption("record " + std::to_string(seq) +
+                              " comes before the journal's CREATE record");
+  }
+  if (!has_active_ || !active_tx_is_string_ || active_tx_ != tx) {
+    return NotActive(seq, "WRITE", json(std::string(tx)));
+  }
+  if (!write_marked_) {
+    state_["active"]["wrote"] = true;
+    state_["dirty"] = true;
+    write_marked_ = true;
+  }
+  return Status::OK();
+}
+
+Status ParticipantReplay::Apply(const json& r) {
+  // A record with a valid checksum can still be malformed (written by another program, or
+  // crafted): that is a corrupt journal, never an exception escaping into the reader.
+  const std::string at = "record " + (r.is_object() && r.contains("seq") && r["seq"].is_number()
+                                          ? r["seq"].dump()
+                                          : std::string("?"));
+  if (!r.is_object()) return Status::Corruption(at + " is not an object");
+  if (!state_.is_null() && !state_.is_object()) return Status::Corruption("state is not an object");
+  if (state_.is_null() && r.value("type", json()) != "CREATE") {
+    return Status::Corruption(at + " comes before the journal's CREATE record");
+  }
+  Status s;
+  try {
+    s = ApplyUnchecked(r);
+  } catch (const json::exception& e) {
+    s = Status::Corruption(at + " is malformed: " + e.what());
+  }
+  Recache();
+  return s;
+}
+
+Status ParticipantReplay::ApplyUnchecked(const json& r) {
+  json& s = state_;
   const std::string type = r.value("type", std::string());
   const json tx = r.value("tx", json());
   auto need_active = [&]() -> Status {
     if (s["active"].is_null() || s["active"]["tx"] != tx) {
-      return Status::Corruption("record " + std::to_string(r.value("seq", 0)) + " (" + type +
-                                ") names transaction " + tx.dump() +
-                                " which is not the active one");
+      return NotActive(r.value("seq", uint64_t{0}), type, tx);
     }
     return Status::OK();
   };
   if (type == "CREATE") {
-    if (!state.is_null()) return Status::Corruption("CREATE record after the journal began");
-    return InitialParticipantState(r.at("rank").get<int>());
-  }
-  if (type == "BEGIN") {
+    if (!s.is_null()) return Status::Corruption("CREATE record after the journal began");
+    s = InitialParticipantState(r.at("rank").get<int>());
+  } else if (type == "BEGIN") {
     if (!s["active"].is_null()) {
       return Status::Corruption("BEGIN of " + tx.dump() + " while " + s["active"]["tx"].dump() +
                                 " is active");
@@ -79,27 +139,13 @@ Result<json> ApplyUnchecked(const json& state, const json& r) {
   } else {
     return Status::Corruption("unknown record type '" + type + "'");
   }
-  return s;
+  return Status::OK();
 }
 
-}  // namespace
-
-Result<json> ApplyParticipantRecord(const json& state, const json& r) {
-  // A record with a valid checksum can still be malformed (written by another program, or
-  // crafted): that is a corrupt journal, never an exception escaping into the reader.
-  const std::string at = "record " + (r.is_object() && r.contains("seq") && r["seq"].is_number()
-                                          ? r["seq"].dump()
-                                          : std::string("?"));
-  if (!r.is_object()) return Status::Corruption(at + " is not an object");
-  if (!state.is_null() && !state.is_object()) return Status::Corruption("state is not an object");
-  if (state.is_null() && r.value("type", json()) != "CREATE") {
-    return Status::Corruption(at + " comes before the journal's CREATE record");
-  }
-  try {
-    return ApplyUnchecked(state, r);
-  } catch (const json::exception& e) {
-    return Status::Corruption(at + " is malformed: " + e.what());
-  }
+Result<json> ApplyParticipantRecord(const json& state, const json& record) {
+  ParticipantReplay replay(state);
+  WTX_RETURN_IF_ERROR(replay.Apply(record));
+  return std::move(replay).Take();
 }
 
 }  // namespace wtx

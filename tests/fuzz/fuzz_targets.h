@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 #include "participant_state.h"
 #include "record.h"
@@ -59,12 +60,19 @@ inline void FuzzManifest(const uint8_t* data, size_t size) {
   }
 }
 
-// Input: a stored journal value ("WTX1" | xxh3 | CBOR) when it starts with 'W'; otherwise one
-// selector byte and a bare CBOR payload, which gets a valid header first, so that the fuzzer
-// reaches the CBOR decoder and the record replay past the checksum.
+// Input: a stored journal value ("WTX1" | xxh3 | CBOR, or "WTXW" | xxh3 | binary WRITE) when
+// it starts with 'W'; a binary WRITE payload after a selector byte 'B', which gets a valid
+// header first; otherwise one selector byte and a bare CBOR payload, which gets a valid header
+// first: so that the fuzzer reaches both decoders and the record replay past the checksum.
 inline void FuzzRecord(const uint8_t* data, size_t size) {
   std::string value(reinterpret_cast<const char*>(data), size);
-  if (size > 0 && data[0] != 'W') {
+  if (size > 0 && data[0] == 'B') {
+    const std::string payload = value.substr(1);
+    const uint64_t h = XXH3_64bits(payload.data(), payload.size());
+    value = "WTXW";
+    for (int i = 0; i < 8; ++i) value.push_back(static_cast<char>((h >> (8 * i)) & 0xff));
+    value += payload;
+  } else if (size > 0 && data[0] != 'W') {
     nlohmann::json payload = nlohmann::json::from_cbor(value.begin() + 1, value.end(),
                                                        /*strict=*/true, /*allow_exceptions=*/false);
     if (payload.is_discarded()) return;
@@ -78,8 +86,18 @@ inline void FuzzRecord(const uint8_t* data, size_t size) {
   // valid checksum but wrong content is E_JOURNAL_CORRUPT, never a crash.
   nlohmann::json active = InitialParticipantState(0);
   active["active"] = {{"tx", "t1"}, {"kind", "full"}, {"wrote", false}, {"prepared", false}};
+  const bool binary = IsWriteRecordValue(value);
   for (const nlohmann::json& state : {nlohmann::json(), InitialParticipantState(0), active}) {
-    (void)ApplyParticipantRecord(state, rec.value());
+    auto by_json = ApplyParticipantRecord(state, rec.value());
+    if (!binary) continue;
+    // A binary WRITE replays without JSON to the state its JSON form gives.
+    auto write = DecodeWriteRecord(value, "fuzz");
+    if (!write.ok()) Violated("a binary WRITE record that decodes as JSON decodes as a view");
+    ParticipantReplay fast(state);
+    Status s = fast.ApplyWrite(write.value().seq, write.value().tx);
+    if (s.ok() != by_json.ok() || (s.ok() && fast.state() != by_json.value())) {
+      Violated("a binary WRITE replays as its JSON form");
+    }
   }
 }
 

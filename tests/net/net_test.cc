@@ -11,16 +11,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string Hex(const std::string& s) {
-  static const char* k = "0123456789abcdef";
-  std::string o;
-  for (unsigned char c : s) {
-    o.push_back(k[c >> 4]);
-    o.push_back(k[c & 15]);
-  }
-  return o;
-}
-
 std::string Unhex(const std::string& h) {
   std::string o;
   for (size_t i = 0; i + 1 < h.size(); i += 2) {

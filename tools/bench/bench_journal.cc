@@ -41,20 +41,9 @@ Result<ManifestPtr> OneParamManifest(int64_t rows, int64_t cols) {
   return Manifest::Build({p}, {}, {});
 }
 
-// The options journal/journal.cc opens its database with (kept in step by hand).
 rocksdb::Options JournalLikeOptions() {
   rocksdb::Options o;
-  o.create_if_missing = true;
-  o.paranoid_checks = true;
-  o.wal_recovery_mode = rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
-  o.avoid_flush_during_shutdown = true;
-  o.write_buffer_size = 8 << 20;
-  o.max_write_buffer_number = 2;
-  o.keep_log_file_num = 2;
-  o.max_log_file_size = 1 << 20;
-  o.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
-  o.max_background_jobs = 1;
-  o.compression = rocksdb::kNoCompression;
+  ConfigureJournalOptions(&o);
   return o;
 }
 
@@ -262,20 +251,21 @@ Result<json> BenchJournal(const BenchOptions& o) {
   const size_t records = o.quick ? 20000 : 200000;
   constexpr size_t kBatch = 256;  // the participant's write-record batch
   const size_t batches = (records + kBatch - 1) / kBatch;
-  // Records shaped like the participant's WRITE records, and its state during a transaction.
-  std::vector<std::vector<json>> input(batches);
+  // WRITE records as the participant logs them (binary form), and its state during a
+  // transaction.
+  std::vector<std::vector<WriteRecord>> input(batches);
   for (size_t i = 0; i < records; ++i) {
     const int64_t layer = static_cast<int64_t>(i / 7) % 64;
     const int64_t row = static_cast<int64_t>(i % 4096) * 4;
-    input[i / kBatch].push_back(
-        {{"type", "WRITE"},
-         {"tx", "bench-tx"},
-         {"param", "model.layers." + std::to_string(layer) + ".mlp.down_proj.weight"},
-         {"box", {{row, row + 4}, {0, 4864}}},
-         {"elements", 4 * 4864},
-         {"bytes", 2 * 4 * 4864},
-         {"shards", {"0"}},
-         {"ts", int64_t{1700000000000000} + static_cast<int64_t>(i)}});
+    WriteRecord w;
+    w.tx = "bench-tx";
+    w.param = "model.layers." + std::to_string(layer) + ".mlp.down_proj.weight";
+    w.box = {{row, row + 4}, {0, 4864}};
+    w.elements = 4 * 4864;
+    w.bytes = 2 * 4 * 4864;
+    w.shards = {"0"};
+    w.ts = int64_t{1700000000000000} + static_cast<int64_t>(i);
+    input[i / kBatch].push_back(std::move(w));
   }
   json state = {{"rank", 0},
                 {"version", nullptr},
@@ -302,7 +292,10 @@ Result<json> BenchJournal(const BenchOptions& o) {
     JournalOptions jo;
     jo.identity = {"participant", 0};
     WTX_ASSIGN_OR_RETURN(j, Journal::Open(path, jo));
-    std::vector<std::vector<json>> recs = input;  // Append consumes them
+    std::vector<std::vector<JournalRecord>> recs(batches);  // Append consumes them
+    for (size_t b = 0; b < batches; ++b) {
+      recs[b].assign(input[b].begin(), input[b].end());
+    }
     std::vector<json> states(batches, state);
     const double t0 = NowSeconds();
     for (size_t b = 0; b < batches; ++b) {
@@ -390,7 +383,8 @@ Result<json> BenchJournal(const BenchOptions& o) {
                 {"rocksdb_s", tr},
                 {"rocksdb_records_per_s", static_cast<double>(records) / tr},
                 {"method",
-                 "unsynced Journal::Append of batches of 256 WRITE records plus the state, "
+                 "unsynced Journal::Append of batches of 256 WRITE records (the binary form "
+                 "Participant::Write logs) plus the state (CBOR), "
                  "against WriteBatch puts of the same keys and values (read back from the "
                  "journal) with the journal's RocksDB options"}}}};
 }

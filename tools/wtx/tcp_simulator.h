@@ -41,10 +41,10 @@
 namespace wtx::sim {
 
 struct TcpSimOptions {
-  std::string journal_dir;                // must be empty or absent
-  std::string binary = "/proc/self/exe";  // the wtx executable to spawn
-  std::chrono::milliseconds prepare_timeout{2000};
-  std::chrono::milliseconds start_timeout{30000};  // per process start / reconnect
+  std::string journal_dir;                          // must be empty or absent
+  std::string binary = "/proc/self/exe";            // the wtx executable to spawn
+  std::chrono::milliseconds prepare_timeout{5000};  // as the coordinator's default
+  std::chrono::milliseconds start_timeout{30000};   // per process start / reconnect
   // Crash points, silence and power-loss emulation (a fault-injecting filesystem under every
   // journal). Off only for benchmarks; faults then cannot be injected.
   bool test_hooks = true;

@@ -1,0 +1,260 @@
+// The binary WRITE record form (journal/record.h): it decodes to exactly the JSON its CBOR form
+// would, every damage to it is corruption, the journal chains it like any record, and replaying
+// it without JSON (ParticipantReplay::ApplyWrite) gives the state the JSON rule gives.
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include <nlohmann/json.hpp>
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <xxhash.h>
+
+#include "hash_util.h"
+#include "history.h"
+#include "journal.h"
+#include "participant_state.h"
+#include "record.h"
+#include "test_util.h"
+
+using nlohmann::json;
+using namespace wtx;
+using wtx::testing::TempDir;
+
+namespace {
+
+WriteRecord SampleWrite() {
+  WriteRecord w;
+  w.tx = "step-42";
+  w.param = "model.layers.3.self_attn.qkv_proj.weight";
+  w.box = {{16, 24}, {0, 8}};
+  w.elements = 64;
+  w.bytes = 128;
+  w.shards = {"k", "v"};
+  w.ts = 1700000000123456;
+  return w;
+}
+
+// A value with a valid header around an arbitrary binary payload.
+std::string WithValidHeader(const std::string& payload) {
+  std::string v = "WTXW";
+  const uint64_t h = XXH3_64bits(payload.data(), payload.size());
+  for (int i = 0; i < 8; ++i) v.push_back(static_cast<char>((h >> (8 * i)) & 0xff));
+  return v + payload;
+}
+
+std::string PayloadOf(const std::string& value) { return value.substr(12); }
+
+}  // namespace
+
+TEST_CASE("BinaryWriteRecordDecodesToTheJsonOfItsCborForm") {
+  const WriteRecord w = SampleWrite();
+  const std::string v = EncodeWriteRecord(w, 7, 0x1234abcdULL);
+  REQUIRE(IsWriteRecordValue(v));
+  auto j = DecodeValue(v, "test");
+  REQUIRE(j.ok());
+  const json expected = {{"type", "WRITE"},  {"tx", "step-42"},
+                         {"param", w.param}, {"box", {{16, 24}, {0, 8}}},
+                         {"elements", 64},   {"bytes", 128},
+                         {"shards", {"k", "v"}},
+                         {"ts", 1700000000123456}, {"seq", 7},
+                         {"prev", Hex64(0x1234abcdULL)}};
+  CHECK(j.value() == expected);
+  // The same record through the CBOR form decodes identically.
+  CHECK(DecodeValue(EncodeValue(expected), "test").value() == expected);
+  // The checksum is the chain link, as for CBOR values.
+  CHECK(ValueChecksum(v) == XXH3_64bits(v.data() + 12, v.size() - 12));
+}
+
+TEST_CASE("BinaryWriteRecordWithEmptyFieldsRoundTrips") {
+  WriteRecord w;  // no tx, no param, rank-0 box, no shards
+  const std::string v = EncodeWriteRecord(w, 1, 0);
+  auto view = DecodeWriteRecord(v, "test");
+  REQUIRE(view.ok());
+  CHECK(view.value().tx.empty());
+  CHECK(view.value().ToJson()["box"] == json::array());
+  CHECK(view.value().ToJson()["shards"] == json::array());
+}
+
+TEST_CASE("EveryFlippedByteOfABinaryWriteRecordIsCorruption") {
+  const std::string v = EncodeWriteRecord(SampleWrite(), 3, 99);
+  for (size_t i = 0; i < v.size(); ++i) {
+    for (uint8_t bit : {uint8_t{0x01}, uint8_t{0x80}}) {
+      std::string bad = v;
+      bad[i] = static_cast<char>(bad[i] ^ bit);
+      auto d = DecodeValue(bad, "record 3");
+      INFO("byte " << i << " bit " << int(bit));
+      REQUIRE_FALSE(d.ok());
+      CHECK(d.status().code() == ErrorCode::kJournalCorrupt);
+      CHECK_THAT(d.status().message(), Catch::Contains("record 3"));
+    }
+  }
+}
+
+TEST_CASE("TruncatedBinaryWriteRecordIsCorruption") {
+  const std::string v = EncodeWriteRecord(SampleWrite(), 3, 99);
+  for (size_t n = 0; n < v.size(); ++n) {
+    INFO("length " << n);
+    CHECK_FALSE(DecodeValue(v.substr(0, n), "t").ok());
+  }
+}
+
+TEST_CASE("MalformedBinaryWriteLayoutWithAValidChecksumIsCorruption") {
+  const std::string payload = PayloadOf(EncodeWriteRecord(SampleWrite(), 3, 99));
+  std::vector<std::pair<std::string, std::string>> cases;
+  cases.emplace_back("trailing byte", payload + "x");
+  cases.emplace_back("short", payload.substr(0, payload.size() - 1));
+  std::string layout = payload;
+  layout[0] = 2;
+  cases.emplace_back("unknown layout", layout);
+  std::string huge_tx = payload;
+  huge_tx[1 + 5 * 8 + 3] = '\x7f';  // tx length's top byte: far past the payload
+  cases.emplace_back("tx length past the end", huge_tx);
+  cases.emplace_back("empty payload", "");
+  for (const auto& [name, p] : cases) {
+    INFO(name);
+    auto d = DecodeValue(WithValidHeader(p), "record 3");
+    REQUIRE_FALSE(d.ok());
+    CHECK(d.status().code() == ErrorCode::kJournalCorrupt);
+    CHECK_THAT(d.status().message(), Catch::Contains("malformed binary WRITE record"));
+  }
+}
+
+namespace {
+
+// A journal with CREATE, BEGIN and `writes` binary WRITE records.
+void BuildJournal(const std::string& dir, int writes) {
+  JournalOptions jo;
+  jo.identity = {"participant", 0};
+  auto j = Journal::Open(dir, jo);
+  REQUIRE(j.ok());
+  ParticipantReplay replay;
+  std::vector<JournalRecord> recs;
+  recs.emplace_back(json{{"type", "CREATE"}, {"rank", 0}, {"ts", 1}});
+  recs.emplace_back(json{{"type", "BEGIN"}, {"tx", "step-42"}, {"kind", "full"}, {"ts", 2}});
+  for (int i = 0; i < writes; ++i) {
+    WriteRecord w = SampleWrite();
+    w.box = {{i, i + 1}, {0, 8}};
+    recs.emplace_back(w);
+  }
+  for (const auto& r : recs) {
+    const auto* w = std::get_if<WriteRecord>(&r);
+    REQUIRE((w ? replay.ApplyWrite(0, w->tx) : replay.Apply(std::get<json>(r))).ok());
+  }
+  REQUIRE(j.value()->Append(std::move(recs), std::move(replay).Take(), true).ok());
+}
+
+// Replaces the stored value of record `seq` (RocksDB directly: a valid checksum, wrong content).
+void Overwrite(const std::string& dir, uint64_t seq, const std::string& value) {
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Options o;
+  ConfigureJournalOptions(&o);
+  REQUIRE(rocksdb::DB::Open(o, dir, &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  REQUIRE(db->Put(rocksdb::WriteOptions(), RecordKey(seq), value).ok());
+}
+
+std::unique_ptr<Journal> OpenReadOnly(const std::string& dir) {
+  JournalOptions jo;
+  jo.read_only = true;
+  jo.create_if_missing = false;
+  auto j = Journal::Open(dir, jo);
+  REQUIRE(j.ok());
+  return std::move(j).value();
+}
+
+}  // namespace
+
+TEST_CASE("JournalOfBinaryWritesReplaysToItsStoredState") {
+  TempDir dir;
+  BuildJournal(dir.sub("j"), 50);
+  auto j = OpenReadOnly(dir.sub("j"));
+  REQUIRE(CheckJournal(*j).ok());
+  auto replayed = ReplayState(*j);
+  REQUIRE(replayed.ok());
+  CHECK(replayed.value()["dirty"] == true);
+  CHECK(replayed.value()["active"]["wrote"] == true);
+  // Readers of JSON see the binary records as WRITE records.
+  int writes = 0;
+  REQUIRE(j->ForEachRecord([&](const json& r) {
+               if (r["type"] == "WRITE") {
+                 CHECK(r["box"][0][0] == writes);
+                 ++writes;
+               }
+               return Status::OK();
+             }).ok());
+  CHECK(writes == 50);
+}
+
+TEST_CASE("BinaryWriteRecordFromAnotherPlaceInTheChainIsCorruption") {
+  TempDir dir;
+  BuildJournal(dir.sub("j"), 5);
+  SECTION("wrong predecessor") {
+    Overwrite(dir.sub("j"), 4, EncodeWriteRecord(SampleWrite(), 4, 12345));
+    auto s = OpenReadOnly(dir.sub("j"))->Verify();
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.message(), Catch::Contains("record 4: chain broken"));
+  }
+  SECTION("wrong sequence number") {
+    Overwrite(dir.sub("j"), 4, EncodeWriteRecord(SampleWrite(), 9, 0));
+    auto s = OpenReadOnly(dir.sub("j"))->Verify();
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.message(), Catch::Contains("record 4: stored under the wrong sequence number"));
+  }
+}
+
+TEST_CASE("ReplayingABinaryWriteEqualsReplayingItsJson") {
+  // Random record sequences (including WRITEs of the wrong transaction, before CREATE, with
+  // and without an active transaction): ApplyWrite and Apply(JSON) agree on success and state.
+  std::mt19937_64 rng(20261202);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
+  for (int trial = 0; trial < 400; ++trial) {
+    ParticipantReplay fast, slow;
+    bool stopped = false;
+    for (int step = 0; step < 30 && !stopped; ++step) {
+      const std::string tx = "t" + std::to_string(pick(3));
+      json rec;
+      bool is_write = false;
+      switch (pick(trial == 0 ? 1 : 7)) {
+        case 0:
+          is_write = true;
+          break;
+        case 1:
+          rec = {{"type", "CREATE"}, {"rank", 0}};
+          break;
+        case 2:
+          rec = {{"type", "BEGIN"}, {"tx", tx}, {"kind", "full"}};
+          break;
+        case 3:
+          rec = {{"type", "PATCH"}, {"tx", tx}, {"applied", pick(2)}};
+          break;
+        case 4:
+          rec = {{"type", "OUTCOME"}, {"tx", tx}, {"decision", pick(2) ? "commit" : "abort"},
+                 {"version", "v"}, {"dirty", pick(2) == 1}};
+          break;
+        case 5:
+          rec = {{"type", "RESTART"}, {"dirty", pick(2) == 1}};
+          break;
+        default:
+          is_write = true;
+      }
+      Status a, b;
+      if (is_write) {
+        a = fast.ApplyWrite(step + 1, tx);
+        json as_json = {{"type", "WRITE"}, {"tx", tx}, {"seq", step + 1}};
+        b = slow.Apply(as_json);
+      } else {
+        a = fast.Apply(rec);
+        b = slow.Apply(rec);
+      }
+      INFO("trial " << trial << " step " << step << ": " << (is_write ? "WRITE " + tx : rec.dump()));
+      REQUIRE(a.ok() == b.ok());
+      if (!a.ok()) {
+        CHECK(a.code() == ErrorCode::kJournalCorrupt);
+        stopped = true;  // the state after an error is unspecified
+      } else {
+        REQUIRE(fast.state() == slow.state());
+      }
+    }
+  }
+}
