@@ -9,6 +9,7 @@
 
 add_library(wtx_kernels
   kernels/gpu_ref.cc
+  kernels/device_live_memory.cc
   src/live_verify.cc
 )
 target_include_directories(wtx_kernels PUBLIC include kernels PRIVATE src journal)
@@ -38,17 +39,19 @@ if(WTX_ENABLE_CUDA)
       set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
     endif()
     find_package(CUDAToolkit REQUIRED)
-    add_library(wtx_gpu kernels/gpu_kernels.cu)
+    add_library(wtx_gpu kernels/gpu_kernels.cu kernels/device_live_memory_cuda.cc)
     # The project's -Wall/-Wextra (add_compile_options) are host-compiler flags.
     set_property(TARGET wtx_gpu PROPERTY COMPILE_OPTIONS
                  "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall>")
     set_target_properties(wtx_gpu PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON
                                              CUDA_EXTENSIONS OFF)
     target_include_directories(wtx_gpu PUBLIC include kernels)
-    target_link_libraries(wtx_gpu PUBLIC wtx_kernels CUDA::cudart)
+    target_link_libraries(wtx_gpu PUBLIC wtx_core CUDA::cudart)
+    # NewDeviceLiveMemory (device_live_memory.h) comes from wtx_gpu in these builds.
+    target_link_libraries(wtx_kernels PUBLIC wtx_gpu)
     target_compile_definitions(wtx_gpu PUBLIC WTX_HAVE_CUDA=1)
     add_executable(wtx_gpu_bench tools/bench/gpu_bench.cc)
-    target_link_libraries(wtx_gpu_bench PRIVATE wtx_gpu)
+    target_link_libraries(wtx_gpu_bench PRIVATE wtx_kernels)
     set(WTX_HAVE_CUDA ON)
     message(STATUS "wtx: CUDA kernels enabled (${CMAKE_CUDA_COMPILER}, sm_${CMAKE_CUDA_ARCHITECTURES})")
   else()
@@ -57,3 +60,6 @@ if(WTX_ENABLE_CUDA)
 else()
   message(STATUS "wtx: CUDA kernels disabled (WTX_ENABLE_CUDA=OFF)")
 endif()
+
+# The simulator picks a rank's live memory by name (`wtx sim --memory`).
+target_link_libraries(wtx_sim PUBLIC wtx_kernels)

@@ -56,20 +56,7 @@ endif()
 # `wtx sim --transport tcp` against the in-process output, for every scenario of `dir` that has
 # an expectations file: identical output document, expectations met.
 function(wtx_tcp_scenario_tests dir prefix)
-  file(GLOB scenarios "${dir}/*.json")
-  foreach(s ${scenarios})
-    if(s MATCHES "\\.expect\\.json$")
-      continue()
-    endif()
-    string(REGEX REPLACE "\\.json$" ".expect.json" e "${s}")
-    if(EXISTS "${e}")
-      get_filename_component(name "${s}" NAME_WE)
-      add_test(NAME "${prefix}.${name}"
-               COMMAND ${CMAKE_COMMAND} -DWTX=$<TARGET_FILE:wtx> -DSCENARIO=${s} -DEXPECT=${e}
-                       -P ${CMAKE_SOURCE_DIR}/tests/net/compare_transports.cmake)
-      set_tests_properties("${prefix}.${name}" PROPERTIES TIMEOUT 300)
-    endif()
-  endforeach()
+  wtx_compared_scenario_tests("${dir}" "${prefix}" "--transport;tcp")  # cmake/wtx_scenario_tests.cmake
 endfunction()
 
 # Commit latency against rank count (docs/protocol.md, "Scale"): a benchmark, not a test.

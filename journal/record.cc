@@ -5,6 +5,7 @@
 
 #include <xxhash.h>
 
+#include "cbor.h"
 #include "hash_util.h"
 
 namespace wtx {
@@ -192,10 +193,10 @@ Result<nlohmann::json> DecodeValue(std::string_view value, std::string_view what
     return w.ToJson();
   }
   WTX_ASSIGN_OR_RETURN(body, CheckedPayload(value, kMagic, what));
-  nlohmann::json j = nlohmann::json::from_cbor(body.begin(), body.end(), /*strict=*/true,
-                                               /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Status::Corruption(std::string(what) + ": undecodable CBOR");
-  return j;
+  std::optional<nlohmann::json> j =
+      ParseCbor(reinterpret_cast<const uint8_t*>(body.data()), body.size());
+  if (!j) return Status::Corruption(std::string(what) + ": undecodable CBOR");
+  return std::move(*j);
 }
 
 std::string RecordKey(uint64_t seq) {

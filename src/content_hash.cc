@@ -309,4 +309,24 @@ uint64_t ParamHashCache::Digest(std::span<const uint8_t> bytes) {
   return digest_;
 }
 
+Result<uint64_t> ParamHashCache::Digest(const ChunkDigestFn& compute) {
+  if (digest_valid_ && touched_count_ == 0) return digest_;
+  std::vector<uint64_t> out;
+  for (size_t c = 0; c < chunks_.size() && touched_count_ > 0;) {
+    if (!touched_[c]) {
+      ++c;
+      continue;
+    }
+    size_t end = c;
+    while (end < chunks_.size() && touched_[end]) ++end;
+    out.resize(end - c);
+    WTX_RETURN_IF_ERROR(compute(c, end - c, out.data()));
+    for (size_t k = c; k < end; ++k) SetChunkDigest(k, out[k - c]);
+    c = end;
+  }
+  digest_ = ParamDigestFromChunks(chunks_);
+  digest_valid_ = true;
+  return digest_;
+}
+
 }  // namespace wtx

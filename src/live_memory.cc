@@ -1,9 +1,52 @@
 #include "wtx/live_memory.h"
 
+#include <algorithm>
+#include <cassert>
 #include <cstdlib>
 #include <cstring>
 
+#include "wtx/content_hash.h"
+
 namespace wtx {
+
+Status LiveMemory::Store(uint32_t index, size_t offset, const void* src, size_t len) {
+  std::span<uint8_t> b = Param(index);
+  assert(offset + len <= b.size() && "store past the parameter");
+  if (len > 0) std::memcpy(b.data() + offset, src, len);
+  return Status::OK();
+}
+
+Status LiveMemory::Load(uint32_t index, size_t offset, void* dst, size_t len) {
+  std::span<uint8_t> b = Param(index);
+  assert(offset + len <= b.size() && "load past the parameter");
+  if (len > 0) std::memcpy(dst, b.data() + offset, len);
+  return Status::OK();
+}
+
+Status LiveMemory::Scatter(uint32_t index, std::span<const int64_t> flat, const void* values,
+                           size_t elem_size, void* before) {
+  std::span<uint8_t> b = Param(index);
+  const auto* v = static_cast<const uint8_t*>(values);
+  auto* old = static_cast<uint8_t*>(before);
+  for (size_t k = 0; k < flat.size(); ++k) {
+    const size_t off = static_cast<size_t>(flat[k]) * elem_size;
+    assert(flat[k] >= 0 && off + elem_size <= b.size() && "scatter index outside the parameter");
+    if (old) std::memcpy(old + k * elem_size, b.data() + off, elem_size);
+    std::memcpy(b.data() + off, v + k * elem_size, elem_size);
+  }
+  return Status::OK();
+}
+
+Status LiveMemory::ChunkDigests(uint32_t index, size_t first, size_t count, uint64_t* out) {
+  std::span<uint8_t> b = Param(index);
+  for (size_t k = 0; k < count; ++k) {
+    const size_t off = (first + k) * kHashChunkBytes;
+    assert(off < b.size() || (off == 0 && b.empty()));
+    out[k] = ChunkDigest(b.data() + off, std::min(kHashChunkBytes, b.size() - off));
+  }
+  return Status::OK();
+}
+
 namespace {
 
 struct FreeDeleter {

@@ -75,7 +75,9 @@ Result<LiveVerifyReport> VerifyLive(Participant& participant, const std::string&
   auto c = ReadCommittedDigest(journal_dir);
   if (!c.ok()) return c.status();
   const RankStatus st = participant.status();
-  std::string live = participant.RecomputeDigest();
+  auto recomputed = participant.RecomputeDigest();
+  if (!recomputed.ok()) return recomputed.status();
+  std::string live = std::move(recomputed).value();
   CommittedDigest committed = std::move(c).value();
   committed.dirty = committed.dirty || st.dirty;
   return Compare(std::move(committed), std::move(live), st.loaded);
@@ -112,8 +114,14 @@ Status DumpLiveImage(Participant& participant, const std::string& path) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return Status::IOError("cannot create " + path);
   LiveMemory& mem = participant.memory();
+  std::string staged;
   for (uint32_t i = 0; i < participant.manifest().params().size(); ++i) {
-    const std::span<uint8_t> b = mem.Param(i);
+    std::span<const uint8_t> b = mem.Param(i);
+    if (!mem.HostAddressable()) {  // a device: through a host copy
+      staged.resize(mem.Size(i));
+      WTX_RETURN_IF_ERROR(mem.Load(i, 0, staged.data(), staged.size()));
+      b = {reinterpret_cast<const uint8_t*>(staged.data()), staged.size()};
+    }
     out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
   }
   out.close();

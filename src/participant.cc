@@ -89,7 +89,7 @@ class ParticipantImpl : public Participant {
   RankStatus status() const override;
   const Manifest& manifest() const override { return *manifest_; }
   LiveMemory& memory() override { return *memory_; }
-  std::string RecomputeDigest() override;
+  Result<std::string> RecomputeDigest() override;
   size_t CoverageMemoryBytes() const override {
     std::lock_guard<std::mutex> l(mu_);
     return coverage_peak_bytes_;
@@ -119,12 +119,18 @@ class ParticipantImpl : public Participant {
   // Coverage, staleness and kernel identity of the active transaction: sets errors, yes and
   // message of *vote. REQUIRES: active_ and not prepared.
   void LocalChecks(Vote* vote) const;
-  std::string DigestLocked();
+  Result<std::string> DigestLocked();
+  // A live-memory operation failed (a device error): the live bytes are no longer known, so
+  // the rank refuses everything from now on, as after a journal failure.
+  Status MemoryFailed(const Status& s) {
+    crashed_ = true;
+    return Err(ErrorCode::kCrashed, "rank " + Rank() + ": live memory failed: " + s.ToString());
+  }
   void TouchBytes(uint32_t param, size_t offset, size_t len) {
     hash_[param].Touch(offset, len);
   }
-  void SaveBefore(uint32_t param, size_t offset, size_t len);
-  void RestoreBefore();
+  Status SaveBefore(uint32_t param, size_t offset, size_t len);
+  Status RestoreBefore();
   bool Serving() const;
   // Live bytes may differ from the committed version: the durable flag, or a write of the
   // active transaction whose record is still batched.
@@ -136,6 +142,7 @@ class ParticipantImpl : public Participant {
   ParticipantOptions options_;
   ManifestPtr manifest_;
   std::shared_ptr<LiveMemory> memory_;
+  bool host_memory_ = true;  // memory_->HostAddressable(): copy and hash in one pass here
   std::unique_ptr<Journal> journal_;
   mutable std::mutex mu_;
   std::string kernel_identity_;
@@ -155,7 +162,15 @@ Status ParticipantImpl::Init() {
   kernel_identity_ = options_.kernel_identity;
   memory_ = options_.memory ? options_.memory
                             : std::shared_ptr<LiveMemory>(NewHostLiveMemory(*manifest_));
+  host_memory_ = memory_->HostAddressable();
   const auto& params = manifest_->params();
+  for (uint32_t i = 0; i < params.size(); ++i) {
+    if (memory_->Size(i) != static_cast<size_t>(params[i].num_bytes())) {
+      return Status::InvalidArgument("live memory of '" + params[i].name + "' has " +
+                                     std::to_string(memory_->Size(i)) + " bytes, expected " +
+                                     std::to_string(params[i].num_bytes()));
+    }
+  }
   hash_.reserve(params.size());
   for (const auto& p : params) hash_.emplace_back(static_cast<size_t>(p.num_bytes()));
   param_epoch_.assign(params.size(), 0);
@@ -460,10 +475,17 @@ Status ParticipantImpl::Write(std::span<const WritePiece> pieces) {
     const size_t esz = DTypeSize(p.dtype);
     const size_t off = static_cast<size_t>(r.begin) * esz;
     const size_t len = static_cast<size_t>(r.len) * esz;
-    if (tx.req.rollback) SaveBefore(r.param, off, len);
-    // Whole hash chunks are hashed in the same pass as the copy; prepare rehashes the rest.
-    if (!options_.benchmark_coverage_only) {
+    if (tx.req.rollback) WTX_RETURN_IF_ERROR(SaveBefore(r.param, off, len));
+    if (options_.benchmark_coverage_only) {
+      // nothing lands
+    } else if (host_memory_) {
+      // Whole hash chunks are hashed in the same pass as the copy; prepare rehashes the rest.
       hash_[r.param].CopyIn(memory_->Param(r.param), off, r.src, len);
+    } else {
+      // A device: the bytes go over, prepare hashes the touched chunks there.
+      Status st = memory_->Store(r.param, off, r.src, len);
+      if (!st.ok()) return MemoryFailed(st);
+      TouchBytes(r.param, off, len);
     }
     auto& cov = tx.coverage[r.param];
     if (!cov) {
@@ -495,17 +517,22 @@ void ParticipantImpl::UpdateCoveragePeak() {
   coverage_peak_bytes_ = std::max(coverage_peak_bytes_, bytes);
 }
 
-void ParticipantImpl::SaveBefore(uint32_t param, size_t offset, size_t len) {
-  const uint8_t* p = memory_->Param(param).data() + offset;
-  active_->before.push_back({param, offset, std::string(reinterpret_cast<const char*>(p), len)});
+Status ParticipantImpl::SaveBefore(uint32_t param, size_t offset, size_t len) {
+  std::string bytes(len, '\0');
+  Status s = memory_->Load(param, offset, bytes.data(), len);
+  if (!s.ok()) return MemoryFailed(s);
+  active_->before.push_back({param, offset, std::move(bytes)});
+  return Status::OK();
 }
 
-void ParticipantImpl::RestoreBefore() {
+Status ParticipantImpl::RestoreBefore() {
   for (auto it = active_->before.rbegin(); it != active_->before.rend(); ++it) {
-    std::memcpy(memory_->Param(it->param).data() + it->offset, it->bytes.data(), it->bytes.size());
+    Status s = memory_->Store(it->param, it->offset, it->bytes.data(), it->bytes.size());
+    if (!s.ok()) return MemoryFailed(s);
     TouchBytes(it->param, it->offset, it->bytes.size());
   }
   active_->before.clear();
+  return Status::OK();
 }
 
 Status ParticipantImpl::Patch(const PatchRequest& req) {
@@ -622,12 +649,25 @@ Status ParticipantImpl::Patch(const PatchRequest& req) {
   }
   const uint8_t* values = static_cast<const uint8_t*>(req.values);
   std::set<uint32_t> params_touched;
-  for (const Target& t : targets) {
-    const size_t off = static_cast<size_t>(t.flat) * esz;
-    if (tx.req.rollback) SaveBefore(t.param, off, esz);
-    std::memcpy(memory_->Param(t.param).data() + off, values + t.value * esz, esz);
-    TouchBytes(t.param, off, esz);
-    params_touched.insert(t.param);
+  for (const Target& t : targets) params_touched.insert(t.param);
+  // One scatter per parameter (one kernel launch on a device), saving before-images with it.
+  for (uint32_t p : params_touched) {
+    std::vector<int64_t> flat;
+    std::string vals;
+    for (const Target& t : targets) {
+      if (t.param != p) continue;
+      flat.push_back(t.flat);
+      vals.append(reinterpret_cast<const char*>(values + t.value * esz), esz);
+    }
+    std::string before(tx.req.rollback ? vals.size() : 0, '\0');
+    Status st = memory_->Scatter(p, flat, vals.data(), esz,
+                                 tx.req.rollback ? before.data() : nullptr);
+    if (!st.ok()) return MemoryFailed(st);
+    for (size_t k = 0; k < flat.size(); ++k) {
+      const size_t off = static_cast<size_t>(flat[k]) * esz;
+      if (tx.req.rollback) tx.before.push_back({p, off, before.substr(k * esz, esz)});
+      TouchBytes(p, off, esz);
+    }
   }
   for (uint32_t p : params_touched) {
     param_epoch_[p] = ++epoch_;
@@ -792,18 +832,39 @@ Result<Vote> ParticipantImpl::CheckPrepare(std::string_view txid) const {
   return vote;
 }
 
-std::string ParticipantImpl::DigestLocked() {
+Result<std::string> ParticipantImpl::DigestLocked() {
   const auto& params = manifest_->params();
   std::vector<uint64_t> digests(params.size());
-  for (uint32_t i = 0; i < params.size(); ++i) digests[i] = hash_[i].Digest(memory_->Param(i));
+  for (uint32_t i = 0; i < params.size(); ++i) {
+    if (host_memory_) {
+      digests[i] = hash_[i].Digest(memory_->Param(i));
+      continue;
+    }
+    auto d = hash_[i].Digest([&](size_t first, size_t count, uint64_t* out) {
+      return memory_->ChunkDigests(i, first, count, out);
+    });
+    if (!d.ok()) return MemoryFailed(d.status());
+    digests[i] = d.value();
+  }
   return RankDigest(*manifest_, digests);
 }
 
-std::string ParticipantImpl::RecomputeDigest() {
+Result<std::string> ParticipantImpl::RecomputeDigest() {
   std::lock_guard<std::mutex> l(mu_);
   const auto& params = manifest_->params();
   std::vector<uint64_t> digests(params.size());
-  for (uint32_t i = 0; i < params.size(); ++i) digests[i] = ParamDigest(memory_->Param(i));
+  for (uint32_t i = 0; i < params.size(); ++i) {
+    if (host_memory_) {
+      digests[i] = ParamDigest(memory_->Param(i));
+      continue;
+    }
+    // No caches: every chunk from the live bytes.
+    const size_t chunks = (memory_->Size(i) + kHashChunkBytes - 1) / kHashChunkBytes;
+    std::vector<uint64_t> c(chunks);
+    Status s = memory_->ChunkDigests(i, 0, chunks, c.data());
+    if (!s.ok()) return Status::IOError("rank " + Rank() + ": live memory: " + s.ToString());
+    digests[i] = ParamDigestFromChunks(c);
+  }
   return RankDigest(*manifest_, digests);
 }
 
@@ -829,7 +890,11 @@ Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
   const int64_t t0 = options_.env.clock->NowMicros();
   vote.wrote = tx.wrote;
   LocalChecks(&vote);
-  if (vote.yes) vote.digest = DigestLocked();
+  if (vote.yes) {
+    auto digest = DigestLocked();
+    if (!digest.ok()) return digest.status();
+    vote.digest = std::move(digest).value();
+  }
   const int64_t t1 = options_.env.clock->NowMicros();
   if (CrashAt("before_prepare_logged")) {
     return Err(ErrorCode::kCrashed, "rank " + Rank() + " crashed before logging PREPARED");
@@ -891,7 +956,7 @@ Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::st
       break;
     case Decision::kAbort:
       if (tx.req.rollback && !tx.interrupted && tx.wrote) {
-        RestoreBefore();
+        WTX_RETURN_IF_ERROR(RestoreBefore());
         for (uint32_t p = 0; p < param_epoch_.size(); ++p) {
           if (param_epoch_[p] > tx.begin_epoch) param_epoch_[p] = tx.epochs_at_begin[p];
         }

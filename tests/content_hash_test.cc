@@ -279,7 +279,7 @@ TEST_CASE("FusedWritesGiveTheSameVersionWhateverTheWriteOrderAndChunking") {
     const std::string digest = Commit(**p, req, weights, rng);
     INFO("run " << run);
     // The fused path agrees with hashing the live bytes from scratch ...
-    CHECK(digest == (*p)->RecomputeDigest());
+    CHECK(digest == (*p)->RecomputeDigest().value());
     // ... and with the reference definition over the intended bytes.
     std::vector<uint64_t> reference;
     for (const auto& w : weights) reference.push_back(ParamDigest(w));
@@ -303,7 +303,7 @@ TEST_CASE("FusedDigestsStayExactOverSuccessiveTransactions") {
   BeginRequest full;
   full.tx = "full-1";
   std::string digest = Commit(rank, full, weights, rng);
-  REQUIRE(digest == rank.RecomputeDigest());
+  REQUIRE(digest == rank.RecomputeDigest().value());
 
   // A partial update of module m1 with new bytes; m2's cached digests are reused.
   auto next = RandomWeights(*m, 2);
@@ -314,7 +314,7 @@ TEST_CASE("FusedDigestsStayExactOverSuccessiveTransactions") {
   partial.base = *rank.status().version;
   partial.modules = {"m1"};
   digest = Commit(rank, partial, next, rng, {0, 1});
-  CHECK(digest == rank.RecomputeDigest());
+  CHECK(digest == rank.RecomputeDigest().value());
 
   // A rollback partial that aborts: the restored bytes are rehashed, so a later partial that
   // rewrites one element with its current value yields the committed digest again.
@@ -357,7 +357,7 @@ TEST_CASE("FusedDigestsStayExactOverSuccessiveTransactions") {
   REQUIRE(vote.ok());
   REQUIRE(vote->yes);
   CHECK(vote->digest == committed_digest);
-  CHECK(vote->digest == rank.RecomputeDigest());
+  CHECK(vote->digest == rank.RecomputeDigest().value());
 }
 
 TEST_CASE("CheckPrepareReportsPrepareChecksWithoutPreparing") {

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "device_participant_run.h"
 #include "test_util.h"
 #include "wtx/content_hash.h"
 #include "wtx/gpu.h"
@@ -19,15 +20,7 @@
 namespace wtx {
 namespace {
 
-std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; i += 8) {
-    const uint64_t r = rng();
-    std::memcpy(v.data() + i, &r, std::min<size_t>(8, n - i));
-  }
-  return v;
-}
+using testing::RandomBytes;
 
 const std::vector<size_t> kSizes = {0,    1,     15,        16,     17,        128,
                                     129,  240,   241,       1024,   64 * 1024, 64 * 1024 + 1,
@@ -240,7 +233,7 @@ TEST_CASE("VerifyLive catches bytes changed outside a transaction") {
   CHECK(rep->comparable);
   CHECK(rep->match);
   CHECK(rep->committed.committed_tx == "t1");
-  CHECK(rep->live_digest == r.p->RecomputeDigest());
+  CHECK(rep->live_digest == r.p->RecomputeDigest().value());
 
   // A stray write: flip one bit of the last parameter.
   const uint32_t last = static_cast<uint32_t>(r.manifest->params().size() - 1);
@@ -307,6 +300,16 @@ TEST_CASE("wtx verify checks a dumped live image against the journal") {
   }
 }
 #endif  // WTX_BINARY
+
+TEST_CASE("ParticipantOnReferenceDeviceMemoryMatchesHostMemory") {
+  testing::TempDir dir;
+  const auto on_device = testing::RunDeltaRollback(
+      NewReferenceDeviceLiveMemory(*testing::DeltaRollbackManifest()), dir.sub("device"));
+  const auto on_host = testing::RunDeltaRollback(nullptr, dir.sub("host"));
+  CHECK(on_device == on_host);
+  CHECK(on_device[2] == on_device[0]);  // the abort restored the committed bytes
+  CHECK(on_device[1] != on_device[0]);
+}
 
 }  // namespace
 }  // namespace wtx

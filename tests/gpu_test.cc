@@ -6,28 +6,29 @@
 #include <xxhash.h>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <random>
 #include <vector>
 
+#include <filesystem>
+
 #include "wtx/content_hash.h"
+#include "wtx/device_live_memory.h"
 #include "wtx/gpu.h"
+#include "wtx/participant.h"
+#include "device_participant_run.h"
 
 namespace wtx {
 namespace {
 
 constexpr int kSkip = 77;
 
-std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; i += 8) {
-    const uint64_t r = rng();
-    std::memcpy(v.data() + i, &r, std::min<size_t>(8, n - i));
-  }
-  return v;
-}
+using testing::RandomBytes;
 
 // A device copy of host bytes, freed on scope exit.
 class Dev {
@@ -181,6 +182,22 @@ TEST_CASE("GPU scan counts equal the CPU reference") {
     if (c.dtype == DType::kF32) CHECK(want->nan + want->inf > 0);  // random bits hit some
     if (c.row_elems != 0) CHECK(want->zero_rows >= rows / 7);
   }
+}
+
+
+TEST_CASE("A participant on device memory commits, patches and rolls back as on host memory") {
+  const std::string base = (std::filesystem::temp_directory_path() /
+                            ("wtx-gpu-participant-" + std::to_string(::getpid())))
+                               .string();
+  std::filesystem::remove_all(base);
+  auto device = NewDeviceLiveMemory(*testing::DeltaRollbackManifest());
+  REQUIRE(device.ok());
+  const auto on_device = testing::RunDeltaRollback(std::move(device).value(), base + "/device");
+  const auto on_host = testing::RunDeltaRollback(nullptr, base + "/host");
+  std::filesystem::remove_all(base);
+  CHECK(on_device == on_host);
+  CHECK(on_device[2] == on_device[0]);  // the abort restored the committed bytes
+  CHECK(on_device[1] != on_device[0]);
 }
 
 }  // namespace

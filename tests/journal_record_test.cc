@@ -35,9 +35,9 @@ WriteRecord SampleWrite() {
   return w;
 }
 
-// A value with a valid header around an arbitrary binary payload.
-std::string WithValidHeader(const std::string& payload) {
-  std::string v = "WTXW";
+// A value with a valid header (`magic`, checksum) around an arbitrary payload.
+std::string WithValidHeader(const std::string& payload, const std::string& magic = "WTXW") {
+  std::string v = magic;
   const uint64_t h = XXH3_64bits(payload.data(), payload.size());
   for (int i = 0; i < 8; ++i) v.push_back(static_cast<char>((h >> (8 * i)) & 0xff));
   return v + payload;
@@ -257,4 +257,23 @@ TEST_CASE("ReplayingABinaryWriteEqualsReplayingItsJson") {
       }
     }
   }
+}
+
+TEST_CASE("CborWithAnExcessiveDeclaredSizeIsCorruptionNotAnException") {
+  // A map holding an array that declares 2^64-1 items (nlohmann throws out_of_range.408 for
+  // it even with allow_exceptions=false): found by the record fuzzer.
+  std::string payload = "\xa1\x61x\x9b";
+  payload.append(8, '\xff');
+  auto d = DecodeValue(WithValidHeader(payload, "WTX1"), "record 9");
+  REQUIRE_FALSE(d.ok());
+  CHECK(d.status().code() == ErrorCode::kJournalCorrupt);
+  CHECK_THAT(d.status().message(), Catch::Contains("record 9: undecodable CBOR"));
+}
+
+TEST_CASE("CborNestedDeeperThanTheLimitIsCorruption") {
+  std::string payload(100000, '\x81');  // [[[[...]]]] one hundred thousand deep
+  payload.push_back('\x00');
+  auto d = DecodeValue(WithValidHeader(payload, "WTX1"), "record 9");
+  REQUIRE_FALSE(d.ok());
+  CHECK(d.status().code() == ErrorCode::kJournalCorrupt);
 }

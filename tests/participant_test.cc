@@ -147,12 +147,12 @@ TEST_CASE("DuplicateShardIsRejectedAndChangesNothing") {
   Cluster c(1, SmallManifest());
   REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
   REQUIRE(WriteBox(c.rank(0), "qkv", "q", std::nullopt, 1).ok());
-  std::vector<uint8_t> before(c.rank(0).memory().Param(0).begin(), c.rank(0).memory().Param(0).end());
+  std::vector<uint8_t> before = LiveBytes(c.rank(0).memory(), 0);
   Status s = WriteBox(c.rank(0), "qkv", "q", std::nullopt, 2);
   CHECK(s.code() == ErrorCode::kDuplicateWrite);
   // An overlapping sub-box of another write is a duplicate too.
   CHECK(WriteBox(c.rank(0), "qkv", "", Box{{15, 17}, {0, 8}}, 3).code() == ErrorCode::kDuplicateWrite);
-  std::vector<uint8_t> after(c.rank(0).memory().Param(0).begin(), c.rank(0).memory().Param(0).end());
+  std::vector<uint8_t> after = LiveBytes(c.rank(0).memory(), 0);
   CHECK(before == after);
   // A duplicated shard must not complete the module early: k and v are still missing.
   for (const char* p : {"kv_b", "norm", "packed"}) REQUIRE(WriteBox(c.rank(0), p, "", std::nullopt).ok());
@@ -321,7 +321,7 @@ TEST_CASE("PatchesMapSourceIndicesThroughShardTranslation") {
   REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kDelta, v1, {}, {"k_proj"})).status.ok());
   // k_proj [8, 8] lands at qkv rows 16..24: source index 19 = (2, 3) -> live (18, 3).
   REQUIRE(PatchIdx(c.rank(0), "k_proj", {19}, 0xAB).ok());
-  auto qkv = c.rank(0).memory().Param(0);
+  auto qkv = LiveBytes(c.rank(0).memory(), 0);
   const size_t off = (18 * 8 + 3) * 2;
   CHECK(qkv[off] == 0xAB);
   CHECK(qkv[off + 1] == 0xAB);
@@ -351,7 +351,7 @@ TEST_CASE("PackedLayoutRefusesCheckpointCoordinatePatches") {
   REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kDelta, v1, {}, {"packed_src"})).status.ok());
   CHECK(PatchIdx(c.rank(0), "packed_src", {1}, 1).code() == ErrorCode::kLayoutMismatch);
   CHECK_FALSE(c.rank(0).status().dirty);
-  CHECK(c.rank(0).RecomputeDigest().size() == 32);
+  CHECK(c.rank(0).RecomputeDigest().value().size() == 32);
 }
 
 TEST_CASE("DeltaPartsMustAllArriveExactlyOnce") {
@@ -428,16 +428,16 @@ TEST_CASE("RollbackDeltaAbortRestoresBytesAndStaysClean") {
   Cluster c(2, SmallManifest());
   REQUIRE(c.FullCommit("t1", 1).status.ok());
   auto v1 = c.coordinator().CommittedVersion("t1").value();
-  const std::string d0 = c.rank(0).RecomputeDigest();
+  const std::string d0 = c.rank(0).RecomputeDigest().value();
   REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kDelta, v1, {}, {"kv_b", "k_proj"}, true)).status.ok());
   for (int r = 0; r < 2; ++r) {
     REQUIRE(PatchIdx(c.rank(r), "kv_b", {0, 31}, 0xEE).ok());
     REQUIRE(PatchIdx(c.rank(r), "k_proj", {7}, 0xEE).ok());
   }
   REQUIRE(c.rank(0).Refresh("*").ok());  // derived recomputed from the patched bytes
-  CHECK(c.rank(0).RecomputeDigest() != d0);
+  CHECK(c.rank(0).RecomputeDigest().value() != d0);
   REQUIRE(c.coordinator().Abort("t2").status.ok());
-  CHECK(c.rank(0).RecomputeDigest() == d0);
+  CHECK(c.rank(0).RecomputeDigest().value() == d0);
   CHECK_FALSE(c.rank(1).status().dirty);
   CHECK(c.rank(1).status().serving);
   // Rank 0 refreshed from the aborted bytes: its derived copies are stale again.
@@ -453,13 +453,13 @@ TEST_CASE("RollbackPartialAbortRestoresBytes") {
   Cluster c(1, SmallManifest());
   REQUIRE(c.FullCommit("t1", 1).status.ok());
   auto v1 = c.coordinator().CommittedVersion("t1").value();
-  const std::string d0 = c.rank(0).RecomputeDigest();
+  const std::string d0 = c.rank(0).RecomputeDigest().value();
   REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kPartial, v1, {"rest"}, {}, true)).status.ok());
   REQUIRE(WriteBox(c.rank(0), "norm", "", std::nullopt, 9).ok());
   REQUIRE(WriteBox(c.rank(0), "packed", "", Box{{0, 2}, {0, 4}}, 9).ok());
   CommitOutcome o = c.coordinator().Commit("t2");  // packed incomplete: votes no
   CHECK(o.decision == Decision::kAbort);
-  CHECK(c.rank(0).RecomputeDigest() == d0);
+  CHECK(c.rank(0).RecomputeDigest().value() == d0);
   CHECK(c.rank(0).status().serving);
 }
 
@@ -505,4 +505,101 @@ TEST_CASE("JournalIoErrorNeverBecomesSilentSuccess") {
   // The coordinator sees no vote and aborts.
   CommitOutcome o = c.coordinator().Commit("t1");
   CHECK(o.decision == Decision::kAbort);
+}
+
+namespace {
+
+// Device memory whose operations fail from a chosen moment on (a device error).
+class FailingMemory : public LiveMemory {
+ public:
+  explicit FailingMemory(const Manifest& m) : inner_(NewReferenceDeviceLiveMemory(m)) {}
+  void FailFromNow() { failing_ = true; }
+  std::span<uint8_t> Param(uint32_t i) override { return inner_->Param(i); }
+  void Discard() override { inner_->Discard(); }
+  bool HostAddressable() const override { return false; }
+  size_t Size(uint32_t i) override { return inner_->Size(i); }
+  Status Store(uint32_t i, size_t off, const void* src, size_t len) override {
+    return failing_ ? Broken() : inner_->Store(i, off, src, len);
+  }
+  Status Load(uint32_t i, size_t off, void* dst, size_t len) override {
+    return failing_ ? Broken() : inner_->Load(i, off, dst, len);
+  }
+  Status Scatter(uint32_t i, std::span<const int64_t> flat, const void* values, size_t esz,
+                 void* before) override {
+    return failing_ ? Broken() : inner_->Scatter(i, flat, values, esz, before);
+  }
+  Status ChunkDigests(uint32_t i, size_t first, size_t n, uint64_t* out) override {
+    return failing_ ? Broken() : inner_->ChunkDigests(i, first, n, out);
+  }
+
+ private:
+  static Status Broken() { return Status::IOError("injected device error"); }
+  std::unique_ptr<LiveMemory> inner_;
+  bool failing_ = false;
+};
+
+// Restarts rank 0 of `c` on a FailingMemory (working until told otherwise).
+std::shared_ptr<FailingMemory> StartOnFailingMemory(Cluster& c) {
+  std::shared_ptr<FailingMemory> memory;
+  c.SetMemoryFactory([&](const Manifest& m) {
+    memory = std::make_shared<FailingMemory>(m);
+    return memory;
+  });
+  REQUIRE(c.Restart(0).ok());
+  c.SetMemoryFactory(nullptr);
+  return memory;
+}
+
+}  // namespace
+
+TEST_CASE("LiveMemoryFailureCrashesTheRankAndKeepsTheCommittedVersion") {
+  Cluster c(1, SmallManifest());
+  std::shared_ptr<FailingMemory> memory = StartOnFailingMemory(c);
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  const std::string v1 = c.coordinator().CommittedVersion("t1").value();
+
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kFull)).status.ok());
+  memory->FailFromNow();
+  Status s = c.WriteAll(2);
+  CHECK(s.code() == ErrorCode::kCrashed);
+  CHECK_THAT(s.message(), Catch::Contains("live memory failed") &&
+                              Catch::Contains("injected device error"));
+  // The rank refuses everything from now on; the transaction cannot commit.
+  CHECK(WriteBox(c.rank(0), "norm", "", std::nullopt).code() == ErrorCode::kCrashed);
+  CHECK(c.coordinator().Commit("t2").decision != Decision::kCommit);
+  // A restarted process (working memory) still knows t1 as committed, and is dirty.
+  REQUIRE(c.Restart(0).ok());
+  const RankStatus st = c.rank(0).status();
+  CHECK(st.committed_tx == "t1");
+  CHECK(st.version == v1);
+  CHECK(st.dirty);
+  CHECK_FALSE(st.serving);
+  CHECK(c.coordinator().CommittedVersion("t1") == v1);
+}
+
+TEST_CASE("LiveMemoryFailureAtPrepareVotesNothing") {
+  Cluster c(1, SmallManifest());
+  std::shared_ptr<FailingMemory> memory = StartOnFailingMemory(c);
+  REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
+  REQUIRE(c.WriteAll(1).ok());
+  REQUIRE(c.RefreshAll().ok());
+  memory->FailFromNow();  // the digest at prepare cannot be computed
+  auto vote = c.rank(0).Prepare("t1");
+  REQUIRE_FALSE(vote.ok());
+  CHECK(vote.status().code() == ErrorCode::kCrashed);
+  CHECK_FALSE(c.rank(0).RecomputeDigest().ok());
+}
+
+TEST_CASE("LiveMemoryOfTheWrongSizeIsRefusedAtOpen") {
+  auto m = SmallManifest();
+  auto other = ParseManifest(nlohmann::json::parse(
+                                 R"({"params": [{"name": "x", "dtype": "f32", "shape": [3]}]})"))
+                   .value();
+  ParticipantOptions o;
+  TempDir dir;
+  o.journal_dir = dir.sub("r0");
+  o.memory = NewReferenceDeviceLiveMemory(*other);
+  auto p = Participant::Open(std::move(o), m);
+  REQUIRE_FALSE(p.ok());
+  CHECK(p.status().code() == ErrorCode::kInvalidArgument);
 }

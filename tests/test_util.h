@@ -2,7 +2,10 @@
 // of in-process participants with a coordinator.
 #pragma once
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -12,6 +15,7 @@
 
 #include "fault_injection_fs.h"
 #include "wtx/coordinator.h"
+#include "wtx/device_live_memory.h"
 #include "wtx/inproc_transport.h"
 #include "wtx/manifest.h"
 #include "wtx/participant.h"
@@ -72,6 +76,34 @@ inline std::vector<uint8_t> Pattern(const Manifest& m, const std::string& param,
   return out;
 }
 
+// The live memory of each rank a test starts: the participant's default (host) unless the
+// environment names another kind, WTX_TEST_MEMORY=reference-device: CTest runs the participant
+// and recovery tests a second time that way (prefix "device."), through the participant's
+// device path.
+inline std::shared_ptr<LiveMemory> TestLiveMemory(const Manifest& manifest) {
+  const char* name = std::getenv("WTX_TEST_MEMORY");
+  if (name == nullptr || *name == '\0') return nullptr;
+  auto kind = ParseLiveMemoryKind(name);
+  auto memory = kind.ok() ? NewLiveMemory(kind.value(), manifest)
+                          : Result<std::shared_ptr<LiveMemory>>(kind.status());
+  if (!memory.ok()) {
+    std::fprintf(stderr, "WTX_TEST_MEMORY: %s\n", memory.status().ToString().c_str());
+    std::abort();
+  }
+  return memory.value();
+}
+
+// The live bytes of parameter `index`, read through the backend (host or device).
+inline std::vector<uint8_t> LiveBytes(LiveMemory& memory, uint32_t index) {
+  std::vector<uint8_t> out(memory.Size(index));
+  Status s = memory.Load(index, 0, out.data(), out.size());
+  if (!s.ok()) {
+    std::fprintf(stderr, "reading live bytes: %s\n", s.ToString().c_str());
+    std::abort();
+  }
+  return out;
+}
+
 // N ranks with the same manifest, each on its own fault-injecting filesystem, and a
 // coordinator. Ranks can be killed (with or without power loss) and restarted.
 class Cluster {
@@ -81,13 +113,19 @@ class Cluster {
     for (int r = 0; r < ranks; ++r) {
       fs_.push_back(std::make_shared<FaultInjectionFileSystem>());
       p_.emplace_back();
-      Restart(r);
+      Status s = Restart(r);
+      if (!s.ok()) Fail("starting rank " + std::to_string(r), s);
     }
     coord_fs_ = std::make_shared<FaultInjectionFileSystem>();
-    RestartCoordinator();
+    Status s = RestartCoordinator();
+    if (!s.ok()) Fail("starting the coordinator", s);
   }
 
   Participant& rank(int r) { return *p_[r]; }
+  // The live memory of ranks started from now on (default: TestLiveMemory).
+  void SetMemoryFactory(std::function<std::shared_ptr<LiveMemory>(const Manifest&)> f) {
+    memory_factory_ = std::move(f);
+  }
   Coordinator& coordinator() { return *c_; }
   FaultInjectionFileSystem& fs(int r) { return *fs_[r]; }
   InProcTransport& transport() { return transport_; }
@@ -105,6 +143,7 @@ class Cluster {
     o.kernel_identity = kernel_;
     o.crash_points = cp;
     o.rollback_budget_bytes = rollback_budget;
+    o.memory = memory_factory_ ? memory_factory_(*manifest_) : TestLiveMemory(*manifest_);
     auto p = Participant::Open(std::move(o), manifest_);
     if (!p.ok()) return p.status();
     p_[r] = std::move(p).value();
@@ -190,6 +229,11 @@ class Cluster {
   }
 
  private:
+  [[noreturn]] static void Fail(const std::string& what, const Status& s) {
+    std::fprintf(stderr, "test cluster: %s: %s\n", what.c_str(), s.ToString().c_str());
+    std::abort();
+  }
+
   TempDir dir_;
   ManifestPtr manifest_;
   std::string kernel_;
@@ -198,6 +242,7 @@ class Cluster {
   std::vector<std::unique_ptr<Participant>> p_;
   std::shared_ptr<FaultInjectionFileSystem> coord_fs_;
   std::unique_ptr<Coordinator> c_;
+  std::function<std::shared_ptr<LiveMemory>(const Manifest&)> memory_factory_;
 };
 
 }  // namespace wtx::testing

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU check for the wtx kernels (docs/gpu.md), for a machine with an NVIDIA GPU (target: H200,
 # sm_90): configures and builds the CUDA targets in build-gpu, runs the GPU tests (which must
-# pass, not skip), the CPU references, and the GPU benchmark, and prints the figures.
+# pass, not skip), every scenario with the ranks' live bytes in GPU memory (`wtx sim --memory
+# device`, output identical to host memory), the CPU references, and the GPU benchmark, and
+# prints the figures.
 #
 #   tools/gpu-check.sh [HASH_MiB [SCATTER_INDICES]]     (defaults: 4096 MiB, 1000000)
 #
@@ -56,6 +58,21 @@ elif [[ $rc -ne 0 ]]; then
   echo "gpu_test FAILED ($rc)" >&2
   exit 1
 fi
+
+echo "== every scenario with device live memory: output identical to host memory"
+n=0
+for s in "$ROOT"/../shared/scenarios/*.json "$ROOT"/tests/scenarios/*.json "$ROOT"/examples/*.json; do
+  [[ "$s" == *.expect.json || ! -f "${s%.json}.expect.json" ]] && continue
+  if ! cmake -DWTX="$BUILD/bin/wtx" -DSCENARIO="$s" -DEXPECT="${s%.json}.expect.json" \
+       "-DVARIANT=--memory;device" -P "$ROOT/tests/net/compare_transports.cmake" \
+       >"$BUILD/device-scenario.log" 2>&1; then
+    echo "FAILED on device memory: $s" >&2
+    cat "$BUILD/device-scenario.log" >&2
+    exit 1
+  fi
+  n=$((n + 1))
+done
+echo "$n scenarios: identical on device memory"
 
 echo "== CPU references and live verification"
 "$BUILD/bin/gpu_ref_test"

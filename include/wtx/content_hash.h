@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -58,6 +59,11 @@ class ParamHashCache {
   // Rehashes touched chunks of `bytes` and returns the parameter digest.
   // REQUIRES: bytes.size() equals the constructor's num_bytes.
   uint64_t Digest(std::span<const uint8_t> bytes);
+  // The same for bytes the host cannot read: `compute(first, count, out)` fills the digests of
+  // chunks [first, first + count) (a device kernel), called once per run of touched chunks.
+  // A failing `compute` leaves its chunks touched and returns its error.
+  using ChunkDigestFn = std::function<Status(size_t first, size_t count, uint64_t* out)>;
+  Result<uint64_t> Digest(const ChunkDigestFn& compute);
   size_t touched_chunks() const { return touched_count_; }
   size_t num_chunks() const { return chunks_.size(); }
 

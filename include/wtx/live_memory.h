@@ -1,9 +1,21 @@
-// LiveMemory: where a rank's live parameter bytes are. The participant writes and hashes
-// through it; an engine either lets the participant own host buffers or lends its own
-// (pointer + size per parameter). A GPU backend implements the same interface.
+// LiveMemory: where a rank's live parameter bytes are. The participant writes, patches, saves
+// before-images and hashes through it; an engine either lets the participant own host buffers,
+// lends its own host buffers (pointer + size per parameter), or provides memory the host cannot
+// address (GPU memory: include/wtx/device_live_memory.h).
+//
+// Two kinds of backend:
+//  * host-addressable (HostAddressable() true): Param(i) spans are the live bytes. The
+//    participant copies and hashes them itself in one pass (ParamHashCache::CopyIn); the
+//    operations below have working defaults on those spans.
+//  * not host-addressable (a device): Param(i) is empty, and the backend overrides every
+//    operation below (Size, Store, Load, Scatter, ChunkDigests). Digests computed by a backend
+//    must equal content_hash.h's bit for bit, so a rank's version does not depend on where its
+//    bytes live.
 //
 // Contract: Param(i) stays valid (same address and size) for the LiveMemory's lifetime, except
-// across Discard(), which models process death (contents lost, zeroed).
+// across Discard(), which models process death (contents lost, zeroed). Offsets and lengths are
+// in bytes; a failing operation (a device error) returns a non-OK Status and the participant
+// treats the rank as crashed.
 // Thread-safety: not synchronized; the participant serializes access.
 #pragma once
 
@@ -13,16 +25,36 @@
 #include <vector>
 
 #include "wtx/manifest.h"
+#include "wtx/status.h"
 
 namespace wtx {
 
 class LiveMemory {
  public:
   virtual ~LiveMemory() = default;
-  // Host-addressable bytes of parameter `index` (manifest order), num_bytes() long.
+  // Host-addressable bytes of parameter `index` (manifest order), Size(index) long; empty when
+  // !HostAddressable().
   virtual std::span<uint8_t> Param(uint32_t index) = 0;
   // The bytes are lost (process restart): every parameter reads as zeros afterwards.
   virtual void Discard() = 0;
+
+  virtual bool HostAddressable() const { return true; }
+  // Byte size of parameter `index`.
+  virtual size_t Size(uint32_t index) { return Param(index).size(); }
+  // Bytes [offset, offset + len) of parameter `index` = `src` (host memory).
+  // REQUIRES: offset + len <= Size(index)
+  virtual Status Store(uint32_t index, size_t offset, const void* src, size_t len);
+  // `dst` (host memory) = bytes [offset, offset + len) of parameter `index`.
+  // REQUIRES: offset + len <= Size(index)
+  virtual Status Load(uint32_t index, size_t offset, void* dst, size_t len);
+  // For each k: element flat[k] (elem_size bytes) of parameter `index` = values[k]; when
+  // `before` is not null, its old value goes to before[k] first (all values host memory).
+  // REQUIRES: flat indices distinct and inside the parameter; elem_size 1, 2, 4 or 8.
+  virtual Status Scatter(uint32_t index, std::span<const int64_t> flat, const void* values,
+                         size_t elem_size, void* before);
+  // out[k] = chunk digest (content_hash.h) of chunk first + k of parameter `index`, k < count.
+  // REQUIRES: the chunks exist.
+  virtual Status ChunkDigests(uint32_t index, size_t first, size_t count, uint64_t* out);
 };
 
 // Zero-initialized host buffers owned by the LiveMemory.

@@ -58,7 +58,9 @@ struct ParticipantOptions {
   // Upper bound on before-image bytes a rollback transaction may need; checked at begin.
   size_t rollback_budget_bytes = size_t{1} << 30;
   CrashPoints* crash_points = nullptr;  // not owned; may be null
-  std::shared_ptr<LiveMemory> memory;   // null: zeroed host buffers owned by the participant
+  // Where the live bytes are (live_memory.h; a GPU: device_live_memory.h). Null: zeroed host
+  // buffers owned by the participant. Sizes must match the manifest (checked at Open).
+  std::shared_ptr<LiveMemory> memory;
   // Benchmarks only (`wtx bench`): Write() checks, records coverage and journals as usual but
   // neither copies nor hashes the bytes, so the version no longer describes the live bytes.
   // Lets the coverage check of a 120 GiB rank be measured without moving 120 GiB.
@@ -118,8 +120,9 @@ class Participant {
   virtual const Manifest& manifest() const = 0;
   // REQUIRES: no concurrent Write/Patch while the caller uses the bytes.
   virtual LiveMemory& memory() = 0;
-  // Recomputes this rank's digest from the live bytes, bypassing caches.
-  virtual std::string RecomputeDigest() = 0;
+  // Recomputes this rank's digest from the live bytes, bypassing caches. IOError when the live
+  // memory cannot be read (a device error).
+  virtual Result<std::string> RecomputeDigest() = 0;
   // Peak bytes of coverage bookkeeping held by the current/last transaction.
   virtual size_t CoverageMemoryBytes() const = 0;
 };

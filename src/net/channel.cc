@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "cbor.h"
 #include "net/codec.h"
 #include "net/sha256.h"
 
@@ -19,94 +20,8 @@ using nlohmann::json;
 
 namespace {
 
-constexpr size_t kMaxCborDepth = 64;
-
 uint32_t ReadBe32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
-}
-
-// Walks a CBOR item without recursion and checks that it is well formed, fills the buffer
-// exactly and nests at most kMaxCborDepth deep (the decoder recurses; a hostile frame must not
-// exhaust the stack).
-bool CborShapeOk(const uint8_t* p, size_t n) {
-  struct Level {
-    uint64_t remaining;  // items left; UINT64_MAX: indefinite (until break)
-  };
-  std::vector<Level> stack;
-  size_t i = 0;
-  auto item_done = [&]() {
-    while (!stack.empty() && stack.back().remaining != UINT64_MAX) {
-      if (--stack.back().remaining > 0) return;
-      stack.pop_back();
-    }
-  };
-  bool first = true;
-  while (first || !stack.empty()) {
-    first = false;
-    if (i >= n) return false;
-    const uint8_t b = p[i++];
-    const int major = b >> 5, ai = b & 0x1f;
-    uint64_t v = 0;
-    bool indefinite = false;
-    if (ai < 24) {
-      v = static_cast<uint64_t>(ai);
-    } else if (ai <= 27) {
-      const size_t len = size_t{1} << (ai - 24);
-      if (n - i < len) return false;
-      for (size_t k = 0; k < len; ++k) v = (v << 8) | p[i++];
-    } else if (ai == 31) {
-      indefinite = true;
-    } else {
-      return false;
-    }
-    if (major == 7 && indefinite) {  // break
-      if (stack.empty() || stack.back().remaining != UINT64_MAX) return false;
-      stack.pop_back();
-      item_done();
-      continue;
-    }
-    switch (major) {
-      case 0:
-      case 1:
-      case 7:
-        if (indefinite) return false;
-        item_done();
-        break;
-      case 2:
-      case 3:
-        if (indefinite) {
-          if (stack.size() >= kMaxCborDepth) return false;
-          stack.push_back({UINT64_MAX});
-        } else {
-          if (n - i < v) return false;
-          i += static_cast<size_t>(v);
-          item_done();
-        }
-        break;
-      case 4:
-      case 5:
-      case 6: {
-        if (stack.size() >= kMaxCborDepth) return false;
-        uint64_t items = indefinite ? UINT64_MAX : v;
-        if (major == 5 && !indefinite) {
-          if (v > n) return false;
-          items = 2 * v;
-        }
-        if (major == 6) {
-          if (indefinite) return false;
-          items = 1;
-        }
-        if (!indefinite && items > n - i) return false;  // each item takes at least a byte
-        if (items == 0) {
-          item_done();
-        } else {
-          stack.push_back({items});
-        }
-        break;
-      }
-    }
-  }
-  return i == n;
 }
 
 void TuneSocket(tcp::socket& s) {
@@ -151,17 +66,17 @@ std::string EncodeFrame(const json& message) {
 }
 
 Result<json> DecodePayload(const uint8_t* data, size_t size) {
-  if (!CborShapeOk(data, size)) {
+  std::optional<json> j = ParseCbor(data, size);
+  if (!j) {
     return Status::InvalidArgument(
         "malformed frame: not one well-formed CBOR item (or nested "
         "deeper than " +
         std::to_string(kMaxCborDepth) + ")");
   }
-  json j = json::from_cbor(data, data + size, /*strict=*/true, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
+  if (!j->is_object()) {
     return Status::InvalidArgument("malformed frame: the payload is not a CBOR map");
   }
-  return j;
+  return std::move(*j);
 }
 
 std::string HandshakeMac(std::string_view secret, std::string_view direction,

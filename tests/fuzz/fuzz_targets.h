@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
+#include "cbor.h"
 #include "participant_state.h"
 #include "record.h"
 #include "scenario.h"
@@ -73,10 +74,9 @@ inline void FuzzRecord(const uint8_t* data, size_t size) {
     for (int i = 0; i < 8; ++i) value.push_back(static_cast<char>((h >> (8 * i)) & 0xff));
     value += payload;
   } else if (size > 0 && data[0] != 'W') {
-    nlohmann::json payload = nlohmann::json::from_cbor(value.begin() + 1, value.end(),
-                                                       /*strict=*/true, /*allow_exceptions=*/false);
-    if (payload.is_discarded()) return;
-    value = EncodeValue(payload);
+    std::optional<nlohmann::json> payload = ParseCbor(data + 1, size - 1);
+    if (!payload) return;
+    value = EncodeValue(*payload);
   }
   auto rec = DecodeValue(value, "fuzz");
   if (!rec.ok()) return;

@@ -1,8 +1,15 @@
-# cmake -DWTX=<wtx binary> -DSCENARIO=<file.json> [-DEXPECT=<file.expect.json>] -P compare_transports.cmake
+# cmake -DWTX=<wtx binary> -DSCENARIO=<file.json> [-DEXPECT=<file.expect.json>]
+#       [-DVARIANT="--transport;tcp"] -P compare_transports.cmake
 #
-# Runs the scenario with the in-process transport and with the TCP transport (coordinator and
-# ranks as separate processes on loopback) and requires byte-identical output documents; the
-# TCP run must also meet the expectations file when there is one.
+# Runs the scenario as the reference (in-process transport, host memory) and again with the
+# VARIANT arguments (default: the TCP transport, coordinator and ranks as separate processes on
+# loopback; or e.g. `--memory;reference-device`, the participant's device path) and requires
+# byte-identical output documents (same outcomes, errors and versions); the variant run must
+# also meet the expectations file when there is one.
+if(NOT DEFINED VARIANT OR VARIANT STREQUAL "")
+  set(VARIANT --transport tcp)
+endif()
+string(REPLACE ";" "" variant_name "${VARIANT}")
 execute_process(COMMAND "${WTX}" sim "${SCENARIO}"
                 OUTPUT_VARIABLE inproc RESULT_VARIABLE rc_inproc ERROR_VARIABLE err_inproc
                 TIMEOUT 300)
@@ -13,18 +20,18 @@ set(expect_args)
 if(EXPECT AND EXISTS "${EXPECT}")
   set(expect_args --expect "${EXPECT}")
 endif()
-execute_process(COMMAND "${WTX}" sim "${SCENARIO}" --transport tcp ${expect_args}
+execute_process(COMMAND "${WTX}" sim "${SCENARIO}" ${VARIANT} ${expect_args}
                 OUTPUT_VARIABLE tcp RESULT_VARIABLE rc_tcp ERROR_VARIABLE err_tcp
                 TIMEOUT 300)
 if(NOT rc_tcp EQUAL 0)
-  message(FATAL_ERROR "wtx sim --transport tcp failed (${rc_tcp}):\n${err_tcp}\n${tcp}")
+  message(FATAL_ERROR "wtx sim ${VARIANT} failed (${rc_tcp}):\n${err_tcp}\n${tcp}")
 endif()
 if(NOT inproc STREQUAL tcp)
   get_filename_component(name "${SCENARIO}" NAME_WE)
   set(a "${CMAKE_CURRENT_BINARY_DIR}/${name}.inproc.json")
-  set(b "${CMAKE_CURRENT_BINARY_DIR}/${name}.tcp.json")
+  set(b "${CMAKE_CURRENT_BINARY_DIR}/${name}.${variant_name}.json")
   file(WRITE "${a}" "${inproc}")
   file(WRITE "${b}" "${tcp}")
-  message(FATAL_ERROR "outputs differ between transports: diff ${a} ${b}")
+  message(FATAL_ERROR "outputs differ with ${VARIANT}: diff ${a} ${b}")
 endif()
-message(STATUS "identical output on both transports: ${SCENARIO}")
+message(STATUS "identical output with ${VARIANT}: ${SCENARIO}")

@@ -290,8 +290,8 @@ Result<json> BenchUpdate(const BenchOptions& o) {
   }
 
   // The fused copy+hash path must give the version a from-scratch hash of the live bytes gives.
-  const std::string recomputed =
-      CombineRankDigests(std::vector<std::string>{participant->RecomputeDigest()});
+  WTX_ASSIGN_OR_RETURN(rank_digest, participant->RecomputeDigest());
+  const std::string recomputed = CombineRankDigests(std::vector<std::string>{rank_digest});
   if (recomputed != last_version) {
     return Status::Corruption("committed version " + last_version +
                               " differs from the recomputed " + recomputed);

@@ -87,14 +87,19 @@ DKind KindOf(Decision d) {
 std::string BoxStr(const Box& b) {
   std::string s = "[";
   for (size_t d = 0; d < b.size(); ++d) {
-    s += (d ? "," : "") + std::to_string(b[d].begin) + ":" + std::to_string(b[d].end);
+    if (d > 0) s.push_back(',');
+    s.append(std::to_string(b[d].begin)).push_back(':');
+    s.append(std::to_string(b[d].end));
   }
   return s + "]";
 }
 
 std::string Codes(const std::vector<ErrorCode>& v) {
   std::string s;
-  for (auto c : v) s += (s.empty() ? "" : ",") + std::string(ErrorCodeName(c));
+  for (auto c : v) {
+    if (!s.empty()) s.push_back(',');
+    s.append(ErrorCodeName(c));
+  }
   return s.empty() ? "-" : s;
 }
 
@@ -1222,7 +1227,8 @@ void Script::CheckRanks() {
     const std::string R = "rank " + std::to_string(r);
     const ModelRank& m = model_->rank(r);
     const RankStatus s = ranks_[r]->status();
-    const std::string live = ranks_[r]->RecomputeDigest();
+    auto recomputed = ranks_[r]->RecomputeDigest();
+    const std::string live = recomputed.ok() ? recomputed.value() : recomputed.status().ToString();
     Expect(live == model_->Digest(r), R + "'s live bytes (digest " + live +
                                           ") are not what was written (model: " +
                                           model_->Digest(r) + ")");

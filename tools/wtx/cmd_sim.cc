@@ -1,4 +1,5 @@
-// `wtx sim SCENARIO.json [--journal-dir DIR] [--expect EXPECT.json] [--transport inproc|tcp]`
+// `wtx sim SCENARIO.json [--journal-dir DIR] [--expect EXPECT.json] [--transport inproc|tcp]
+//          [--memory host|reference-device|device]`
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -16,7 +17,17 @@ namespace wtx::cli {
 namespace {
 
 int RunSim(const std::string& path, std::string journal_dir, const std::string& expect_path,
-           bool pretty, const std::string& transport) {
+           bool pretty, const std::string& transport, const std::string& memory_name) {
+  auto memory = ParseLiveMemoryKind(memory_name);
+  if (!memory.ok()) {
+    std::cerr << "wtx sim: --memory: " << memory.status().message() << "\n";
+    return 2;
+  }
+  if (transport == "tcp" && memory.value() != LiveMemoryKind::kHost) {
+    std::cerr << "wtx sim: --memory " << memory_name
+              << " applies to --transport inproc (rank processes use host memory)\n";
+    return 2;
+  }
   auto sc = sim::LoadScenarioFile(path);
   if (!sc.ok()) {
     std::cerr << "wtx sim: invalid scenario " << path << ": " << sc.status().message() << "\n";
@@ -48,6 +59,7 @@ int RunSim(const std::string& path, std::string journal_dir, const std::string& 
   } else {
     sim::SimOptions o;
     o.journal_dir = journal_dir;
+    o.memory = memory.value();
     out = sim::RunScenario(sc.value(), o);
   }
   if (temp) {
@@ -85,7 +97,14 @@ void RegisterSimCommand(CLI::App& app, int* exit_code) {
                   "inproc: one process; tcp: coordinator and ranks as processes on loopback")
       ->check(CLI::IsMember({"inproc", "tcp"}))
       ->capture_default_str();
-  cmd->callback([=] { *exit_code = RunSim(*path, *dir, *expect, *pretty, *transport); });
+  auto memory = std::make_shared<std::string>("host");
+  cmd->add_option("--memory", *memory,
+                  "where each rank's live bytes are: host; device (GPU memory and kernels; "
+                  "CUDA builds with a GPU); reference-device (the device path on the kernels' "
+                  "CPU references)")
+      ->capture_default_str();
+  cmd->callback(
+      [=] { *exit_code = RunSim(*path, *dir, *expect, *pretty, *transport, *memory); });
 }
 
 }  // namespace wtx::cli

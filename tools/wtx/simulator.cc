@@ -213,8 +213,8 @@ Status DoPatch(const Step& st, Participant& p) {
 // Every rank and the coordinator as objects of this process, over the in-process transport.
 class InProcProcesses : public SimProcesses {
  public:
-  InProcProcesses(const Scenario& sc, std::string dir)
-      : sc_(sc), dir_(std::move(dir)), transport_(sc.ranks) {}
+  InProcProcesses(const Scenario& sc, std::string dir, LiveMemoryKind memory)
+      : sc_(sc), dir_(std::move(dir)), memory_kind_(memory), transport_(sc.ranks) {}
 
   Status Start() override {
     for (int r = 0; r < sc_.ranks; ++r) {
@@ -313,6 +313,10 @@ class InProcProcesses : public SimProcesses {
     o.kernel_identity = sc_.kernel_identity;
     o.rollback_budget_bytes = sc_.rollback_budget_bytes;
     o.crash_points = &rp.crash;
+    // A new process: new live memory (zeros), of the kind the run asked for.
+    auto memory = NewLiveMemory(memory_kind_, *sc_.manifests[r]);
+    if (!memory.ok()) return memory.status();
+    o.memory = std::move(memory).value();
     auto p = Participant::Open(std::move(o), sc_.manifests[r]);
     if (!p.ok()) return p.status();
     rp.p = std::move(p).value();
@@ -333,6 +337,7 @@ class InProcProcesses : public SimProcesses {
 
   const Scenario& sc_;
   std::string dir_;
+  LiveMemoryKind memory_kind_;
   InProcTransport transport_;
   std::vector<std::unique_ptr<RankProcess>> ranks_;
   CoordinatorProcess coord_;
@@ -673,7 +678,7 @@ Status PrepareJournalDir(const std::string& dir) {
 
 Result<json> RunScenario(const Scenario& scenario, const SimOptions& options) {
   WTX_RETURN_IF_ERROR(PrepareJournalDir(options.journal_dir));
-  InProcProcesses procs(scenario, options.journal_dir);
+  InProcProcesses procs(scenario, options.journal_dir, options.memory);
   WTX_RETURN_IF_ERROR(procs.Start());
   return RunSteps(scenario, procs, options.journal_dir);
 }

@@ -20,12 +20,15 @@
 
 #include "scenario.h"
 #include "wtx/coordinator.h"
+#include "wtx/device_live_memory.h"
 #include "wtx/participant.h"
 
 namespace wtx::sim {
 
 struct SimOptions {
   std::string journal_dir;  // must be empty or absent
+  // Where each rank's live bytes are (a fresh LiveMemory per rank process start).
+  LiveMemoryKind memory = LiveMemoryKind::kHost;
 };
 
 // Runs every step; step failures are part of the output, not errors. Errors are environment
