@@ -161,8 +161,8 @@ std::string Commit(Participant& p, const BeginRequest& req,
 
 TEST_CASE("CopyAndChunkDigestEqualsXxh3ForEveryLengthAndAlignment") {
   const size_t max = 3 * kHashChunkBytes + 200;
+  constexpr size_t kGuard = 128;  // bytes after the destination range that must stay untouched
   auto src = RandomBytes(max + 64, 1);
-  std::vector<uint8_t> dst(max + 64);
   std::vector<size_t> lengths;
   for (size_t n = 0; n <= 2100; ++n) lengths.push_back(n);
   for (size_t n : {kHashChunkBytes - 1, kHashChunkBytes, kHashChunkBytes + 1,
@@ -172,7 +172,8 @@ TEST_CASE("CopyAndChunkDigestEqualsXxh3ForEveryLengthAndAlignment") {
   for (size_t n : lengths) {
     for (size_t src_off : {0, 1, 7}) {
       for (size_t dst_off : {0, 16, 32, 3}) {
-        std::fill(dst.begin(), dst.end(), 0xAB);
+        // Exactly sized, so that AddressSanitizer also catches a store past the guard.
+        std::vector<uint8_t> dst(dst_off + n + kGuard, 0xAB);
         const uint64_t d = CopyAndChunkDigest(dst.data() + dst_off, src.data() + src_off, n);
         INFO("length " << n << ", source offset " << src_off << ", destination offset " << dst_off);
         REQUIRE(d == XXH3_64bits(src.data() + src_off, n));
