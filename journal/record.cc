@@ -160,9 +160,15 @@ Result<WriteRecordView> DecodeWriteRecord(std::string_view value, std::string_vi
   v.box_bytes = in.Take(16ull * rank);  // fails, without allocating, past the payload
   const uint32_t shards = in.U32();
   v.shard_bytes = in.remaining();
-  for (uint32_t i = 0; i < shards && !in.failed(); ++i) in.Bytes();
+  // Text fields must be UTF-8, as in CBOR text strings: readers print them as JSON.
+  bool text_ok = IsUtf8(v.tx) && IsUtf8(v.param);
+  for (uint32_t i = 0; i < shards && !in.failed(); ++i) text_ok = IsUtf8(in.Bytes()) && text_ok;
   if (layout != kWriteLayout || in.failed() || !in.done()) {
     return Status::Corruption(std::string(what) + ": malformed binary WRITE record");
+  }
+  if (!text_ok) {
+    return Status::Corruption(std::string(what) +
+                              ": malformed binary WRITE record (text that is not UTF-8)");
   }
   return v;
 }

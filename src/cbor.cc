@@ -4,6 +4,40 @@
 
 namespace wtx {
 
+bool IsUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<uint8_t>(s[i]);
+    size_t n = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      n = 1;
+      cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      n = 2;
+      cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      n = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (s.size() - i <= n) return false;
+    for (size_t k = 1; k <= n; ++k) {
+      const auto b = static_cast<uint8_t>(s[i + k]);
+      if ((b & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (b & 0x3f);
+    }
+    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
 namespace {
 // Walks a CBOR item without recursion and checks that it is well formed, fills the buffer
 // exactly and nests at most kMaxCborDepth deep (the decoder recurses; a hostile frame must not
@@ -59,6 +93,11 @@ bool CborShapeOk(const uint8_t* p, size_t n) {
           stack.push_back({UINT64_MAX});
         } else {
           if (n - i < v) return false;
+          // Text strings must be UTF-8: readers print decoded values as JSON.
+          if (major == 3 && !IsUtf8(std::string_view(reinterpret_cast<const char*>(p + i),
+                                                     static_cast<size_t>(v)))) {
+            return false;
+          }
           i += static_cast<size_t>(v);
           item_done();
         }

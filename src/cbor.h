@@ -1,6 +1,7 @@
 // CBOR decoding that never throws. nlohmann::json::from_cbor with allow_exceptions=false still
 // throws for some inputs (a definite-length array or map whose declared size exceeds max_size,
-// json.exception.out_of_range.408); every decoder of untrusted bytes (journal values, network
+// json.exception.out_of_range.408), and it accepts text strings that are not UTF-8, which then
+// throw when the value is printed; every decoder of untrusted bytes (journal values, network
 // frames) goes through ParseCbor instead.
 //
 // Thread-safety: a pure function.
@@ -9,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +19,9 @@ namespace wtx {
 // The deepest nesting ParseCbor accepts: the decoder recurses, and hostile bytes must not
 // exhaust the stack.
 inline constexpr size_t kMaxCborDepth = 64;
+
+// Well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, at most U+10FFFF).
+bool IsUtf8(std::string_view s);
 
 // The value encoded by [data, data + size) (strict: nothing may follow it); nullopt when the
 // bytes are not exactly one well-formed CBOR item nested at most kMaxCborDepth deep.

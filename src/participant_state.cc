@@ -4,6 +4,14 @@ namespace wtx {
 
 using nlohmann::json;
 
+namespace {
+
+// A JSON value for an error message: never throws (invalid UTF-8 in a crafted record's strings
+// is replaced, not an exception).
+std::string Quoted(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace
+
 json InitialParticipantState(int rank) {
   return {{"rank", rank}, {"version", nullptr}, {"committed_tx", nullptr},
           {"dirty", false}, {"loaded", false}, {"active", nullptr}, {"txs", 0}};
@@ -41,7 +49,7 @@ void ParticipantReplay::Recache() {
 
 Status ParticipantReplay::NotActive(uint64_t seq, std::string_view type, const json& tx) const {
   return Status::Corruption("record " + std::to_string(seq) + " (" + std::string(type) +
-                            ") names transaction " + tx.dump() +
+                            ") names transaction " + Quoted(tx) +
                             " which is not the active one");
 }
 
@@ -65,7 +73,7 @@ Status ParticipantReplay::Apply(const json& r) {
   // A record with a valid checksum can still be malformed (written by another program, or
   // crafted): that is a corrupt journal, never an exception escaping into the reader.
   const std::string at = "record " + (r.is_object() && r.contains("seq") && r["seq"].is_number()
-                                          ? r["seq"].dump()
+                                          ? Quoted(r["seq"])
                                           : std::string("?"));
   if (!r.is_object()) return Status::Corruption(at + " is not an object");
   if (!state_.is_null() && !state_.is_object()) return Status::Corruption("state is not an object");
@@ -97,7 +105,7 @@ Status ParticipantReplay::ApplyUnchecked(const json& r) {
     s = InitialParticipantState(r.at("rank").get<int>());
   } else if (type == "BEGIN") {
     if (!s["active"].is_null()) {
-      return Status::Corruption("BEGIN of " + tx.dump() + " while " + s["active"]["tx"].dump() +
+      return Status::Corruption("BEGIN of " + Quoted(tx) + " while " + Quoted(s["active"]["tx"]) +
                                 " is active");
     }
     s["active"] = {{"tx", tx},

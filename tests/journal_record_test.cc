@@ -277,3 +277,37 @@ TEST_CASE("CborNestedDeeperThanTheLimitIsCorruption") {
   REQUIRE_FALSE(d.ok());
   CHECK(d.status().code() == ErrorCode::kJournalCorrupt);
 }
+
+TEST_CASE("BinaryWriteRecordWithTextThatIsNotUtf8IsCorruption") {
+  // Found by the record fuzzer: readers print record fields as JSON, which must be UTF-8.
+  for (const std::string bad : {std::string("\xe1\x31"), std::string("\xc0\x80"),
+                                std::string("\xed\xa0\x80"), std::string("\xff")}) {
+    for (int field = 0; field < 3; ++field) {
+      WriteRecord w = SampleWrite();
+      (field == 0 ? w.tx : field == 1 ? w.param : w.shards[1]) = "ok" + bad;
+      auto d = DecodeValue(EncodeWriteRecord(w, 1, 0), "record 1");
+      INFO("field " << field);
+      REQUIRE_FALSE(d.ok());
+      CHECK_THAT(d.status().message(), Catch::Contains("not UTF-8"));
+    }
+  }
+  WriteRecord fine = SampleWrite();
+  fine.tx = "\xc3\xa9t\xc3\xa9-\xf0\x9f\x9a\x80";  // "été-🚀"
+  CHECK(DecodeValue(EncodeWriteRecord(fine, 1, 0), "record 1").ok());
+}
+
+TEST_CASE("ReplayErrorsNamingTextThatIsNotUtf8DoNotThrow") {
+  ParticipantReplay replay(InitialParticipantState(0));
+  Status s = replay.ApplyWrite(3, "\xe1\x31");
+  CHECK(s.code() == ErrorCode::kJournalCorrupt);
+  CHECK_THAT(s.message(), Catch::Contains("record 3 (WRITE)"));
+}
+
+TEST_CASE("CborRecordWithTextThatIsNotUtf8IsCorruption") {
+  // {"type": "\xff"}: decodable by nlohmann, but printing it would throw.
+  const std::string payload = std::string("\xa1\x64type\x61\xff", 8);
+  auto d = DecodeValue(WithValidHeader(payload, "WTX1"), "record 2");
+  REQUIRE_FALSE(d.ok());
+  CHECK_THAT(d.status().message(), Catch::Contains("record 2: undecodable CBOR"));
+  CHECK(DecodeValue(WithValidHeader(std::string("\xa1\x64type\x61x", 8), "WTX1"), "r").ok());
+}
