@@ -212,7 +212,7 @@ TEST_CASE("ReplayingABinaryWriteEqualsReplayingItsJson") {
     ParticipantReplay fast, slow;
     bool stopped = false;
     for (int step = 0; step < 30 && !stopped; ++step) {
-      const std::string tx = "t" + std::to_string(pick(3));
+      const std::string tx = std::string(1, 't').append(std::to_string(pick(3)));
       json rec;
       bool is_write = false;
       switch (pick(trial == 0 ? 1 : 7)) {
@@ -280,7 +280,7 @@ TEST_CASE("CborNestedDeeperThanTheLimitIsCorruption") {
 
 TEST_CASE("BinaryWriteRecordWithTextThatIsNotUtf8IsCorruption") {
   // Found by the record fuzzer: readers print record fields as JSON, which must be UTF-8.
-  for (const std::string bad : {std::string("\xe1\x31"), std::string("\xc0\x80"),
+  for (const std::string& bad : {std::string("\xe1\x31"), std::string("\xc0\x80"),
                                 std::string("\xed\xa0\x80"), std::string("\xff")}) {
     for (int field = 0; field < 3; ++field) {
       WriteRecord w = SampleWrite();

@@ -43,13 +43,7 @@ struct CoordinatorArgs {
   bool test_hooks = false;
 };
 
-void PrintReady(const json& j) { std::cout << j.dump() << std::endl; }
-
-int Fail(const Status& s) {
-  PrintReady({{"ready", false}, {"error", sim::StatusJson(s)}});
-  std::cerr << "wtx coordinator: " << s.ToString() << "\n";
-  return 1;
-}
+int Fail(const Status& s) { return sim::FailToStart("coordinator", s); }
 
 // Re-sends pending decisions in the background whenever asked (a rank registered).
 class Recoverer {
@@ -179,7 +173,7 @@ int RunCoordinator(const CoordinatorArgs& a) {
     return Result<json>(Status::InvalidArgument("unknown method '" + m + "'"));
   });
 
-  PrintReady({{"ready", true}, {"role", "coordinator"}, {"port", t.port()}});
+  sim::PrintReadyLine({{"ready", true}, {"role", "coordinator"}, {"port", t.port()}});
 
   std::thread startup;
   if (!a.defer_recovery) {

@@ -49,11 +49,7 @@ struct RankArgs {
   bool test_hooks = false;
 };
 
-int Fail(const Status& s) {
-  std::cout << json{{"ready", false}, {"error", sim::StatusJson(s)}}.dump() << std::endl;
-  std::cerr << "wtx rank: " << s.ToString() << "\n";
-  return 1;
-}
+int FailRank(const Status& s) { return sim::FailToStart("rank", s); }
 
 Result<ManifestPtr> LoadManifest(const RankArgs& a) {
   if (!a.manifest.empty()) {
@@ -78,14 +74,14 @@ int RunRank(const RankArgs& a) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   if (a.manifest.empty() == a.hf_config.empty()) {
-    return Fail(Status::InvalidArgument("give exactly one of --manifest and --hf-config"));
+    return FailRank(Status::InvalidArgument("give exactly one of --manifest and --hf-config"));
   }
   auto secret = net::ReadSecretFile(a.secret_file);
-  if (!secret.ok()) return Fail(secret.status());
+  if (!secret.ok()) return FailRank(secret.status());
   auto hp = net::ParseHostPort(a.connect);
-  if (!hp.ok()) return Fail(hp.status());
+  if (!hp.ok()) return FailRank(hp.status());
   auto manifest = LoadManifest(a);
-  if (!manifest.ok()) return Fail(manifest.status());
+  if (!manifest.ok()) return FailRank(manifest.status());
 
   std::shared_ptr<FaultInjectionFileSystem> fs;
   sim::ArmedCrashPoint crash;
@@ -101,7 +97,7 @@ int RunRank(const RankArgs& a) {
     po.crash_points = &crash;
   }
   auto opened = Participant::Open(std::move(po), manifest.value());
-  if (!opened.ok()) return Fail(opened.status());
+  if (!opened.ok()) return FailRank(opened.status());
   Participant& p = *opened.value();
 
   RankAgentOptions ao;
@@ -113,13 +109,13 @@ int RunRank(const RankArgs& a) {
   ao.request_timeout = milliseconds(a.request_timeout_ms);
   ao.max_frame_bytes = a.max_frame_bytes;
   auto agent = TcpRankAgent::Start(ao, &p);
-  if (!agent.ok()) return Fail(agent.status());
+  if (!agent.ok()) return FailRank(agent.status());
   TcpRankAgent& ag = *agent.value();
 
   std::unique_ptr<net::ControlServer> control;
   if (!a.control.empty()) {
     auto chp = net::ParseHostPort(a.control);
-    if (!chp.ok()) return Fail(chp.status());
+    if (!chp.ok()) return FailRank(chp.status());
     auto handler = [&](const std::string& m, const json& q) -> std::optional<Result<json>> {
       auto ok = [](json j) { return std::optional<Result<json>>(Result<json>(std::move(j))); };
       if (m == "step") {
@@ -170,13 +166,13 @@ int RunRank(const RankArgs& a) {
     no.max_frame_bytes = a.max_frame_bytes;
     auto cs = net::ControlServer::Listen(chp->first, chp->second, secret.value(), handler, no,
                                          "rank-" + std::to_string(a.rank) + "-control");
-    if (!cs.ok()) return Fail(cs.status());
+    if (!cs.ok()) return FailRank(cs.status());
     control = std::move(cs).value();
   }
 
   json ready = {{"ready", true}, {"role", "rank"}, {"rank", a.rank}};
   if (control) ready["control_port"] = control->port();
-  std::cout << ready.dump() << std::endl;
+  sim::PrintReadyLine(ready);
 
   int sig = 0;
   sigwait(&stop_signals, &sig);

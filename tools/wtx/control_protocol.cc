@@ -1,6 +1,7 @@
 #include "control_protocol.h"
 
 #include <algorithm>
+#include <iostream>
 
 #include "net/codec.h"
 
@@ -198,6 +199,14 @@ bool ArmedCrashPoint::ShouldCrash(std::string_view point) {
     return true;
   }
   return false;
+}
+
+void PrintReadyLine(const nlohmann::json& line) { std::cout << line.dump() << std::endl; }
+
+int FailToStart(std::string_view command, const Status& s) {
+  PrintReadyLine({{"ready", false}, {"error", StatusJson(s)}});
+  std::cerr << "wtx " << command << ": " << s.ToString() << "\n";
+  return 1;
 }
 
 }  // namespace wtx::sim

@@ -27,6 +27,13 @@ namespace wtx::sim {
 nlohmann::json StatusJson(const Status& s);
 Status StatusFromJson(const nlohmann::json& j);
 
+// The first stdout line of a serving process (`wtx coordinator`, `wtx rank`), flushed:
+// {"ready": true, ...} once it serves.
+void PrintReadyLine(const nlohmann::json& line);
+// A process that cannot start: prints {"ready": false, "error": StatusJson(s)} on stdout and
+// "wtx COMMAND: ..." on stderr; returns the exit code (1).
+int FailToStart(std::string_view command, const Status& s);
+
 // The data-plane fields of a step (op, param, shard, source, box, fill, indices, part,
 // derived, value).
 nlohmann::json RankStepToJson(const Step& step);
