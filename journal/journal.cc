@@ -225,11 +225,11 @@ Status Journal::Append(std::vector<JournalRecord> records, json state, bool sync
   rocksdb::WriteBatch batch;
   uint64_t seq = last_seq_;
   uint64_t sum = last_checksum_;
+  std::string v;  // reused: the batch copies each value
   for (auto& record : records) {
     ++seq;
-    std::string v;
     if (auto* w = std::get_if<WriteRecord>(&record)) {
-      v = EncodeWriteRecord(*w, seq, sum);
+      EncodeWriteRecordTo(*w, seq, sum, &v);
     } else {
       json& r = std::get<json>(record);
       r["seq"] = seq;
@@ -365,9 +365,10 @@ Status Journal::VerifyStorage() const {
       return Status::Corruption(dir_ + ": unexpected key 0x" + hex + " (" +
                                 std::to_string(key.size()) + " bytes; not a journal key)");
     }
-    auto v = DecodeValue(it->value().ToStringView(),
-                         dir_ + ": value of key " + (RecordSeq(key) ? "record " +
-                         std::to_string(RecordSeq(key)) : std::string(key)));
+    auto v = DecodeValue(
+        it->value().ToStringView(),
+        dir_ + ": value of key " +
+            (RecordSeq(key) ? "record " + std::to_string(RecordSeq(key)) : std::string(key)));
     if (!v.ok()) return v.status();
   }
   if (!it->status().ok()) return FromRocks(it->status(), dir_ + ": scanning keys");

@@ -1,5 +1,6 @@
 #include "record.h"
 
+#include <cassert>
 #include <cstring>
 #include <limits>
 
@@ -21,17 +22,6 @@ void PutFixed64(std::string* out, uint64_t v) {
   char b[8];
   for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
   out->append(b, 8);
-}
-
-void PutFixed32(std::string* out, uint32_t v) {
-  char b[4];
-  for (int i = 0; i < 4; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  out->append(b, 4);
-}
-
-void PutBytes(std::string* out, std::string_view s) {
-  PutFixed32(out, static_cast<uint32_t>(s.size()));
-  out->append(s);
 }
 
 uint64_t LoadFixed64(const char* p) {
@@ -114,30 +104,57 @@ Result<std::string_view> CheckedPayload(std::string_view value, std::string_view
 
 std::string EncodeValue(const nlohmann::json& payload) {
   std::vector<uint8_t> cbor = nlohmann::json::to_cbor(payload);
-  return WithHeader(kMagic, std::string_view(reinterpret_cast<const char*>(cbor.data()),
-                                             cbor.size()));
+  return WithHeader(kMagic,
+                    std::string_view(reinterpret_cast<const char*>(cbor.data()), cbor.size()));
+}
+
+void EncodeWriteRecordTo(const WriteRecord& w, uint64_t seq, uint64_t prev, std::string* out) {
+  // Sized once and filled through a cursor: the append path encodes a record per write.
+  size_t size =
+      kHeader + 1 + 5 * 8 + 4 + w.tx.size() + 4 + w.param.size() + 4 + 16 * w.box.size() + 4;
+  for (const std::string& s : w.shards) size += 4 + s.size();
+  out->resize(size);
+  char* p = out->data();
+  auto put64 = [&p](uint64_t v) {
+    for (int i = 0; i < 8; ++i) *p++ = static_cast<char>(v >> (8 * i));
+  };
+  auto put32 = [&p](uint32_t v) {
+    for (int i = 0; i < 4; ++i) *p++ = static_cast<char>(v >> (8 * i));
+  };
+  auto put_bytes = [&](std::string_view b) {
+    put32(static_cast<uint32_t>(b.size()));
+    std::memcpy(p, b.data(), b.size());
+    p += b.size();
+  };
+  std::memcpy(p, kWriteMagic.data(), kWriteMagic.size());
+  p += kWriteMagic.size();
+  char* checksum = p;
+  p += 8;  // filled once the payload is written
+  *p++ = static_cast<char>(kWriteLayout);
+  put64(seq);
+  put64(prev);
+  put64(static_cast<uint64_t>(w.ts));
+  put64(static_cast<uint64_t>(w.elements));
+  put64(static_cast<uint64_t>(w.bytes));
+  put_bytes(w.tx);
+  put_bytes(w.param);
+  put32(static_cast<uint32_t>(w.box.size()));
+  for (const Range& r : w.box) {
+    put64(static_cast<uint64_t>(r.begin));
+    put64(static_cast<uint64_t>(r.end));
+  }
+  put32(static_cast<uint32_t>(w.shards.size()));
+  for (const std::string& s : w.shards) put_bytes(s);
+  assert(p == out->data() + out->size() && "WRITE record size computed above");
+  const uint64_t sum = XXH3_64bits(out->data() + kHeader, out->size() - kHeader);
+  p = checksum;
+  put64(sum);
 }
 
 std::string EncodeWriteRecord(const WriteRecord& w, uint64_t seq, uint64_t prev) {
-  std::string payload;
-  payload.reserve(1 + 5 * 8 + 3 * 4 + w.tx.size() + w.param.size() + 16 * w.box.size() +
-                  16 * w.shards.size());
-  payload.push_back(static_cast<char>(kWriteLayout));
-  PutFixed64(&payload, seq);
-  PutFixed64(&payload, prev);
-  PutFixed64(&payload, static_cast<uint64_t>(w.ts));
-  PutFixed64(&payload, static_cast<uint64_t>(w.elements));
-  PutFixed64(&payload, static_cast<uint64_t>(w.bytes));
-  PutBytes(&payload, w.tx);
-  PutBytes(&payload, w.param);
-  PutFixed32(&payload, static_cast<uint32_t>(w.box.size()));
-  for (const Range& r : w.box) {
-    PutFixed64(&payload, static_cast<uint64_t>(r.begin));
-    PutFixed64(&payload, static_cast<uint64_t>(r.end));
-  }
-  PutFixed32(&payload, static_cast<uint32_t>(w.shards.size()));
-  for (const std::string& s : w.shards) PutBytes(&payload, s);
-  return WithHeader(kWriteMagic, payload);
+  std::string out;
+  EncodeWriteRecordTo(w, seq, prev, &out);
+  return out;
 }
 
 bool IsWriteRecordValue(std::string_view value) {
@@ -182,9 +199,15 @@ nlohmann::json WriteRecordView::ToJson() const {
   nlohmann::json shards = nlohmann::json::array();
   PayloadReader in(shard_bytes);
   while (!in.done() && !in.failed()) shards.push_back(std::string(in.Bytes()));
-  return {{"type", "WRITE"},   {"tx", std::string(tx)},   {"param", std::string(param)},
-          {"box", box},        {"elements", elements},    {"bytes", bytes},
-          {"shards", shards},  {"ts", ts},                {"seq", seq},
+  return {{"type", "WRITE"},
+          {"tx", std::string(tx)},
+          {"param", std::string(param)},
+          {"box", box},
+          {"elements", elements},
+          {"bytes", bytes},
+          {"shards", shards},
+          {"ts", ts},
+          {"seq", seq},
           {"prev", Hex64(prev)}};
 }
 

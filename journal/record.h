@@ -52,6 +52,8 @@ struct WriteRecordView {
 std::string EncodeValue(const nlohmann::json& payload);
 // Encodes `w` as record `seq` following the record whose checksum is `prev`.
 std::string EncodeWriteRecord(const WriteRecord& w, uint64_t seq, uint64_t prev);
+// The same bytes written into *out (replacing its contents), reusing its capacity.
+void EncodeWriteRecordTo(const WriteRecord& w, uint64_t seq, uint64_t prev, std::string* out);
 // True when `value` is stored in the binary WRITE form (by its magic; not yet verified).
 bool IsWriteRecordValue(std::string_view value);
 // Verifies the checksum and layout of a binary WRITE value. kJournalCorrupt naming `what`.

@@ -5,10 +5,10 @@
 
 #include <random>
 
-#include <nlohmann/json.hpp>
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 #include <xxhash.h>
+#include <nlohmann/json.hpp>
 
 #include "hash_util.h"
 #include "history.h"
@@ -53,11 +53,15 @@ TEST_CASE("BinaryWriteRecordDecodesToTheJsonOfItsCborForm") {
   REQUIRE(IsWriteRecordValue(v));
   auto j = DecodeValue(v, "test");
   REQUIRE(j.ok());
-  const json expected = {{"type", "WRITE"},  {"tx", "step-42"},
-                         {"param", w.param}, {"box", {{16, 24}, {0, 8}}},
-                         {"elements", 64},   {"bytes", 128},
+  const json expected = {{"type", "WRITE"},
+                         {"tx", "step-42"},
+                         {"param", w.param},
+                         {"box", {{16, 24}, {0, 8}}},
+                         {"elements", 64},
+                         {"bytes", 128},
                          {"shards", {"k", "v"}},
-                         {"ts", 1700000000123456}, {"seq", 7},
+                         {"ts", 1700000000123456},
+                         {"seq", 7},
                          {"prev", Hex64(0x1234abcdULL)}};
   CHECK(j.value() == expected);
   // The same record through the CBOR form decodes identically.
@@ -74,6 +78,22 @@ TEST_CASE("BinaryWriteRecordWithEmptyFieldsRoundTrips") {
   CHECK(view.value().tx.empty());
   CHECK(view.value().ToJson()["box"] == json::array());
   CHECK(view.value().ToJson()["shards"] == json::array());
+}
+
+TEST_CASE("EncodingIntoAReusedBufferGivesTheSameBytes") {
+  // The append path reuses one buffer across records of different sizes.
+  WriteRecord big = SampleWrite();
+  big.param = std::string(300, 'p');
+  big.shards = {"q", "k", "v", "gate", "up"};
+  big.box = {{0, 1}, {2, 3}, {4, 5}};
+  const WriteRecord small = SampleWrite();
+  std::string buf;
+  EncodeWriteRecordTo(big, 1, 5, &buf);
+  CHECK(buf == EncodeWriteRecord(big, 1, 5));
+  EncodeWriteRecordTo(small, 2, ValueChecksum(buf), &buf);
+  CHECK(buf == EncodeWriteRecord(small, 2, ValueChecksum(EncodeWriteRecord(big, 1, 5))));
+  REQUIRE(DecodeWriteRecord(buf, "test").ok());
+  CHECK(DecodeWriteRecord(buf, "test").value().param == small.param);
 }
 
 TEST_CASE("EveryFlippedByteOfABinaryWriteRecordIsCorruption") {
@@ -177,12 +197,12 @@ TEST_CASE("JournalOfBinaryWritesReplaysToItsStoredState") {
   // Readers of JSON see the binary records as WRITE records.
   int writes = 0;
   REQUIRE(j->ForEachRecord([&](const json& r) {
-               if (r["type"] == "WRITE") {
-                 CHECK(r["box"][0][0] == writes);
-                 ++writes;
-               }
-               return Status::OK();
-             }).ok());
+             if (r["type"] == "WRITE") {
+               CHECK(r["box"][0][0] == writes);
+               ++writes;
+             }
+             return Status::OK();
+           }).ok());
   CHECK(writes == 50);
 }
 
@@ -229,8 +249,11 @@ TEST_CASE("ReplayingABinaryWriteEqualsReplayingItsJson") {
           rec = {{"type", "PATCH"}, {"tx", tx}, {"applied", pick(2)}};
           break;
         case 4:
-          rec = {{"type", "OUTCOME"}, {"tx", tx}, {"decision", pick(2) ? "commit" : "abort"},
-                 {"version", "v"}, {"dirty", pick(2) == 1}};
+          rec = {{"type", "OUTCOME"},
+                 {"tx", tx},
+                 {"decision", pick(2) ? "commit" : "abort"},
+                 {"version", "v"},
+                 {"dirty", pick(2) == 1}};
           break;
         case 5:
           rec = {{"type", "RESTART"}, {"dirty", pick(2) == 1}};
@@ -247,7 +270,8 @@ TEST_CASE("ReplayingABinaryWriteEqualsReplayingItsJson") {
         a = fast.Apply(rec);
         b = slow.Apply(rec);
       }
-      INFO("trial " << trial << " step " << step << ": " << (is_write ? "WRITE " + tx : rec.dump()));
+      INFO("trial " << trial << " step " << step << ": "
+                    << (is_write ? "WRITE " + tx : rec.dump()));
       REQUIRE(a.ok() == b.ok());
       if (!a.ok()) {
         CHECK(a.code() == ErrorCode::kJournalCorrupt);
@@ -281,7 +305,7 @@ TEST_CASE("CborNestedDeeperThanTheLimitIsCorruption") {
 TEST_CASE("BinaryWriteRecordWithTextThatIsNotUtf8IsCorruption") {
   // Found by the record fuzzer: readers print record fields as JSON, which must be UTF-8.
   for (const std::string& bad : {std::string("\xe1\x31"), std::string("\xc0\x80"),
-                                std::string("\xed\xa0\x80"), std::string("\xff")}) {
+                                 std::string("\xed\xa0\x80"), std::string("\xff")}) {
     for (int field = 0; field < 3; ++field) {
       WriteRecord w = SampleWrite();
       (field == 0 ? w.tx : field == 1 ? w.param : w.shards[1]) = "ok" + bad;

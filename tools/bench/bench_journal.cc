@@ -239,10 +239,10 @@ Result<json> BenchReplay(const BenchOptions& o) {
                 {"method",
                  "one committed transaction of one-row writes (one WRITE record each, as "
                  "Participant::Write logs them); ReplayState (chain and checksum verification, "
-                 "CBOR decoding, ApplyParticipantRecord) over a read-only Journal, against a "
-                 "raw RocksDB iterator over the same record keys of the same database; "
-                 "participant_reopen_s is Participant::Open on that journal (recovery reads "
-                 "the materialized state, it does not replay the records)"}}}};
+                 "binary WRITE decoding, in-place apply through ParticipantReplay) over a "
+                 "read-only Journal, against a raw RocksDB iterator over the same record keys "
+                 "of the same database; participant_reopen_s is Participant::Open on that journal "
+                 "(recovery reads the materialized state, it does not replay the records)"}}}};
 }
 
 // ---- journal_vs_rocksdb --------------------------------------------------------------------
@@ -347,7 +347,7 @@ Result<json> BenchJournal(const BenchOptions& o) {
     return FromRocks(db->Close(), path);
   };
 
-  const int rounds = o.quick ? 2 : 5;
+  const int rounds = o.quick ? 2 : 9;
   std::vector<double> t_journal, t_raw;
   uint64_t bytes = 0;
   for (int r = 0; r < rounds; ++r) {
