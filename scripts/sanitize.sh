@@ -4,16 +4,21 @@
 #  1. build-asan: clang, AddressSanitizer + UndefinedBehaviorSanitizer (any report fails), with
 #     the libFuzzer targets (-DWTX_FUZZ=ON). Builds only the test targets that exercise the
 #     core (not the benchmarks), then runs their CTests, the scenario tests and a short
-#     torture under the sanitizers, and each fuzz target for WTX_FUZZ_SECONDS seconds.
-#  2. build-tsan: clang, ThreadSanitizer; builds only the concurrency test (participants and
-#     coordinator driven from several threads) and runs it.
+#     torture under the sanitizers, and each fuzz target: WTX_FUZZ_RUNS inputs from a fixed
+#     seed (deterministic, the default: 60000, about 15 s each), or with WTX_FUZZ_RUNS=0,
+#     WTX_FUZZ_SECONDS of random search.
+#  2. build-tsan: clang, ThreadSanitizer; builds only the threaded tests and runs them: the
+#     concurrency test (participants and coordinator driven from several threads) and the TCP
+#     transport test (coordinator, Asio rank agents and misbehaving clients in one process).
 #
-# Environment: JOBS (default nproc), WTX_FUZZ_SECONDS (default 20), SANITIZE_SKIP_TSAN=1,
+# Environment: JOBS (default nproc), WTX_FUZZ_RUNS (default 60000), WTX_FUZZ_SECONDS (default
+# 20, used when WTX_FUZZ_RUNS=0), SANITIZE_SKIP_TSAN=1,
 # SANITIZE_SKIP_ASAN=1. Prints the time of each phase.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 FUZZ_SECONDS=${WTX_FUZZ_SECONDS:-20}
+FUZZ_RUNS=${WTX_FUZZ_RUNS:-60000}
 export CC=${SANITIZE_CC:-clang} CXX=${SANITIZE_CXX:-clang++}
 
 phase_start=$SECONDS
@@ -42,7 +47,7 @@ common=(-DCMAKE_BUILD_TYPE=Sanitize "-DCMAKE_CXX_FLAGS=-O0 -g0" "-DCMAKE_C_FLAGS
 if [ "${SANITIZE_SKIP_ASAN:-0}" != 1 ]; then
   phase "configure build-asan (ASan + UBSan + libFuzzer)"
   cmake -S . -B build-asan "${common[@]}" -DWTX_SANITIZE=address,undefined -DWTX_FUZZ=ON \
-        -DWTX_FUZZ_SECONDS="$FUZZ_SECONDS" >/dev/null
+        -DWTX_FUZZ_SECONDS="$FUZZ_SECONDS" -DWTX_FUZZ_RUNS="$FUZZ_RUNS" >/dev/null
   phase "build build-asan"
   build_existing build-asan wtx manifest_test hf_manifest_test content_hash_test participant_test \
       recovery_test coverage_test crash_safety_test journal_corruption_test journal_record_test \
@@ -60,7 +65,11 @@ if [ "${SANITIZE_SKIP_ASAN:-0}" != 1 ]; then
   # families cover the same code here.
   ctest --test-dir build-asan -j"$JOBS" --output-on-failure -LE fuzz \
         -E '_NOT_BUILT|^bench\.|^scenario\.tcp\.|^DeepseekV3_Fp8Tp8_SourcesAndScalesCoveredExactlyOnce$|^KimiK2_'
-  phase "fuzz build-asan (${FUZZ_SECONDS} s per target)"
+  if [ "$FUZZ_RUNS" -gt 0 ]; then
+    phase "fuzz build-asan (${FUZZ_RUNS} inputs per target from seed 1)"
+  else
+    phase "fuzz build-asan (${FUZZ_SECONDS} s per target)"
+  fi
   ctest --test-dir build-asan -j"$JOBS" --output-on-failure -L fuzz
 fi
 
@@ -68,16 +77,18 @@ if [ "${SANITIZE_SKIP_TSAN:-0}" != 1 ]; then
   phase "configure build-tsan (ThreadSanitizer)"
   cmake -S . -B build-tsan "${common[@]}" -DWTX_SANITIZE=thread >/dev/null
   phase "build build-tsan"
-  # Only the concurrency test: the libraries it links, then the test itself without the wtx
-  # binary every test target otherwise depends on (Makefile generator: target/fast).
-  build_existing build-tsan wtx_core wtx_kernels wtx_sim wtx_test_main
+  # Only the threaded tests: the libraries they link, then the tests themselves without the
+  # wtx binary every test target otherwise depends on (Makefile generator: target/fast).
+  tsan_tests=(participant_concurrency_test tcp_transport_test)
+  build_existing build-tsan wtx_core wtx_kernels wtx_sim wtx_net wtx_test_main
   if [ -f build-tsan/Makefile ]; then
-    make -C build-tsan -j"$JOBS" participant_concurrency_test/fast >/dev/null
+    for t in "${tsan_tests[@]}"; do make -C build-tsan -j"$JOBS" "$t/fast" >/dev/null; done
   else
-    build_existing build-tsan participant_concurrency_test
+    build_existing build-tsan "${tsan_tests[@]}"
   fi
   phase "test build-tsan"
-  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    build-tsan/bin/participant_concurrency_test
+  for t in "${tsan_tests[@]}"; do
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "build-tsan/bin/$t"
+  done
 fi
 phase "done"

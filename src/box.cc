@@ -62,7 +62,12 @@ std::string BoxToString(const Box& box) {
   std::string s = "[";
   for (size_t i = 0; i < box.size(); ++i) {
     if (i) s += ", ";
-    s += "[" + std::to_string(box[i].begin) + ", " + std::to_string(box[i].end) + "]";
+    // Appended piece by piece: g++ 12 warns falsely (-Wstringop-overflow) on "[" + string&&.
+    s += '[';
+    s += std::to_string(box[i].begin);
+    s += ", ";
+    s += std::to_string(box[i].end);
+    s += ']';
   }
   return s + "]";
 }

@@ -39,6 +39,20 @@ bool IsUtf8(std::string_view s) {
 }
 
 namespace {
+
+// Whether the IEEE 754 half (ai 25), single (26) or double (27) with these bits is finite:
+// its exponent is not all ones.
+bool FiniteFloatBits(int ai, uint64_t bits) {
+  switch (ai) {
+    case 25:
+      return (bits & 0x7c00) != 0x7c00;
+    case 26:
+      return (bits & 0x7f800000) != 0x7f800000;
+    default:
+      return (bits & 0x7ff0000000000000ULL) != 0x7ff0000000000000ULL;
+  }
+}
+
 // Walks a CBOR item without recursion and checks that it is well formed, fills the buffer
 // exactly and nests at most kMaxCborDepth deep (the decoder recurses; a hostile frame must not
 // exhaust the stack).
@@ -84,6 +98,8 @@ bool CborShapeOk(const uint8_t* p, size_t n) {
       case 1:
       case 7:
         if (indefinite) return false;
+        // Floats must be finite: NaN compares unequal to itself and prints as JSON null.
+        if (major == 7 && ai >= 25 && ai <= 27 && !FiniteFloatBits(ai, v)) return false;
         item_done();
         break;
       case 2:

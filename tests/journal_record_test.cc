@@ -335,3 +335,25 @@ TEST_CASE("CborRecordWithTextThatIsNotUtf8IsCorruption") {
   CHECK_THAT(d.status().message(), Catch::Contains("record 2: undecodable CBOR"));
   CHECK(DecodeValue(WithValidHeader(std::string("\xa1\x64type\x61x", 8), "WTX1"), "r").ok());
 }
+
+TEST_CASE("CborRecordWithANonFiniteFloatIsCorruption") {
+  // Found by the record fuzzer: {"ts": NaN} decoded, but NaN != NaN and prints as null, so
+  // the record no longer said what was stored. Half, single and double NaN and infinities.
+  for (const std::string& num :
+       {std::string("\xf9\x7e\x00", 3), std::string("\xf9\x7c\x00", 3),
+        std::string("\xfa\xff\xff\xff\x02", 5), std::string("\xfa\x7f\x80\x00\x00", 5),
+        std::string("\xfb\x7f\xf8\x00\x00\x00\x00\x00\x00", 9),
+        std::string("\xfb\xff\xf0\x00\x00\x00\x00\x00\x00", 9)}) {
+    auto d = DecodeValue(WithValidHeader("\xa1\x62ts" + num, "WTX1"), "record 4");
+    REQUIRE_FALSE(d.ok());
+    CHECK_THAT(d.status().message(), Catch::Contains("record 4: undecodable CBOR"));
+  }
+  // Finite floats of every width still decode.
+  for (const std::string& num :
+       {std::string("\xf9\x3c\x00", 3), std::string("\xfa\x3f\x80\x00\x00", 5),
+        std::string("\xfb\x3f\xf0\x00\x00\x00\x00\x00\x00", 9)}) {
+    auto d = DecodeValue(WithValidHeader("\xa1\x62ts" + num, "WTX1"), "record 4");
+    REQUIRE(d.ok());
+    CHECK(d.value()["ts"] == 1.0);
+  }
+}
