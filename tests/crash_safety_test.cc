@@ -26,8 +26,9 @@ class Scratch {
  public:
   Scratch() {
     std::random_device rd;
-    path_ = (fs::temp_directory_path() / ("wtx-crash-" + std::to_string(rd()) + std::to_string(rd())))
-                .string();
+    path_ =
+        (fs::temp_directory_path() / ("wtx-crash-" + std::to_string(rd()) + std::to_string(rd())))
+            .string();
     fs::create_directories(path_);
   }
   ~Scratch() {
@@ -401,4 +402,18 @@ TEST_CASE("CleanCloseLeavesAWatermarkNamingTheLastRecord") {
   REQUIRE(w);
   CHECK(w->seq == 2);
   CHECK(problem.empty());
+}
+
+TEST_CASE("ArmedCrashPointFiresOnceAtItsPointAndDisarmReportsIt") {
+  ArmedCrashPoint crash;
+  CHECK_FALSE(crash.ShouldCrash("after_prepare_logged"));  // nothing armed
+  crash.Arm("after_prepare_logged");
+  CHECK_FALSE(crash.ShouldCrash("before_prepare_logged"));  // another point
+  CHECK(crash.ShouldCrash("after_prepare_logged"));
+  CHECK_FALSE(crash.ShouldCrash("after_prepare_logged"));  // once only
+  CHECK(crash.Disarm());                                   // it fired
+  CHECK_FALSE(crash.Disarm());                             // and that is forgotten
+  crash.Arm("before_decision_logged");
+  CHECK_FALSE(crash.Disarm());  // armed but never reached
+  CHECK_FALSE(crash.ShouldCrash("before_decision_logged"));
 }

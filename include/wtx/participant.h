@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "wtx/crash_points.h"
 #include "wtx/env.h"
 #include "wtx/live_memory.h"
 #include "wtx/manifest.h"
@@ -32,15 +33,6 @@
 #include "wtx/status.h"
 
 namespace wtx {
-
-// Test hook: lets a harness kill a process at a named protocol point
-// ("before_prepare_logged", "after_prepare_logged", "before_decision_logged",
-// "after_decision_logged"). The call that hits it returns E_CRASHED and the object is dead.
-class CrashPoints {
- public:
-  virtual ~CrashPoints() = default;
-  virtual bool ShouldCrash(std::string_view point) = 0;
-};
 
 // What a participant asks the coordinator when it finds itself in doubt.
 class DecisionOracle {

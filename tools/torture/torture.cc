@@ -40,46 +40,30 @@ uint64_t Mix(uint64_t a, uint64_t b) {
 // Thrown (inside this file only) to end a script at its first violation.
 struct ScriptFailed {};
 
-// Fires once at the armed point.
-class ArmedCrash : public CrashPoints {
- public:
-  void Arm(std::string point) {
-    point_ = std::move(point);
-    fired_ = false;
-  }
-  void Disarm() { point_.clear(); }
-  bool fired() const { return fired_; }
-  bool ShouldCrash(std::string_view point) override {
-    if (!point_.empty() && point == point_) {
-      fired_ = true;
-      point_.clear();
-      return true;
-    }
-    return false;
-  }
-
- private:
-  std::string point_;
-  bool fired_ = false;
-};
-
 enum class Power { kNone, kAllUnsynced, kRandomPrefix, kTearLastRecord };
 
 const char* PowerName(Power p) {
   switch (p) {
-    case Power::kNone: return "process_crash";
-    case Power::kAllUnsynced: return "power_loss_all_unsynced";
-    case Power::kRandomPrefix: return "power_loss_random_prefix";
-    case Power::kTearLastRecord: return "power_loss_torn_tail";
+    case Power::kNone:
+      return "process_crash";
+    case Power::kAllUnsynced:
+      return "power_loss_all_unsynced";
+    case Power::kRandomPrefix:
+      return "power_loss_random_prefix";
+    case Power::kTearLastRecord:
+      return "power_loss_torn_tail";
   }
   return "?";
 }
 
 DKind KindOf(Decision d) {
   switch (d) {
-    case Decision::kCommit: return DKind::kCommit;
-    case Decision::kAbort: return DKind::kAbort;
-    case Decision::kNoop: return DKind::kNoop;
+    case Decision::kCommit:
+      return DKind::kCommit;
+    case Decision::kAbort:
+      return DKind::kAbort;
+    case Decision::kNoop:
+      return DKind::kNoop;
   }
   return DKind::kUnknown;
 }
@@ -128,7 +112,11 @@ struct Fault {
 class Script {
  public:
   Script(const TortureOptions& o, TortureReport* rep, uint64_t index, std::string dir)
-      : o_(o), rep_(*rep), index_(index), dir_(std::move(dir)), rng_(Mix(o.seed, index)),
+      : o_(o),
+        rep_(*rep),
+        index_(index),
+        dir_(std::move(dir)),
+        rng_(Mix(o.seed, index)),
         transport_(o.ranks) {}
 
   ~Script() {
@@ -169,11 +157,15 @@ class Script {
   Power RandomPower() {
     switch (Rand(6)) {
       case 0:
-      case 1: return Power::kNone;
+      case 1:
+        return Power::kNone;
       case 2:
-      case 3: return Power::kAllUnsynced;
-      case 4: return Power::kRandomPrefix;
-      default: return Power::kTearLastRecord;
+      case 3:
+        return Power::kAllUnsynced;
+      case 4:
+        return Power::kRandomPrefix;
+      default:
+        return Power::kTearLastRecord;
     }
   }
   FaultInjectionFileSystem& FsOf(int who) { return who < 0 ? *coord_fs_ : *rank_fs_[who]; }
@@ -193,7 +185,9 @@ class Script {
     probe.tx = "__probe__";
     return ranks_[r]->CheckBegin(probe).code() == ErrorCode::kCrashed;
   }
-  bool CoordinatorCrashed() { return coord_->Commit("__probe__").status.code() == ErrorCode::kCrashed; }
+  bool CoordinatorCrashed() {
+    return coord_->Commit("__probe__").status.code() == ErrorCode::kCrashed;
+  }
 
   // ---- I/O error injection around one call ----
   struct IoResult {
@@ -239,10 +233,10 @@ class Script {
   std::vector<ManifestPtr> manifests_;
   std::unique_ptr<Model> model_;
   std::vector<std::shared_ptr<FaultInjectionFileSystem>> rank_fs_;
-  std::vector<std::unique_ptr<ArmedCrash>> rank_crash_;
+  std::vector<std::unique_ptr<ArmedCrashPoint>> rank_crash_;
   std::vector<std::unique_ptr<Participant>> ranks_;
   std::shared_ptr<FaultInjectionFileSystem> coord_fs_;
-  ArmedCrash coord_crash_;
+  ArmedCrashPoint coord_crash_;
   std::unique_ptr<Coordinator> coord_;
   std::string current_tx_;
   std::set<std::string> commit_attempted_;
@@ -290,7 +284,8 @@ void Script::StartRank(int r, bool inject_io) {
   if (!opened) s = OpenRank(r);
   ++rep_.recoveries;
   Trace("restart rank " + std::to_string(r) + " -> " + s.ToString());
-  if (!s.ok()) Fail("rank " + std::to_string(r) + " cannot recover from its journal: " + s.ToString());
+  if (!s.ok())
+    Fail("rank " + std::to_string(r) + " cannot recover from its journal: " + s.ToString());
   model_->Restart(r);
   if (coord_) {
     Status rs = ranks_[r]->ResolveInDoubt(*coord_);
@@ -302,10 +297,17 @@ void Script::StartRank(int r, bool inject_io) {
 void Script::Drop(FaultInjectionFileSystem& f, Power p) {
   const uint64_t seed = rng_();
   switch (p) {
-    case Power::kNone: break;
-    case Power::kAllUnsynced: f.DropUnsyncedData(DropMode::kAllUnsynced, seed); break;
-    case Power::kRandomPrefix: f.DropUnsyncedData(DropMode::kRandomPrefix, seed); break;
-    case Power::kTearLastRecord: f.DropUnsyncedData(DropMode::kTearLastRecord, seed); break;
+    case Power::kNone:
+      break;
+    case Power::kAllUnsynced:
+      f.DropUnsyncedData(DropMode::kAllUnsynced, seed);
+      break;
+    case Power::kRandomPrefix:
+      f.DropUnsyncedData(DropMode::kRandomPrefix, seed);
+      break;
+    case Power::kTearLastRecord:
+      f.DropUnsyncedData(DropMode::kTearLastRecord, seed);
+      break;
   }
 }
 
@@ -402,9 +404,10 @@ Script::IoResult Script::WithIo(const std::optional<Fault>& f, F&& call) {
   out.coordinator = coord_fs_->injected_errors() > cbefore;
   if (io && (!out.ranks.empty() || out.coordinator)) {
     ++rep_.io_errors_injected;
-    CrashPoint(std::string(f->kind == Fault::Kind::kIoWrite ? "io_write_error_" : "io_sync_error_") +
-                   (f->who < 0 ? "coordinator" : "rank"),
-               f->power);
+    CrashPoint(
+        std::string(f->kind == Fault::Kind::kIoWrite ? "io_write_error_" : "io_sync_error_") +
+            (f->who < 0 ? "coordinator" : "rank"),
+        f->power);
   }
   return out;
 }
@@ -412,14 +415,19 @@ Script::IoResult Script::WithIo(const std::optional<Fault>& f, F&& call) {
 void Script::ReapIoCrashes(const IoResult& io, const std::string& during) {
   for (int r : io.ranks) {
     if (!ranks_[r]) continue;
-    Expect(Crashed(r), "rank " + std::to_string(r) + " is still alive after an injected I/O error "
-                           "in its journal during " + during + " (an I/O error became a silent "
+    Expect(Crashed(r), "rank " + std::to_string(r) +
+                           " is still alive after an injected I/O error "
+                           "in its journal during " +
+                           during +
+                           " (an I/O error became a silent "
                            "success)");
     KillRank(r, RandomPower());
   }
   if (io.coordinator && coord_) {
-    Expect(CoordinatorCrashed(), "the coordinator is still alive after an injected I/O error in "
-                                 "its journal during " + during);
+    Expect(CoordinatorCrashed(),
+           "the coordinator is still alive after an injected I/O error in "
+           "its journal during " +
+               during);
     KillCoordinator(RandomPower());
   }
 }
@@ -443,14 +451,14 @@ std::vector<Op> Script::PlanTransaction(const std::string& tx, bool clean) {
   }
   const int full_pct = base_ok ? 40 : 85;
   const int pick = clean ? 0 : static_cast<int>(Rand(100));
-  b.begin.kind = pick < full_pct                       ? TxKind::kFull
+  b.begin.kind = pick < full_pct                          ? TxKind::kFull
                  : pick < full_pct + (100 - full_pct) / 2 ? TxKind::kPartial
-                                                        : TxKind::kDelta;
+                                                          : TxKind::kDelta;
   if (b.begin.kind != TxKind::kFull) {
     const std::string last = model_->last_committed();
     auto it = model_->decisions().find(last);
-    b.begin.base = (it != model_->decisions().end() && !Chance(0.1)) ? it->second.version
-                                                                     : "00badba5e";
+    b.begin.base =
+        (it != model_->decisions().end() && !Chance(0.1)) ? it->second.version : "00badba5e";
     b.begin.rollback = Chance(0.4);
   }
   std::set<uint32_t> scope;
@@ -458,7 +466,8 @@ std::vector<Op> Script::PlanTransaction(const std::string& tx, bool clean) {
     for (const auto& mod : m0.modules()) {
       if (Chance(0.5)) b.begin.modules.push_back(mod.name);
     }
-    if (b.begin.modules.empty()) b.begin.modules.push_back(m0.modules()[Rand(m0.modules().size())].name);
+    if (b.begin.modules.empty())
+      b.begin.modules.push_back(m0.modules()[Rand(m0.modules().size())].name);
   }
   std::vector<std::string> patchable;
   for (const auto& p : m0.params()) {
@@ -562,7 +571,7 @@ std::vector<Op> Script::PlanTransaction(const std::string& tx, bool clean) {
             w.writes.push_back({pi, s.id, hi, pseed});
           }
           if (!w.writes.empty()) ops.push_back(w);
-        }  // else: the whole parameter is missing
+        }                              // else: the whole parameter is missing
         if (!clean && Chance(0.03)) {  // a duplicate: E_DUPLICATE_WRITE, nothing lands
           Op w;
           w.kind = Op::Kind::kWrite;
@@ -719,18 +728,30 @@ void Script::Execute(const Op& op, const std::optional<Fault>& f) {
           " error (after " + std::to_string(f->after) + ") in the journal of " + Who(f->who));
   }
   switch (op.kind) {
-    case Op::Kind::kBegin: DoBegin(op, f); break;
-    case Op::Kind::kWrite: DoWrite(op, f); break;
-    case Op::Kind::kPatch: DoPatch(op, f); break;
-    case Op::Kind::kRefresh: DoRefresh(op); break;
+    case Op::Kind::kBegin:
+      DoBegin(op, f);
+      break;
+    case Op::Kind::kWrite:
+      DoWrite(op, f);
+      break;
+    case Op::Kind::kPatch:
+      DoPatch(op, f);
+      break;
+    case Op::Kind::kRefresh:
+      DoRefresh(op);
+      break;
     case Op::Kind::kSetKernel:
       if (!ranks_[op.rank]) return;
       ranks_[op.rank]->SetKernelIdentity(op.name);
       model_->SetKernelIdentity(op.rank, op.name);
       Trace("rank " + std::to_string(op.rank) + " kernel identity -> " + op.name);
       break;
-    case Op::Kind::kCommit: DoCommit(op, f); break;
-    case Op::Kind::kAbort: DoAbort(op.begin.tx, f); break;
+    case Op::Kind::kCommit:
+      DoCommit(op, f);
+      break;
+    case Op::Kind::kAbort:
+      DoAbort(op.begin.tx, f);
+      break;
   }
   CheckRanks();
 }
@@ -738,7 +759,8 @@ void Script::Execute(const Op& op, const std::optional<Fault>& f) {
 void Script::DoBegin(const Op& op, const std::optional<Fault>& f) {
   const BeginRequest& req = op.begin;
   std::string what = "begin " + req.tx + " " + std::string(TxKindName(req.kind)) +
-                     (req.rollback ? " rollback" : "") + (req.base.empty() ? "" : " base " + req.base.substr(0, 8));
+                     (req.rollback ? " rollback" : "") +
+                     (req.base.empty() ? "" : " base " + req.base.substr(0, 8));
   for (const auto& m : req.modules) what += " module:" + m;
   for (const auto& s : req.sources) what += " source:" + s;
   if (!coord_) {
@@ -786,9 +808,9 @@ void Script::DoBegin(const Op& op, const std::optional<Fault>& f) {
     return;
   }
   if (known) {
-    Expect(out.status.code() == expect,
-           "begin " + req.tx + ": expected " + std::string(ErrorCodeName(expect)) + ", got " +
-               out.status.ToString());
+    Expect(out.status.code() == expect, "begin " + req.tx + ": expected " +
+                                            std::string(ErrorCodeName(expect)) + ", got " +
+                                            out.status.ToString());
   }
   if (!out.status.ok()) {
     ++rep_.begin_refused;
@@ -833,7 +855,8 @@ void Script::DoWrite(const Op& op, const std::optional<Fault>& f) {
   IoResult io = WithIo(f, [&] { s = ranks_[r]->Write(pieces); });
   Trace(what + " -> " + s.ToString());
   if (std::find(io.ranks.begin(), io.ranks.end(), r) != io.ranks.end()) {
-    Expect(!s.ok(), "write succeeded although its journal flush failed on rank " + std::to_string(r));
+    Expect(!s.ok(),
+           "write succeeded although its journal flush failed on rank " + std::to_string(r));
     ReapIoCrashes(io, "write");
     return;
   }
@@ -867,7 +890,8 @@ void Script::DoPatch(const Op& op, const std::optional<Fault>& f) {
   IoResult io = WithIo(f, [&] { s = ranks_[r]->Patch(req); });
   Trace(what + " -> " + s.ToString());
   if (std::find(io.ranks.begin(), io.ranks.end(), r) != io.ranks.end()) {
-    Expect(!s.ok(), "patch succeeded although its journal flush failed on rank " + std::to_string(r));
+    Expect(!s.ok(),
+           "patch succeeded although its journal flush failed on rank " + std::to_string(r));
     ReapIoCrashes(io, "patch");
     return;
   }
@@ -913,7 +937,7 @@ void Script::DoCommit(const Op& op, const std::optional<Fault>& f) {
   commit_attempted_.insert(tx);
   std::vector<std::optional<std::vector<ErrorCode>>> predicted(o_.ranks);
   for (int r = 0; r < o_.ranks; ++r) predicted[r] = model_->PredictVote(r, tx);
-  ArmedCrash* armed = nullptr;
+  ArmedCrashPoint* armed = nullptr;
   if (f && f->kind == Fault::Kind::kCrashPoint) {
     armed = f->who < 0 ? &coord_crash_ : rank_crash_[f->who].get();
     armed->Arm(f->at);
@@ -922,13 +946,12 @@ void Script::DoCommit(const Op& op, const std::optional<Fault>& f) {
   CommitOutcome out;
   IoResult io = WithIo(f, [&] { out = coord_->Commit(tx); });
   transport_.SetSilent({});
-  if (armed) armed->Disarm();
-  const bool point_fired = armed && armed->fired();
+  const bool point_fired = armed && armed->Disarm();
   std::string votes;
   for (const auto& v : out.votes) {
     votes += " r" + std::to_string(v.rank) + ":" +
-             (v.kind == VoteReport::Kind::kYes   ? "yes"
-              : v.kind == VoteReport::Kind::kNo  ? "no(" + Codes(v.vote.errors) + ")"
+             (v.kind == VoteReport::Kind::kYes       ? "yes"
+              : v.kind == VoteReport::Kind::kNo      ? "no(" + Codes(v.vote.errors) + ")"
               : v.kind == VoteReport::Kind::kTimeout ? "timeout"
                                                      : "crashed");
   }
@@ -975,7 +998,8 @@ void Script::DoCommit(const Op& op, const std::optional<Fault>& f) {
       case VoteReport::Kind::kTimeout:
         all_yes = false;
         any_missing = true;
-        Expect(op.silent.count(r) > 0, "rank " + std::to_string(r) + " timed out without being silent");
+        Expect(op.silent.count(r) > 0,
+               "rank " + std::to_string(r) + " timed out without being silent");
         break;
       case VoteReport::Kind::kCrashed:
         all_yes = false;
@@ -998,8 +1022,8 @@ void Script::DoCommit(const Op& op, const std::optional<Fault>& f) {
     if (f->who < 0) {
       KillCoordinator(f->power);
     } else {
-      Expect(ranks_[f->who] && Crashed(f->who), "rank " + std::to_string(f->who) +
-                                                    " survived its crash point " + f->at);
+      Expect(ranks_[f->who] && Crashed(f->who),
+             "rank " + std::to_string(f->who) + " survived its crash point " + f->at);
       KillRank(f->who, f->power);
     }
   }
@@ -1018,13 +1042,14 @@ void Script::DoCommit(const Op& op, const std::optional<Fault>& f) {
   ReapIoCrashes(io, "commit");
 
   // The decision.
-  const bool all_unknown = !out.votes.empty() &&
-                           std::all_of(out.votes.begin(), out.votes.end(), [](const VoteReport& v) {
-                             return v.kind == VoteReport::Kind::kNo && v.vote.error == ErrorCode::kNoTx;
-                           });
+  const bool all_unknown =
+      !out.votes.empty() &&
+      std::all_of(out.votes.begin(), out.votes.end(), [](const VoteReport& v) {
+        return v.kind == VoteReport::Kind::kNo && v.vote.error == ErrorCode::kNoTx;
+      });
   DKind expect_kind = !any_missing && !any_wrote ? DKind::kNoop
-                      : all_yes                   ? DKind::kCommit
-                                                  : DKind::kAbort;
+                      : all_yes                  ? DKind::kCommit
+                                                 : DKind::kAbort;
   std::string expect_version;
   if (expect_kind == DKind::kCommit) expect_version = CombineRankDigests(digests);
   if (out.decision_logged) {
@@ -1050,7 +1075,8 @@ void Script::DoCommit(const Op& op, const std::optional<Fault>& f) {
         if (!ranks_[r]) continue;
         if (std::find(out.unacknowledged.begin(), out.unacknowledged.end(), r) !=
             out.unacknowledged.end()) {
-          Fail("rank " + std::to_string(r) + " is alive but did not acknowledge the decision on " + tx);
+          Fail("rank " + std::to_string(r) + " is alive but did not acknowledge the decision on " +
+               tx);
         }
         model_->ApplyDecision(r, tx, kind);
       }
@@ -1085,7 +1111,8 @@ void Script::DoAbort(const std::string& tx, const std::optional<Fault>& f) {
     }
   }
   if (io.coordinator) {
-    Expect(!out.status.ok(), "abort of " + tx + " succeeded although the coordinator's journal failed");
+    Expect(!out.status.ok(),
+           "abort of " + tx + " succeeded although the coordinator's journal failed");
   }
   ReapIoCrashes(io, "abort");
   if (any || out.status.ok()) {
@@ -1179,8 +1206,7 @@ void Script::ResolveUnknownDecisions() {
       nd.kind = DKind::kAbort;
       ++rep_.aborted;
     }
-    Trace("in-doubt " + tx + " resolved by the recovered coordinator: " +
-          (v ? "commit" : "abort"));
+    Trace("in-doubt " + tx + " resolved by the recovered coordinator: " + (v ? "commit" : "abort"));
     const std::string id = tx;
     model_->RecordDecision(id, nd);
   }
@@ -1194,7 +1220,8 @@ void Script::SyncResolution() {
     if (st.active_tx && *st.active_tx == tx) continue;  // still pending there
     auto it = model_->decisions().find(tx);
     DKind kind = DKind::kAbort;
-    if (it != model_->decisions().end() && it->second.kind != DKind::kUnknown) kind = it->second.kind;
+    if (it != model_->decisions().end() && it->second.kind != DKind::kUnknown)
+      kind = it->second.kind;
     if (model_->rank(r).tx->prepared == Prep::kYes) ++rep_.in_doubt_resolved;
     model_->ApplyDecision(r, tx, kind);
   }
@@ -1229,9 +1256,9 @@ void Script::CheckRanks() {
     const RankStatus s = ranks_[r]->status();
     auto recomputed = ranks_[r]->RecomputeDigest();
     const std::string live = recomputed.ok() ? recomputed.value() : recomputed.status().ToString();
-    Expect(live == model_->Digest(r), R + "'s live bytes (digest " + live +
-                                          ") are not what was written (model: " +
-                                          model_->Digest(r) + ")");
+    Expect(live == model_->Digest(r),
+           R + "'s live bytes (digest " + live +
+               ") are not what was written (model: " + model_->Digest(r) + ")");
     Expect(s.committed_tx.value_or("") == m.committed_tx,
            R + " reports committed transaction '" + s.committed_tx.value_or("") +
                "'; the model says '" + m.committed_tx + "'");
@@ -1242,9 +1269,9 @@ void Script::CheckRanks() {
                  "; committed was " + d.version);
       if (!s.dirty) {
         // The heart of it: clean means the live bytes are the committed version.
-        Expect(live == d.rank_digests[r],
-               R + " is clean but its live bytes (digest " + live + ") are not its part of " +
-                   "committed version " + d.version + " (" + d.rank_digests[r] + ")");
+        Expect(live == d.rank_digests[r], R + " is clean but its live bytes (digest " + live +
+                                              ") are not its part of " + "committed version " +
+                                              d.version + " (" + d.rank_digests[r] + ")");
       }
     }
     if (m.dirty != Tri::kUnknown) {
@@ -1293,18 +1320,19 @@ void Script::CheckAfterRecovery() {
     Expect(!s.in_doubt, "rank " + std::to_string(r) + " is still in doubt about " +
                             s.in_doubt.value_or("") + " after recovery");
     Expect(!s.active_tx, "rank " + std::to_string(r) + " still has transaction " +
-                             s.active_tx.value_or("") + " active after the coordinator aborted "
+                             s.active_tx.value_or("") +
+                             " active after the coordinator aborted "
                              "or decided it");
     Expect(s.committed_tx.value_or("") == model_->last_committed(),
            "rank " + std::to_string(r) + " records '" + s.committed_tx.value_or("") +
-               "' as its last commit; the coordinator last committed '" +
-               model_->last_committed() + "' (a decided commit was lost)");
+               "' as its last commit; the coordinator last committed '" + model_->last_committed() +
+               "' (a decided commit was lost)");
   }
   for (const auto& [tx, d] : model_->decisions()) {
     if (d.kind != DKind::kCommit) continue;
     auto v = coord_->CommittedVersion(tx);
-    Expect(v && *v == d.version, "the coordinator no longer knows that " + tx +
-                                     " committed as " + d.version + " (a decided commit was lost)");
+    Expect(v && *v == d.version, "the coordinator no longer knows that " + tx + " committed as " +
+                                     d.version + " (a decided commit was lost)");
   }
   CheckRanks();
 }
@@ -1329,8 +1357,10 @@ void Script::FinalCheck() {
     vo.strict = true;  // closed cleanly: not even a warning
     VerifyReport v = VerifyJournalDir(d, vo);
     ++rep_.journals_verified;
-    Expect(v.status.ok(), "wtx check --strict fails on " + d + " after recovery and a clean "
-                          "shutdown: " + v.status.ToString());
+    Expect(v.status.ok(), "wtx check --strict fails on " + d +
+                              " after recovery and a clean "
+                              "shutdown: " +
+                              v.status.ToString());
   }
 }
 
@@ -1344,7 +1374,7 @@ void Script::Run() {
     manifests_.push_back(m.value());
     rank_fs_.push_back(std::make_shared<FaultInjectionFileSystem>());
     rank_fs_.back()->RestrictInjectionToThread(std::this_thread::get_id());
-    rank_crash_.push_back(std::make_unique<ArmedCrash>());
+    rank_crash_.push_back(std::make_unique<ArmedCrashPoint>());
   }
   ranks_.resize(o_.ranks);
   coord_fs_ = std::make_shared<FaultInjectionFileSystem>();
@@ -1363,7 +1393,8 @@ void Script::Run() {
 
 std::string DefaultDir() {
   std::error_code ec;
-  const std::string base = fs::is_directory("/dev/shm", ec) ? "/dev/shm" : fs::temp_directory_path().string();
+  const std::string base =
+      fs::is_directory("/dev/shm", ec) ? "/dev/shm" : fs::temp_directory_path().string();
   return base + "/wtx-torture-" + std::to_string(::getpid());
 }
 

@@ -111,7 +111,7 @@ int RunCoordinator(const CoordinatorArgs& a) {
   // With test hooks the journal runs on a fault-injecting filesystem, so that a "crash with
   // power loss" can drop exactly the unsynced data before the process exits.
   std::shared_ptr<FaultInjectionFileSystem> fs;
-  sim::ArmedCrashPoint crash;
+  ArmedCrashPoint crash;
   CoordinatorOptions co;
   co.journal_dir = a.journal;
   co.prepare_timeout = milliseconds(a.prepare_timeout_ms);

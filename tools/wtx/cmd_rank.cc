@@ -84,7 +84,7 @@ int RunRank(const RankArgs& a) {
   if (!manifest.ok()) return FailRank(manifest.status());
 
   std::shared_ptr<FaultInjectionFileSystem> fs;
-  sim::ArmedCrashPoint crash;
+  ArmedCrashPoint crash;
   ParticipantOptions po;
   po.rank = a.rank;
   po.journal_dir = a.journal;

@@ -177,30 +177,6 @@ Result<std::vector<DecisionEntry>> DecisionsFromJson(const json& j) {
       });
 }
 
-void ArmedCrashPoint::Arm(std::string point) {
-  std::lock_guard<std::mutex> l(mu_);
-  point_ = std::move(point);
-  fired_ = false;
-}
-
-bool ArmedCrashPoint::Disarm() {
-  std::lock_guard<std::mutex> l(mu_);
-  point_.clear();
-  const bool fired = fired_;
-  fired_ = false;
-  return fired;
-}
-
-bool ArmedCrashPoint::ShouldCrash(std::string_view point) {
-  std::lock_guard<std::mutex> l(mu_);
-  if (!point_.empty() && point == point_) {
-    fired_ = true;
-    point_.clear();
-    return true;
-  }
-  return false;
-}
-
 void PrintReadyLine(const nlohmann::json& line) { std::cout << line.dump() << std::endl; }
 
 int FailToStart(std::string_view command, const Status& s) {

@@ -11,7 +11,6 @@
 // Thread-safety: pure functions.
 #pragma once
 
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,19 +46,5 @@ Result<CommitOutcome> CommitOutcomeFromJson(const nlohmann::json& j);
 
 nlohmann::json DecisionsToJson(const std::vector<DecisionEntry>& d);
 Result<std::vector<DecisionEntry>> DecisionsFromJson(const nlohmann::json& j);
-
-// Fires once at the armed point (the test hook behind crash points).
-class ArmedCrashPoint : public CrashPoints {
- public:
-  void Arm(std::string point);
-  // Disarms; true when the point fired since it was armed (then forgotten).
-  bool Disarm();
-  bool ShouldCrash(std::string_view point) override;
-
- private:
-  std::mutex mu_;
-  std::string point_;
-  bool fired_ = false;
-};
 
 }  // namespace wtx::sim

@@ -21,35 +21,10 @@ json BoxJson(const Box& b) {
   return a;
 }
 
-// Fires once at the armed point.
-class ArmedCrash : public CrashPoints {
- public:
-  void Arm(std::string point) { point_ = std::move(point); fired_ = false; }
-  // True if the armed point fired since Arm(); disarms and resets.
-  bool TakeFired() {
-    point_.clear();
-    bool f = fired_;
-    fired_ = false;
-    return f;
-  }
-  bool ShouldCrash(std::string_view point) override {
-    if (!point_.empty() && point == point_) {
-      fired_ = true;
-      point_.clear();
-      return true;
-    }
-    return false;
-  }
-
- private:
-  std::string point_;
-  bool fired_ = false;
-};
-
 struct Process {
   std::string dir;
   std::shared_ptr<FaultInjectionFileSystem> fs = std::make_shared<FaultInjectionFileSystem>();
-  ArmedCrash crash;
+  ArmedCrashPoint crash;
 };
 
 struct RankProcess : Process {
@@ -83,8 +58,7 @@ std::vector<uint32_t> StarParams(const Manifest& m, const std::optional<BeginReq
 }
 
 // Bytes of `box` (live coordinates) of parameter `pi`, filled through the shards' mapping.
-std::vector<uint8_t> FillBox(const Manifest& m, uint32_t pi, const Box& box,
-                             const FillSpec& fill) {
+std::vector<uint8_t> FillBox(const Manifest& m, uint32_t pi, const Box& box, const FillSpec& fill) {
   const ParamSpec& p = m.params()[pi];
   const size_t esz = DTypeSize(p.dtype);
   std::vector<uint8_t> data(static_cast<size_t>(NumElements(box)) * esz);
@@ -104,7 +78,8 @@ std::vector<uint8_t> FillBox(const Manifest& m, uint32_t pi, const Box& box,
     for (; k < p.shards.size(); ++k) {
       const Box& sb = p.shards[k].box;
       bool in = true;
-      for (size_t d = 0; d < idx.size() && in; ++d) in = idx[d] >= sb[d].begin && idx[d] < sb[d].end;
+      for (size_t d = 0; d < idx.size() && in; ++d)
+        in = idx[d] >= sb[d].begin && idx[d] < sb[d].end;
       if (in) break;
     }
     int64_t src_flat = 0;
@@ -114,8 +89,8 @@ std::vector<uint8_t> FillBox(const Manifest& m, uint32_t pi, const Box& box,
       const size_t extra = s.box.size() - s.source_box.size();
       if (s.box.size() >= s.source_box.size()) {
         for (size_t d = 0; d < s.source_box.size(); ++d) {
-          src_flat += (s.source_box[d].begin + idx[extra + d] - s.box[extra + d].begin) *
-                      src_strides[k][d];
+          src_flat +=
+              (s.source_box[d].begin + idx[extra + d] - s.box[extra + d].begin) * src_strides[k][d];
         }
       }
       h = src_hash[k];
@@ -253,8 +228,8 @@ class InProcProcesses : public SimProcesses {
     CommitOutcome o = coord_.c->Commit(st.tx);
     transport_.SetSilent({});
     // Processes that died at their crash point.
-    if (armed_rank && armed_rank->crash.TakeFired()) KillRank(armed_index, st.crash->power_loss);
-    *coordinator_died = coord_.crash.TakeFired();
+    if (armed_rank && armed_rank->crash.Disarm()) KillRank(armed_index, st.crash->power_loss);
+    *coordinator_died = coord_.crash.Disarm();
     if (*coordinator_died) KillCoordinator(st.crash->power_loss);
     return o;
   }
@@ -356,7 +331,8 @@ class Runner {
       RunStep(st, out);
       steps.push_back(std::move(out));
     }
-    return {{"steps", std::move(steps)}, {"ranks", RanksJson()}, {"coordinator", CoordinatorJson()}};
+    return {
+        {"steps", std::move(steps)}, {"ranks", RanksJson()}, {"coordinator", CoordinatorJson()}};
   }
 
  private:
@@ -469,8 +445,8 @@ class Runner {
     if (!v.vote.missing.empty()) {
       json missing = json::array();
       for (const auto& m : v.vote.missing) {
-        json jm = {{"param", m.param}, {"shard", m.shard}, {"box", BoxJson(m.box)},
-                   {"source", m.source}};
+        json jm = {
+            {"param", m.param}, {"shard", m.shard}, {"box", BoxJson(m.box)}, {"source", m.source}};
         if (!m.missing_parts.empty()) {
           jm["missing_parts"] = m.missing_parts;
           jm["parts"] = m.parts;
@@ -483,8 +459,8 @@ class Runner {
     if (!v.vote.stale.empty()) {
       json stale = json::array();
       for (const auto& s : v.vote.stale) {
-        stale.push_back({{"derived", s.name}, {"phase", PhaseName(s.phase)},
-                         {"sources", s.written_sources}});
+        stale.push_back(
+            {{"derived", s.name}, {"phase", PhaseName(s.phase)}, {"sources", s.written_sources}});
       }
       j["stale"] = std::move(stale);
     }
@@ -550,7 +526,8 @@ class Runner {
 
   void DoCrash(const Step& st, json& out) {
     const CrashSpec& c = *st.crash;
-    const bool alive = c.who == "coordinator" ? procs_.CoordinatorAlive() : procs_.RankAlive(c.rank);
+    const bool alive =
+        c.who == "coordinator" ? procs_.CoordinatorAlive() : procs_.RankAlive(c.rank);
     if (!alive) {
       return Fail(out, {{c.rank, Status(ErrorCode::kCrashed, c.who + " is already down")}});
     }
@@ -618,15 +595,18 @@ class Runner {
       JournalOptions o;
       o.read_only = true;
       if (auto jr = Journal::Open(dir_ + "/coordinator", o); jr.ok()) {
-        jr.value()->ForEachRecord([&](const json& r) {
-          if (r.value("type", "") == "DECISION") {
-            ds.push_back({r["tx"].get<std::string>(),
-                          DecisionFromName(r["decision"].get<std::string>()).value_or(Decision::kAbort),
-                          r["version"].is_string() ? r["version"].get<std::string>() : "",
-                          r.value("reason", ""), r.value("ts", int64_t{0})});
-          }
-          return Status::OK();
-        }).ok();
+        jr.value()
+            ->ForEachRecord([&](const json& r) {
+              if (r.value("type", "") == "DECISION") {
+                ds.push_back(
+                    {r["tx"].get<std::string>(),
+                     DecisionFromName(r["decision"].get<std::string>()).value_or(Decision::kAbort),
+                     r["version"].is_string() ? r["version"].get<std::string>() : "",
+                     r.value("reason", ""), r.value("ts", int64_t{0})});
+              }
+              return Status::OK();
+            })
+            .ok();
       }
     }
     json a = json::array();
