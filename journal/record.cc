@@ -110,8 +110,8 @@ std::string EncodeValue(const nlohmann::json& payload) {
 
 void EncodeWriteRecordTo(const WriteRecord& w, uint64_t seq, uint64_t prev, std::string* out) {
   // Sized once and filled through a cursor: the append path encodes a record per write.
-  size_t size =
-      kHeader + 1 + 5 * 8 + 4 + w.tx.size() + 4 + w.param.size() + 4 + 16 * w.box.size() + 4;
+  size_t size = kHeader + 1 + size_t{5} * 8 + 4 + w.tx.size() + 4 + w.param.size() + 4 +
+                16 * w.box.size() + 4;
   for (const std::string& s : w.shards) size += 4 + s.size();
   out->resize(size);
   char* p = out->data();

@@ -86,7 +86,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!std::get<Status>(v_).ok() && "a Result built from a Status must carry an error");
   }
@@ -108,16 +108,16 @@ class [[nodiscard]] Result {
   std::variant<T, Status> v_;
 };
 
-#define WTX_RETURN_IF_ERROR(expr)   \
-  do {                              \
-    ::wtx::Status _st = (expr);     \
-    if (!_st.ok()) return _st;      \
+#define WTX_RETURN_IF_ERROR(expr) \
+  do {                            \
+    ::wtx::Status _st = (expr);   \
+    if (!_st.ok()) return _st;    \
   } while (0)
 
 // Declares `lhs` from a Result expression, returning its Status on error.
-#define WTX_ASSIGN_OR_RETURN(lhs, expr)       \
-  auto lhs##_result_ = (expr);                \
+#define WTX_ASSIGN_OR_RETURN(lhs, expr)                   \
+  auto lhs##_result_ = (expr);                            \
   if (!lhs##_result_.ok()) return lhs##_result_.status(); \
-  auto lhs = std::move(lhs##_result_).value()
+  auto lhs = std::move(lhs##_result_).value()  // NOLINT(bugprone-macro-parentheses): a name
 
 }  // namespace wtx
