@@ -34,8 +34,8 @@ class TrackedWritableFile : public rocksdb::FSWritableFileOwnerWrapper {
     IOStatus s = fs_->OnAppend(fname_, data.size());
     return s.ok() ? target()->Append(data, o, d) : s;
   }
-  IOStatus Append(const Slice& data, const IOOptions& o,
-                  const rocksdb::DataVerificationInfo& v, IODebugContext* d) override {
+  IOStatus Append(const Slice& data, const IOOptions& o, const rocksdb::DataVerificationInfo& v,
+                  IODebugContext* d) override {
     IOStatus s = fs_->OnAppend(fname_, data.size());
     return s.ok() ? target()->Append(data, o, v, d) : s;
   }
@@ -66,8 +66,8 @@ class TrackedWritableFile : public rocksdb::FSWritableFileOwnerWrapper {
 
 }  // namespace
 
-FaultInjectionFileSystem::FaultInjectionFileSystem(std::shared_ptr<rocksdb::FileSystem> base)
-    : FileSystemWrapper(std::move(base)) {}
+FaultInjectionFileSystem::FaultInjectionFileSystem(const std::shared_ptr<rocksdb::FileSystem>& base)
+    : FileSystemWrapper(base) {}
 
 IOStatus FaultInjectionFileSystem::Wrap(const std::string& fname, IOStatus s, bool fresh,
                                         std::unique_ptr<FSWritableFile>* result) {

@@ -18,8 +18,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 
@@ -35,8 +35,8 @@ class FaultInjectionFileSystem : public rocksdb::FileSystemWrapper {
     kTearLastRecord,  // cut each unsynced tail in the middle (a torn last record)
   };
 
-  explicit FaultInjectionFileSystem(std::shared_ptr<rocksdb::FileSystem> base =
-                                        rocksdb::FileSystem::Default());
+  explicit FaultInjectionFileSystem(
+      const std::shared_ptr<rocksdb::FileSystem>& base = rocksdb::FileSystem::Default());
   static const char* kClassName() { return "WtxFaultInjectionFileSystem"; }
   const char* Name() const override { return kClassName(); }
 

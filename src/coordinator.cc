@@ -54,7 +54,7 @@ class CoordinatorImpl : public Coordinator {
     crashed_ = true;
     return Status(ErrorCode::kCrashed, "coordinator journal failed: " + s.ToString());
   }
-  Status LogDecision(const DecisionEntry& e, json extra, bool sync);
+  Status LogDecision(const DecisionEntry& e, const json& extra, bool sync);
   Status LogEnd(const std::string& tx);
   std::vector<int> Deliver(const std::string& tx, Decision d, const std::string& version);
   json State() const;
@@ -65,8 +65,8 @@ class CoordinatorImpl : public Coordinator {
   mutable std::mutex mu_;
   bool crashed_ = false;
   std::vector<DecisionEntry> order_;
-  std::map<std::string, size_t> decided_;   // tx -> index in order_
-  std::map<std::string, bool> pending_;     // decided, not acknowledged by every rank
+  std::map<std::string, size_t> decided_;  // tx -> index in order_
+  std::map<std::string, bool> pending_;    // decided, not acknowledged by every rank
 };
 
 Status CoordinatorImpl::Init() {
@@ -107,7 +107,7 @@ json CoordinatorImpl::State() const {
   return {{"decisions", order_.size()}, {"pending", pending}};
 }
 
-Status CoordinatorImpl::LogDecision(const DecisionEntry& e, json extra, bool sync) {
+Status CoordinatorImpl::LogDecision(const DecisionEntry& e, const json& extra, bool sync) {
   decided_[e.tx] = order_.size();
   order_.push_back(e);
   pending_[e.tx] = true;
@@ -147,7 +147,8 @@ BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
     return out;
   }
   if (decided_.count(req.tx)) {
-    out.status = Status(ErrorCode::kTxActive, "transaction id '" + req.tx + "' was already decided");
+    out.status =
+        Status(ErrorCode::kTxActive, "transaction id '" + req.tx + "' was already decided");
     return out;
   }
   const int n = transport_->num_ranks();
@@ -167,10 +168,10 @@ BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
                        "rank " + std::to_string(r) + " manifest fingerprint " +
                            desc[r].fingerprint + " differs from rank 0's " + desc[0].fingerprint));
       } else if (desc[r].kernel_identity != desc[0].kernel_identity) {
-        fail(r, Status(ErrorCode::kManifestMismatch,
-                       "rank " + std::to_string(r) + " kernel identity '" +
-                           desc[r].kernel_identity + "' differs from rank 0's '" +
-                           desc[0].kernel_identity + "'"));
+        fail(r,
+             Status(ErrorCode::kManifestMismatch,
+                    "rank " + std::to_string(r) + " kernel identity '" + desc[r].kernel_identity +
+                        "' differs from rank 0's '" + desc[0].kernel_identity + "'"));
       }
     }
   }
@@ -217,8 +218,9 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx) {
     return out;
   }
   if (decided_.count(tx)) {
-    out.status = Status(ErrorCode::kNoTx, "transaction '" + tx + "' was already decided (" +
-                                              std::string(DecisionName(order_[decided_[tx]].decision)) + ")");
+    out.status = Status(ErrorCode::kNoTx,
+                        "transaction '" + tx + "' was already decided (" +
+                            std::string(DecisionName(order_[decided_[tx]].decision)) + ")");
     return out;
   }
   const int64_t t0 = options_.env.clock->NowMicros();
@@ -276,13 +278,19 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx) {
   for (const auto& v : out.votes) {
     json jv = {{"rank", v.rank}};
     switch (v.kind) {
-      case VoteReport::Kind::kYes: jv["vote"] = "yes"; break;
+      case VoteReport::Kind::kYes:
+        jv["vote"] = "yes";
+        break;
       case VoteReport::Kind::kNo:
         jv["vote"] = "no";
         jv["error"] = ErrorCodeName(v.vote.error);
         break;
-      case VoteReport::Kind::kTimeout: jv["vote"] = "timeout"; break;
-      case VoteReport::Kind::kCrashed: jv["vote"] = "crashed"; break;
+      case VoteReport::Kind::kTimeout:
+        jv["vote"] = "timeout";
+        break;
+      case VoteReport::Kind::kCrashed:
+        jv["vote"] = "crashed";
+        break;
     }
     votes.push_back(std::move(jv));
   }
@@ -365,7 +373,9 @@ Result<std::pair<Decision, std::string>> CoordinatorImpl::QueryDecision(const st
   std::lock_guard<std::mutex> l(mu_);
   WTX_RETURN_IF_ERROR(CheckAlive());
   auto it = decided_.find(tx);
-  if (it != decided_.end()) return std::make_pair(order_[it->second].decision, order_[it->second].version);
+  if (it != decided_.end()) {
+    return std::make_pair(order_[it->second].decision, order_[it->second].version);
+  }
   // Presumed abort; logged so that the transaction can never commit later, and told to every
   // rank so that none keeps waiting on it.
   DecisionEntry e{tx, Decision::kAbort, "", "presumed abort (never decided)",

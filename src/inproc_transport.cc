@@ -75,7 +75,7 @@ InProcTransport::~InProcTransport() = default;
 
 void InProcTransport::SetParticipant(int rank, Participant* p) { endpoints_.at(rank)->Set(p); }
 
-void InProcTransport::SetSilent(std::set<int> ranks) {
+void InProcTransport::SetSilent(const std::set<int>& ranks) {
   for (int r = 0; r < num_ranks(); ++r) endpoints_[r]->SetSilent(ranks.count(r) > 0);
 }
 

@@ -23,7 +23,7 @@ class InProcTransport : public Transport {
 
   // `p` may be null (the rank's process is dead). Not owned.
   void SetParticipant(int rank, Participant* p);
-  void SetSilent(std::set<int> ranks);
+  void SetSilent(const std::set<int>& ranks);
 
   int num_ranks() const override { return static_cast<int>(endpoints_.size()); }
   ParticipantEndpoint* endpoint(int rank) override;

@@ -391,7 +391,8 @@ namespace {
 
 // Reads one frame of at most `limit` bytes; fn(Status, json).
 template <typename Fn>
-void AsyncReadFrame(tcp::socket& socket, size_t limit, std::shared_ptr<std::string> buf, Fn fn) {
+void AsyncReadFrame(tcp::socket& socket, size_t limit, const std::shared_ptr<std::string>& buf,
+                    Fn fn) {
   buf->assign(4, '\0');
   asio::async_read(
       socket, asio::buffer(buf->data(), 4),
@@ -444,12 +445,12 @@ class ServerHandshake : public std::enable_shared_from_this<ServerHandshake> {
     nonce_ = RandomNonce();
     auto hello =
         std::make_shared<std::string>(EncodeFrame({{"hello", kWireVersion}, {"nonce", nonce_}}));
-    asio::async_write(socket_, asio::buffer(*hello),
-                      [self, hello](const boost::system::error_code& ec, size_t) {
-                        if (ec) return self->Quit();
-                        AsyncReadFrame(self->socket_, kMaxHandshakeFrameBytes, self->buf_,
-                                       [self](Status s, json m) { self->OnAuth(s, std::move(m)); });
-                      });
+    asio::async_write(
+        socket_, asio::buffer(*hello), [self, hello](const boost::system::error_code& ec, size_t) {
+          if (ec) return self->Quit();
+          AsyncReadFrame(self->socket_, kMaxHandshakeFrameBytes, self->buf_,
+                         [self](const Status& s, json m) { self->OnAuth(s, std::move(m)); });
+        });
   }
 
  private:
@@ -555,7 +556,7 @@ class ClientHandshake : public std::enable_shared_from_this<ClientHandshake> {
 
   std::future<Result<std::shared_ptr<Channel>>> future() { return promise_.get_future(); }
 
-  void Start(tcp::resolver::results_type endpoints, std::string address) {
+  void Start(const tcp::resolver::results_type& endpoints, std::string address) {
     address_ = std::move(address);
     auto self = shared_from_this();
     timer_.expires_after(options_.connect_timeout + options_.handshake_timeout);
@@ -571,16 +572,17 @@ class ClientHandshake : public std::enable_shared_from_this<ClientHandshake> {
           }
           TuneSocket(self->socket_);
           AsyncReadFrame(self->socket_, kMaxHandshakeFrameBytes, self->buf_,
-                         [self](Status s, json m) { self->OnHello(s, m); });
+                         [self](const Status& s, const json& m) { self->OnHello(s, m); });
         });
   }
 
  private:
   void OnHello(const Status& s, const json& m) {
     if (done_) return;
-    if (!s.ok())
+    if (!s.ok()) {
       return Finish(
           Status(ErrorCode::kCrashed, "handshake with " + address_ + " failed: " + s.message()));
+    }
     auto h = m.find("hello");
     auto n = m.find("nonce");
     if (h == m.end() || *h != kWireVersion || n == m.end() || !n->is_string() ||
@@ -602,7 +604,7 @@ class ClientHandshake : public std::enable_shared_from_this<ClientHandshake> {
                                                                 " failed: " + ec.message()));
           }
           AsyncReadFrame(self->socket_, kMaxHandshakeFrameBytes, self->buf_,
-                         [self](Status s, json m) { self->OnVerdict(s, m); });
+                         [self](const Status& s, const json& m) { self->OnVerdict(s, m); });
         });
   }
 

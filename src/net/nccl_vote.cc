@@ -182,6 +182,7 @@ Result<std::vector<Vote>> NcclVoteGroup::ExchangeVotes(const std::string& tx, co
   }
   WTX_RETURN_IF_ERROR(Run("vote allgather"));
   std::vector<Vote> votes;
+  votes.reserve(nranks_);
   for (int r = 0; r < nranks_; ++r) votes.push_back(UnpackVoteRecord(tx, r, all[r]));
   return votes;
 }

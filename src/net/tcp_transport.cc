@@ -174,8 +174,9 @@ class TcpTransport::Impl {
         std::lock_guard<std::mutex> l(mu_);
         oracle = oracle_;
       }
-      if (!oracle)
+      if (!oracle) {
         return Result<json>(Status(ErrorCode::kCrashed, "the coordinator is recovering"));
+      }
       auto tx = p.find("tx");
       if (tx == p.end() || !tx->is_string()) {
         return Result<json>(Status::InvalidArgument("query_decision: missing tx"));

@@ -320,8 +320,9 @@ Result<json> BenchJournal(const BenchOptions& o) {
       raw_batches[i / kBatch].emplace_back(it->key().ToString(), it->value().ToString());
     }
     WTX_RETURN_IF_ERROR(FromRocks(it->status(), path));
-    if (i != records)
+    if (i != records) {
       return Status::Corruption(path + ": read back " + std::to_string(i) + " records");
+    }
     // The state value of each batch, as Append encodes it.
     for (size_t b = 0; b < batches; ++b) {
       json s = state;

@@ -35,7 +35,7 @@ double Seconds(const std::chrono::steady_clock::time_point& t0) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   const wtx::Status probe = wtx::GpuProbe();
   if (!probe.ok()) {
     std::printf("SKIPPED: %s\n", probe.ToString().c_str());
@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, 0);
   cudaDeviceGetAttribute(&bus_width, cudaDevAttrGlobalMemoryBusWidth, 0);
   // DDR: two transfers per clock.
-  const double peak_gbs = 2.0 * mem_clock_khz * 1e3 * (bus_width / 8) / 1e9;
+  const double peak_gbs = 2.0 * mem_clock_khz * 1e3 * (bus_width / 8.0) / 1e9;
 
   // Hash.
   void* buf = nullptr;
@@ -126,4 +126,15 @@ int main(int argc, char** argv) {
               hash_gbs >= 0.5 * peak_gbs ? "met" : "NOT met",
               sector_gbs >= 0.5 * peak_gbs ? "met" : "NOT met");
   return ok ? 0 : 2;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wtx_gpu_bench: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "wtx_gpu_bench: unknown exception\n");
+  }
+  return 70;
 }

@@ -32,7 +32,18 @@
 
 namespace {
 
-using namespace wtx;
+using wtx::BeginRequest;
+using wtx::CommitOutcome;
+using wtx::Coordinator;
+using wtx::CoordinatorOptions;
+using wtx::InProcTransport;
+using wtx::ManifestPtr;
+using wtx::ParseManifest;
+using wtx::Participant;
+using wtx::ParticipantOptions;
+using wtx::Status;
+using wtx::WritePiece;
+namespace sim = wtx::sim;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
@@ -161,7 +172,7 @@ json RunTcp(int n, int repeats, const std::string& root, const std::string& wtx)
     sim::Step w;
     w.op = "write";
     w.param = "*";
-    w.fill.seed = static_cast<uint64_t>(i + 1);
+    w.fill.seed = static_cast<uint64_t>(i) + 1;
     for (int r = 0; r < n; ++r) {
       if (!procs.RankStep(r, w, b).ok()) return {{"ranks", n}, {"error", "write failed"}};
     }
@@ -185,22 +196,22 @@ json RunTcp(int n, int repeats, const std::string& root, const std::string& wtx)
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   std::string inproc = "1,4,16,64,256,1024", tcp = "1,4,16,64", dir = "/tmp", wtx;
   int repeats = 10;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--inproc")
+    if (k == "--inproc") {
       inproc = v;
-    else if (k == "--tcp")
+    } else if (k == "--tcp") {
       tcp = v;
-    else if (k == "--repeats")
+    } else if (k == "--repeats") {
       repeats = std::stoi(v);
-    else if (k == "--dir")
+    } else if (k == "--dir") {
       dir = v;
-    else if (k == "--wtx")
+    } else if (k == "--wtx") {
       wtx = v;
-    else {
+    } else {
       std::cerr << "unknown option " << k << "\n";
       return 2;
     }
@@ -237,4 +248,15 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(root);
   std::cout << all.dump() << "\n";
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wtx_commit_bench: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "wtx_commit_bench: unknown exception\n");
+  }
+  return 70;
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <concepts>
 #include <filesystem>
 #include <optional>
 #include <random>
@@ -35,6 +36,15 @@ uint64_t Mix(uint64_t a, uint64_t b) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
+}
+
+// Concatenates strings (and string literals) with one allocation.
+template <typename... Parts>
+std::string StrCat(const Parts&... parts) {
+  std::string out;
+  out.reserve((std::string_view(parts).size() + ...));
+  (out.append(std::string_view(parts)), ...);
+  return out;
 }
 
 // Thrown (inside this file only) to end a script at its first violation.
@@ -148,6 +158,13 @@ class Script {
   void Expect(bool ok, const std::string& what) {
     ++rep_.checks;
     if (!ok) Fail(what);
+  }
+  // The same, building the message only when the check fails (checks run after every step).
+  template <typename MessageFn>
+  requires std::invocable<MessageFn>
+  void Expect(bool ok, MessageFn&& what) {
+    ++rep_.checks;
+    if (!ok) Fail(what());
   }
   void CrashPoint(const std::string& kind, Power p) {
     ++rep_.crash_points;
@@ -284,8 +301,9 @@ void Script::StartRank(int r, bool inject_io) {
   if (!opened) s = OpenRank(r);
   ++rep_.recoveries;
   Trace("restart rank " + std::to_string(r) + " -> " + s.ToString());
-  if (!s.ok())
+  if (!s.ok()) {
     Fail("rank " + std::to_string(r) + " cannot recover from its journal: " + s.ToString());
+  }
   model_->Restart(r);
   if (coord_) {
     Status rs = ranks_[r]->ResolveInDoubt(*coord_);
@@ -466,8 +484,9 @@ std::vector<Op> Script::PlanTransaction(const std::string& tx, bool clean) {
     for (const auto& mod : m0.modules()) {
       if (Chance(0.5)) b.begin.modules.push_back(mod.name);
     }
-    if (b.begin.modules.empty())
+    if (b.begin.modules.empty()) {
       b.begin.modules.push_back(m0.modules()[Rand(m0.modules().size())].name);
+    }
   }
   std::vector<std::string> patchable;
   for (const auto& p : m0.params()) {
@@ -1220,8 +1239,9 @@ void Script::SyncResolution() {
     if (st.active_tx && *st.active_tx == tx) continue;  // still pending there
     auto it = model_->decisions().find(tx);
     DKind kind = DKind::kAbort;
-    if (it != model_->decisions().end() && it->second.kind != DKind::kUnknown)
+    if (it != model_->decisions().end() && it->second.kind != DKind::kUnknown) {
       kind = it->second.kind;
+    }
     if (model_->rank(r).tx->prepared == Prep::kYes) ++rep_.in_doubt_resolved;
     model_->ApplyDecision(r, tx, kind);
   }
@@ -1256,58 +1276,71 @@ void Script::CheckRanks() {
     const RankStatus s = ranks_[r]->status();
     auto recomputed = ranks_[r]->RecomputeDigest();
     const std::string live = recomputed.ok() ? recomputed.value() : recomputed.status().ToString();
-    Expect(live == model_->Digest(r),
-           R + "'s live bytes (digest " + live +
-               ") are not what was written (model: " + model_->Digest(r) + ")");
-    Expect(s.committed_tx.value_or("") == m.committed_tx,
-           R + " reports committed transaction '" + s.committed_tx.value_or("") +
-               "'; the model says '" + m.committed_tx + "'");
+    Expect(live == model_->Digest(r), [&] {
+      return StrCat(R, "'s live bytes (digest ", live,
+                    ") are not what was written (model: ", model_->Digest(r), ")");
+    });
+    Expect(s.committed_tx.value_or("") == m.committed_tx, [&] {
+      return R + " reports committed transaction '" + s.committed_tx.value_or("") +
+             "'; the model says '" + m.committed_tx + "'";
+    });
     if (!m.committed_tx.empty()) {
       const ModelDecision& d = model_->decisions()[m.committed_tx];
-      Expect(s.version.value_or("") == d.version,
-             R + " reports version " + s.version.value_or("null") + " for " + m.committed_tx +
-                 "; committed was " + d.version);
+      Expect(s.version.value_or("") == d.version, [&] {
+        return R + " reports version " + s.version.value_or("null") + " for " + m.committed_tx +
+               "; committed was " + d.version;
+      });
       if (!s.dirty) {
         // The heart of it: clean means the live bytes are the committed version.
-        Expect(live == d.rank_digests[r], R + " is clean but its live bytes (digest " + live +
-                                              ") are not its part of " + "committed version " +
-                                              d.version + " (" + d.rank_digests[r] + ")");
+        Expect(live == d.rank_digests[r], [&] {
+          return StrCat(R, " is clean but its live bytes (digest ", live,
+                        ") are not its part of committed version ", d.version, " (",
+                        d.rank_digests[r], ")");
+        });
       }
     }
     if (m.dirty != Tri::kUnknown) {
-      Expect(s.dirty == (m.dirty == Tri::kYes),
-             R + " reports dirty=" + (s.dirty ? "true" : "false") + "; the model says " +
-                 std::string(TriName(m.dirty)));
+      Expect(s.dirty == (m.dirty == Tri::kYes), [&] {
+        return R + " reports dirty=" + (s.dirty ? "true" : "false") + "; the model says " +
+               std::string(TriName(m.dirty));
+      });
     }
-    Expect(s.loaded == m.loaded, R + " reports loaded=" + (s.loaded ? "true" : "false") +
-                                     "; the model says " + (m.loaded ? "true" : "false"));
+    Expect(s.loaded == m.loaded, [&] {
+      return R + " reports loaded=" + (s.loaded ? "true" : "false") + "; the model says " +
+             (m.loaded ? "true" : "false");
+    });
     const bool model_doubt = m.tx && m.tx->prepared == Prep::kYes;
     if (!(m.tx && m.tx->prepared == Prep::kMaybe)) {
-      Expect(s.in_doubt.has_value() == model_doubt,
-             R + (s.in_doubt ? " is in doubt" : " is not in doubt") + "; the model says " +
-                 (model_doubt ? "in doubt" : "not in doubt"));
-      Expect(s.active_tx.value_or("") == (m.tx ? m.tx->id : std::string()),
-             R + " reports active transaction '" + s.active_tx.value_or("") +
-                 "'; the model says '" + (m.tx ? m.tx->id : std::string()) + "'");
+      Expect(s.in_doubt.has_value() == model_doubt, [&] {
+        return R + (s.in_doubt ? " is in doubt" : " is not in doubt") + "; the model says " +
+               (model_doubt ? "in doubt" : "not in doubt");
+      });
+      Expect(s.active_tx.value_or("") == (m.tx ? m.tx->id : std::string()), [&] {
+        return R + " reports active transaction '" + s.active_tx.value_or("") +
+               "'; the model says '" + (m.tx ? m.tx->id : std::string()) + "'";
+      });
     }
     std::set<std::string> stale;
     for (uint32_t d = 0; d < m.stale.size(); ++d) {
       if (m.stale[d]) stale.insert(model_->manifest(r).derived()[d].name);
     }
-    Expect(std::set<std::string>(s.stale_derived.begin(), s.stale_derived.end()) == stale,
-           R + " reports stale " + json(s.stale_derived).dump() + "; the model says " +
-               json(stale).dump());
+    Expect(std::set<std::string>(s.stale_derived.begin(), s.stale_derived.end()) == stale, [&] {
+      return R + " reports stale " + json(s.stale_derived).dump() + "; the model says " +
+             json(stale).dump();
+    });
     if (s.serving) {
       Expect(!s.dirty && s.loaded && s.version && !s.in_doubt && s.stale_derived.empty(),
-             R + " serves while dirty, unloaded, uncommitted, in doubt or stale");
+             [&] { return R + " serves while dirty, unloaded, uncommitted, in doubt or stale"; });
       Expect(m.dirty != Tri::kYes && m.loaded && stale.empty(),
-             R + " serves although the model says it must not");
+             [&] { return R + " serves although the model says it must not"; });
     }
     if (m.dirty != Tri::kUnknown) {
       const bool should = m.loaded && m.dirty == Tri::kNo && !m.committed_tx.empty() &&
                           !s.in_doubt && stale.empty();
-      Expect(s.serving == should, R + " serving=" + (s.serving ? "true" : "false") +
-                                      "; the model says " + (should ? "true" : "false"));
+      Expect(s.serving == should, [&] {
+        return R + " serving=" + (s.serving ? "true" : "false") + "; the model says " +
+               (should ? "true" : "false");
+      });
     }
   }
 }

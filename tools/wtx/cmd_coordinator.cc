@@ -179,6 +179,7 @@ int RunCoordinator(const CoordinatorArgs& a) {
   if (!a.defer_recovery) {
     startup = std::thread([&] {
       std::vector<int> all;
+      all.reserve(a.ranks);
       for (int r = 0; r < a.ranks; ++r) all.push_back(r);
       if (!t.WaitForRanks(all, milliseconds(a.startup_wait_ms))) {
         net::LogLine("coordinator", "not every rank connected within " +

@@ -79,8 +79,9 @@ Result<Step> RankStepFromJson(const json& j) {
 
 json BeginOutcomeToJson(const BeginOutcome& o) {
   json errors = json::array();
-  for (const auto& e : o.errors)
+  for (const auto& e : o.errors) {
     errors.push_back({{"rank", e.rank}, {"status", StatusJson(e.status)}});
+  }
   return {{"status", StatusJson(o.status)}, {"errors", errors}};
 }
 

@@ -3,7 +3,9 @@
 
 #include "commands.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int Run(int argc, char** argv) {
   CLI::App app{"wtx: transactional weight updates for inference engines"};
   app.require_subcommand(1);
   int exit_code = 0;
@@ -22,4 +24,19 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   return exit_code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Run(argc, argv);
+  } catch (const std::exception& e) {
+    // The library reports errors as Status; an exception here is a bug (or out of memory):
+    // say so instead of aborting without a word.
+    std::cerr << "wtx: internal error: " << e.what() << "\n";
+  } catch (...) {
+    std::cerr << "wtx: internal error: unknown exception\n";
+  }
+  return 70;
 }

@@ -78,8 +78,9 @@ std::vector<uint8_t> FillBox(const Manifest& m, uint32_t pi, const Box& box, con
     for (; k < p.shards.size(); ++k) {
       const Box& sb = p.shards[k].box;
       bool in = true;
-      for (size_t d = 0; d < idx.size() && in; ++d)
+      for (size_t d = 0; d < idx.size() && in; ++d) {
         in = idx[d] >= sb[d].begin && idx[d] < sb[d].end;
+      }
       if (in) break;
     }
     int64_t src_flat = 0;
@@ -339,6 +340,7 @@ class Runner {
   std::vector<int> Targets(const RankTarget& t) const {
     if (!t.all) return {t.rank};
     std::vector<int> v;
+    v.reserve(sc_.ranks);
     for (int r = 0; r < sc_.ranks; ++r) v.push_back(r);
     return v;
   }

@@ -90,6 +90,7 @@ Status ChildProcess::Spawn(const std::vector<std::string>& args, milliseconds ti
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return Status::IOError("pipe failed");
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   const pid_t parent = ::getpid();
@@ -114,8 +115,9 @@ Status ChildProcess::Spawn(const std::vector<std::string>& args, milliseconds ti
   }
   ::close(fds[1]);
   pid_ = pid;
-  if (std::getenv("WTX_SIM_TRACE"))
+  if (std::getenv("WTX_SIM_TRACE")) {
     net::LogLine("sim", "spawned " + std::to_string(pid) + ": " + args[1]);
+  }
   std::string line;
   Status s = ReadLine(fds[0], &line, timeout);
   ::close(fds[0]);
@@ -375,8 +377,9 @@ CommitOutcome TcpProcesses::Commit(const Step& st, bool* coordinator_died) {
   }
   for (int r : st.silent) CallRank(r, "set_silent", {{"silent", true}}, kCallTimeout).status().ok();
   auto j = CallCoordinator("commit", {{"tx", st.tx}}, kCallTimeout * 4);
-  for (int r : st.silent)
+  for (int r : st.silent) {
     CallRank(r, "set_silent", {{"silent", false}}, kCallTimeout).status().ok();
+  }
   CommitOutcome o;
   bool coordinator_fired = false;
   if (j.ok()) {
