@@ -327,6 +327,12 @@ Status AddGatedMlp(Builder* b, std::string_view prefix, int64_t hidden, int64_t 
   return b->AddLinear(p + ".down_proj", down, intermediate, islice, bias, /*quantized=*/true);
 }
 
+void AddLmHead(Builder* b, int64_t hidden, int64_t vocab, bool tied, DType dtype) {
+  b->BeginModule("lm_head");
+  b->AddReplicated("model.norm.weight", {hidden}, dtype);
+  if (!tied) b->AddVocabParallel("lm_head.weight", vocab, hidden);
+}
+
 Result<ManifestPtr> Builder::Finish() && {
   return Manifest::Build(std::move(params_), std::move(modules_), std::move(derived_));
 }

@@ -130,4 +130,8 @@ class Builder {
 Status AddGatedMlp(Builder* b, std::string_view prefix, int64_t hidden, int64_t intermediate,
                    bool bias);
 
+// The closing module "lm_head": the replicated final norm `model.norm.weight` and, unless the
+// embedding is tied, the vocab-parallel `lm_head.weight`.
+void AddLmHead(Builder* b, int64_t hidden, int64_t vocab, bool tied, DType dtype);
+
 }  // namespace wtx::hf

@@ -116,9 +116,7 @@ Status BuildDeepseekV3Family(const ConfigReader& c, Builder* b) {
     b->AddModuleScalesDerived(mlp + ".fp8_scales");
   }
 
-  b->BeginModule("lm_head");
-  b->AddReplicated("model.norm.weight", {hidden}, dtype);
-  if (!tie) b->AddVocabParallel("lm_head.weight", vocab, hidden);
+  AddLmHead(b, hidden, vocab, tie, dtype);
   return Status::OK();
 }
 

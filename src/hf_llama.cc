@@ -78,9 +78,7 @@ Status BuildLlamaFamily(const ConfigReader& c, bool qwen2, Builder* b) {
     b->AddModuleScalesDerived(lp + ".mlp.fp8_scales");
   }
 
-  b->BeginModule("lm_head");
-  b->AddReplicated("model.norm.weight", {hidden}, dtype);
-  if (!tie) b->AddVocabParallel("lm_head.weight", vocab, hidden);
+  AddLmHead(b, hidden, vocab, tie, dtype);
   return Status::OK();
 }
 

@@ -148,6 +148,17 @@ void EventLoop::Stop() {
   });
 }
 
+void CloseAcceptorOnLoop(EventLoop& loop, asio::ip::tcp::acceptor& acceptor) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> closed = done->get_future();
+  asio::post(loop.io(), [&acceptor, done] {
+    boost::system::error_code ec;
+    acceptor.close(ec);
+    done->set_value();
+  });
+  closed.wait_for(std::chrono::seconds(5));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Channel
 

@@ -100,6 +100,11 @@ class EventLoop {
   std::once_flag stopped_;
 };
 
+// Closes `acceptor` on `loop`'s I/O thread (where its accept handlers run) and waits up to five
+// seconds for that. The handler owns its completion signal, so a wait that times out (a
+// stopped loop) leaves nothing dangling but the acceptor, which outlives the loop's thread.
+void CloseAcceptorOnLoop(EventLoop& loop, asio::ip::tcp::acceptor& acceptor);
+
 // Returns a result, an error, or nullopt to send no answer at all (test hook: a silent rank).
 using RequestHandler = std::function<std::optional<Result<nlohmann::json>>(
     const std::string& method, const nlohmann::json& params)>;

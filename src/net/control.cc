@@ -69,14 +69,7 @@ void ControlServer::Accept() {
 }
 
 ControlServer::~ControlServer() {
-  std::promise<void> done;
-  auto f = done.get_future();
-  asio::post(loop_.io(), [&] {
-    boost::system::error_code ec;
-    acceptor_.close(ec);
-    done.set_value();
-  });
-  f.wait_for(std::chrono::seconds(5));
+  CloseAcceptorOnLoop(loop_, acceptor_);
   std::set<std::shared_ptr<Channel>> all;
   {
     std::lock_guard<std::mutex> l(mu_);

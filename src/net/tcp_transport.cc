@@ -20,16 +20,7 @@ class TcpTransport::Impl {
   explicit Impl(const TcpTransportOptions& o);
   ~Impl();
   void Shutdown() {
-    {
-      std::promise<void> done;
-      auto f = done.get_future();
-      asio::post(loop_.io(), [&] {
-        boost::system::error_code ec;
-        acceptor_.close(ec);
-        done.set_value();
-      });
-      f.wait_for(std::chrono::seconds(5));
-    }
+    net::CloseAcceptorOnLoop(loop_, acceptor_);
     std::vector<std::shared_ptr<net::Channel>> all;
     {
       std::lock_guard<std::mutex> l(mu_);
