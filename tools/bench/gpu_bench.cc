@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../guarded_main.h"
 #include "wtx/gpu.h"
 
 namespace {
@@ -129,12 +130,5 @@ int Main(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
-  try {
-    return Main(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "wtx_gpu_bench: %s\n", e.what());
-  } catch (...) {
-    std::fprintf(stderr, "wtx_gpu_bench: unknown exception\n");
-  }
-  return 70;
+  return wtx::tools::GuardedMain("wtx_gpu_bench", [&] { return Main(argc, argv); });
 }

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "../guarded_main.h"
 #include "tcp_simulator.h"
 #include "wtx/coordinator.h"
 #include "wtx/inproc_transport.h"
@@ -251,12 +252,5 @@ int Main(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
-  try {
-    return Main(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "wtx_commit_bench: %s\n", e.what());
-  } catch (...) {
-    std::fprintf(stderr, "wtx_commit_bench: unknown exception\n");
-  }
-  return 70;
+  return wtx::tools::GuardedMain("wtx_commit_bench", [&] { return Main(argc, argv); });
 }

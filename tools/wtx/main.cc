@@ -1,6 +1,5 @@
 // wtx: journaled, all-ranks transactions for inference-engine weight updates.
-#include <iostream>
-
+#include "../guarded_main.h"
 #include "commands.h"
 
 namespace {
@@ -29,14 +28,5 @@ int Run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return Run(argc, argv);
-  } catch (const std::exception& e) {
-    // The library reports errors as Status; an exception here is a bug (or out of memory):
-    // say so instead of aborting without a word.
-    std::cerr << "wtx: internal error: " << e.what() << "\n";
-  } catch (...) {
-    std::cerr << "wtx: internal error: unknown exception\n";
-  }
-  return 70;
+  return wtx::tools::GuardedMain("wtx", [&] { return Run(argc, argv); });
 }
