@@ -2,7 +2,7 @@
 # executable is defined.
 #
 #  * wtx_kernels (always): the CPU references of the kernels (kernels/gpu_ref.cc, sharing
-#    kernels/xxh3_hd.h with the device code) and live verification (src/live_verify.cc,
+#    kernels/xxh3_hd.h with the device code) and live verification (src/memory/live_verify.cc,
 #    `wtx verify`).
 #  * wtx_gpu (only with -DWTX_ENABLE_CUDA=ON and nvcc found): kernels/gpu_kernels.cu for
 #    sm_90, plus the GPU benchmark wtx_gpu_bench. Defines WTX_HAVE_CUDA for its users.
@@ -10,9 +10,9 @@
 add_library(wtx_kernels
   kernels/gpu_ref.cc
   kernels/device_live_memory.cc
-  src/live_verify.cc
+  src/memory/live_verify.cc
 )
-target_include_directories(wtx_kernels PUBLIC include kernels PRIVATE src journal)
+target_include_directories(wtx_kernels PUBLIC include PRIVATE ${PROJECT_SOURCE_DIR})
 target_link_libraries(wtx_kernels PUBLIC wtx_core)
 target_sources(wtx PRIVATE tools/wtx/cmd_verify.cc)
 target_link_libraries(wtx PRIVATE wtx_kernels)
@@ -45,13 +45,14 @@ if(WTX_ENABLE_CUDA)
                  "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall>")
     set_target_properties(wtx_gpu PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON
                                              CUDA_EXTENSIONS OFF)
-    target_include_directories(wtx_gpu PUBLIC include kernels)
+    target_include_directories(wtx_gpu PUBLIC include PRIVATE ${PROJECT_SOURCE_DIR})
     target_link_libraries(wtx_gpu PUBLIC wtx_core CUDA::cudart)
     # NewDeviceLiveMemory (device_live_memory.h) comes from wtx_gpu in these builds.
     target_link_libraries(wtx_kernels PUBLIC wtx_gpu)
     target_compile_definitions(wtx_gpu PUBLIC WTX_HAVE_CUDA=1)
     add_executable(wtx_gpu_bench tools/bench/gpu_bench.cc)
     target_link_libraries(wtx_gpu_bench PRIVATE wtx_kernels)
+    target_include_directories(wtx_gpu_bench PRIVATE ${PROJECT_SOURCE_DIR})
     set(WTX_HAVE_CUDA ON)
     message(STATUS "wtx: CUDA kernels enabled (${CMAKE_CUDA_COMPILER}, sm_${CMAKE_CUDA_ARCHITECTURES})")
   else()

@@ -11,7 +11,7 @@ add_library(wtx_net
   src/net/tcp_transport.cc
   src/net/rank_agent.cc
 )
-target_include_directories(wtx_net PUBLIC include ${CMAKE_SOURCE_DIR}/src)
+target_include_directories(wtx_net PUBLIC include PRIVATE ${PROJECT_SOURCE_DIR})
 target_link_libraries(wtx_net PUBLIC wtx_core Boost::headers Threads::Threads)
 if(WTX_PCH)
   target_precompile_headers(wtx_net REUSE_FROM wtx_core)
@@ -19,10 +19,10 @@ endif()
 
 # The TCP simulator and the control protocol of the rank/coordinator processes.
 add_library(wtx_tcp_sim
-  tools/wtx/control_protocol.cc
-  tools/wtx/tcp_simulator.cc
+  src/net/control_service.cc
+  src/conformance/tcp_simulator.cc
 )
-target_include_directories(wtx_tcp_sim PUBLIC tools/wtx PRIVATE src journal)
+target_include_directories(wtx_tcp_sim PUBLIC include PRIVATE ${PROJECT_SOURCE_DIR})
 target_link_libraries(wtx_tcp_sim PUBLIC wtx_sim wtx_net)
 if(WTX_PCH)
   target_precompile_headers(wtx_tcp_sim REUSE_FROM wtx_core)
@@ -44,7 +44,7 @@ if(WTX_ENABLE_NCCL)
   if(CUDAToolkit_FOUND AND WTX_NCCL_INCLUDE_DIR AND WTX_NCCL_LIBRARY)
     add_library(wtx_nccl src/net/nccl_vote.cc)
     target_include_directories(wtx_nccl PUBLIC include ${WTX_NCCL_INCLUDE_DIR}
-                                        PRIVATE ${CMAKE_SOURCE_DIR}/src)
+                                        PRIVATE ${PROJECT_SOURCE_DIR})
     target_link_libraries(wtx_nccl PUBLIC wtx_net CUDA::cudart ${WTX_NCCL_LIBRARY})
     set(WTX_HAVE_NCCL ON)
     message(STATUS "wtx: NCCL vote enabled (${WTX_NCCL_LIBRARY})")
@@ -62,3 +62,4 @@ endfunction()
 # Commit latency against rank count (docs/protocol.md, "Scale"): a benchmark, not a test.
 add_executable(wtx_commit_bench tools/net_bench/commit_bench.cc)
 target_link_libraries(wtx_commit_bench PRIVATE wtx_tcp_sim)
+target_include_directories(wtx_commit_bench PRIVATE ${PROJECT_SOURCE_DIR})

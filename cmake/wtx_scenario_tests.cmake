@@ -39,7 +39,7 @@ function(wtx_compared_scenario_tests dir prefix variant)
     add_test(NAME "${prefix}.${name}"
              COMMAND ${CMAKE_COMMAND} -DWTX=$<TARGET_FILE:wtx> -DSCENARIO=${s} -DEXPECT=${e}
                      "-DVARIANT=${variant}"
-                     -P ${CMAKE_SOURCE_DIR}/tests/net/compare_transports.cmake)
+                     -P ${PROJECT_SOURCE_DIR}/tests/net/compare_transports.cmake)
     set_tests_properties("${prefix}.${name}" PROPERTIES TIMEOUT 300)
   endforeach()
 endfunction()

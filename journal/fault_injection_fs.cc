@@ -1,4 +1,4 @@
-#include "fault_injection_fs.h"
+#include "journal/fault_injection_fs.h"
 
 #include <filesystem>
 

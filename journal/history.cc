@@ -1,8 +1,8 @@
-#include "history.h"
+#include "journal/history.h"
 
 #include <map>
 
-#include "participant_state.h"
+#include "src/txn/participant_state.h"
 
 namespace wtx {
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "journal.h"
+#include "journal/journal.h"
 
 namespace wtx {
 

@@ -1,4 +1,4 @@
-#include "journal.h"
+#include "journal/journal.h"
 
 #include <filesystem>
 
@@ -8,8 +8,8 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
-#include "hash_util.h"
-#include "record.h"
+#include "src/util/hash_util.h"
+#include "journal/record.h"
 
 namespace wtx {
 

@@ -36,7 +36,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "record.h"
+#include "journal/record.h"
 #include "wtx/env.h"
 #include "wtx/status.h"
 

@@ -1,4 +1,4 @@
-#include "record.h"
+#include "journal/record.h"
 
 #include <cassert>
 #include <cstring>
@@ -6,8 +6,8 @@
 
 #include <xxhash.h>
 
-#include "cbor.h"
-#include "hash_util.h"
+#include "src/util/cbor.h"
+#include "src/util/hash_util.h"
 
 namespace wtx {
 

@@ -1,9 +1,9 @@
-#include "verify.h"
+#include "journal/verify.h"
 
 #include <algorithm>
 #include <filesystem>
 
-#include "history.h"
+#include "journal/history.h"
 
 namespace wtx {
 

@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "journal.h"
+#include "journal/journal.h"
 #include "wtx/status.h"
 
 namespace wtx {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "wtx/gpu.h"
-#include "xxh3_hd.h"
+#include "kernels/xxh3_hd.h"
 
 namespace wtx {
 

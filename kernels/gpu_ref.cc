@@ -8,7 +8,7 @@
 
 #include "wtx/content_hash.h"
 #include "wtx/gpu.h"
-#include "xxh3_hd.h"
+#include "kernels/xxh3_hd.h"
 
 namespace wtx {
 

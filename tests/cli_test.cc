@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "test_util.h"
+#include "tests/test_util.h"
 
 using nlohmann::json;
 using wtx::testing::TempDir;
@@ -42,7 +42,7 @@ std::string Write(const TempDir& d, const std::string& name, const json& j) {
 
 json Scenario(json steps, int ranks = 2) {
   return {{"ranks", ranks},
-          {"model", {{"manifest_file", std::string(WTX_SHARED_DIR) + "/models/tiny-manifest.json"}}},
+          {"model", {{"manifest_file", std::string(WTX_CONFORMANCE_DIR) + "/models/tiny-manifest.json"}}},
           {"kernel_identity", "k"},
           {"steps", std::move(steps)}};
 }
@@ -105,7 +105,7 @@ TEST_CASE("SameBytesGiveTheSameVersionAcrossTransactions") {
                    {"fill", {{"seed", 7}}}});
   steps.push_back({{"op", "commit"}, {"tx", "t2"}});
   steps.push_back({{"op", "begin"}, {"tx", "t3"}, {"kind", "full"}});
-  std::ifstream in(std::string(WTX_SHARED_DIR) + "/models/tiny-manifest.json");
+  std::ifstream in(std::string(WTX_CONFORMANCE_DIR) + "/models/tiny-manifest.json");
   json man = json::parse(in);
   for (const auto& p : man["params"]) {
     json fill = {{"seed", 1}};
@@ -125,7 +125,7 @@ TEST_CASE("SameBytesGiveTheSameVersionAcrossTransactions") {
 
 TEST_CASE("VersionDoesNotDependOnWriteOrder") {
   TempDir d;
-  std::ifstream in(std::string(WTX_SHARED_DIR) + "/models/tiny-manifest.json");
+  std::ifstream in(std::string(WTX_CONFORMANCE_DIR) + "/models/tiny-manifest.json");
   json man = json::parse(in);
   json fwd = json::array({{{"op", "begin"}, {"tx", "t"}, {"kind", "full"}}});
   json rev = fwd;

@@ -9,7 +9,7 @@
 
 #include <xxhash.h>
 
-#include "test_util.h"
+#include "tests/test_util.h"
 #include "wtx/content_hash.h"
 
 using namespace wtx;

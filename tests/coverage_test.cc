@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 #include <random>
 
-#include "coverage.h"
+#include "src/txn/coverage.h"
 
 using namespace wtx;
 

@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fault_injection_fs.h"
-#include "journal.h"
-#include "verify.h"
+#include "journal/fault_injection_fs.h"
+#include "journal/journal.h"
+#include "journal/verify.h"
 #include "wtx/coordinator.h"
 #include "wtx/inproc_transport.h"
 #include "wtx/participant.h"

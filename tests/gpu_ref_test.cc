@@ -10,12 +10,12 @@
 #include <random>
 #include <vector>
 
-#include "device_participant_run.h"
-#include "test_util.h"
+#include "tests/device_participant_run.h"
+#include "tests/test_util.h"
 #include "wtx/content_hash.h"
 #include "wtx/gpu.h"
 #include "wtx/live_verify.h"
-#include "xxh3_hd.h"
+#include "kernels/xxh3_hd.h"
 
 namespace wtx {
 namespace {

@@ -21,7 +21,7 @@
 #include "wtx/device_live_memory.h"
 #include "wtx/gpu.h"
 #include "wtx/participant.h"
-#include "device_participant_run.h"
+#include "tests/device_participant_run.h"
 
 namespace wtx {
 namespace {

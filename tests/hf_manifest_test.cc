@@ -27,7 +27,7 @@ namespace {
 using nlohmann::json;
 
 std::string ConfigPath(const std::string& model) {
-  return std::string(WTX_SHARED_DIR) + "/models/" + model + "/config.json";
+  return std::string(WTX_CONFORMANCE_DIR) + "/models/" + model + "/config.json";
 }
 
 json LoadConfig(const std::string& model) {

@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 #include <rocksdb/db.h>
 
-#include "record.h"
-#include "verify.h"
+#include "journal/record.h"
+#include "journal/verify.h"
 
 using nlohmann::json;
 using namespace wtx;

@@ -10,12 +10,12 @@
 #include <xxhash.h>
 #include <nlohmann/json.hpp>
 
-#include "hash_util.h"
-#include "history.h"
-#include "journal.h"
-#include "participant_state.h"
-#include "record.h"
-#include "test_util.h"
+#include "src/util/hash_util.h"
+#include "journal/history.h"
+#include "journal/journal.h"
+#include "src/txn/participant_state.h"
+#include "journal/record.h"
+#include "tests/test_util.h"
 
 using nlohmann::json;
 using namespace wtx;

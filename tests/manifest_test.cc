@@ -139,7 +139,7 @@ TEST_CASE("FingerprintIgnoresOrderAndSourceBoxesButNotShapes") {
 }
 
 TEST_CASE("SharedTinyManifestIsValid") {
-  std::ifstream in(std::string(WTX_SHARED_DIR) + "/models/tiny-manifest.json");
+  std::ifstream in(std::string(WTX_CONFORMANCE_DIR) + "/models/tiny-manifest.json");
   REQUIRE(in);
   std::stringstream ss;
   ss << in.rdbuf();

@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 
-#include "test_util.h"
+#include "tests/test_util.h"
 #include "wtx/content_hash.h"
 
 using namespace wtx;

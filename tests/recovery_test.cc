@@ -7,9 +7,9 @@
 #include <cstring>
 #include <random>
 
-#include "history.h"
-#include "journal.h"
-#include "test_util.h"
+#include "journal/history.h"
+#include "journal/journal.h"
+#include "tests/test_util.h"
 #include "wtx/content_hash.h"
 
 using namespace wtx;

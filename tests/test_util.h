@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fault_injection_fs.h"
+#include "journal/fault_injection_fs.h"
 #include "wtx/coordinator.h"
 #include "wtx/device_live_memory.h"
 #include "wtx/inproc_transport.h"

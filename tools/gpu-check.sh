@@ -61,7 +61,7 @@ fi
 
 echo "== every scenario with device live memory: output identical to host memory"
 n=0
-for s in "$ROOT"/../shared/scenarios/*.json "$ROOT"/tests/scenarios/*.json "$ROOT"/examples/*.json; do
+for s in "$ROOT"/tests/conformance/scenarios/*.json "$ROOT"/tests/scenarios/*.json "$ROOT"/examples/*.json; do
   [[ "$s" == *.expect.json || ! -f "${s%.json}.expect.json" ]] && continue
   if ! cmake -DWTX="$BUILD/bin/wtx" -DSCENARIO="$s" -DEXPECT="${s%.json}.expect.json" \
        "-DVARIANT=--memory;device" -P "$ROOT/tests/net/compare_transports.cmake" \

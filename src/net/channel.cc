@@ -1,4 +1,4 @@
-#include "net/channel.h"
+#include "src/net/channel.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -10,9 +10,9 @@
 #include <sstream>
 #include <vector>
 
-#include "cbor.h"
-#include "net/codec.h"
-#include "net/sha256.h"
+#include "src/util/cbor.h"
+#include "src/net/codec.h"
+#include "src/net/sha256.h"
 
 namespace wtx::net {
 

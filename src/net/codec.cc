@@ -1,4 +1,4 @@
-#include "net/codec.h"
+#include "src/net/codec.h"
 
 namespace wtx::net {
 

@@ -1,4 +1,4 @@
-#include "net/control.h"
+#include "src/net/control.h"
 
 namespace wtx::net {
 

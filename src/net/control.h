@@ -16,7 +16,7 @@
 #include <set>
 #include <string>
 
-#include "net/channel.h"
+#include "src/net/channel.h"
 
 namespace wtx::net {
 

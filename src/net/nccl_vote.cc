@@ -7,7 +7,7 @@
 #include <cstring>
 #include <thread>
 
-#include "net/sha256.h"
+#include "src/net/sha256.h"
 
 namespace wtx {
 

@@ -4,8 +4,8 @@
 #include <random>
 #include <thread>
 
-#include "net/channel.h"
-#include "net/codec.h"
+#include "src/net/channel.h"
+#include "src/net/codec.h"
 #include "wtx/participant_endpoint.h"
 
 namespace wtx {

@@ -1,4 +1,4 @@
-#include "net/sha256.h"
+#include "src/net/sha256.h"
 
 #include <cstring>
 

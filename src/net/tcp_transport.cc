@@ -6,8 +6,8 @@
 #include <mutex>
 #include <set>
 
-#include "net/channel.h"
-#include "net/codec.h"
+#include "src/net/channel.h"
+#include "src/net/codec.h"
 
 namespace wtx {
 

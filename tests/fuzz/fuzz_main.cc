@@ -1,6 +1,6 @@
 // libFuzzer entry point; WTX_FUZZ_TARGET (scenario | manifest | record) picks the parser.
 // Built only with -DWTX_FUZZ=ON (clang): see tests/fuzz/CMakeLists.txt.
-#include "fuzz_targets.h"
+#include "tests/fuzz/fuzz_targets.h"
 
 #define WTX_CAT2(a, b) a##b
 #define WTX_CAT(a, b) WTX_CAT2(a, b)

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "fuzz_targets.h"
+#include "tests/fuzz/fuzz_targets.h"
 
 namespace fs = std::filesystem;
 

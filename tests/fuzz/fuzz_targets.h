@@ -19,10 +19,10 @@
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
-#include "cbor.h"
-#include "participant_state.h"
-#include "record.h"
-#include "scenario.h"
+#include "src/util/cbor.h"
+#include "src/txn/participant_state.h"
+#include "journal/record.h"
+#include "src/conformance/scenario.h"
 #include "wtx/manifest.h"
 
 namespace wtx::fuzz {

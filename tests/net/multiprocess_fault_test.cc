@@ -15,8 +15,8 @@
 #include <random>
 #include <thread>
 
-#include "../test_util.h"
-#include "tcp_simulator.h"
+#include "tests/test_util.h"
+#include "src/conformance/tcp_simulator.h"
 
 namespace wtx::sim {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <thread>
 
-#include "../test_util.h"
+#include "tests/test_util.h"
 #include "wtx/nccl_vote.h"
 
 namespace wtx {

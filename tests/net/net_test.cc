@@ -2,9 +2,9 @@
 // frame decoder against malformed input, and the codec of the protocol values.
 #include <catch2/catch.hpp>
 
-#include "net/channel.h"
-#include "net/codec.h"
-#include "net/sha256.h"
+#include "src/net/channel.h"
+#include "src/net/codec.h"
+#include "src/net/sha256.h"
 
 namespace wtx::net {
 namespace {

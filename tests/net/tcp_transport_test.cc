@@ -12,8 +12,8 @@
 #include <future>
 #include <thread>
 
-#include "../test_util.h"
-#include "net/channel.h"
+#include "tests/test_util.h"
+#include "src/net/channel.h"
 #include "wtx/participant_endpoint.h"
 #include "wtx/tcp_transport.h"
 

@@ -1,6 +1,6 @@
 // Measurements of the data path: update_vs_memcpy, hash_vs_xxh3, coverage_check_ms; and the
 // helpers every measurement shares.
-#include "bench.h"
+#include "tools/bench/bench.h"
 
 #include <algorithm>
 #include <chrono>
@@ -21,7 +21,7 @@
 #define WTX_BENCH_AVX2 1
 #endif
 
-#include "bench_util.h"
+#include "tools/bench/bench_util.h"
 #include "wtx/content_hash.h"
 #include "wtx/coordinator.h"
 #include "wtx/hf_manifest.h"

@@ -7,13 +7,13 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
-#include "bench.h"
-#include "bench_util.h"
-#include "fault_injection_fs.h"
-#include "hash_util.h"
-#include "history.h"
-#include "journal.h"
-#include "record.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/bench_util.h"
+#include "journal/fault_injection_fs.h"
+#include "src/util/hash_util.h"
+#include "journal/history.h"
+#include "journal/journal.h"
+#include "journal/record.h"
 #include "wtx/content_hash.h"
 #include "wtx/coordinator.h"
 #include "wtx/inproc_transport.h"

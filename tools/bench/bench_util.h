@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "bench.h"
+#include "tools/bench/bench.h"
 #include "wtx/status.h"
 
 namespace wtx::bench {

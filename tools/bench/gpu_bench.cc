@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "../guarded_main.h"
+#include "tools/guarded_main.h"
 #include "wtx/gpu.h"
 
 namespace {

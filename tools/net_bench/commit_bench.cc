@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "../guarded_main.h"
-#include "tcp_simulator.h"
+#include "tools/guarded_main.h"
+#include "src/conformance/tcp_simulator.h"
 #include "wtx/coordinator.h"
 #include "wtx/inproc_transport.h"
 #include "wtx/participant.h"

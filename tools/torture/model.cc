@@ -1,4 +1,4 @@
-#include "model.h"
+#include "tools/torture/model.h"
 
 #include <algorithm>
 #include <cassert>

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "fill.h"
+#include "src/conformance/fill.h"
 #include "wtx/manifest.h"
 #include "wtx/protocol.h"
 

@@ -1,4 +1,4 @@
-#include "torture.h"
+#include "tools/torture/torture.h"
 
 #include <unistd.h>
 
@@ -12,9 +12,9 @@
 #include <sstream>
 #include <thread>
 
-#include "fault_injection_fs.h"
-#include "model.h"
-#include "verify.h"
+#include "journal/fault_injection_fs.h"
+#include "tools/torture/model.h"
+#include "journal/verify.h"
 #include "wtx/content_hash.h"
 #include "wtx/coordinator.h"
 #include "wtx/inproc_transport.h"

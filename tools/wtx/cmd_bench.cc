@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../bench/bench.h"
-#include "commands.h"
+#include "tools/bench/bench.h"
+#include "tools/wtx/commands.h"
 
 namespace wtx::cli {
 namespace {
@@ -33,15 +33,19 @@ struct BenchArgs {
   bool coverage_tp_given = false;
 };
 
-// The shared/ folder beside the checkout: $WTX_SHARED_DIR, else the first ancestor of the
-// executable or of the working directory that has shared/models.
+// The folder with models/: $WTX_CONFORMANCE_DIR, else the first ancestor of the executable or
+// of the working directory that has tests/conformance/models (the vendored copies) or
+// shared/models.
 std::string FindSharedDir() {
-  if (const char* env = std::getenv("WTX_SHARED_DIR"); env && *env) return env;
+  if (const char* env = std::getenv("WTX_CONFORMANCE_DIR"); env && *env) return env;
   std::error_code ec;
   std::vector<fs::path> starts = {fs::read_symlink("/proc/self/exe", ec).parent_path(),
                                   fs::current_path(ec)};
   for (fs::path p : starts) {
     for (; !p.empty(); p = p.parent_path()) {
+      if (fs::is_directory(p / "tests" / "conformance" / "models", ec)) {
+        return (p / "tests" / "conformance").string();
+      }
       if (fs::is_directory(p / "shared" / "models", ec)) return (p / "shared").string();
       if (p == p.parent_path()) break;
     }
@@ -245,7 +249,7 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--coverage-tp", a->coverage_tp, "TP degree of the coverage model (rank 0)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--shared-dir", a->shared_dir,
-                  "the shared/ folder with models/ (default: $WTX_SHARED_DIR or found upward "
+                  "the shared/ folder with models/ (default: $WTX_CONFORMANCE_DIR or found upward "
                   "from the executable)");
   cmd->add_option("--scratch-dir", a->scratch_dir,
                   "existing directory for the journals (default: the system temp directory); "

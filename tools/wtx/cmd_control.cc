@@ -8,9 +8,9 @@
 //             "rollback": false}}'
 #include <iostream>
 
-#include "commands.h"
-#include "control_protocol.h"
-#include "net/control.h"
+#include "tools/wtx/commands.h"
+#include "src/net/control_service.h"
+#include "src/net/control.h"
 
 namespace wtx::cli {
 

@@ -15,11 +15,11 @@
 #include <mutex>
 #include <thread>
 
-#include "commands.h"
-#include "control_protocol.h"
-#include "fault_injection_fs.h"
-#include "net/channel.h"
-#include "net/codec.h"
+#include "tools/wtx/commands.h"
+#include "src/net/control_service.h"
+#include "journal/fault_injection_fs.h"
+#include "src/net/channel.h"
+#include "src/net/codec.h"
 #include "wtx/coordinator.h"
 #include "wtx/tcp_transport.h"
 

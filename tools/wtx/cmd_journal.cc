@@ -6,11 +6,11 @@
 #include <iomanip>
 #include <iostream>
 
-#include "commands.h"
-#include "history.h"
-#include "journal.h"
-#include "participant_state.h"
-#include "verify.h"
+#include "tools/wtx/commands.h"
+#include "journal/history.h"
+#include "journal/journal.h"
+#include "src/txn/participant_state.h"
+#include "journal/verify.h"
 
 namespace wtx::cli {
 

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "commands.h"
+#include "tools/wtx/commands.h"
 #include "wtx/hf_manifest.h"
 
 namespace wtx::cli {

@@ -15,12 +15,12 @@
 #include <iostream>
 #include <sstream>
 
-#include "commands.h"
-#include "control_protocol.h"
-#include "fault_injection_fs.h"
-#include "net/codec.h"
-#include "net/control.h"
-#include "simulator.h"
+#include "tools/wtx/commands.h"
+#include "src/net/control_service.h"
+#include "journal/fault_injection_fs.h"
+#include "src/net/codec.h"
+#include "src/net/control.h"
+#include "src/conformance/simulator.h"
 #include "wtx/hf_manifest.h"
 #include "wtx/participant.h"
 #include "wtx/participant_endpoint.h"

@@ -6,11 +6,11 @@
 #include <random>
 #include <sstream>
 
-#include "commands.h"
-#include "expectations.h"
-#include "scenario.h"
-#include "simulator.h"
-#include "tcp_simulator.h"
+#include "tools/wtx/commands.h"
+#include "src/conformance/expectations.h"
+#include "src/conformance/scenario.h"
+#include "src/conformance/simulator.h"
+#include "src/conformance/tcp_simulator.h"
 
 namespace wtx::cli {
 

@@ -4,8 +4,8 @@
 // violated, 1 on any violation (each printed with the command that replays it), 2 on bad usage.
 #include <iostream>
 
-#include "commands.h"
-#include "../torture/torture.h"
+#include "tools/wtx/commands.h"
+#include "tools/torture/torture.h"
 
 namespace wtx::cli {
 

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "commands.h"
+#include "tools/wtx/commands.h"
 #include "wtx/live_verify.h"
 
 namespace wtx::cli {

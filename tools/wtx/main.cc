@@ -1,6 +1,6 @@
 // wtx: journaled, all-ranks transactions for inference-engine weight updates.
-#include "../guarded_main.h"
-#include "commands.h"
+#include "tools/guarded_main.h"
+#include "tools/wtx/commands.h"
 
 namespace {
 

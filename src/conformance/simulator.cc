@@ -1,0 +1,668 @@
+#include "src/conformance/simulator.h"
+
+#include <filesystem>
+#include <map>
+
+#include "journal/fault_injection_fs.h"
+#include "journal/journal.h"
+#include "wtx/coordinator.h"
+#include "wtx/inproc_transport.h"
+#include "wtx/participant.h"
+
+namespace wtx::sim {
+
+using nlohmann::json;
+
+namespace {
+
+json BoxJson(const Box& b) {
+  json a = json::array();
+  for (const auto& r : b) a.push_back({r.begin, r.end});
+  return a;
+}
+
+struct Process {
+  std::string dir;
+  std::shared_ptr<FaultInjectionFileSystem> fs = std::make_shared<FaultInjectionFileSystem>();
+  ArmedCrashPoint crash;
+};
+
+struct RankProcess : Process {
+  std::unique_ptr<Participant> p;
+};
+
+struct CoordinatorProcess : Process {
+  std::unique_ptr<Coordinator> c;
+};
+
+// The parameters `param: "*"` means on a rank: those in the current transaction's scope.
+std::vector<uint32_t> StarParams(const Manifest& m, const std::optional<BeginRequest>& scope) {
+  std::vector<uint32_t> out;
+  std::set<uint32_t> in;
+  if (scope && scope->kind == TxKind::kPartial) {
+    for (const auto& mod : scope->modules) {
+      if (auto mi = m.FindModule(mod)) {
+        for (const auto& pn : m.modules()[*mi].params) in.insert(*m.FindParam(pn));
+      }
+    }
+    return {in.begin(), in.end()};
+  }
+  if (scope && scope->kind == TxKind::kDelta) {
+    for (const auto& s : scope->sources) {
+      for (const auto& ref : m.ShardsOfSource(s)) in.insert(ref.param);
+    }
+    return {in.begin(), in.end()};
+  }
+  for (uint32_t i = 0; i < m.params().size(); ++i) out.push_back(i);
+  return out;
+}
+
+// Bytes of `box` (live coordinates) of parameter `pi`, filled through the shards' mapping.
+std::vector<uint8_t> FillBox(const Manifest& m, uint32_t pi, const Box& box, const FillSpec& fill) {
+  const ParamSpec& p = m.params()[pi];
+  const size_t esz = DTypeSize(p.dtype);
+  std::vector<uint8_t> data(static_cast<size_t>(NumElements(box)) * esz);
+  uint8_t* out = data.data();
+  std::vector<uint64_t> src_hash(p.shards.size());
+  std::vector<std::vector<int64_t>> src_strides(p.shards.size());
+  for (size_t k = 0; k < p.shards.size(); ++k) {
+    src_hash[k] = SourceNameHash(p.shards[k].source);
+    src_strides[k] = Strides(p.shards[k].source_shape);
+  }
+  std::vector<int64_t> idx(box.size());
+  for (size_t d = 0; d < box.size(); ++d) idx[d] = box[d].begin;
+  const int64_t n = NumElements(box);
+  for (int64_t e = 0; e < n; ++e) {
+    // Which shard holds this live element?
+    size_t k = 0;
+    for (; k < p.shards.size(); ++k) {
+      const Box& sb = p.shards[k].box;
+      bool in = true;
+      for (size_t d = 0; d < idx.size() && in; ++d) {
+        in = idx[d] >= sb[d].begin && idx[d] < sb[d].end;
+      }
+      if (in) break;
+    }
+    int64_t src_flat = 0;
+    uint64_t h = 0;
+    if (k < p.shards.size()) {
+      const ShardSpec& s = p.shards[k];
+      const size_t extra = s.box.size() - s.source_box.size();
+      if (s.box.size() >= s.source_box.size()) {
+        for (size_t d = 0; d < s.source_box.size(); ++d) {
+          src_flat +=
+              (s.source_box[d].begin + idx[extra + d] - s.box[extra + d].begin) * src_strides[k][d];
+        }
+      }
+      h = src_hash[k];
+    }
+    FillElement(fill, h, src_flat, p.dtype, out);
+    out += esz;
+    for (size_t d = box.size(); d-- > 0;) {
+      if (++idx[d] < box[d].end) break;
+      idx[d] = box[d].begin;
+    }
+  }
+  return data;
+}
+
+Status DoWrite(const Step& st, const std::optional<BeginRequest>& scope, Participant& p) {
+  const Manifest& m = p.manifest();
+  std::vector<WritePiece> pieces;
+  std::vector<std::vector<uint8_t>> buffers;
+  auto add = [&](uint32_t pi, const std::string& shard, const Box& box) {
+    buffers.push_back(FillBox(m, pi, box, st.fill));
+    WritePiece w;
+    w.param = m.params()[pi].name;
+    w.shard = shard;
+    w.box = box;
+    w.data = buffers.back().data();
+    w.bytes = buffers.back().size();
+    pieces.push_back(std::move(w));
+  };
+  if (!st.source.empty()) {
+    const auto& refs = m.ShardsOfSource(st.source);
+    bool any = false;
+    for (const auto& ref : refs) {
+      const ParamSpec& ps = m.params()[ref.param];
+      if (st.param != "*" && ps.name != st.param) continue;
+      any = true;
+      add(ref.param, ps.shards[ref.shard].id, ps.shards[ref.shard].box);
+    }
+    if (!any) {
+      return Status(ErrorCode::kUnknownParam,
+                    "no shard fed by source '" + st.source + "'" +
+                        (st.param != "*" ? " in parameter '" + st.param + "'" : ""));
+    }
+  } else if (st.param == "*") {
+    for (uint32_t pi : StarParams(m, scope)) add(pi, "", WholeBox(m.params()[pi].shape));
+  } else {
+    auto pi = m.FindParam(st.param);
+    if (!pi) return Status(ErrorCode::kUnknownParam, "unknown parameter '" + st.param + "'");
+    const ParamSpec& ps = m.params()[*pi];
+    std::optional<uint32_t> si;
+    if (!st.shard.empty()) {
+      si = m.FindShard(*pi, st.shard);
+      if (!si) {
+        return Status(ErrorCode::kUnknownParam,
+                      "parameter '" + st.param + "' has no shard '" + st.shard + "'");
+      }
+    }
+    Box box = st.box ? *st.box : (si ? ps.shards[*si].box : WholeBox(ps.shape));
+    // Boxes that do not fit are the participant's to refuse; generate no bytes for them.
+    if (!BoxInsideShape(box, ps.shape) || BoxIsEmpty(box)) {
+      WritePiece w;
+      w.param = st.param;
+      w.shard = st.shard;
+      w.box = box;
+      pieces.push_back(std::move(w));
+    } else {
+      add(*pi, st.shard, box);
+    }
+  }
+  return p.Write(pieces);
+}
+
+Status DoPatch(const Step& st, Participant& p) {
+  const Manifest& m = p.manifest();
+  const auto& refs = m.ShardsOfSource(st.source);
+  std::vector<uint8_t> values;
+  if (!refs.empty()) {
+    const DType dt = m.params()[refs[0].param].dtype;
+    const size_t esz = DTypeSize(dt);
+    values.resize(st.indices.size() * esz);
+    const uint64_t h = SourceNameHash(st.source);
+    for (size_t i = 0; i < st.indices.size(); ++i) {
+      FillElement(st.fill, h, st.indices[i], dt, values.data() + i * esz);
+    }
+  }
+  PatchRequest req;
+  req.source = st.source;
+  req.indices = st.indices;
+  req.values = values.data();
+  req.value_bytes = values.size();
+  req.part = st.part;
+  req.parts = st.parts;
+  return p.Patch(req);
+}
+
+// Every rank and the coordinator as objects of this process, over the in-process transport.
+class InProcProcesses : public SimProcesses {
+ public:
+  InProcProcesses(const Scenario& sc, std::string dir, LiveMemoryKind memory)
+      : sc_(sc), dir_(std::move(dir)), memory_kind_(memory), transport_(sc.ranks) {}
+
+  Status Start() override {
+    for (int r = 0; r < sc_.ranks; ++r) {
+      auto rp = std::make_unique<RankProcess>();
+      rp->dir = dir_ + "/rank-" + std::to_string(r);
+      ranks_.push_back(std::move(rp));
+      WTX_RETURN_IF_ERROR(StartRank(r));
+    }
+    coord_.dir = dir_ + "/coordinator";
+    return StartCoordinator();
+  }
+
+  bool RankAlive(int r) override { return ranks_[r]->p != nullptr; }
+  bool CoordinatorAlive() override { return coord_.c != nullptr; }
+
+  Status RankStep(int r, const Step& st, const std::optional<BeginRequest>& scope) override {
+    return ApplyRankStep(st, scope, *ranks_[r]->p);
+  }
+  RankStatus RankState(int r) override { return ranks_[r]->p->status(); }
+
+  BeginOutcome Begin(const BeginRequest& req) override { return coord_.c->Begin(req); }
+
+  CommitOutcome Commit(const Step& st, bool* coordinator_died) override {
+    RankProcess* armed_rank = nullptr;
+    int armed_index = -1;
+    if (st.crash) {
+      if (st.crash->who == "coordinator") {
+        coord_.crash.Arm(st.crash->at);
+      } else {
+        armed_index = st.crash->rank;
+        armed_rank = ranks_[armed_index].get();
+        armed_rank->crash.Arm(st.crash->at);
+      }
+    }
+    transport_.SetSilent(st.silent);
+    CommitOutcome o = coord_.c->Commit(st.tx);
+    transport_.SetSilent({});
+    // Processes that died at their crash point.
+    if (armed_rank && armed_rank->crash.Disarm()) KillRank(armed_index, st.crash->power_loss);
+    *coordinator_died = coord_.crash.Disarm();
+    if (*coordinator_died) KillCoordinator(st.crash->power_loss);
+    return o;
+  }
+
+  BeginOutcome Abort(const std::string& tx) override { return coord_.c->Abort(tx); }
+  std::optional<std::string> CommittedVersion(const std::string& tx) override {
+    return coord_.c->CommittedVersion(tx);
+  }
+  std::vector<DecisionEntry> Decisions() override { return coord_.c->decisions(); }
+
+  // Process death: the filesystem stops taking writes, the object goes away (a rank's live
+  // bytes with it), then a power loss drops whatever was not synced.
+  void KillRank(int r, bool power_loss) override {
+    RankProcess& rp = *ranks_[r];
+    rp.fs->SetActive(false);
+    transport_.SetParticipant(r, nullptr);
+    rp.p.reset();
+    if (power_loss) rp.fs->DropUnsyncedData();
+    rp.fs->SetActive(true);
+  }
+
+  void KillCoordinator(bool power_loss) override {
+    coord_.fs->SetActive(false);
+    coord_.c.reset();
+    if (power_loss) coord_.fs->DropUnsyncedData();
+    coord_.fs->SetActive(true);
+  }
+
+  Status RestartRank(int r) override {
+    RankProcess& rp = *ranks_[r];
+    if (rp.p) KillRank(r, false);
+    Status s = StartRank(r);
+    if (s.ok() && coord_.c) s = rp.p->ResolveInDoubt(*coord_.c);
+    return s;
+  }
+
+  Status RestartCoordinator() override {
+    if (coord_.c) KillCoordinator(false);
+    Status s = StartCoordinator();
+    if (s.ok()) s = coord_.c->Recover();
+    if (s.ok()) {
+      for (auto& rp : ranks_) {
+        if (rp->p) rp->p->ResolveInDoubt(*coord_.c).ok();
+      }
+    }
+    return s;
+  }
+
+ private:
+  Status StartRank(int r) {
+    RankProcess& rp = *ranks_[r];
+    ParticipantOptions o;
+    o.rank = r;
+    o.journal_dir = rp.dir;
+    o.env.fs = rp.fs;
+    o.kernel_identity = sc_.kernel_identity;
+    o.rollback_budget_bytes = sc_.rollback_budget_bytes;
+    o.crash_points = &rp.crash;
+    // A new process: new live memory (zeros), of the kind the run asked for.
+    auto memory = NewLiveMemory(memory_kind_, *sc_.manifests[r]);
+    if (!memory.ok()) return memory.status();
+    o.memory = std::move(memory).value();
+    auto p = Participant::Open(std::move(o), sc_.manifests[r]);
+    if (!p.ok()) return p.status();
+    rp.p = std::move(p).value();
+    transport_.SetParticipant(r, rp.p.get());
+    return Status::OK();
+  }
+
+  Status StartCoordinator() {
+    CoordinatorOptions o;
+    o.journal_dir = coord_.dir;
+    o.env.fs = coord_.fs;
+    o.crash_points = &coord_.crash;
+    auto c = Coordinator::Open(o, &transport_);
+    if (!c.ok()) return c.status();
+    coord_.c = std::move(c).value();
+    return Status::OK();
+  }
+
+  const Scenario& sc_;
+  std::string dir_;
+  LiveMemoryKind memory_kind_;
+  InProcTransport transport_;
+  std::vector<std::unique_ptr<RankProcess>> ranks_;
+  CoordinatorProcess coord_;
+};
+
+// The steps of a scenario and the output document, on any SimProcesses.
+class Runner {
+ public:
+  Runner(const Scenario& sc, SimProcesses& procs, std::string dir)
+      : sc_(sc), procs_(procs), dir_(std::move(dir)) {}
+
+  json Run() {
+    json steps = json::array();
+    for (const Step& st : sc_.steps) {
+      json out = {{"i", st.index}, {"op", st.op}};
+      RunStep(st, out);
+      steps.push_back(std::move(out));
+    }
+    return {
+        {"steps", std::move(steps)}, {"ranks", RanksJson()}, {"coordinator", CoordinatorJson()}};
+  }
+
+ private:
+  std::vector<int> Targets(const RankTarget& t) const {
+    if (!t.all) return {t.rank};
+    std::vector<int> v;
+    v.reserve(sc_.ranks);
+    for (int r = 0; r < sc_.ranks; ++r) v.push_back(r);
+    return v;
+  }
+
+  static void Fail(json& out, const std::vector<std::pair<int, Status>>& errs) {
+    out["ok"] = false;
+    out["error"] = ErrorCodeName(errs.front().second.code());
+    out["message"] = errs.front().second.message();
+    json ranks = json::array(), detail = json::array();
+    for (const auto& [r, s] : errs) {
+      if (r >= 0) ranks.push_back(r);
+      detail.push_back({{"rank", r >= 0 ? json(r) : json()},
+                        {"error", ErrorCodeName(s.code())},
+                        {"message", s.message()}});
+    }
+    out["ranks"] = ranks;
+    out["errors"] = detail;
+  }
+
+  // Runs a data-plane step on every targeted rank; a dead rank fails with E_CRASHED.
+  void ForRanks(const Step& st, json& out) {
+    std::vector<std::pair<int, Status>> errs;
+    for (int r : Targets(st.target)) {
+      Status s = procs_.RankAlive(r)
+                     ? procs_.RankStep(r, st, scope_)
+                     : Status(ErrorCode::kCrashed, "rank " + std::to_string(r) + " is down");
+      if (!s.ok()) errs.emplace_back(r, s);
+    }
+    if (errs.empty()) {
+      out["ok"] = true;
+    } else {
+      Fail(out, errs);
+    }
+  }
+
+  std::string ResolveBase(const std::string& ref) {
+    if (ref.empty() || ref[0] != '$') return ref;
+    const std::string tx = ref.substr(1);
+    if (procs_.CoordinatorAlive()) {
+      if (auto v = procs_.CommittedVersion(tx)) return *v;
+    }
+    auto it = committed_.find(tx);
+    if (it != committed_.end()) return it->second;
+    return "(" + ref + ": transaction did not commit)";
+  }
+
+  void RunStep(const Step& st, json& out) {
+    if (st.op == "begin") return DoBegin(st, out);
+    if (st.op == "write" || st.op == "patch" || st.op == "refresh" ||
+        st.op == "set_kernel_identity") {
+      return ForRanks(st, out);
+    }
+    if (st.op == "commit") return DoCommit(st, out);
+    if (st.op == "abort") return DoAbort(st, out);
+    if (st.op == "crash") return DoCrash(st, out);
+    if (st.op == "restart") return DoRestart(st, out);
+  }
+
+  void DoBegin(const Step& st, json& out) {
+    if (!procs_.CoordinatorAlive()) {
+      return Fail(out, {{-1, Status(ErrorCode::kCrashed, "the coordinator is down")}});
+    }
+    BeginRequest req = st.begin;
+    req.base = ResolveBase(st.base_ref);
+    BeginOutcome o = procs_.Begin(req);
+    if (o.status.ok()) {
+      out["ok"] = true;
+      scope_ = req;
+      return;
+    }
+    std::vector<std::pair<int, Status>> errs;
+    for (const auto& e : o.errors) errs.emplace_back(e.rank, e.status);
+    if (errs.empty()) errs.emplace_back(-1, o.status);
+    Fail(out, errs);
+  }
+
+  static json VoteJson(const VoteReport& v) {
+    json j = {{"rank", v.rank}};
+    switch (v.kind) {
+      case VoteReport::Kind::kYes:
+        j["vote"] = "yes";
+        j["wrote"] = v.vote.wrote;
+        return j;
+      case VoteReport::Kind::kTimeout:
+        j["vote"] = "timeout";
+        j["error"] = "E_TIMEOUT";
+        j["message"] = v.status.message();
+        return j;
+      case VoteReport::Kind::kCrashed:
+        j["vote"] = "crashed";
+        j["error"] = "E_CRASHED";
+        j["message"] = v.status.message();
+        return j;
+      case VoteReport::Kind::kNo:
+        break;
+    }
+    j["vote"] = "no";
+    j["wrote"] = v.vote.wrote;
+    j["error"] = ErrorCodeName(v.vote.error);
+    json errors = json::array();
+    for (auto e : v.vote.errors) errors.push_back(ErrorCodeName(e));
+    j["errors"] = errors;
+    j["message"] = v.vote.message;
+    if (!v.vote.missing.empty()) {
+      json missing = json::array();
+      for (const auto& m : v.vote.missing) {
+        json jm = {
+            {"param", m.param}, {"shard", m.shard}, {"box", BoxJson(m.box)}, {"source", m.source}};
+        if (!m.missing_parts.empty()) {
+          jm["missing_parts"] = m.missing_parts;
+          jm["parts"] = m.parts;
+        }
+        missing.push_back(std::move(jm));
+      }
+      j["missing"] = std::move(missing);
+      j["missing_total"] = v.vote.missing_total;
+    }
+    if (!v.vote.stale.empty()) {
+      json stale = json::array();
+      for (const auto& s : v.vote.stale) {
+        stale.push_back(
+            {{"derived", s.name}, {"phase", PhaseName(s.phase)}, {"sources", s.written_sources}});
+      }
+      j["stale"] = std::move(stale);
+    }
+    return j;
+  }
+
+  void DoCommit(const Step& st, json& out) {
+    if (!procs_.CoordinatorAlive()) {
+      return Fail(out, {{-1, Status(ErrorCode::kCrashed, "the coordinator is down")}});
+    }
+    bool coordinator_died = false;
+    CommitOutcome o = procs_.Commit(st, &coordinator_died);
+    json votes = json::array();
+    std::vector<int> failing;
+    for (const auto& v : o.votes) {
+      votes.push_back(VoteJson(v));
+      if (v.kind != VoteReport::Kind::kYes) failing.push_back(v.rank);
+    }
+    if (!o.votes.empty()) out["votes"] = std::move(votes);
+    if (o.decision) out["decision"] = DecisionName(*o.decision);
+    if (o.decision == Decision::kCommit) {
+      committed_[st.tx] = o.version;
+      out["version"] = o.version;
+    }
+    if (coordinator_died) {
+      out["ok"] = false;
+      out["outcome"] = "in_doubt";
+      out["error"] = "E_CRASHED";
+      out["message"] = o.status.message();
+      out["ranks"] = json::array();
+      return;
+    }
+    if (o.status.ok() && o.decision) {
+      out["ok"] = true;
+      out["outcome"] = *o.decision == Decision::kNoop ? "noop" : "committed";
+      if (!o.unacknowledged.empty()) out["unacknowledged"] = o.unacknowledged;
+      scope_.reset();
+      return;
+    }
+    out["ok"] = false;
+    if (o.decision) {
+      out["outcome"] = "aborted";
+      scope_.reset();
+    }
+    out["error"] = ErrorCodeName(o.status.code());
+    out["message"] = o.status.message();
+    out["ranks"] = failing;
+  }
+
+  void DoAbort(const Step& st, json& out) {
+    if (!procs_.CoordinatorAlive()) {
+      return Fail(out, {{-1, Status(ErrorCode::kCrashed, "the coordinator is down")}});
+    }
+    BeginOutcome o = procs_.Abort(st.tx);
+    if (o.status.ok()) {
+      out["ok"] = true;
+      out["outcome"] = "aborted";
+      scope_.reset();
+    } else {
+      Fail(out, {{-1, o.status}});
+    }
+  }
+
+  void DoCrash(const Step& st, json& out) {
+    const CrashSpec& c = *st.crash;
+    const bool alive =
+        c.who == "coordinator" ? procs_.CoordinatorAlive() : procs_.RankAlive(c.rank);
+    if (!alive) {
+      return Fail(out, {{c.rank, Status(ErrorCode::kCrashed, c.who + " is already down")}});
+    }
+    if (c.who == "coordinator") {
+      procs_.KillCoordinator(c.power_loss);
+    } else {
+      procs_.KillRank(c.rank, c.power_loss);
+    }
+    out["ok"] = true;
+  }
+
+  void DoRestart(const Step& st, json& out) {
+    const CrashSpec& c = *st.crash;
+    Status s = c.who == "coordinator" ? procs_.RestartCoordinator() : procs_.RestartRank(c.rank);
+    if (s.ok()) {
+      out["ok"] = true;
+    } else {
+      Fail(out, {{c.rank, s}});
+    }
+  }
+
+  json RankJson(int r) {
+    json j = {{"rank", r}};
+    if (procs_.RankAlive(r)) {
+      RankStatus s = procs_.RankState(r);
+      j["version"] = s.version ? json(*s.version) : json();
+      j["dirty"] = s.dirty;
+      j["loaded"] = s.loaded;
+      j["serving"] = s.serving;
+      j["in_doubt"] = s.in_doubt ? json(*s.in_doubt) : json();
+      j["active_tx"] = s.active_tx ? json(*s.active_tx) : json();
+      j["stale_derived"] = s.stale_derived;
+      j["crashed"] = false;
+      return j;
+    }
+    // A dead process: report what its journal says.
+    JournalOptions o;
+    o.read_only = true;
+    json st;
+    if (auto jr = Journal::Open(dir_ + "/rank-" + std::to_string(r), o); jr.ok()) {
+      st = jr.value()->state();
+    }
+    const json act = st.is_object() ? st.value("active", json()) : json();
+    j["version"] = st.is_object() ? st.value("version", json()) : json();
+    j["dirty"] = true;
+    j["loaded"] = false;
+    j["serving"] = false;
+    j["in_doubt"] = (act.is_object() && act.value("vote", json()) == "yes") ? act["tx"] : json();
+    j["crashed"] = true;
+    return j;
+  }
+
+  json RanksJson() {
+    json a = json::array();
+    for (int r = 0; r < sc_.ranks; ++r) a.push_back(RankJson(r));
+    return a;
+  }
+
+  json CoordinatorJson() {
+    std::vector<DecisionEntry> ds;
+    const bool alive = procs_.CoordinatorAlive();
+    if (alive) {
+      ds = procs_.Decisions();
+    } else {
+      JournalOptions o;
+      o.read_only = true;
+      if (auto jr = Journal::Open(dir_ + "/coordinator", o); jr.ok()) {
+        jr.value()
+            ->ForEachRecord([&](const json& r) {
+              if (r.value("type", "") == "DECISION") {
+                ds.push_back(
+                    {r["tx"].get<std::string>(),
+                     DecisionFromName(r["decision"].get<std::string>()).value_or(Decision::kAbort),
+                     r["version"].is_string() ? r["version"].get<std::string>() : "",
+                     r.value("reason", ""), r.value("ts", int64_t{0})});
+              }
+              return Status::OK();
+            })
+            .ok();
+      }
+    }
+    json a = json::array();
+    for (const auto& d : ds) {
+      json e = {{"tx", d.tx}, {"decision", DecisionName(d.decision)}};
+      e["version"] = d.version.empty() ? json() : json(d.version);
+      if (!d.reason.empty()) e["reason"] = d.reason;
+      a.push_back(std::move(e));
+    }
+    return {{"alive", alive}, {"decisions", std::move(a)}};
+  }
+
+  const Scenario& sc_;
+  SimProcesses& procs_;
+  std::string dir_;
+  std::optional<BeginRequest> scope_;
+  std::map<std::string, std::string> committed_;
+};
+
+}  // namespace
+
+Status ApplyRankStep(const Step& st, const std::optional<BeginRequest>& scope, Participant& p) {
+  if (st.op == "write") return DoWrite(st, scope, p);
+  if (st.op == "patch") return DoPatch(st, p);
+  if (st.op == "refresh") return p.Refresh(st.derived).status();
+  if (st.op == "set_kernel_identity") {
+    p.SetKernelIdentity(st.value);
+    return Status::OK();
+  }
+  return Status::InvalidArgument("'" + st.op + "' is not a rank step");
+}
+
+json RunSteps(const Scenario& scenario, SimProcesses& processes, const std::string& journal_dir) {
+  Runner runner(scenario, processes, journal_dir);
+  return runner.Run();
+}
+
+Status PrepareJournalDir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
+    return Status::InvalidArgument("--journal-dir " + dir +
+                                   " is not empty; give a new or empty directory");
+  }
+  fs::create_directories(dir, ec);
+  if (ec) return Status::IOError("cannot create " + dir + ": " + ec.message());
+  return Status::OK();
+}
+
+Result<json> RunScenario(const Scenario& scenario, const SimOptions& options) {
+  WTX_RETURN_IF_ERROR(PrepareJournalDir(options.journal_dir));
+  InProcProcesses procs(scenario, options.journal_dir, options.memory);
+  WTX_RETURN_IF_ERROR(procs.Start());
+  return RunSteps(scenario, procs, options.journal_dir);
+}
+
+}  // namespace wtx::sim

@@ -1,0 +1,132 @@
+#include "wtx/live_verify.h"
+
+#include <fstream>
+
+#include "journal/journal.h"
+#include "wtx/content_hash.h"
+
+namespace wtx {
+
+namespace {
+
+LiveVerifyReport Compare(CommittedDigest committed, std::string live_digest, bool loaded) {
+  LiveVerifyReport r;
+  r.committed = std::move(committed);
+  r.live_digest = std::move(live_digest);
+  const CommittedDigest& c = r.committed;
+  if (c.committed_tx.empty() || c.rank_digest.empty()) {
+    r.message = "not comparable: the rank has no committed transaction";
+  } else if (c.dirty) {
+    r.message =
+        "not comparable: the rank is dirty (its bytes may differ from version " + c.version + ")";
+  } else if (!loaded) {
+    r.message = "not comparable: the rank's live bytes were lost (not loaded)";
+  } else {
+    r.comparable = true;
+    r.match = r.live_digest == c.rank_digest;
+    r.message = r.match ? "live bytes match committed transaction '" + c.committed_tx + "'"
+                        : "MISMATCH: live digest " + r.live_digest + " != committed digest " +
+                              c.rank_digest + " of transaction '" + c.committed_tx +
+                              "' (bytes changed outside a transaction)";
+  }
+  return r;
+}
+
+}  // namespace
+
+Result<CommittedDigest> ReadCommittedDigest(const std::string& journal_dir) {
+  JournalOptions o;
+  o.read_only = true;
+  o.create_if_missing = false;
+  auto j = Journal::Open(journal_dir, o);
+  if (!j.ok()) return j.status();
+  const Journal& journal = *j.value();
+  if (journal.identity().role != "participant") {
+    return Status::InvalidArgument(journal_dir + " is not a participant journal (role '" +
+                                   journal.identity().role + "')");
+  }
+  CommittedDigest c;
+  const nlohmann::json& st = journal.state();
+  if (st.is_object()) {
+    c.dirty = st.value("dirty", false);
+    if (st.contains("committed_tx") && st["committed_tx"].is_string()) {
+      c.committed_tx = st["committed_tx"].get<std::string>();
+    }
+    if (st.contains("version") && st["version"].is_string()) {
+      c.version = st["version"].get<std::string>();
+    }
+  }
+  if (c.committed_tx.empty()) return c;
+  WTX_RETURN_IF_ERROR(journal.ForEachRecord([&](const nlohmann::json& rec) {
+    if (rec.value("type", "") == "PREPARED" && rec.value("tx", "") == c.committed_tx &&
+        rec.contains("digest") && rec["digest"].is_string()) {
+      c.rank_digest = rec["digest"].get<std::string>();  // the last one wins
+    }
+    return Status::OK();
+  }));
+  if (c.rank_digest.empty()) {
+    return Status::Corruption(journal_dir + ": committed transaction '" + c.committed_tx +
+                              "' has no PREPARED record with a digest");
+  }
+  return c;
+}
+
+Result<LiveVerifyReport> VerifyLive(Participant& participant, const std::string& journal_dir) {
+  auto c = ReadCommittedDigest(journal_dir);
+  if (!c.ok()) return c.status();
+  const RankStatus st = participant.status();
+  auto recomputed = participant.RecomputeDigest();
+  if (!recomputed.ok()) return recomputed.status();
+  std::string live = std::move(recomputed).value();
+  CommittedDigest committed = std::move(c).value();
+  committed.dirty = committed.dirty || st.dirty;
+  return Compare(std::move(committed), std::move(live), st.loaded);
+}
+
+Result<std::string> RankDigestOfImage(const Manifest& manifest, std::span<const uint8_t> image) {
+  size_t total = 0;
+  for (const auto& p : manifest.params()) total += static_cast<size_t>(p.num_bytes());
+  if (image.size() != total) {
+    return Status::InvalidArgument("live image is " + std::to_string(image.size()) +
+                                   " bytes; the manifest's parameters total " +
+                                   std::to_string(total));
+  }
+  std::vector<uint64_t> digests;
+  size_t off = 0;
+  for (const auto& p : manifest.params()) {
+    const size_t n = static_cast<size_t>(p.num_bytes());
+    digests.push_back(ParamDigest(image.subspan(off, n)));
+    off += n;
+  }
+  return RankDigest(manifest, digests);
+}
+
+Result<LiveVerifyReport> VerifyImage(const Manifest& manifest, std::span<const uint8_t> image,
+                                     const std::string& journal_dir) {
+  auto live = RankDigestOfImage(manifest, image);
+  if (!live.ok()) return live.status();
+  auto c = ReadCommittedDigest(journal_dir);
+  if (!c.ok()) return c.status();
+  return Compare(std::move(c).value(), std::move(live).value(), /*loaded=*/true);
+}
+
+Status DumpLiveImage(Participant& participant, const std::string& path) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return Status::IOError("cannot create " + path);
+  LiveMemory& mem = participant.memory();
+  std::string staged;
+  for (uint32_t i = 0; i < participant.manifest().params().size(); ++i) {
+    std::span<const uint8_t> b = mem.Param(i);
+    if (!mem.HostAddressable()) {  // a device: through a host copy
+      staged.resize(mem.Size(i));
+      WTX_RETURN_IF_ERROR(mem.Load(i, 0, staged.data(), staged.size()));
+      b = {reinterpret_cast<const uint8_t*>(staged.data()), staged.size()};
+    }
+    out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  }
+  out.close();
+  if (!out) return Status::IOError("cannot write " + path);
+  return Status::OK();
+}
+
+}  // namespace wtx
