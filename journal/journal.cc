@@ -121,7 +121,11 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
   std::string meta_value;
   s = j->db_->Get(rocksdb::ReadOptions(), std::string(kMetaKey), &meta_value);
   if (s.IsNotFound()) {
-    if (options.read_only) return Status::Corruption(dir + ": journal has no identity record");
+    // Only a journal created by this very open may lack its identity: an existing one without it
+    // lost records (its write-ahead log deleted or cut) and must not be re-initialised.
+    if (options.read_only || !options.create_if_missing) {
+      return Status::Corruption(dir + ": journal has no identity record");
+    }
     if (options.identity.role.empty()) {
       return Status::InvalidArgument("creating journal " + dir + " requires an identity");
     }

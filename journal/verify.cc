@@ -1,6 +1,7 @@
 #include "journal/verify.h"
 
 #include <algorithm>
+#include <cassert>
 #include <filesystem>
 
 #include "journal/history.h"
@@ -73,6 +74,45 @@ Status OpenFailure(const std::string& dir, const Status& s, const Inventory& inv
 }
 
 }  // namespace
+
+Result<std::unique_ptr<Journal>> OpenTrustedJournal(const std::string& dir,
+                                                    const JournalOptions& options,
+                                                    std::vector<std::string>* warnings) {
+  assert(!options.read_only && "OpenTrustedJournal opens for writing; read-only needs no gate");
+  std::error_code ec;
+  const bool exists = fs::exists(dir, ec);
+  if (exists && !fs::is_directory(dir, ec)) {
+    return Status::InvalidArgument("journal " + dir + " exists and is not a directory");
+  }
+  if (!exists || fs::is_empty(dir, ec)) {
+    // A new journal; nothing is there to lose.
+    if (!options.create_if_missing) return Status(ErrorCode::kNotFound, "no journal at " + dir);
+    return Journal::Open(dir, options);
+  }
+  VerifyOptions vo;
+  vo.fs = options.env.fs;
+  if (!options.identity.role.empty()) vo.expect = options.identity;
+  VerifyReport rep = VerifyJournalDir(dir, vo);
+  if (rep.status.code() == ErrorCode::kNotFound) {
+    std::string names;
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      if (n++ < 5) names += (names.empty() ? "" : ", ") + e.path().filename().string();
+    }
+    return Status::InvalidArgument(
+        "journal directory " + dir + " is not empty but holds no journal (" + names +
+        (n > 5 ? ", ..." : "") +
+        "): refusing to initialise a new journal over it; give an empty or absent directory");
+  }
+  if (!rep.status.ok()) {
+    return Status(rep.status.code(), rep.status.message() + " (refusing to open it; `wtx check " +
+                                         dir + "` reports the same)");
+  }
+  if (warnings) warnings->insert(warnings->end(), rep.warnings.begin(), rep.warnings.end());
+  JournalOptions o = options;
+  o.create_if_missing = false;  // verified: it exists, and must not be created anew
+  return Journal::Open(dir, o);
+}
 
 std::optional<JournalIdentity> IdentityFromDirName(const std::string& dir) {
   std::string d = dir;

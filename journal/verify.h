@@ -23,6 +23,13 @@
 //     synced records cannot be ruled out. `strict` turns every warning into corruption; a
 //     cleanly closed journal has no warning.
 //
+// OpenTrustedJournal is the gate of every process that writes a journal (Participant::Open,
+// Coordinator::Open, hence `wtx rank` and `wtx coordinator`): it runs VerifyJournalDir first,
+// read-only, and opens the journal for writing only when it passes, so that RocksDB never gets
+// the chance to "repair" a damaged journal (deleting an orphaned table, replaying past a hole)
+// and a daemon never starts on history it cannot trust. Only an absent or empty directory is
+// initialised as a new journal.
+//
 // Thread-safety: a pure function of the files; concurrent calls are safe.
 #pragma once
 
@@ -58,6 +65,16 @@ struct VerifyReport {
 };
 
 VerifyReport VerifyJournalDir(const std::string& dir, const VerifyOptions& options = {});
+
+// Opens the journal in `dir` for writing (options.read_only must be false) after it passed
+// VerifyJournalDir against options.identity (warnings allowed: a torn unsynced tail or a lost
+// watermark after a crash; they are appended to *warnings when given). An absent or empty
+// directory is created and initialised. Anything else is refused without touching a file:
+// kJournalCorrupt naming what is wrong (as `wtx check` reports it), kInvalidArgument for a
+// non-empty directory that holds no journal.
+Result<std::unique_ptr<Journal>> OpenTrustedJournal(const std::string& dir,
+                                                    const JournalOptions& options,
+                                                    std::vector<std::string>* warnings = nullptr);
 
 // The identity a directory name implies: "rank-N" -> participant N, "coordinator" ->
 // coordinator; nullopt for any other name.

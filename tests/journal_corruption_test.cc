@@ -11,13 +11,19 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <random>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 #include <rocksdb/db.h>
 
 #include "journal/record.h"
 #include "journal/verify.h"
+#include "wtx/coordinator.h"
+#include "wtx/inproc_transport.h"
+#include "wtx/participant.h"
 
 using nlohmann::json;
 using namespace wtx;
@@ -389,4 +395,199 @@ TEST_CASE("EveryFlippedSstContentByteIsDetected") {
     ++checked;
   }
   CHECK(checked > 50);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Daemons refuse what `wtx check` rejects (issue 12 item 10): Participant::Open and
+// Coordinator::Open (hence `wtx rank`, `wtx coordinator`) verify a journal before they write to
+// it, refuse a damaged one naming what is wrong, and leave every file as it was.
+
+namespace {
+
+// Name, size and content hash of every file: what "no file was deleted or rewritten" compares.
+std::map<std::string, std::string> Listing(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string bytes = ss.str();
+    out[e.path().filename().string()] =
+        std::to_string(bytes.size()) + ":" + std::to_string(std::hash<std::string>()(bytes));
+  }
+  return out;
+}
+
+// The manifest of the sim run that built SimJournals().
+ManifestPtr SimManifest() {
+  static ManifestPtr m = [] {
+    json j = json::parse(R"({
+      "params": [
+        {"name": "qkv", "dtype": "bf16", "shape": [12, 8], "shards": [
+          {"id": "q", "source": "q", "source_shape": [4, 8], "box": [[0, 4], [0, 8]], "source_box": [[0, 4], [0, 8]]},
+          {"id": "k", "source": "k", "source_shape": [4, 8], "box": [[4, 8], [0, 8]], "source_box": [[0, 4], [0, 8]]},
+          {"id": "v", "source": "v", "source_shape": [4, 8], "box": [[8, 12], [0, 8]], "source_box": [[0, 4], [0, 8]]}]},
+        {"name": "norm", "dtype": "f32", "shape": [8]}
+      ],
+      "modules": [{"name": "l0", "params": ["qkv", "norm"]}],
+      "derived": [{"name": "W_UK_T", "sources": ["qkv"], "phase": "attention"}]
+    })");
+    return ParseManifest(j).value();
+  }();
+  return m;
+}
+
+Status OpenRank(const std::string& dir, int rank = 0) {
+  ParticipantOptions o;
+  o.rank = rank;
+  o.journal_dir = dir;
+  o.kernel_identity = "k";
+  auto p = Participant::Open(o, SimManifest());
+  return p.ok() ? Status::OK() : p.status();
+}
+
+Status OpenCoordinator(const std::string& dir) {
+  InProcTransport t(2);
+  CoordinatorOptions o;
+  o.journal_dir = dir;
+  auto c = Coordinator::Open(o, &t);
+  return c.ok() ? Status::OK() : c.status();
+}
+
+// Opening `dir` (a damaged journal) is refused as corrupt, naming `names`, and changes no file.
+void ExpectOpenRefused(const std::string& dir, const std::function<Status(const std::string&)>& open,
+                       const std::string& names) {
+  const auto before = Listing(dir);
+  Status s = open(dir);
+  INFO(s.ToString());
+  CHECK(s.code() == ErrorCode::kJournalCorrupt);
+  CHECK_THAT(s.message(), Catch::Contains(names, Catch::CaseSensitive::No));
+  CHECK(Listing(dir) == before);
+}
+
+std::string Secret(const Scratch& d) {
+  const std::string p = d.path() + "/secret";
+  std::ofstream(p) << "0123456789abcdef0123456789abcdef";
+  fs::permissions(p, fs::perms::owner_read | fs::perms::owner_write);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("DaemonsOpenACleanJournalAndInitialiseOnlyAnEmptyOrAbsentDirectory") {
+  Copy rank("rank-0");
+  CHECK(OpenRank(rank.path).ok());
+  Copy coord("coordinator", "coordinator");
+  CHECK(OpenCoordinator(coord.path).ok());
+  Scratch s;
+  CHECK(OpenRank(s.path() + "/absent/rank-0").ok());
+  fs::create_directories(s.path() + "/empty");
+  CHECK(OpenCoordinator(s.path() + "/empty").ok());
+  CHECK(VerifyJournalDir(s.path() + "/empty").status.ok());
+}
+
+TEST_CASE("DaemonsRefuseANonEmptyDirectoryWithoutAJournal") {
+  Scratch s;
+  const std::string dir = s.path() + "/rank-0";
+  fs::create_directories(dir);
+  std::ofstream(dir + "/notes.txt") << "not a journal";
+  Status st = OpenRank(dir);
+  CHECK(st.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(st.message(), Catch::Contains("holds no journal"));
+  CHECK_THAT(st.message(), Catch::Contains("notes.txt"));
+  CHECK_FALSE(fs::exists(dir + "/CURRENT"));
+}
+
+TEST_CASE("CoordinatorRefusesAJournalWhoseWalAndWatermarkWereDeleted") {
+  Copy c("coordinator", "coordinator");
+  for (const auto& f : c.Files(".log")) fs::remove(f);
+  fs::remove(c.path + "/" + kWatermarkFile);
+  ExpectCorrupt(c.path, "no identity record");  // what `wtx check` says
+  ExpectOpenRefused(c.path, OpenCoordinator, "no identity record");
+  // The daemon refuses to start, with the reason, and writes nothing.
+  Scratch s;
+  const auto before = Listing(c.path);
+  Run r = Sh("timeout 30 " + Q(WTX_BINARY) + " coordinator --listen 127.0.0.1:0 --journal " +
+             Q(c.path) + " --secret-file " + Q(Secret(s)) + " --ranks 2");
+  INFO(r.out);
+  CHECK(r.code != 0);
+  CHECK(r.code != 124);  // refused, not left running until the timeout
+  CHECK_THAT(r.out, Catch::Contains("E_JOURNAL_CORRUPT"));
+  CHECK_THAT(r.stdout_only, !Catch::Contains("ready"));
+  CHECK(Listing(c.path) == before);
+}
+
+TEST_CASE("RankRefusesATruncatedManifestAndDeletesNothing") {
+  Copy c;
+  const std::string m = c.One("MANIFEST-");
+  fs::resize_file(m, fs::file_size(m) / 2);
+  REQUIRE(Check(c.path).code == 3);
+  ExpectOpenRefused(c.path, [](const std::string& d) { return OpenRank(d); }, "journal");
+  Scratch s;
+  std::ofstream(s.path() + "/m.json") << SimManifest()->ToJson().dump();
+  const auto before = Listing(c.path);
+  Run r = Sh("timeout 30 " + Q(WTX_BINARY) + " rank --connect 127.0.0.1:1 --rank 0 --journal " +
+             Q(c.path) + " --secret-file " + Q(Secret(s)) + " --manifest " +
+             Q(s.path() + "/m.json"));
+  INFO(r.out);
+  CHECK(r.code != 0);
+  CHECK(r.code != 124);
+  CHECK_THAT(r.out, Catch::Contains("E_JOURNAL_CORRUPT"));
+  CHECK(Listing(c.path) == before);
+}
+
+TEST_CASE("DaemonsRefuseFlippedBytesInOldSstBlocks") {
+  Copy base;
+  const std::string sst = base.One(".sst");
+  const std::string sst_name = fs::path(sst).filename().string();
+  const uint64_t covered = fs::file_size(sst) - 53;  // before the footer's padding
+  int refused = 0;
+  for (uint64_t off = 0; off < covered; off += std::max<uint64_t>(1, covered / 40)) {
+    Scratch s;
+    const std::string dir = s.path() + "/rank-0";
+    fs::copy(base.path, dir, fs::copy_options::recursive);
+    Flip(dir + "/" + sst_name, off);
+    INFO("offset " << off << " of " << covered);
+    REQUIRE(VerifyJournalDir(dir).status.code() == ErrorCode::kJournalCorrupt);
+    ExpectOpenRefused(dir, [](const std::string& d) { return OpenRank(d); }, "");
+    ++refused;
+  }
+  CHECK(refused >= 40);
+}
+
+TEST_CASE("DaemonsRefuseEveryDamageThatCheckRejects") {
+  // One copy per kind of damage `wtx check` reports; each daemon refuses it too.
+  const std::vector<std::pair<std::string, std::function<void(Copy&)>>> damages = {
+      {"flipped WAL byte", [](Copy& c) { Flip(c.One(".log"), fs::file_size(c.One(".log")) / 2); }},
+      {"truncated WAL", [](Copy& c) {
+         fs::resize_file(c.One(".log"), fs::file_size(c.One(".log")) * 2 / 3);
+       }},
+      {"deleted WAL", [](Copy& c) { for (const auto& f : c.Files(".log")) fs::remove(f); }},
+      {"deleted SST", [](Copy& c) { fs::remove(c.One(".sst")); }},
+      {"deleted CURRENT", [](Copy& c) { fs::remove(c.path + "/CURRENT"); }},
+      {"flipped MANIFEST byte",
+       [](Copy& c) { Flip(c.One("MANIFEST-"), fs::file_size(c.One("MANIFEST-")) / 2); }},
+  };
+  for (const auto& [what, damage] : damages) {
+    Copy c;
+    damage(c);
+    INFO(what);
+    REQUIRE(Check(c.path).code == 3);
+    ExpectOpenRefused(c.path, [](const std::string& d) { return OpenRank(d); }, "");
+  }
+  // Another rank's journal: the identity check.
+  Copy foreign("rank-1", "rank-0");
+  ExpectOpenRefused(foreign.path, [](const std::string& d) { return OpenRank(d, 0); },
+                    "journal of participant rank 1 where the journal of participant rank 0");
+}
+
+TEST_CASE("ReplayRefusesACorruptJournal") {
+  Copy c;
+  Flip(c.One(".log"), fs::file_size(c.One(".log")) / 2);
+  Run r = Sh(Q(WTX_BINARY) + " replay " + Q(c.path));
+  INFO(r.out);
+  CHECK(r.code == 3);
+  CHECK(r.stdout_only.empty());
+  CHECK_THAT(r.out, Catch::Contains("E_JOURNAL_CORRUPT"));
 }

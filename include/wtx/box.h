@@ -16,12 +16,20 @@ using Shape = std::vector<int64_t>;
 struct Range {
   int64_t begin = 0;
   int64_t end = 0;
-  int64_t extent() const { return end - begin; }
+  // end - begin, saturated at the int64_t limits (ranges from untrusted input may be anything;
+  // a range inside a validated shape never saturates).
+  int64_t extent() const {
+    int64_t e = 0;
+    if (__builtin_sub_overflow(end, begin, &e)) return end > begin ? INT64_MAX : INT64_MIN;
+    return e;
+  }
   bool operator==(const Range&) const = default;
 };
 
 using Box = std::vector<Range>;
 
+// Element counts (a box's empty ranges count 0). Saturate at INT64_MAX instead of overflowing:
+// within the bounds a validated manifest keeps (wtx/limits.h) they are exact.
 int64_t NumElements(const Shape& shape);
 int64_t NumElements(const Box& box);
 Box WholeBox(const Shape& shape);

@@ -6,7 +6,10 @@
 // lies inside its tensor, the shards of a parameter are pairwise disjoint and together cover
 // it exactly, each shard's box and source_box have equal extents (the box may carry extra
 // leading extent-1 dimensions), every source tensor has one shape, modules and derived states
-// name existing parameters. Its Fingerprint() is canonical over names, dtypes, shapes, shard
+// name existing parameters, and no size can overflow: every parameter and source tensor has at
+// most kMaxTensorDims dimensions and kMaxTensorBytes bytes, all parameters together at most
+// kMaxManifestBytes (wtx/limits.h); a manifest beyond them is refused naming the parameter.
+// Its Fingerprint() is canonical over names, dtypes, shapes, shard
 // ids, modules and derived states (not over per-rank source boxes), so all ranks of a TP group
 // agree on it.
 //
@@ -25,6 +28,7 @@
 
 #include "wtx/box.h"
 #include "wtx/dtype.h"
+#include "wtx/limits.h"
 #include "wtx/status.h"
 
 namespace wtx {
@@ -47,7 +51,14 @@ struct ParamSpec {
   Shape shape;
   std::vector<ShardSpec> shards;  // never empty once built
   int64_t num_elements() const { return NumElements(shape); }
-  int64_t num_bytes() const { return num_elements() * static_cast<int64_t>(DTypeSize(dtype)); }
+  // Saturates at INT64_MAX; a built manifest keeps it within kMaxTensorBytes (wtx/limits.h).
+  int64_t num_bytes() const {
+    int64_t b = 0;
+    if (__builtin_mul_overflow(num_elements(), static_cast<int64_t>(DTypeSize(dtype)), &b)) {
+      return INT64_MAX;
+    }
+    return b;
+  }
 };
 
 struct ModuleSpec {

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <xxhash.h>
 
+#include "src/util/json_number.h"
+
 namespace wtx::sim {
 
 namespace {
@@ -55,7 +57,8 @@ Result<FillSpec> ParseFill(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object() || !j.contains("seed") || !j["seed"].is_number_integer()) {
     return Status::InvalidArgument(where + ": expected \"zeros\" or {\"seed\": N}");
   }
-  f.seed = j["seed"].get<uint64_t>();
+  WTX_ASSIGN_OR_RETURN(seed, JsonUint(j["seed"], where + ".seed"));
+  f.seed = seed;
   if (auto it = j.find("override"); it != j.end()) {
     const auto& o = *it;
     if (!o.is_object() || !o.contains("seed") || !o["seed"].is_number_integer() ||
@@ -63,7 +66,8 @@ Result<FillSpec> ParseFill(const nlohmann::json& j, const std::string& where) {
       return Status::InvalidArgument(where + ".override: expected {\"seed\": M, \"indices\": [...]}");
     }
     f.has_override = true;
-    f.override_seed = o["seed"].get<uint64_t>();
+    WTX_ASSIGN_OR_RETURN(oseed, JsonUint(o["seed"], where + ".override.seed"));
+    f.override_seed = oseed;
     for (const auto& i : o["indices"]) {
       if (!i.is_number_integer()) {
         return Status::InvalidArgument(where + ".override.indices: expected integers");

@@ -1,6 +1,7 @@
 #include "src/conformance/simulator.h"
 
 #include <filesystem>
+#include <new>
 #include <map>
 
 #include "journal/fault_injection_fs.h"
@@ -631,7 +632,16 @@ class Runner {
 }  // namespace
 
 Status ApplyRankStep(const Step& st, const std::optional<BeginRequest>& scope, Participant& p) {
-  if (st.op == "write") return DoWrite(st, scope, p);
+  if (st.op == "write") {
+    // The bytes of a write are generated here: a box of a valid but huge parameter may not fit
+    // in this machine's memory, which is the step's error, not a crash.
+    try {
+      return DoWrite(st, scope, p);
+    } catch (const std::bad_alloc&) {
+      return Status::InvalidArgument("steps[" + std::to_string(st.index) +
+                                     "]: out of memory generating the bytes of the write");
+    }
+  }
   if (st.op == "patch") return DoPatch(st, p);
   if (st.op == "refresh") return p.Refresh(st.derived).status();
   if (st.op == "set_kernel_identity") {

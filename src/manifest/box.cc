@@ -3,17 +3,26 @@
 #include <algorithm>
 #include <cassert>
 
+#include "src/util/checked_math.h"
+
 namespace wtx {
 
 int64_t NumElements(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    if (d <= 0) return 0;
+    if (!CheckedMul(n, d, &n)) n = INT64_MAX;
+  }
   return n;
 }
 
 int64_t NumElements(const Box& box) {
   int64_t n = 1;
-  for (const Range& r : box) n *= std::max<int64_t>(0, r.extent());
+  for (const Range& r : box) {
+    const int64_t e = r.extent();
+    if (e <= 0) return 0;
+    if (!CheckedMul(n, e, &n)) n = INT64_MAX;
+  }
   return n;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "src/util/checked_math.h"
 #include "src/util/hash_util.h"
 
 namespace wtx {
@@ -40,6 +41,30 @@ Status Invalid(const std::string& where, const std::string& what) {
   return Status::InvalidArgument(where + ": " + what);
 }
 
+// A tensor that can exist: at most kMaxTensorDims dimensions, no negative extent, and an
+// element count and byte size (in `dtype`) that neither overflow nor exceed kMaxTensorBytes.
+// `kind` and `name` name the tensor in errors ("parameter 'w'", "source 's'").
+Status ValidateTensorSize(const Shape& shape, DType dtype, const char* kind,
+                          const std::string& name, const std::string& where, int64_t* bytes_out) {
+  auto what = [&] { return std::string(kind) + " '" + name + "'"; };
+  if (shape.size() > kMaxTensorDims) {
+    return Invalid(where, what() + " has " + std::to_string(shape.size()) +
+                              " dimensions (at most " + std::to_string(kMaxTensorDims) + ")");
+  }
+  const std::optional<int64_t> elements = CheckedProduct(shape);
+  const std::optional<int64_t> bytes =
+      elements ? CheckedBytes(*elements, DTypeSize(dtype)) : std::nullopt;
+  if (!bytes || *bytes > kMaxTensorBytes) {
+    return Invalid(where, what() + " of shape " + ShapeToString(shape) + " (" +
+                              std::string(DTypeName(dtype)) + ") cannot exist: its byte size " +
+                              (bytes ? "is " + std::to_string(*bytes) : std::string("overflows")) +
+                              " (at most " + std::to_string(kMaxTensorBytes) +
+                              " bytes per tensor)");
+  }
+  if (bytes_out) *bytes_out = *bytes;
+  return Status::OK();
+}
+
 // Checks one shard against its parameter.
 Status ValidateShard(const ParamSpec& p, const ShardSpec& s, const std::string& where) {
   if (s.id.empty()) return Invalid(where + ".id", "empty shard id");
@@ -47,6 +72,8 @@ Status ValidateShard(const ParamSpec& p, const ShardSpec& s, const std::string& 
   for (int64_t d : s.source_shape) {
     if (d < 0) return Invalid(where + ".source_shape", "negative extent");
   }
+  WTX_RETURN_IF_ERROR(ValidateTensorSize(s.source_shape, p.dtype, "source", s.source,
+                                         where + ".source_shape", nullptr));
   if (!BoxInsideShape(s.box, p.shape)) {
     return Invalid(where + ".box", "box " + BoxToString(s.box) + " lies outside shape " +
                                        ShapeToString(p.shape) + " of " + p.name);
@@ -82,8 +109,13 @@ Status ValidateShard(const ParamSpec& p, const ShardSpec& s, const std::string& 
 // Shards of a parameter must be pairwise disjoint and cover it exactly. Sweep over the first
 // dimension so that stacked-expert and fused layouts check in near-linear time.
 Status ValidateShardCover(const ParamSpec& p, const std::string& where) {
+  // Each box lies inside the (size-checked) shape; the sum may still overflow when shards
+  // overlap many times over, which the sweep below reports.
   int64_t volume = 0;
-  for (const auto& s : p.shards) volume += NumElements(s.box);
+  bool volume_overflow = false;
+  for (const auto& s : p.shards) {
+    if (!CheckedAdd(volume, NumElements(s.box), &volume)) volume_overflow = true;
+  }
   if (p.shape.empty()) {
     if (p.shards.size() != 1) return Invalid(where, "a scalar parameter has exactly one shard");
     return Status::OK();
@@ -105,7 +137,7 @@ Status ValidateShardCover(const ParamSpec& p, const std::string& where) {
     }
     if (!BoxIsEmpty(bi)) active.push_back(i);
   }
-  if (volume != p.num_elements()) {
+  if (volume_overflow || volume != p.num_elements()) {
     return Invalid(where, "shards of " + p.name + " cover " + std::to_string(volume) + " of " +
                               std::to_string(p.num_elements()) + " elements");
   }
@@ -209,12 +241,20 @@ Result<ManifestPtr> Manifest::Build(std::vector<ParamSpec> params, std::vector<M
 }
 
 Status Manifest::Index() {
+  int64_t total_bytes = 0;
   for (uint32_t i = 0; i < params_.size(); ++i) {
     const ParamSpec& p = params_[i];
     const std::string where = "params[" + std::to_string(i) + "]";
     if (p.name.empty()) return Invalid(where + ".name", "empty parameter name");
     if (!param_index_.emplace(p.name, i).second) {
       return Invalid(where + ".name", "duplicate parameter '" + p.name + "'");
+    }
+    int64_t bytes = 0;
+    WTX_RETURN_IF_ERROR(ValidateTensorSize(p.shape, p.dtype, "parameter", p.name, where + ".shape",
+                                           &bytes));
+    if (!CheckedAdd(total_bytes, bytes, &total_bytes) || total_bytes > kMaxManifestBytes) {
+      return Invalid(where + ".shape", "parameter '" + p.name + "' brings the manifest above " +
+                                           std::to_string(kMaxManifestBytes) + " bytes");
     }
     std::unordered_map<std::string_view, int> ids;
     ids.reserve(p.shards.size());

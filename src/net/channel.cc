@@ -13,6 +13,8 @@
 #include "src/util/cbor.h"
 #include "src/net/codec.h"
 #include "src/net/sha256.h"
+#include "src/util/json_number.h"
+#include "wtx/limits.h"
 
 namespace wtx::net {
 
@@ -484,7 +486,13 @@ class ServerHandshake : public std::enable_shared_from_this<ServerHandshake> {
       return Refuse("malformed handshake (missing role, rank, nonce or mac)",
                     "malformed handshake");
     }
-    const int rank = rit->get<int>();
+    // -1 (control) or a rank id; anything else is refused, never truncated (2^32+1 is not 1).
+    auto checked_rank = JsonInt(*rit, "rank", -1, kMaxRanks - 1);
+    if (!checked_rank.ok()) {
+      return Refuse("malformed handshake: " + checked_rank.status().message(),
+                    "malformed handshake");
+    }
+    const int rank = static_cast<int>(checked_rank.value());
     const std::string want = HandshakeMac(secret_, "client", nonce_, client_nonce, role, rank);
     if (!ConstantTimeEqual(mac, want)) {
       return Refuse("authentication failed (wrong or missing secret)", "authentication failed");

@@ -1,5 +1,8 @@
 #include "src/net/codec.h"
 
+#include "src/util/json_number.h"
+#include "wtx/limits.h"
+
 namespace wtx::net {
 
 using nlohmann::json;
@@ -18,6 +21,14 @@ Result<T> Decode(const char* what, const json& j, Fn&& fn) {
   }
 }
 
+// Checked integers (Decode reports the throw naming the field): 2^32+1 is never truncated to 1.
+int64_t IntOrThrow(const json& v, const char* field, int64_t min, int64_t max) {
+  return JsonIntOrThrow(v, field, min, max);
+}
+int RankOrThrow(const json& obj) {
+  return static_cast<int>(IntOrThrow(obj.at("rank"), "rank", 0, kMaxRanks - 1));
+}
+
 json OptStr(const std::optional<std::string>& s) { return s ? json(*s) : json(); }
 std::optional<std::string> GetOptStr(const json& j, const char* key) {
   auto it = j.find(key);
@@ -29,7 +40,8 @@ Box BoxFromJsonOrThrow(const json& j) {
   Box b;
   for (const auto& r : j.get_ref<const json::array_t&>()) {
     if (!r.is_array() || r.size() != 2) throw json::type_error::create(302, "box range", &r);
-    b.push_back({r.at(0).get<int64_t>(), r.at(1).get<int64_t>()});
+    b.push_back({IntOrThrow(r.at(0), "box begin", INT64_MIN, INT64_MAX),
+                 IntOrThrow(r.at(1), "box end", INT64_MIN, INT64_MAX)});
   }
   return b;
 }
@@ -112,7 +124,7 @@ json VoteToJson(const Vote& v) {
 Result<Vote> VoteFromJson(const json& j) {
   return Decode<Vote>("vote", j, [&]() -> Result<Vote> {
     Vote v;
-    v.rank = j.at("rank").get<int>();
+    v.rank = RankOrThrow(j);
     v.tx = j.at("tx").get<std::string>();
     v.yes = j.at("yes").get<bool>();
     v.wrote = j.at("wrote").get<bool>();
@@ -128,11 +140,15 @@ Result<Vote> VoteFromJson(const json& j) {
       p.shard = m.at("shard").get<std::string>();
       p.box = BoxFromJsonOrThrow(m.at("box"));
       p.source = m.at("source").get<std::string>();
-      p.missing_parts = m.at("missing_parts").get<std::vector<int>>();
-      p.parts = m.at("parts").get<int>();
+      for (const auto& k : m.at("missing_parts").get_ref<const json::array_t&>()) {
+        p.missing_parts.push_back(
+            static_cast<int>(IntOrThrow(k, "missing_parts", 0, kMaxPatchParts - 1)));
+      }
+      p.parts = static_cast<int>(IntOrThrow(m.at("parts"), "parts", 0, kMaxPatchParts));
       v.missing.push_back(std::move(p));
     }
-    v.missing_total = j.at("missing_total").get<size_t>();
+    v.missing_total =
+        static_cast<size_t>(IntOrThrow(j.at("missing_total"), "missing_total", 0, INT64_MAX));
     for (const auto& s : j.at("stale").get_ref<const json::array_t&>()) {
       StaleDerivedState d;
       d.name = s.at("name").get<std::string>();
@@ -151,7 +167,7 @@ json RankDescriptionToJson(const RankDescription& d) {
 Result<RankDescription> RankDescriptionFromJson(const json& j) {
   return Decode<RankDescription>("rank description", j, [&]() -> Result<RankDescription> {
     RankDescription d;
-    d.rank = j.at("rank").get<int>();
+    d.rank = RankOrThrow(j);
     d.fingerprint = j.at("fingerprint").get<std::string>();
     d.kernel_identity = j.at("kernel_identity").get<std::string>();
     return d;
@@ -173,7 +189,7 @@ json RankStatusToJson(const RankStatus& s) {
 Result<RankStatus> RankStatusFromJson(const json& j) {
   return Decode<RankStatus>("rank status", j, [&]() -> Result<RankStatus> {
     RankStatus s;
-    s.rank = j.at("rank").get<int>();
+    s.rank = RankOrThrow(j);
     s.version = GetOptStr(j, "version");
     s.committed_tx = GetOptStr(j, "committed_tx");
     s.dirty = j.at("dirty").get<bool>();

@@ -4,6 +4,8 @@
 #include <iostream>
 
 #include "src/net/codec.h"
+#include "src/util/json_number.h"
+#include "wtx/limits.h"
 
 namespace wtx::sim {
 
@@ -56,17 +58,27 @@ Result<Step> RankStepFromJson(const json& j) {
   // Fields default as in a scenario step, so that a hand-written {"op": "write", "param": "*",
   // "fill": {"seed": 1}} works too.
   return Guard<Step>("step", [&]() -> Result<Step> {
+    // Checked: an int field is never truncated (2^32+1 is not 1).
+    auto int_field = [&](const char* key, int dflt, int min, int max) {
+      auto it = j.find(key);
+      if (it == j.end()) return dflt;
+      return static_cast<int>(JsonIntOrThrow(*it, std::string("step.") + key, min, max));
+    };
     Step st;
     st.op = j.at("op").get<std::string>();
-    st.index = j.value("index", 0);
+    st.index = int_field("index", 0, 0, INT32_MAX);
     st.param = j.value("param", st.op == "write" ? std::string("*") : std::string());
     st.shard = j.value("shard", std::string());
     st.source = j.value("source", std::string());
     WTX_ASSIGN_OR_RETURN(fill, ParseFill(j.value("fill", json("zeros")), "step.fill"));
     st.fill = std::move(fill);
-    st.indices = j.value("indices", std::vector<int64_t>());
-    st.part = j.value("part", 0);
-    st.parts = j.value("parts", 1);
+    if (auto it = j.find("indices"); it != j.end()) {
+      for (const auto& i : it->get_ref<const json::array_t&>()) {
+        st.indices.push_back(JsonIntOrThrow(i, "step.indices[]", INT64_MIN, INT64_MAX));
+      }
+    }
+    st.part = int_field("part", 0, INT32_MIN, INT32_MAX);
+    st.parts = int_field("parts", 1, INT32_MIN, INT32_MAX);
     st.derived = j.value("derived", std::string());
     st.value = j.value("value", std::string());
     if (auto b = j.find("box"); b != j.end()) {
@@ -91,7 +103,9 @@ Result<BeginOutcome> BeginOutcomeFromJson(const json& j) {
     BeginOutcome o;
     o.status = StatusFromJson(j.at("status"));
     for (const auto& e : j.at("errors")) {
-      o.errors.push_back({e.at("rank").get<int>(), StatusFromJson(e.at("status"))});
+      o.errors.push_back(
+          {static_cast<int>(JsonIntOrThrow(e.at("rank"), "errors[].rank", 0, kMaxRanks - 1)),
+           StatusFromJson(e.at("status"))});
     }
     return o;
   });
@@ -131,7 +145,7 @@ Result<CommitOutcome> CommitOutcomeFromJson(const json& j) {
     o.version = j.at("version").get<std::string>();
     for (const auto& v : j.at("votes")) {
       VoteReport r;
-      r.rank = v.at("rank").get<int>();
+      r.rank = static_cast<int>(JsonIntOrThrow(v.at("rank"), "votes[].rank", 0, kMaxRanks - 1));
       const std::string kind = v.at("kind").get<std::string>();
       r.kind = kind == "yes"       ? VoteReport::Kind::kYes
                : kind == "no"      ? VoteReport::Kind::kNo
@@ -142,7 +156,10 @@ Result<CommitOutcome> CommitOutcomeFromJson(const json& j) {
       r.status = StatusFromJson(v.at("status"));
       o.votes.push_back(std::move(r));
     }
-    o.unacknowledged = j.at("unacknowledged").get<std::vector<int>>();
+    for (const auto& r : j.at("unacknowledged")) {
+      o.unacknowledged.push_back(
+          static_cast<int>(JsonIntOrThrow(r, "unacknowledged[]", 0, kMaxRanks - 1)));
+    }
     return o;
   });
 }
@@ -171,7 +188,7 @@ Result<std::vector<DecisionEntry>> DecisionsFromJson(const json& j) {
               DecisionFromName(e.at("decision").get<std::string>()).value_or(Decision::kAbort);
           d.version = e.at("version").get<std::string>();
           d.reason = e.at("reason").get<std::string>();
-          d.time_micros = e.at("ts").get<int64_t>();
+          d.time_micros = JsonIntOrThrow(e.at("ts"), "ts", INT64_MIN, INT64_MAX);
           out.push_back(std::move(d));
         }
         return out;

@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "journal/journal.h"
+#include "journal/verify.h"
 #include "wtx/content_hash.h"
 #include "wtx/coordinator.h"
 
@@ -73,7 +74,9 @@ Status CoordinatorImpl::Init() {
   JournalOptions jo;
   jo.env = options_.env;
   jo.identity = {"coordinator", -1};
-  auto j = Journal::Open(options_.journal_dir, jo);
+  // Verified first (as `wtx check` would): a coordinator that lost its decisions must not start
+  // afresh and presume abort for transactions it committed.
+  auto j = OpenTrustedJournal(options_.journal_dir, jo);
   if (!j.ok()) return j.status();
   journal_ = std::move(j).value();
   WTX_RETURN_IF_ERROR(journal_->ForEachRecord([&](const json& r) -> Status {

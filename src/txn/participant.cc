@@ -4,11 +4,14 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <new>
 #include <set>
 #include <unordered_set>
 
 #include "src/txn/coverage.h"
+#include "src/util/checked_math.h"
 #include "journal/journal.h"
+#include "journal/verify.h"
 #include "src/txn/participant_state.h"
 #include "wtx/content_hash.h"
 #include "wtx/participant.h"
@@ -170,6 +173,10 @@ Status ParticipantImpl::Init() {
                                      std::to_string(memory_->Size(i)) + " bytes, expected " +
                                      std::to_string(params[i].num_bytes()));
     }
+    if (host_memory_ && memory_->Size(i) > 0 && memory_->Param(i).data() == nullptr) {
+      return Status::InvalidArgument("live memory of '" + params[i].name + "': cannot allocate " +
+                                     std::to_string(params[i].num_bytes()) + " bytes");
+    }
   }
   hash_.reserve(params.size());
   for (const auto& p : params) hash_.emplace_back(static_cast<size_t>(p.num_bytes()));
@@ -179,7 +186,9 @@ Status ParticipantImpl::Init() {
   JournalOptions jo;
   jo.env = options_.env;
   jo.identity = {"participant", options_.rank};
-  auto j = Journal::Open(options_.journal_dir, jo);
+  // Verified first (as `wtx check` would), then opened for writing: a damaged journal is refused
+  // before RocksDB could repair it, and only an empty or absent directory starts fresh.
+  auto j = OpenTrustedJournal(options_.journal_dir, jo);
   if (!j.ok()) return j.status();
   journal_ = std::move(j).value();
   if (journal_->state().is_null()) {
@@ -553,6 +562,11 @@ Status ParticipantImpl::Patch(const PatchRequest& req) {
   if (req.parts < 1 || req.part < 0 || req.part >= req.parts) {
     return Err(ErrorCode::kBadWrite, where + ": part must satisfy 0 <= k < n");
   }
+  if (req.parts > kMaxPatchParts) {
+    return Err(ErrorCode::kBadWrite, where + ": parts n = " + std::to_string(req.parts) +
+                                         " exceeds the limit of " +
+                                         std::to_string(kMaxPatchParts));
+  }
   const auto& refs = manifest_->ShardsOfSource(req.source);
   if (refs.empty()) return Status::OK();  // this rank holds none of the source
   // Looked up, not inserted: a refused patch must leave no trace in the part accounting.
@@ -575,7 +589,9 @@ Status ParticipantImpl::Patch(const PatchRequest& req) {
     }
   }
   const size_t esz = DTypeSize(dtype);
-  if (req.value_bytes != req.indices.size() * esz || (!req.indices.empty() && !req.values)) {
+  size_t want_bytes = 0;
+  if (!CheckedMul(req.indices.size(), esz, &want_bytes) || req.value_bytes != want_bytes ||
+      (!req.indices.empty() && !req.values)) {
     return Err(ErrorCode::kBadWrite, where + ": " + std::to_string(req.value_bytes) +
                                          " value bytes for " + std::to_string(req.indices.size()) +
                                          " indices of " + std::string(DTypeName(dtype)));
@@ -1038,8 +1054,19 @@ RankStatus ParticipantImpl::status() const {
 Result<std::unique_ptr<Participant>> Participant::Open(ParticipantOptions options,
                                                        ManifestPtr manifest) {
   if (!manifest) return Status::InvalidArgument("participant needs a manifest");
+  const int64_t total_bytes = manifest->TotalBytes();
   auto p = std::make_unique<ParticipantImpl>(std::move(options), std::move(manifest));
-  WTX_RETURN_IF_ERROR(p->Init());
+  // A valid manifest may still be too large for this machine: its host memory and hash caches
+  // are allocated here, and running out is an error, not an escaping exception.
+  Status s;
+  try {
+    s = p->Init();
+  } catch (const std::bad_alloc&) {
+    s = Status::InvalidArgument("participant: out of memory allocating the live parameters and "
+                                "their hash caches (manifest of " +
+                                std::to_string(total_bytes) + " bytes)");
+  }
+  WTX_RETURN_IF_ERROR(s);
   return std::unique_ptr<Participant>(std::move(p));
 }
 

@@ -23,6 +23,7 @@
 #include "src/txn/participant_state.h"
 #include "journal/record.h"
 #include "src/conformance/scenario.h"
+#include "wtx/limits.h"
 #include "wtx/manifest.h"
 
 namespace wtx::fuzz {
@@ -31,6 +32,29 @@ namespace wtx::fuzz {
 inline void Violated(const char* what) {
   std::fprintf(stderr, "fuzz property violated: %s\n", what);
   std::abort();
+}
+
+// A built manifest's sizes are exact: every parameter's byte count, computed in 128-bit
+// arithmetic, is within kMaxTensorBytes and equal to num_bytes() (an overflow that wrapped to
+// a small size would be accepted and corrupt memory on the first write).
+inline void CheckManifestSizes(const Manifest& m) {
+  __int128 total = 0;
+  for (const ParamSpec& p : m.params()) {
+    __int128 bytes = static_cast<__int128>(DTypeSize(p.dtype));
+    for (int64_t d : p.shape) {
+      if (d < 0) Violated("a built manifest has no negative extent");
+      bytes *= d;
+      if (bytes > static_cast<__int128>(kMaxTensorBytes)) break;
+    }
+    if (bytes > static_cast<__int128>(kMaxTensorBytes)) {
+      Violated("a built manifest's parameters are at most kMaxTensorBytes");
+    }
+    if (bytes != p.num_bytes()) Violated("a parameter's num_bytes() is exact");
+    total += bytes;
+  }
+  if (total > static_cast<__int128>(kMaxManifestBytes) || total != m.TotalBytes()) {
+    Violated("a built manifest's total size is exact and within kMaxManifestBytes");
+  }
 }
 
 // Input: JSON text of a `wtx sim` scenario. Files named by the scenario are never read (a
@@ -44,9 +68,14 @@ inline void FuzzScenario(const uint8_t* data, size_t size) {
     return;
   }
   auto sc = sim::ParseScenario(j, "/nonexistent-wtx-fuzz");
-  if (sc.ok() && static_cast<size_t>(sc.value().ranks) != sc.value().manifests.size()) {
+  if (!sc.ok()) return;
+  if (static_cast<size_t>(sc.value().ranks) != sc.value().manifests.size()) {
     Violated("a parsed scenario has one manifest per rank");
   }
+  if (sc.value().ranks < 1 || sc.value().ranks > kMaxRanks) {
+    Violated("a parsed scenario has 1..kMaxRanks ranks");
+  }
+  for (const auto& m : sc.value().manifests) CheckManifestSizes(*m);
 }
 
 // Input: JSON text of a manifest.
@@ -54,6 +83,7 @@ inline void FuzzManifest(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   auto m = ParseManifestText(text);
   if (!m.ok()) return;
+  CheckManifestSizes(*m.value());
   auto again = ParseManifest(m.value()->ToJson());
   if (!again.ok()) Violated("a parsed manifest re-parses from its own JSON");
   if (again.value()->Fingerprint() != m.value()->Fingerprint()) {

@@ -331,6 +331,26 @@ TEST_CASE("RankImpersonationIsRefused", "[tcp][auth]") {
   CHECK(rig.transport->endpoint(0)->Describe().ok());
 }
 
+TEST_CASE("HandshakeRankIsNeverTruncated", "[tcp][auth]") {
+  Rig rig(3, 1);
+  // Rank 2^32 + 1, MAC'ed as the server used to read it (truncated to int: rank 1): it was
+  // accepted as rank 1. A rank outside -1..kMaxRanks-1 is a malformed handshake.
+  RawClient c(rig.transport->port());
+  json hello = c.ReadFrame();
+  REQUIRE(hello.is_object());
+  const std::string sn = hello["nonce"].get<std::string>();
+  const std::string cn = net::RandomNonce();
+  c.Write(net::EncodeFrame({{"role", "rank"},
+                            {"rank", (uint64_t{1} << 32) + 1},
+                            {"nonce", cn},
+                            {"mac", net::HandshakeMac(kSecret, "client", sn, cn, "rank", 1)}}));
+  json verdict = c.ReadFrame();
+  INFO(verdict.dump());
+  CHECK_FALSE(verdict.value("ok", false));
+  CHECK(c.ClosedByPeer());
+  CHECK_FALSE(rig.transport->WaitForRanks({1}, milliseconds(200)));
+}
+
 TEST_CASE("SilentRankTimesOutAndTheTransactionAborts", "[tcp]") {
   Rig rig(2, 2, {}, milliseconds(300));
   REQUIRE(rig.coord->Begin(Full("t1")).status.ok());

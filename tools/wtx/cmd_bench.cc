@@ -247,7 +247,7 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
                   "config.json of the coverage_check_ms model (default: shared/models/kimi-k2 "
                   "at --coverage-tp 8, with --quick tiny-deepseek at tp 1)");
   cmd->add_option("--coverage-tp", a->coverage_tp, "TP degree of the coverage model (rank 0)")
-      ->check(CLI::PositiveNumber);
+      ->check(RankCountRange());
   cmd->add_option("--shared-dir", a->shared_dir,
                   "the shared/ folder with models/ (default: $WTX_CONFORMANCE_DIR or found upward "
                   "from the executable)");

@@ -66,6 +66,7 @@ void RegisterControlCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("params", *params, "JSON object of parameters");
   cmd->add_option("--secret-file", *secret, "File holding the shared secret")->required();
   cmd->add_option("--timeout-ms", *timeout, "How long to wait for the answer")
+      ->check(TimeoutMsRange())
       ->capture_default_str();
   cmd->callback([=] { *exit_code = RunControl(*address, *secret, *method, *params, *timeout); });
 }

@@ -20,6 +20,7 @@
 #include "journal/fault_injection_fs.h"
 #include "src/net/channel.h"
 #include "src/net/codec.h"
+#include "src/util/json_number.h"
 #include "wtx/coordinator.h"
 #include "wtx/tcp_transport.h"
 
@@ -151,8 +152,13 @@ int RunCoordinator(const CoordinatorArgs& a) {
     }
     if (m == "connected") return ok({{"ranks", t.ConnectedRanks()}});
     if (m == "wait_ranks") {
-      const bool all = t.WaitForRanks(p.at("ranks").get<std::vector<int>>(),
-                                      milliseconds(p.at("timeout_ms").get<int64_t>()));
+      // Checked: a rank outside 0..ranks-1 (or 2^40, which get<int> truncates to 0) can never
+      // connect, so it is refused rather than waited for or confused with another rank.
+      auto ranks = JsonIntList(p.at("ranks"), "wait_ranks.ranks", 0, a.ranks - 1);
+      if (!ranks.ok()) return Result<json>(ranks.status());
+      auto timeout = JsonInt(p.at("timeout_ms"), "wait_ranks.timeout_ms", 0, kMaxTimeoutMs);
+      if (!timeout.ok()) return Result<json>(timeout.status());
+      const bool all = t.WaitForRanks(ranks.value(), milliseconds(timeout.value()));
       return ok({{"ok", all}});
     }
     if (!a.test_hooks) {
@@ -211,15 +217,19 @@ void RegisterCoordinatorCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--journal", a->journal, "Coordinator journal directory")->required();
   cmd->add_option("--secret-file", a->secret_file, "File holding the shared secret")->required();
-  cmd->add_option("--ranks", a->ranks, "Number of ranks")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--ranks", a->ranks, "Number of ranks")->required()->check(RankCountRange());
   cmd->add_option("--prepare-timeout-ms", a->prepare_timeout_ms, "Vote timeout")
+      ->check(TimeoutMsRange())
       ->capture_default_str();
   cmd->add_option("--request-timeout-ms", a->request_timeout_ms, "Timeout of other calls")
+      ->check(TimeoutMsRange())
       ->capture_default_str();
   cmd->add_option("--startup-wait-ms", a->startup_wait_ms,
                   "How long to wait for every rank before recovering")
+      ->check(WaitMsRange())
       ->capture_default_str();
   cmd->add_option("--max-frame-bytes", a->max_frame_bytes, "Largest accepted frame")
+      ->check(FrameBytesRange())
       ->capture_default_str();
   cmd->add_flag("--defer-recovery", a->defer_recovery,
                 "Recover and answer in-doubt ranks only on a control 'recover' call");

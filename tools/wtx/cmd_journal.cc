@@ -1,7 +1,7 @@
 // `wtx log|show|status|replay|check DIR`: read a participant's or the coordinator's journal.
-// All of them open the journal read-only (safe beside a running process); log, show and status
-// first run the full integrity check of `wtx check` (journal/verify.h) and refuse a journal
-// that fails it rather than print wrong history. Warnings (a torn unsynced tail) go to stderr.
+// All of them open the journal read-only (safe beside a running process); log, show, status and
+// replay first run the full integrity check of `wtx check` (journal/verify.h) and refuse a
+// journal that fails it rather than print wrong history. Warnings (a torn unsynced tail) go to stderr.
 #include <ctime>
 #include <iomanip>
 #include <iostream>
@@ -140,7 +140,9 @@ int StatusCmd(const std::string& dir, bool as_json) {
 }
 
 int Replay(const std::string& dir) {
-  auto j = OpenReadOnly(dir);
+  // The same integrity check as `wtx check` first: a replay of damaged history would print a
+  // state that never existed.
+  auto j = OpenChecked(dir, "replay");
   if (!j.ok()) return Refuse("replay", j.status());
   auto st = ReplayState(*j.value());
   if (!st.ok()) return Refuse("replay", st.status());
@@ -207,7 +209,8 @@ void RegisterJournalCommands(CLI::App& app, int* exit_code) {
   check->add_option("dir", *dir, "Journal directory")->required();
   check->add_option("--expect-rank", *expect_rank,
                     "The journal must be participant N's (default: inferred from a rank-N "
-                    "directory name)");
+                    "directory name)")
+      ->check(RankIdRange());
   check->add_flag("--expect-coordinator", *expect_coordinator,
                   "The journal must be the coordinator's (default: inferred from the name)");
   auto strict = std::make_shared<bool>(false);

@@ -165,8 +165,11 @@ void RegisterManifestCommand(CLI::App& app, int* exit_code) {
       "manifest", "Print one TP rank's manifest generated from a Hugging Face config.json");
   cmd->add_option("--hf-config", args->hf_config, "config.json (llama|qwen2|deepseek_v3|kimi_k2)")
       ->required();
-  cmd->add_option("--tp", args->tp, "tensor-parallel degree")->capture_default_str();
+  cmd->add_option("--tp", args->tp, "tensor-parallel degree")
+      ->check(RankCountRange())
+      ->capture_default_str();
   cmd->add_option("--rank", args->rank, "rank in the TP group, 0 <= rank < tp")
+      ->check(RankIdRange())
       ->capture_default_str();
   cmd->add_option("--dtype", args->dtype,
                   "bf16|f16|f32: store every weight so, ignoring quantization_config (default: "

@@ -19,6 +19,7 @@
 #include "src/net/control_service.h"
 #include "journal/fault_injection_fs.h"
 #include "src/net/codec.h"
+#include "src/util/json_number.h"
 #include "src/net/control.h"
 #include "src/conformance/simulator.h"
 #include "wtx/hf_manifest.h"
@@ -134,7 +135,9 @@ int RunRank(const RankArgs& a) {
       if (m == "status") return ok(net::RankStatusToJson(p.status()));
       if (m == "wait_resolved") {
         RankAgentState s;
-        const bool done = ag.WaitResolved(milliseconds(q.at("timeout_ms").get<int64_t>()), &s);
+        auto timeout = JsonInt(q.at("timeout_ms"), "wait_resolved.timeout_ms", 0, kMaxTimeoutMs);
+        if (!timeout.ok()) return Result<json>(timeout.status());
+        const bool done = ag.WaitResolved(milliseconds(timeout.value()), &s);
         return ok({{"resolved", done},
                    {"connected", s.connected},
                    {"resolution", sim::StatusJson(s.resolution)},
@@ -187,25 +190,29 @@ void RegisterRankCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("rank", "Run one participant rank on the TCP transport");
   auto a = std::make_shared<RankArgs>();
   cmd->add_option("--connect", a->connect, "Coordinator HOST:PORT")->required();
-  cmd->add_option("--rank", a->rank, "This rank's id")->required()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--rank", a->rank, "This rank's id")->required()->check(RankIdRange());
   cmd->add_option("--journal", a->journal, "Journal directory of this rank")->required();
   cmd->add_option("--secret-file", a->secret_file, "File holding the shared secret")->required();
   cmd->add_option("--manifest", a->manifest, "Manifest JSON of this rank");
   cmd->add_option("--hf-config", a->hf_config, "Hugging Face config.json (with --tp)");
   cmd->add_option("--tp", a->tp, "Tensor-parallel degree (with --hf-config)")
-      ->check(CLI::PositiveNumber);
+      ->check(RankCountRange());
   cmd->add_option("--kernel-identity", a->kernel_identity, "Attention/GEMM backends identity");
   cmd->add_option("--rollback-budget-bytes", a->rollback_budget_bytes,
                   "Before-image budget of rollback transactions")
+      ->check(ByteBudgetRange())
       ->capture_default_str();
   cmd->add_option("--control", a->control,
                   "Serve the control protocol on HOST:PORT (port 0: any free port)");
   cmd->add_option("--backoff-max-ms", a->backoff_max_ms, "Longest reconnect backoff")
+      ->check(TimeoutMsRange())
       ->capture_default_str();
   cmd->add_option("--request-timeout-ms", a->request_timeout_ms,
                   "Timeout of this rank's own requests (QueryDecision)")
+      ->check(TimeoutMsRange())
       ->capture_default_str();
   cmd->add_option("--max-frame-bytes", a->max_frame_bytes, "Largest accepted frame")
+      ->check(FrameBytesRange())
       ->capture_default_str();
   cmd->add_flag("--test-hooks", a->test_hooks,
                 "Accept crash-point, silence and crash control calls (simulator, tests)");

@@ -11,6 +11,9 @@ namespace wtx::cli {
 
 namespace {
 
+// --iterations at most a billion scripts (a run of a million takes about a day).
+constexpr int64_t kMaxTortureIterations = 1000000000;
+
 int RunTortureCmd(const torture::TortureOptions& o, bool as_json) {
   torture::TortureOptions opts = o;
   opts.log = [](const std::string& line) { std::cerr << line << "\n"; };
@@ -58,12 +61,16 @@ void RegisterTortureCommand(CLI::App& app, int* exit_code) {
       "torture", "Random transaction scripts with injected crashes, checked against a model");
   auto o = std::make_shared<torture::TortureOptions>();
   auto as_json = std::make_shared<bool>(false);
-  cmd->add_option("--iterations", o->iterations, "Scripts to run (default 100)");
-  cmd->add_option("--seed", o->seed, "Random seed (default 1)");
-  cmd->add_option("--start", o->start, "Index of the first script (replay one: --iterations 1)");
+  cmd->add_option("--iterations", o->iterations, "Scripts to run (default 100)")
+      ->check(CLI::Range(int64_t{1}, kMaxTortureIterations));
+  cmd->add_option("--seed", o->seed, "Random seed (default 1)")
+      ->check(CLI::Range(int64_t{0}, INT64_MAX));
+  cmd->add_option("--start", o->start, "Index of the first script (replay one: --iterations 1)")
+      ->check(CLI::Range(int64_t{0}, INT64_MAX - kMaxTortureIterations));
   cmd->add_option("--ranks", o->ranks, "Ranks per cluster (default 2)")->check(CLI::Range(1, 8));
   cmd->add_option("--transactions", o->transactions,
-                  "Faulty transactions per script before the final clean one (default 10)");
+                  "Faulty transactions per script before the final clean one (default 10)")
+      ->check(CLI::Range(0, 10000));
   cmd->add_option("--dir", o->dir, "Scratch directory (default /dev/shm or the temp dir)");
   cmd->add_flag("--json", *as_json, "Print the report as JSON");
   cmd->add_flag("--verbose", o->verbose, "Trace every operation to stderr");

@@ -2,9 +2,25 @@
 // its callback stores the exit code in *exit_code.
 #pragma once
 
+#include <cstdint>
+
 #include <CLI/CLI.hpp>
 
+#include "wtx/limits.h"
+
 namespace wtx::cli {
+
+// Valid ranges of numeric flags (docs/cli.md lists every flag with its range). CLI11 refuses a
+// value outside, naming the flag, before the command runs.
+inline CLI::Range RankCountRange() { return CLI::Range(int64_t{1}, int64_t{kMaxRanks}); }
+inline CLI::Range RankIdRange() { return CLI::Range(int64_t{0}, int64_t{kMaxRanks - 1}); }
+inline CLI::Range TimeoutMsRange() { return CLI::Range(int64_t{1}, kMaxTimeoutMs); }
+inline CLI::Range WaitMsRange() { return CLI::Range(int64_t{0}, kMaxTimeoutMs); }
+inline CLI::Range FrameBytesRange() {
+  return CLI::Range(static_cast<int64_t>(kMinFrameBytesLimit),
+                    static_cast<int64_t>(kMaxFrameBytesLimit));
+}
+inline CLI::Range ByteBudgetRange() { return CLI::Range(int64_t{0}, INT64_MAX); }
 
 void RegisterSimCommand(CLI::App& app, int* exit_code);
 void RegisterJournalCommands(CLI::App& app, int* exit_code);  // log, show, status, replay, check
