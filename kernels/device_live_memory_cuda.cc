@@ -121,7 +121,8 @@ class CudaLiveMemory : public LiveMemory {
 
 }  // namespace
 
-Result<std::unique_ptr<LiveMemory>> NewDeviceLiveMemory(const Manifest& manifest) {
+Result<std::unique_ptr<LiveMemory>> NewDeviceLiveMemory(const Manifest& manifest,
+                                                        DeviceLiveMemoryOptions options) {
   WTX_RETURN_IF_ERROR(GpuProbe());
   auto m = std::make_unique<CudaLiveMemory>();
   WTX_RETURN_IF_ERROR(m->Init(manifest));

@@ -78,6 +78,10 @@ class ParticipantImpl : public Participant {
   Status Write(std::span<const WritePiece> pieces) override;
   Status Patch(const PatchRequest& req) override;
   Result<std::vector<std::string>> Refresh(std::string_view name) override;
+  Result<std::vector<Reservation>> Reserve(const LandingRegion& region) override;
+  Status Landed(const LandingRegion& region) override;
+  Result<VerifyReport> Verify() override;
+  Result<VerifyReport> Reattach() override;
   void SetKernelIdentity(std::string identity) override {
     std::lock_guard<std::mutex> l(mu_);
     kernel_identity_ = std::move(identity);
@@ -1031,6 +1035,19 @@ RankStatus ParticipantImpl::status() const {
   for (const auto& d : StaleDerived()) s.stale_derived.push_back(d.name);
   s.serving = Serving();
   return s;
+}
+
+Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion&) {
+  return Status::InvalidArgument("Reserve: not implemented yet");
+}
+Status ParticipantImpl::Landed(const LandingRegion&) {
+  return Status::InvalidArgument("Landed: not implemented yet");
+}
+Result<VerifyReport> ParticipantImpl::Verify() {
+  return Status::InvalidArgument("Verify: not implemented yet");
+}
+Result<VerifyReport> ParticipantImpl::Reattach() {
+  return Status::InvalidArgument("Reattach: not implemented yet");
 }
 
 }  // namespace
