@@ -53,7 +53,7 @@ struct VerifyOptions {
   bool strict = false;
 };
 
-struct VerifyReport {
+struct JournalCheckReport {
   // OK; kJournalCorrupt naming what is wrong; kNotFound when `dir` holds no journal at all.
   Status status;
   std::vector<std::string> warnings;  // problems that are not corruption (a torn unsynced tail)
@@ -64,7 +64,7 @@ struct VerifyReport {
   bool torn_tail = false;
 };
 
-VerifyReport VerifyJournalDir(const std::string& dir, const VerifyOptions& options = {});
+JournalCheckReport VerifyJournalDir(const std::string& dir, const VerifyOptions& options = {});
 
 // Opens the journal in `dir` for writing (options.read_only must be false) after it passed
 // VerifyJournalDir against options.identity (warnings allowed: a torn unsynced tail or a lost

@@ -44,6 +44,8 @@ enum class ErrorCode {
   kIOError,
   kNotFound,
   kBudgetExceeded,
+  // Added later (kept at the end so that numbering of older codes never changes).
+  kUndeclaredWrite,  // E_UNDECLARED_WRITE: live bytes changed without a declared write
 };
 
 // "E_BASE_MISMATCH", ... for protocol codes; "INVALID_ARGUMENT", ... for the others.

@@ -10,7 +10,7 @@ struct CodeName {
   std::string_view name;
 };
 
-constexpr std::array<CodeName, 23> kNames = {{
+constexpr CodeName kNames[] = {
     {ErrorCode::kOk, "OK"},
     {ErrorCode::kBaseMismatch, "E_BASE_MISMATCH"},
     {ErrorCode::kDirty, "E_DIRTY"},
@@ -34,7 +34,8 @@ constexpr std::array<CodeName, 23> kNames = {{
     {ErrorCode::kIOError, "IO_ERROR"},
     {ErrorCode::kNotFound, "NOT_FOUND"},
     {ErrorCode::kBudgetExceeded, "E_ROLLBACK_BUDGET"},
-}};
+    {ErrorCode::kUndeclaredWrite, "E_UNDECLARED_WRITE"},
+};
 
 }  // namespace
 

@@ -133,6 +133,11 @@ int RunRank(const RankArgs& a) {
         return ok(json::object());
       }
       if (m == "status") return ok(net::RankStatusToJson(p.status()));
+      if (m == "verify" || m == "reattach") {  // Participant::Verify / Reattach on this rank
+        auto r = m == "verify" ? p.Verify() : p.Reattach();
+        if (!r.ok()) return Result<json>(r.status());
+        return ok(net::VerifyReportToJson(r.value()));
+      }
       if (m == "wait_resolved") {
         RankAgentState s;
         auto timeout = JsonInt(q.at("timeout_ms"), "wait_resolved.timeout_ms", 0, kMaxTimeoutMs);
