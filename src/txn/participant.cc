@@ -1080,6 +1080,7 @@ RankStatus ParticipantImpl::status() const {
   const json& st = journal_->state();
   if (!st["version"].is_null()) s.version = st["version"].get<std::string>();
   if (!st["committed_tx"].is_null()) s.committed_tx = st["committed_tx"].get<std::string>();
+  if (auto d = st.find("digest"); d != st.end() && d->is_string()) s.digest = d->get<std::string>();
   s.dirty = DirtyLocked() || crashed_;
   s.loaded = loaded_ && !crashed_;
   if (active_) {
