@@ -46,6 +46,7 @@ enum class ErrorCode {
   kBudgetExceeded,
   // Added later (kept at the end so that numbering of older codes never changes).
   kUndeclaredWrite,  // E_UNDECLARED_WRITE: live bytes changed without a declared write
+  kVersionMismatch,  // E_VERSION_MISMATCH: a prepared digest differs from the expected one
 };
 
 // "E_BASE_MISMATCH", ... for protocol codes; "INVALID_ARGUMENT", ... for the others.

@@ -1,7 +1,5 @@
 #include "wtx/status.h"
 
-#include <array>
-
 namespace wtx {
 namespace {
 
@@ -35,6 +33,7 @@ constexpr CodeName kNames[] = {
     {ErrorCode::kNotFound, "NOT_FOUND"},
     {ErrorCode::kBudgetExceeded, "E_ROLLBACK_BUDGET"},
     {ErrorCode::kUndeclaredWrite, "E_UNDECLARED_WRITE"},
+    {ErrorCode::kVersionMismatch, "E_VERSION_MISMATCH"},
 };
 
 }  // namespace

@@ -1,0 +1,760 @@
+// Issue 14 items 3, 6, 7: Participant::WriteSource, expected versions (ComputeExpectedVersion,
+// CommitOptions::expect_version, scenario expect_version and ranks[].digest), the safetensors
+// reader, and `wtx load` / `wtx expect` (library and CLI, both transports).
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+#include <xxhash.h>
+
+#include "src/checkpoint/checkpoint_load.h"
+#include "src/checkpoint/checkpoint_slices.h"
+#include "src/conformance/simulator.h"
+#include "src/conformance/tcp_simulator.h"
+#include "tests/test_util.h"
+#include "wtx/content_hash.h"
+#include "wtx/coordinator.h"
+#include "wtx/expected_version.h"
+#include "wtx/hf_manifest.h"
+#include "wtx/inproc_transport.h"
+#include "wtx/safetensors.h"
+
+using nlohmann::json;
+using namespace wtx;
+using wtx::testing::TempDir;
+
+namespace {
+
+std::string Model(const std::string& name) {
+  return std::string(WTX_CONFORMANCE_DIR) + "/models/" + name + "/config.json";
+}
+
+std::vector<ManifestPtr> TpManifests(const std::string& model, int tp,
+                                     std::optional<DType> dtype = std::nullopt) {
+  std::vector<ManifestPtr> out;
+  for (int r = 0; r < tp; ++r) {
+    HfManifestOptions o;
+    o.tp = tp;
+    o.rank = r;
+    o.dtype = dtype;
+    auto m = ManifestFromHfConfigFile(Model(model), o);
+    REQUIRE(m.ok());
+    out.push_back(m.value());
+  }
+  return out;
+}
+
+// A full source tensor with deterministic bytes (depending on name and seed).
+struct Source {
+  std::string name;
+  Shape shape;
+  DType dtype;
+  std::vector<uint8_t> bytes;
+};
+
+std::vector<uint8_t> Bytes(const std::string& name, size_t n, uint64_t seed) {
+  std::vector<uint8_t> b(n);
+  uint64_t x = XXH3_64bits_withSeed(name.data(), name.size(), seed) | 1;
+  for (size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    b[i] = static_cast<uint8_t>(x >> 24);
+  }
+  return b;
+}
+
+// Every source the ranks' manifests read, in the live dtype (or `dtype`).
+std::map<std::string, Source> SourcesOf(const std::vector<ManifestPtr>& ms, uint64_t seed,
+                                        std::optional<DType> dtype = std::nullopt) {
+  std::map<std::string, Source> out;
+  for (const auto& m : ms) {
+    for (const ParamSpec& p : m->params()) {
+      for (const ShardSpec& s : p.shards) {
+        if (out.count(s.source)) continue;
+        const DType dt = dtype.value_or(p.dtype);
+        out[s.source] = {s.source, s.source_shape, dt,
+                         Bytes(s.source, static_cast<size_t>(NumElements(s.source_shape)) *
+                                             DTypeSize(dt),
+                               seed)};
+      }
+    }
+  }
+  return out;
+}
+
+std::string StName(DType d) {
+  switch (d) {
+    case DType::kF32: return "F32";
+    case DType::kBF16: return "BF16";
+    case DType::kF16: return "F16";
+    case DType::kFP8E4M3: return "F8_E4M3";
+    case DType::kI8: return "I8";
+    case DType::kU8: return "U8";
+    case DType::kI32: return "I32";
+  }
+  return "?";
+}
+
+std::string FileBytes(const json& header, const std::string& data) {
+  std::string h = header.dump();
+  std::string out(8, '\0');
+  uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return out + h + data;
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Writes `sources` as `shards` safetensors files plus an index (or one model.safetensors).
+void WriteCheckpoint(const std::string& dir, const std::map<std::string, Source>& sources,
+                     int shards = 2) {
+  std::vector<const Source*> all;
+  for (const auto& [_, s] : sources) all.push_back(&s);
+  const size_t per = (all.size() + shards - 1) / shards;
+  json weight_map = json::object();
+  for (int k = 0; k < shards; ++k) {
+    json header = json::object();
+    std::string data;
+    const std::string file = shards == 1 ? "model.safetensors"
+                                         : "model-" + std::to_string(k + 1) + ".safetensors";
+    for (size_t i = k * per; i < std::min(all.size(), (k + 1) * per); ++i) {
+      const Source& s = *all[i];
+      header[s.name] = {{"dtype", StName(s.dtype)},
+                        {"shape", s.shape},
+                        {"data_offsets", {data.size(), data.size() + s.bytes.size()}}};
+      data.append(reinterpret_cast<const char*>(s.bytes.data()), s.bytes.size());
+      weight_map[s.name] = file;
+    }
+    WriteFile(dir + "/" + file, FileBytes(header, data));
+  }
+  if (shards > 1) {
+    std::ofstream(dir + "/model.safetensors.index.json") << json{{"weight_map", weight_map}}.dump();
+  }
+}
+
+SourceLookup Lookup(const std::map<std::string, Source>& sources) {
+  return [&sources](std::string_view name) -> std::optional<SourceTensor> {
+    auto it = sources.find(std::string(name));
+    if (it == sources.end()) return std::nullopt;
+    const Source& s = it->second;
+    return SourceTensor{s.name, s.shape, s.dtype, s.bytes.data(), s.bytes.size()};
+  };
+}
+
+std::vector<const Manifest*> Raw(const std::vector<ManifestPtr>& ms) {
+  std::vector<const Manifest*> out;
+  for (const auto& m : ms) out.push_back(m.get());
+  return out;
+}
+
+// N ranks with their own manifests, an in-process transport and a coordinator.
+struct TpGroup {
+  explicit TpGroup(std::vector<ManifestPtr> ms) : manifests(std::move(ms)), transport(manifests.size()) {
+    for (size_t r = 0; r < manifests.size(); ++r) {
+      ParticipantOptions o;
+      o.rank = static_cast<int>(r);
+      o.journal_dir = dir.sub("rank-" + std::to_string(r));
+      o.kernel_identity = "k";
+      auto p = Participant::Open(std::move(o), manifests[r]);
+      REQUIRE(p.ok());
+      ranks.push_back(std::move(p).value());
+      transport.SetParticipant(static_cast<int>(r), ranks.back().get());
+    }
+    CoordinatorOptions co;
+    co.journal_dir = dir.sub("coordinator");
+    auto c = Coordinator::Open(co, &transport);
+    REQUIRE(c.ok());
+    coord = std::move(c).value();
+  }
+  void BeginFull(const std::string& tx) {
+    BeginRequest b;
+    b.tx = tx;
+    REQUIRE(coord->Begin(b).status.ok());
+  }
+  // Every rank writes every source it holds; then refreshes derived state.
+  void WriteAll(const std::map<std::string, Source>& sources) {
+    for (auto& p : ranks) {
+      for (const auto& [name, s] : sources) {
+        auto n = p->WriteSource(name, s.bytes.data(), s.bytes.size());
+        REQUIRE(n.ok());
+      }
+      REQUIRE(p->Refresh("*").ok());
+    }
+  }
+  TempDir dir;
+  std::vector<ManifestPtr> manifests;
+  InProcTransport transport;
+  std::vector<std::unique_ptr<Participant>> ranks;
+  std::unique_ptr<Coordinator> coord;
+};
+
+std::vector<uint8_t> Live(Participant& p, const std::string& param) {
+  const uint32_t i = *p.manifest().FindParam(param);
+  std::vector<uint8_t> out(p.memory().Size(i));
+  REQUIRE(p.memory().Load(i, 0, out.data(), out.size()).ok());
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- safetensors header
+
+TEST_CASE("SafetensorsHeaderWithEveryDtypeParses") {
+  json h = {{"a", {{"dtype", "BF16"}, {"shape", {2, 3}}, {"data_offsets", {0, 12}}}},
+            {"b", {{"dtype", "F8_E4M3"}, {"shape", {4}}, {"data_offsets", {12, 16}}}},
+            {"c", {{"dtype", "I32"}, {"shape", json::array()}, {"data_offsets", {16, 20}}}},
+            {"d", {{"dtype", "F16"}, {"shape", {0}}, {"data_offsets", {20, 20}}}},
+            {"__metadata__", {{"format", "pt"}}}};
+  std::string f = FileBytes(h, std::string(20, 'x'));
+  auto r = ParseSafetensorsHeader({reinterpret_cast<const uint8_t*>(f.data()), f.size()}, "f");
+  REQUIRE(r.ok());
+  REQUIRE(r.value().tensors.size() == 4);
+  CHECK(r.value().tensors[0].name == "a");
+  CHECK(r.value().tensors[0].dtype == DType::kBF16);
+  CHECK(r.value().tensors[1].dtype == DType::kFP8E4M3);
+}
+
+namespace {
+Status HeaderError(const std::string& bytes) {
+  auto r = ParseSafetensorsHeader({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()},
+                                  "ckpt/model.safetensors");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("ckpt/model.safetensors") != std::string::npos);
+  return r.status();
+}
+json One(const std::string& dtype, json shape, uint64_t b, uint64_t e) {
+  return {{"t", {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {b, e}}}}};
+}
+}  // namespace
+
+TEST_CASE("TruncatedSafetensorsFileIsRejectedNamingTheFile") {
+  CHECK(HeaderError("\x05\x00\x00").message().find("truncated") != std::string::npos);
+  std::string f = FileBytes(One("F32", {1}, 0, 4), "abcd");
+  CHECK(HeaderError(f.substr(0, 20)).message().find("past the end") != std::string::npos);
+}
+
+TEST_CASE("LyingSafetensorsHeaderLengthIsRejected") {
+  std::string f = FileBytes(One("F32", {1}, 0, 4), "abcd");
+  f[7] = 0x10;  // header length 2^60
+  CHECK(HeaderError(f).message().find("header length") != std::string::npos);
+  // A length that is within the file but cuts the JSON short.
+  std::string g = FileBytes(One("F32", {1}, 0, 4), "abcd");
+  g[0] = static_cast<char>(g[0] - 3);
+  CHECK(HeaderError(g).message().find("not valid JSON") != std::string::npos);
+}
+
+TEST_CASE("SafetensorsOffsetsPastTheEndAreRejectedNamingTheTensor") {
+  Status s = HeaderError(FileBytes(One("F32", {100}, 0, 400), "abcd"));
+  CHECK(s.message().find("tensor 't'") != std::string::npos);
+  CHECK(s.message().find("past the end") != std::string::npos);
+}
+
+TEST_CASE("NanLadenSafetensorsHeaderIsRejected") {
+  std::string h = R"({"t":{"dtype":"F32","shape":[NaN],"data_offsets":[0,4]}})";
+  std::string f(8, '\0');
+  f[0] = static_cast<char>(h.size());
+  CHECK(HeaderError(f + h + "abcd").code() == ErrorCode::kInvalidArgument);
+  Status s = HeaderError(FileBytes(One("F32", {1.5}, 0, 4), "abcd"));
+  CHECK(s.message().find("non-negative integers") != std::string::npos);
+  CHECK(HeaderError(FileBytes(One("F32", {-1}, 0, 4), "abcd")).message().find("tensor 't'") !=
+        std::string::npos);
+}
+
+TEST_CASE("SafetensorsShapeThatDoesNotFitItsBytesIsRejected") {
+  Status s = HeaderError(FileBytes(One("F32", {2}, 0, 4), "abcd"));
+  CHECK(s.message().find("needs 8") != std::string::npos);
+  s = HeaderError(FileBytes(One("F32", {int64_t{1} << 40, int64_t{1} << 40}, 0, 4), "abcd"));
+  CHECK(s.message().find("overflows") != std::string::npos);
+}
+
+TEST_CASE("OverlappingSafetensorsTensorsAreRejectedNamingBoth") {
+  json h = {{"a", {{"dtype", "F32"}, {"shape", {4}}, {"data_offsets", {0, 16}}}},
+            {"z", {{"dtype", "F32"}, {"shape", {0}}, {"data_offsets", {4, 4}}}},
+            {"b", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {8, 16}}}}};
+  Status s = HeaderError(FileBytes(h, std::string(16, 'x')));
+  CHECK(s.message().find("tensor 'b'") != std::string::npos);
+  CHECK(s.message().find("'a'") != std::string::npos);
+}
+
+TEST_CASE("UnsupportedSafetensorsDtypeIsRejectedNamingTheTensor") {
+  Status s = HeaderError(FileBytes(One("F64", {1}, 0, 8), std::string(8, 'x')));
+  CHECK(s.message().find("tensor 't'") != std::string::npos);
+  CHECK(s.message().find("F64") != std::string::npos);
+}
+
+// ---------------------------------------------------------------- checkpoint files
+
+TEST_CASE("ShardedCheckpointOpensThroughItsIndex") {
+  TempDir d;
+  auto ms = TpManifests("tiny-llama", 1);
+  auto sources = SourcesOf(ms, 1);
+  WriteCheckpoint(d.path(), sources, 3);
+  auto c = SafetensorsCheckpoint::Open(d.path());
+  REQUIRE(c.ok());
+  CHECK(c.value()->files().size() == 3);
+  CHECK(c.value()->names().size() == sources.size());
+  for (const auto& [name, s] : sources) {
+    const CheckpointTensor* t = c.value()->Find(name);
+    REQUIRE(t);
+    CHECK(t->shape == s.shape);
+    CHECK(std::memcmp(t->bytes.data(), s.bytes.data(), s.bytes.size()) == 0);
+  }
+  // The index file itself, and one shard alone, open too.
+  CHECK(SafetensorsCheckpoint::Open(d.sub("model.safetensors.index.json")).ok());
+  auto one = SafetensorsCheckpoint::Open(d.sub("model-1.safetensors"));
+  REQUIRE(one.ok());
+  CHECK(one.value()->names().size() < sources.size());
+}
+
+TEST_CASE("CheckpointIndexNamingAFileOutsideItsFolderIsRejected") {
+  TempDir d;
+  std::ofstream(d.sub("model.safetensors.index.json"))
+      << R"({"weight_map": {"w": "../etc/passwd"}})";
+  auto c = SafetensorsCheckpoint::Open(d.path());
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().message().find("tensor 'w'") != std::string::npos);
+}
+
+TEST_CASE("CheckpointIndexMappingATensorItsShardLacksIsRejected") {
+  TempDir d;
+  WriteFile(d.sub("a.safetensors"), FileBytes(One("F32", {1}, 0, 4), "abcd"));
+  std::ofstream(d.sub("model.safetensors.index.json"))
+      << R"({"weight_map": {"t": "a.safetensors", "ghost": "a.safetensors"}})";
+  auto c = SafetensorsCheckpoint::Open(d.path());
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().message().find("a.safetensors") != std::string::npos);
+  CHECK(c.status().message().find("'ghost'") != std::string::npos);
+}
+
+// ---------------------------------------------------------------- dtype conversions
+
+TEST_CASE("ExactDtypeConversionsKeepEveryValue") {
+  CHECK(DTypeConversionIsExact(DType::kBF16, DType::kF32));
+  CHECK(DTypeConversionIsExact(DType::kF16, DType::kF32));
+  CHECK_FALSE(DTypeConversionIsExact(DType::kF32, DType::kBF16));
+  CHECK_FALSE(DTypeConversionIsExact(DType::kF16, DType::kBF16));
+  CHECK_FALSE(DTypeConversionIsExact(DType::kBF16, DType::kF16));
+  const uint16_t bf16[] = {0x3f80, 0xc000, 0x0001};  // 1, -2, a subnormal
+  float f[3];
+  ConvertDType(DType::kBF16, DType::kF32, bf16, f, 3);
+  CHECK(f[0] == 1.0f);
+  CHECK(f[1] == -2.0f);
+  CHECK(f[2] > 0.0f);
+  const uint16_t f16[] = {0x3c00, 0x0001, 0xfbff, 0x7c00};  // 1, 2^-24, -65504, inf
+  ConvertDType(DType::kF16, DType::kF32, f16, f, 3);
+  CHECK(f[0] == 1.0f);
+  CHECK(f[1] == std::ldexp(1.0f, -24));
+  CHECK(f[2] == -65504.0f);
+  const uint8_t fp8[] = {0x38, 0x01, 0x7e};  // 1, 2^-9, 448
+  ConvertDType(DType::kFP8E4M3, DType::kF32, fp8, f, 3);
+  CHECK(f[0] == 1.0f);
+  CHECK(f[1] == std::ldexp(1.0f, -9));
+  CHECK(f[2] == 448.0f);
+  uint16_t h[3];
+  ConvertDType(DType::kFP8E4M3, DType::kF16, fp8, h, 3);
+  float back[3];
+  ConvertDType(DType::kF16, DType::kF32, h, back, 3);
+  CHECK(back[0] == 1.0f);
+  CHECK(back[1] == std::ldexp(1.0f, -9));
+  CHECK(back[2] == 448.0f);
+}
+
+// ---------------------------------------------------------------- WriteSource
+
+TEST_CASE("WriteSourceSlicesTpShardsFusedQkvAndRowParallelColumns") {
+  auto ms = TpManifests("tiny-llama", 2);
+  auto sources = SourcesOf(ms, 7);
+  TpGroup g(ms);
+  g.BeginFull("t1");
+  for (int r = 0; r < 2; ++r) {
+    Participant& p = *g.ranks[r];
+    const std::string k = "model.layers.0.self_attn.k_proj.weight";
+    auto n = p.WriteSource(k, sources[k].bytes.data(), sources[k].bytes.size());
+    REQUIRE(n.ok());
+    CHECK(n.value() == 1);
+    const std::string o = "model.layers.0.self_attn.o_proj.weight";  // split on columns
+    REQUIRE(p.WriteSource(o, sources[o].bytes.data(), sources[o].bytes.size()).ok());
+    // Every live element of the written shards equals its source element.
+    for (const std::string& src : {k, o}) {
+      for (const ShardRef& ref : p.manifest().ShardsOfSource(src)) {
+        const ParamSpec& ps = p.manifest().params()[ref.param];
+        const ShardSpec& sh = ps.shards[ref.shard];
+        const size_t esz = DTypeSize(ps.dtype);
+        std::vector<uint8_t> want(static_cast<size_t>(NumElements(sh.source_box)) * esz);
+        CopyBoxOut(sh.source_shape, sh.source_box, esz, sources[src].bytes.data(), want.data());
+        std::vector<uint8_t> live = Live(p, ps.name);
+        std::vector<uint8_t> got(want.size());
+        CopyBoxOut(ps.shape, sh.box, esz, live.data(), got.data());
+        INFO(src << " rank " << r);
+        CHECK(got == want);
+      }
+    }
+  }
+}
+
+TEST_CASE("WriteSourceOfStackedExpertsWritesEveryExpertShard") {
+  auto ms = TpManifests("tiny-deepseek", 2);
+  auto sources = SourcesOf(ms, 3);
+  TpGroup g(ms);
+  g.BeginFull("t1");
+  const std::string gate = "model.layers.1.mlp.experts.5.gate_proj.weight";
+  auto n = g.ranks[1]->WriteSource(gate, sources[gate].bytes.data(), sources[gate].bytes.size());
+  REQUIRE(n.ok());
+  CHECK(n.value() == static_cast<int>(ms[1]->ShardsOfSource(gate).size()));
+  CHECK(n.value() >= 1);
+}
+
+TEST_CASE("WriteSourceReturnsZeroWhenTheRankHoldsNoneOfIt") {
+  auto ms = TpManifests("tiny-llama", 1);
+  TpGroup g(ms);
+  g.BeginFull("t1");
+  uint8_t b[4] = {};
+  auto n = g.ranks[0]->WriteSource("no.such.tensor", b, sizeof b);
+  REQUIRE(n.ok());
+  CHECK(n.value() == 0);
+  CHECK_FALSE(g.ranks[0]->status().dirty);
+}
+
+TEST_CASE("WriteSourceOfTheWrongByteSizeIsRefusedAndWritesNothing") {
+  auto ms = TpManifests("tiny-llama", 2);
+  auto sources = SourcesOf(ms, 1);
+  TpGroup g(ms);
+  g.BeginFull("t1");
+  const std::string q = "model.layers.1.self_attn.q_proj.weight";
+  auto n = g.ranks[0]->WriteSource(q, sources[q].bytes.data(), sources[q].bytes.size() - 2);
+  REQUIRE_FALSE(n.ok());
+  CHECK(n.status().code() == ErrorCode::kBadWrite);
+  CHECK(n.status().message().find(q) != std::string::npos);
+  CHECK_FALSE(g.ranks[0]->status().dirty);
+  // The right size then lands: nothing of the refused call was counted.
+  CHECK(g.ranks[0]->WriteSource(q, sources[q].bytes.data(), sources[q].bytes.size()).ok());
+}
+
+TEST_CASE("WriteSourceWithoutTransactionIsNoTxAndTwiceIsDuplicate") {
+  auto ms = TpManifests("tiny-llama", 1);
+  auto sources = SourcesOf(ms, 1);
+  TpGroup g(ms);
+  const std::string v = "model.layers.0.self_attn.v_proj.weight";
+  auto n = g.ranks[0]->WriteSource(v, sources[v].bytes.data(), sources[v].bytes.size());
+  REQUIRE_FALSE(n.ok());
+  CHECK(n.status().code() == ErrorCode::kNoTx);
+  g.BeginFull("t1");
+  REQUIRE(g.ranks[0]->WriteSource(v, sources[v].bytes.data(), sources[v].bytes.size()).ok());
+  n = g.ranks[0]->WriteSource(v, sources[v].bytes.data(), sources[v].bytes.size());
+  REQUIRE_FALSE(n.ok());
+  CHECK(n.status().code() == ErrorCode::kDuplicateWrite);
+  CHECK(n.status().message().find(v) != std::string::npos);
+}
+
+// ---------------------------------------------------------------- expected versions
+
+TEST_CASE("ExpectedVersionEqualsTheVersionAFullLoadCommits") {
+  for (const char* model : {"tiny-llama", "tiny-deepseek"}) {
+    INFO(model);
+    auto ms = TpManifests(model, 2);
+    auto sources = SourcesOf(ms, 11);
+    auto e = ComputeExpectedVersion(Raw(ms), Lookup(sources));
+    REQUIRE(e.ok());
+    TpGroup g(ms);
+    g.BeginFull("t1");
+    g.WriteAll(sources);
+    CommitOptions opts;
+    opts.expect_version = e.value().version;
+    opts.expect_rank_digests = e.value().rank_digests;
+    CommitOutcome o = g.coord->Commit("t1", opts);
+    REQUIRE(o.status.ok());
+    CHECK(o.decision == Decision::kCommit);
+    CHECK(o.version == e.value().version);
+    for (int r = 0; r < 2; ++r) {
+      CHECK(g.ranks[r]->status().digest == e.value().rank_digests[r]);
+      CHECK(g.ranks[r]->RecomputeDigest().value() == e.value().rank_digests[r]);
+    }
+  }
+}
+
+TEST_CASE("CommitWhoseDigestsDifferFromTheExpectedVersionAbortsNamingTheRank") {
+  auto ms = TpManifests("tiny-llama", 2);
+  auto sources = SourcesOf(ms, 1);
+  auto e = ComputeExpectedVersion(Raw(ms), Lookup(sources));
+  REQUIRE(e.ok());
+  TpGroup g(ms);
+  g.BeginFull("t1");
+  g.WriteAll(sources);
+  REQUIRE(g.coord->Commit("t1").status.ok());
+  // t2: rank 1 receives one different tensor.
+  g.BeginFull("t2");
+  auto other = sources;
+  const std::string up = "model.layers.1.mlp.up_proj.weight";
+  other[up].bytes = Bytes(up, other[up].bytes.size(), 99);
+  for (int r = 0; r < 2; ++r) {
+    for (const auto& [name, s] : (r == 1 ? other : sources)) {
+      REQUIRE(g.ranks[r]->WriteSource(name, s.bytes.data(), s.bytes.size()).ok());
+    }
+  }
+  CommitOptions opts;
+  opts.expect_version = e.value().version;
+  opts.expect_rank_digests = e.value().rank_digests;
+  CommitOutcome o = g.coord->Commit("t2", opts);
+  CHECK(o.status.code() == ErrorCode::kVersionMismatch);
+  CHECK(o.decision == Decision::kAbort);
+  CHECK(o.status.message().find("rank(s) 1 (") != std::string::npos);
+  CHECK(o.status.message().find("rank(s) 0") == std::string::npos);
+  CHECK_FALSE(g.coord->CommittedVersion("t2"));
+  // The committed version stays that of t1.
+  for (auto& p : g.ranks) CHECK(p->status().version == e.value().version);
+}
+
+TEST_CASE("ExpectedVersionRefusesMissingSourcesWrongShapesAndInexactDtypes") {
+  auto ms = TpManifests("tiny-llama", 2);
+  auto sources = SourcesOf(ms, 1);
+  auto missing = sources;
+  missing.erase("model.norm.weight");
+  auto e = ComputeExpectedVersion(Raw(ms), Lookup(missing));
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.status().code() == ErrorCode::kNotFound);
+  CHECK(e.status().message().find("model.norm.weight") != std::string::npos);
+  auto bad = sources;
+  bad["model.norm.weight"].shape = {2, 32};
+  e = ComputeExpectedVersion(Raw(ms), Lookup(bad));
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.status().message().find("model.norm.weight") != std::string::npos);
+  auto f32 = SourcesOf(ms, 1, DType::kF32);  // f32 into bf16 live: not exact
+  e = ComputeExpectedVersion(Raw(ms), Lookup(f32));
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.status().message().find("cannot be converted exactly") != std::string::npos);
+}
+
+TEST_CASE("ScenarioCommitExpectVersionOfAnEarlierTxCommitsOrAbortsAndRanksReportDigests") {
+  json sc = {{"ranks", 2},
+             {"model", {{"hf_config", Model("tiny-llama")}, {"tp", 2}}},
+             {"steps", json::parse(R"([
+    {"op": "begin", "tx": "t1", "kind": "full"},
+    {"op": "write", "param": "*", "fill": {"seed": 1}},
+    {"op": "commit", "tx": "t1"},
+    {"op": "begin", "tx": "t2", "kind": "full"},
+    {"op": "write", "param": "*", "fill": {"seed": 1}},
+    {"op": "commit", "tx": "t2", "expect_version": "$t1"},
+    {"op": "begin", "tx": "t3", "kind": "full"},
+    {"op": "write", "rank": 0, "param": "*", "fill": {"seed": 1}},
+    {"op": "write", "rank": 1, "param": "*", "fill": {"seed": 2}},
+    {"op": "commit", "tx": "t3", "expect_version": "$t1"}])")}};
+  TempDir d;
+  auto parsed = sim::ParseScenario(sc, d.path());
+  REQUIRE(parsed.ok());
+  for (const std::string transport : {"inproc", "tcp"}) {
+    INFO(transport);
+    Result<json> out = Status::InvalidArgument("not run");
+    if (transport == "tcp") {
+      sim::TcpSimOptions o;
+      o.journal_dir = d.sub("tcp");
+      o.binary = WTX_BINARY;
+      out = sim::RunScenarioTcp(parsed.value(), o);
+    } else {
+      sim::SimOptions o;
+      o.journal_dir = d.sub("inproc");
+      out = sim::RunScenario(parsed.value(), o);
+    }
+    REQUIRE(out.ok());
+    const json& steps = out.value()["steps"];
+    CHECK(steps[5]["outcome"] == "committed");
+    CHECK(steps[5]["version"] == steps[2]["version"]);
+    CHECK(steps[9]["outcome"] == "aborted");
+    CHECK(steps[9]["error"] == "E_VERSION_MISMATCH");
+    CHECK(steps[9]["message"].get<std::string>().find("rank(s) 1 (") != std::string::npos);
+    std::vector<std::string> digests;
+    for (const json& r : out.value()["ranks"]) digests.push_back(r["digest"].get<std::string>());
+    CHECK(CombineRankDigests(digests) == steps[2]["version"].get<std::string>());
+  }
+}
+
+TEST_CASE("ScenarioExpectVersionMustBeANonEmptyString") {
+  json sc = {{"ranks", 1},
+             {"model", {{"hf_config", Model("tiny-llama")}, {"tp", 1}}},
+             {"steps", json::parse(R"([{"op": "commit", "tx": "t1", "expect_version": 3}])")}};
+  auto parsed = sim::ParseScenario(sc, "/");
+  REQUIRE_FALSE(parsed.ok());
+  CHECK(parsed.status().message().find("steps[0].expect_version") != std::string::npos);
+}
+
+// ---------------------------------------------------------------- wtx load / expect
+
+namespace {
+json RunLoad(const CheckpointLoadRequest& req, const TempDir& d) {
+  auto plan = PlanCheckpointLoad(req);
+  REQUIRE(plan.ok());
+  sim::SimOptions o;
+  o.journal_dir = d.sub("journals");
+  auto run = sim::RunScenario(plan.value().scenario, o);
+  REQUIRE(run.ok());
+  return CheckpointLoadOutput(plan.value(), run.value());
+}
+CheckpointLoadRequest Req(const std::string& ckpt, const std::string& model, int tp) {
+  CheckpointLoadRequest r;
+  r.checkpoint = ckpt;
+  r.hf_config = Model(model);
+  r.tp = tp;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("LoadCommitsTheVersionExpectPredicts") {
+  for (const char* model : {"tiny-llama", "tiny-deepseek", "tiny-qwen2"}) {
+    INFO(model);
+    TempDir d;
+    auto ms = TpManifests(model, 2);
+    WriteCheckpoint(d.path(), SourcesOf(ms, 5), 2);
+    auto req = Req(d.path(), model, 2);
+    auto e = ExpectCheckpointVersion(req);
+    REQUIRE(e.ok());
+    req.expect_version = true;
+    json out = RunLoad(req, d);
+    CHECK(out["outcome"] == "committed");
+    CHECK(out["version"] == e.value().version);
+    REQUIRE(out["ranks"].size() == 2);
+    for (int r = 0; r < 2; ++r) {
+      CHECK(out["ranks"][r]["digest"] == e.value().rank_digests[r]);
+      CHECK(out["ranks"][r]["serving"] == true);
+    }
+  }
+}
+
+TEST_CASE("LoadOfACheckpointMissingATensorAbortsWithCoverageIncompleteNamingIt") {
+  TempDir d;
+  auto ms = TpManifests("tiny-llama", 2);
+  auto sources = SourcesOf(ms, 5);
+  sources.erase("model.layers.1.self_attn.k_proj.weight");
+  WriteCheckpoint(d.path(), sources, 2);
+  json out = RunLoad(Req(d.path(), "tiny-llama", 2), d);
+  CHECK(out["outcome"] == "aborted");
+  CHECK(out["version"].is_null());
+  CHECK(out["error"] == "E_COVERAGE_INCOMPLETE");
+  CHECK(out["message"].get<std::string>().find("model.layers.1.self_attn.k_proj.weight") !=
+        std::string::npos);
+  CHECK(out["missing"] == json::array({"model.layers.1.self_attn.k_proj.weight"}));
+  CHECK(out["votes"][0]["error"] == "E_COVERAGE_INCOMPLETE");
+  for (const json& r : out["ranks"]) CHECK(r["serving"] == false);
+  auto e = ExpectCheckpointVersion(Req(d.path(), "tiny-llama", 2));
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.status().message().find("k_proj") != std::string::npos);
+}
+
+TEST_CASE("LoadOfATensorOfTheWrongShapeIsRefusedNamingFileAndTensor") {
+  TempDir d;
+  auto ms = TpManifests("tiny-llama", 2);
+  auto sources = SourcesOf(ms, 5);
+  Source& v = sources["model.layers.0.self_attn.v_proj.weight"];
+  v.shape = {64, 32};  // transposed: same bytes, wrong shape
+  WriteCheckpoint(d.path(), sources, 1);
+  auto plan = PlanCheckpointLoad(Req(d.path(), "tiny-llama", 2));
+  REQUIRE_FALSE(plan.ok());
+  CHECK(plan.status().message().find("model.safetensors") != std::string::npos);
+  CHECK(plan.status().message().find("'model.layers.0.self_attn.v_proj.weight'") !=
+        std::string::npos);
+  CHECK(plan.status().message().find("source_shape") != std::string::npos);
+}
+
+TEST_CASE("LoadConvertsBf16ToF32ExactlyAndRefusesF32IntoBf16") {
+  TempDir d;
+  auto ms = TpManifests("tiny-llama", 2);
+  WriteCheckpoint(d.path(), SourcesOf(ms, 5), 2);  // bf16 checkpoint
+  auto req = Req(d.path(), "tiny-llama", 2);
+  req.dtype = DType::kF32;
+  auto e = ExpectCheckpointVersion(req);
+  REQUIRE(e.ok());
+  json out = RunLoad(req, d);
+  CHECK(out["outcome"] == "committed");
+  CHECK(out["version"] == e.value().version);
+
+  TempDir d32;
+  WriteCheckpoint(d32.path(), SourcesOf(ms, 5, DType::kF32), 2);
+  auto plan = PlanCheckpointLoad(Req(d32.path(), "tiny-llama", 2));  // bf16 live
+  REQUIRE_FALSE(plan.ok());
+  CHECK(plan.status().message().find("not exact") != std::string::npos);
+  CHECK(plan.status().message().find(".safetensors: tensor '") != std::string::npos);
+}
+
+TEST_CASE("LoadOfACorruptShardIsRefusedNamingTheFileAndChangesNothing") {
+  TempDir d;
+  auto ms = TpManifests("tiny-llama", 2);
+  WriteCheckpoint(d.path(), SourcesOf(ms, 5), 2);
+  auto req = Req(d.path(), "tiny-llama", 2);
+  json first = RunLoad(req, d);
+  REQUIRE(first["outcome"] == "committed");
+  // Truncate the second shard in the middle of its data.
+  const std::string shard = d.sub("model-2.safetensors");
+  std::ifstream in(shard, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  WriteFile(shard, bytes.substr(0, bytes.size() / 2));
+  auto plan = PlanCheckpointLoad(req);
+  REQUIRE_FALSE(plan.ok());
+  CHECK(plan.status().message().find("model-2.safetensors") != std::string::npos);
+  CHECK(plan.status().message().find("past the end") != std::string::npos);
+}
+
+// ---------------------------------------------------------------- CLI
+
+namespace {
+struct Run {
+  int code;
+  std::string out;
+};
+Run Sh(const std::string& cmd) {
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(f);
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
+  return {WEXITSTATUS(pclose(f)), out};
+}
+}  // namespace
+
+TEST_CASE("WtxExpectEqualsWtxLoadOnTheScriptGeneratedTinyCheckpoint") {
+  TempDir d;
+  const std::string script = std::string(WTX_SOURCE_DIR) + "/scripts/make_tiny_checkpoint.py";
+  Run g = Sh("/usr/bin/python3 " + script + " --out " + d.sub("ckpt"));
+  REQUIRE(g.code == 0);
+  const std::string common = " --checkpoint " + d.sub("ckpt") + " --hf-config " +
+                             Model("tiny-llama") + " --tp 2 --json";
+  Run e = Sh(std::string(WTX_BINARY) + " expect" + common);
+  REQUIRE(e.code == 0);
+  const json ej = json::parse(e.out);
+  for (const char* transport : {"inproc", "tcp"}) {
+    INFO(transport);
+    Run l = Sh(std::string(WTX_BINARY) + " load" + common + " --transport " + transport);
+    INFO(l.out);
+    REQUIRE(l.code == 0);
+    const json lj = json::parse(l.out);
+    CHECK(lj["outcome"] == "committed");
+    CHECK(lj["version"] == ej["version"]);
+    for (int r = 0; r < 2; ++r) CHECK(lj["ranks"][r]["digest"] == ej["ranks"][r]["digest"]);
+  }
+  // The generator is deterministic: a second run writes the same bytes.
+  Run g2 = Sh("/usr/bin/python3 " + script + " --out " + d.sub("ckpt2") + " && cmp " +
+              d.sub("ckpt/model-00001-of-00002.safetensors") + " " +
+              d.sub("ckpt2/model-00001-of-00002.safetensors"));
+  CHECK(g2.code == 0);
+}
+
+TEST_CASE("WtxLoadOfABadCheckpointExitsTwoNamingFileAndTensor") {
+  TempDir d;
+  WriteFile(d.sub("model.safetensors"), FileBytes(One("F32", {100}, 0, 400), "abcd"));
+  Run l = Sh(std::string(WTX_BINARY) + " load --checkpoint " + d.sub("model.safetensors") +
+             " --hf-config " + Model("tiny-llama") + " --tp 2 --json");
+  CHECK(l.code == 2);
+  CHECK(l.out.find("model.safetensors: tensor 't'") != std::string::npos);
+  Run e = Sh(std::string(WTX_BINARY) + " expect --checkpoint " + d.sub("nope") +
+             " --hf-config " + Model("tiny-llama") + " --tp 2");
+  CHECK(e.code == 2);
+  CHECK(e.out.find("nope") != std::string::npos);
+}
