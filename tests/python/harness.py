@@ -5,6 +5,7 @@ The tiny-Llama engine ranks and the trainer of the end-to-end tests live here to
 import datetime
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import traceback
 
@@ -24,7 +25,9 @@ def _entry(target, rank, world, port, args, q):
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world, timeout=datetime.timedelta(seconds=30))
         result = target(rank, world, args)
-        q.put((rank, "ok", result))
+        # Plain pickle copies tensors (the queue's own pickler would share them through file
+        # descriptors of a process that is about to exit).
+        q.put((rank, "ok", pickle.dumps(result)))
     except BaseException:  # report everything to the test
         q.put((rank, "error", traceback.format_exc()))
     q.close()
@@ -52,7 +55,7 @@ def run_world(target, world, args, timeout=90):
                 continue
             if status == "error":
                 raise AssertionError(f"rank {rank} failed:\n{payload}")
-            results[rank] = payload
+            results[rank] = pickle.loads(payload)
     finally:
         for p in procs:
             p.join(timeout=timeout)
@@ -99,7 +102,7 @@ def engine(rank, world, args):
             # vLLM's weight-transfer path: full HF tensors broadcast, routed by the manifest.
             for name in _sources_of(step, names):
                 t = torch.empty(hf_weights(0)[name].shape, dtype=torch.bfloat16)
-                dist.broadcast(t, src=TRAINER)
+                dist.broadcast(t.view(torch.uint8), src=TRAINER)  # gloo: no bf16 collectives
                 worker.update_weights([(name, t)])
         else:
             for name in _sources_of(step, names):
@@ -136,7 +139,7 @@ def trainer(rank, world, args):
         w = hf_weights(step["seed"])
         if step.get("mode", "inplace") == "update_weights":
             for name in _sources_of(step, names):
-                dist.broadcast(w[name].contiguous(), src=TRAINER)
+                dist.broadcast(w[name].contiguous().view(torch.uint8), src=TRAINER)
         else:
             for name in _sources_of(step, names):
                 for r in (0, 1):
