@@ -37,6 +37,9 @@ def _write_source(self, source, tensor):
         piece = slice_source(tensor, s["source_box"])
         if hasattr(piece, "contiguous"):
             piece = piece.contiguous()
+        else:  # numpy
+            import numpy
+            piece = numpy.ascontiguousarray(piece)
         pieces.append((s["param"], piece, s["id"], s["box"]))
     self.write_many(pieces)
     return len(pieces)

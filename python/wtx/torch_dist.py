@@ -156,32 +156,29 @@ class Group:
             raise Error("E_CRASHED", f"rank {rank} is gone: {e}")
 
     # Frames: a header tensor [kind, length] (int64) then the payload bytes (uint8).
-    def _send(self, rank, kind, payload):
-        dst = _global_rank(self.group, rank)
+    def _send_frame(self, dst, kind, payload):
         dist.send(torch.tensor([kind, len(payload)], dtype=torch.int64), dst, group=self.group)
         if payload:
-            data = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-            dist.send(data, dst, group=self.group)
+            dist.send(torch.frombuffer(bytearray(payload), dtype=torch.uint8), dst,
+                      group=self.group)
 
-    def _recv(self, src):
+    def _recv_frame(self, src):
         header = torch.empty(2, dtype=torch.int64)
         dist.recv(header, src, group=self.group)
         kind, n = int(header[0]), int(header[1])
         data = torch.empty(n, dtype=torch.uint8)
         if n:
             dist.recv(data, src, group=self.group)
-        return kind, bytes(data.numpy().tobytes())
+        return kind, data.numpy().tobytes()
+
+    def _send(self, rank, kind, payload):
+        self._send_frame(_global_rank(self.group, rank), kind, payload)
 
     def _recv_reply(self, rank):
-        _, payload = self._recv(_global_rank(self.group, rank))
-        return payload
+        return self._recv_frame(_global_rank(self.group, rank))[1]
 
     def _recv_from_coordinator(self):
-        return self._recv(self._coordinator_global)
+        return self._recv_frame(self._coordinator_global)
 
     def _send_to_coordinator(self, reply):
-        dst = self._coordinator_global
-        dist.send(torch.tensor([_CALL, len(reply)], dtype=torch.int64), dst, group=self.group)
-        if reply:
-            dist.send(torch.frombuffer(bytearray(reply), dtype=torch.uint8), dst,
-                      group=self.group)
+        self._send_frame(self._coordinator_global, _CALL, reply)

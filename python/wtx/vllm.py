@@ -55,12 +55,14 @@ def _split(name):
 def _module_of(name):
     """Modules as the HF manifests group them: per decoder layer `...layers.N.self_attn` (with
     input_layernorm) and `...layers.N.mlp` (with post_attention_layernorm); elsewhere the
-    owning module (`model.embed_tokens`, `lm_head`, ...)."""
+    owning module (`model.embed_tokens`, ...); the final norm goes with `lm_head`."""
     m = re.match(r"^(.*?\.layers\.\d+)\.([^.]+)", name)
     if m:
         part = {"input_layernorm": "self_attn", "post_attention_layernorm": "mlp"}.get(
             m.group(2), m.group(2))
         return f"{m.group(1)}.{part}"
+    if re.match(r"^(model\.)?norm\.", name):
+        return "lm_head"
     return _split(name)[0] or name
 
 
