@@ -79,8 +79,10 @@ PyManifest FromHfConfig(py::object config, int tp, int rank, std::optional<std::
 
 // ------------------------------------------------------------------------------- Participant
 
-// Kills the process (exit status 137, as SIGKILL) at an armed protocol point: the fault
-// injection of `test_crash_at` (a real process death, for multi-process tests).
+// Kills the process (exit status 137, as SIGKILL) at an armed protocol point
+// ("before_prepare_logged", "after_prepare_logged", "before_decision_logged",
+// "after_decision_logged"): the fault injection of `test_crash_at` (a real process death, for
+// multi-process tests), as `wtx rank --test-hooks` offers over its control connection.
 class ExitAtCrashPoint : public CrashPoints {
  public:
   explicit ExitAtCrashPoint(std::string point) : point_(std::move(point)) {}
@@ -468,6 +470,7 @@ net::MessageCarrier PyCarrier(py::function fn) {
 }
 
 struct PyCoordinator {
+  std::unique_ptr<CrashPoints> crash;  // declared first: outlives the coordinator
   std::unique_ptr<Transport> transport;
   std::unique_ptr<Coordinator> c;
   std::vector<std::shared_ptr<PyParticipant>> participants;  // kept alive (in-process)
@@ -479,9 +482,15 @@ struct PyCoordinator {
   }
 };
 
-CoordinatorOptions CoordOptions(const std::string& dir, double prepare_timeout_s) {
+CoordinatorOptions CoordOptions(PyCoordinator& self, const std::string& dir,
+                                double prepare_timeout_s,
+                                const std::optional<std::string>& test_crash_at) {
   CoordinatorOptions o;
   o.journal_dir = dir;
+  if (test_crash_at) {
+    self.crash = std::make_unique<ExitAtCrashPoint>(*test_crash_at);
+    o.crash_points = self.crash.get();
+  }
   o.prepare_timeout = std::chrono::milliseconds(static_cast<int64_t>(prepare_timeout_s * 1000));
   return o;
 }
@@ -497,7 +506,8 @@ std::unique_ptr<Coordinator> OpenCoordinator(const CoordinatorOptions& o, Transp
 
 std::shared_ptr<PyCoordinator> OpenInProc(const std::string& dir,
                                           std::vector<std::shared_ptr<PyParticipant>> ps,
-                                          double prepare_timeout_s) {
+                                          double prepare_timeout_s,
+                                          std::optional<std::string> test_crash_at) {
   if (ps.empty()) Raise(Status::InvalidArgument("coordinator: participants is empty"));
   auto out = std::make_shared<PyCoordinator>();
   auto t = std::make_unique<InProcTransport>(static_cast<int>(ps.size()));
@@ -511,21 +521,23 @@ std::shared_ptr<PyCoordinator> OpenInProc(const std::string& dir,
   }
   out->participants = std::move(ps);
   out->journal_dir = dir;
-  out->c = OpenCoordinator(CoordOptions(dir, prepare_timeout_s), t.get());
+  out->c = OpenCoordinator(CoordOptions(*out, dir, prepare_timeout_s, test_crash_at), t.get());
   out->transport = std::move(t);
   return out;
 }
 
 std::shared_ptr<PyCoordinator> OpenCarried(const std::string& dir, int num_ranks,
                                            py::function carrier, double prepare_timeout_s,
-                                           double request_timeout_s) {
+                                           double request_timeout_s,
+                                           std::optional<std::string> test_crash_at) {
   if (num_ranks < 1) Raise(Status::InvalidArgument("coordinator: num_ranks must be >= 1"));
   auto out = std::make_shared<PyCoordinator>();
   out->journal_dir = dir;
   out->transport = std::make_unique<net::MessageTransport>(
       num_ranks, PyCarrier(std::move(carrier)),
       std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000)));
-  out->c = OpenCoordinator(CoordOptions(dir, prepare_timeout_s), out->transport.get());
+  out->c = OpenCoordinator(CoordOptions(*out, dir, prepare_timeout_s, test_crash_at),
+                           out->transport.get());
   return out;
 }
 
@@ -733,10 +745,11 @@ void DefineModule(py::module_& m) {
 
   py::class_<PyCoordinator, std::shared_ptr<PyCoordinator>>(m, "Coordinator")
       .def_static("open", &OpenInProc, py::arg("journal_dir"), py::kw_only(),
-                  py::arg("participants"), py::arg("prepare_timeout") = 5.0)
+                  py::arg("participants"), py::arg("prepare_timeout") = 5.0,
+                  py::arg("test_crash_at") = py::none())
       .def_static("open_carried", &OpenCarried, py::arg("journal_dir"), py::kw_only(),
                   py::arg("num_ranks"), py::arg("carrier"), py::arg("prepare_timeout") = 5.0,
-                  py::arg("request_timeout") = 30.0,
+                  py::arg("request_timeout") = 30.0, py::arg("test_crash_at") = py::none(),
                   "A coordinator whose calls travel as encoded messages through "
                   "carrier(rank, request: bytes, timeout_s) -> reply bytes (wtx.torch_dist).")
       .def("begin", &Begin, py::arg("tx"), py::kw_only(), py::arg("kind") = "full",

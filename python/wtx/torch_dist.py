@@ -41,10 +41,12 @@ class Group:
 
     participant: this rank's wtx.Participant; its rank must equal the group rank.
     coordinator_journal: the coordinator's journal directory (used on group rank 0 only).
+    coordinator_options: more keywords of Coordinator.open_carried (e.g. request_timeout).
     Construction is collective and runs `recover()`.
     """
 
-    def __init__(self, participant, coordinator_journal=None, group=None, prepare_timeout=30.0):
+    def __init__(self, participant, coordinator_journal=None, group=None, prepare_timeout=30.0,
+                 **coordinator_options):
         self.participant = participant
         self.group = group
         self.rank = dist.get_rank(group)
@@ -61,7 +63,7 @@ class Group:
                 raise Error("INVALID_ARGUMENT", "group rank 0 needs coordinator_journal")
             self.coordinator = Coordinator.open_carried(
                 coordinator_journal, num_ranks=self.size, carrier=self._carry,
-                prepare_timeout=prepare_timeout)
+                prepare_timeout=prepare_timeout, **coordinator_options)
         self.recover()
 
     # ------------------------------------------------------------------ collective operations

@@ -128,3 +128,33 @@ def test_CommittedDecisionReachesRankThatMissedIt(tmp_path):
     assert res2[1]["after"]["in_doubt"] is None
     assert res2[1]["after"]["version"] == res[0]["version"]
     assert res2[1]["history"][-1]["outcome"] == "committed"
+
+
+def test_CoordinatorKilledAfterLoggingCommitRecoversEveryRank(tmp_path):
+    # The decision record is synced before any rank hears it: the coordinator rank dies right
+    # after logging "commit", both ranks stay in doubt, and the restarted group commits them.
+    def body(rank, world, args):
+        m, tensors, p = _open(rank, args)
+        opts = {"test_crash_at": "after_decision_logged"} if rank == 0 else {}
+        g = Group(p, os.path.join(args["dir"], "coord"), **opts)
+        g.begin("tx1")
+        for name, t in _sources(m, seed=1).items():
+            p.write_source(name, t)
+        try:
+            g.commit("tx1")
+        except wtx.Error as e:
+            return {"code": e.code, "status": p.status()}
+        return None
+
+    res, codes = run_world(body, 2, {"dir": str(tmp_path)})
+    assert codes[0] == 137 and 0 not in res
+    assert res[1]["code"] == "E_CRASHED" and res[1]["status"]["in_doubt"] == "tx1"
+    coord = wtx.history(str(tmp_path / "coord"))
+    assert coord[-1]["tx"] == "tx1" and coord[-1]["decision"] == "commit"
+
+    res, _ = run_world(restart, 2, {"dir": str(tmp_path)})
+    for r in (0, 1):
+        assert res[r]["before"]["in_doubt"] == "tx1"
+        assert res[r]["after"]["in_doubt"] is None
+        assert res[r]["after"]["version"] == coord[-1]["version"]
+        assert res[r]["history"][-1]["outcome"] == "committed"
