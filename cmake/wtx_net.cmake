@@ -31,7 +31,7 @@ if(WTX_PCH)
 endif()
 
 target_sources(wtx PRIVATE tools/wtx/cmd_coordinator.cc tools/wtx/cmd_rank.cc
-                           tools/wtx/cmd_control.cc)
+                           tools/wtx/cmd_control.cc tools/wtx/cmd_load.cc)
 target_link_libraries(wtx PRIVATE wtx_tcp_sim)
 
 # NCCL vote: only when CUDA's runtime and NCCL are found (nccl.h in /usr/local/cuda/include,

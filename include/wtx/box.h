@@ -44,6 +44,13 @@ void ForEachFlatRun(const Shape& shape, const Box& box,
 // Number of flat runs ForEachFlatRun would produce.
 int64_t NumFlatRuns(const Shape& shape, const Box& box);
 
+// Copies the elements of `box` out of a row-major tensor of `shape` (`src`) into `dst`, dense
+// and row-major over the box; CopyBoxIn is the reverse (dense `src` into the box of `dst`).
+// `elem_size` is the element's byte width.
+// REQUIRES: BoxInsideShape(box, shape); the buffers are large enough and do not overlap.
+void CopyBoxOut(const Shape& shape, const Box& box, size_t elem_size, const void* src, void* dst);
+void CopyBoxIn(const Shape& shape, const Box& box, size_t elem_size, const void* src, void* dst);
+
 // Row-major strides of `shape`, in elements.
 std::vector<int64_t> Strides(const Shape& shape);
 

@@ -4,7 +4,9 @@
 // and kernel identity, then that every rank accepts the request, and only then begins it
 // everywhere (a refused begin changes nothing). Commit asks every rank to prepare; it commits
 // only if every rank voted yes in time, and the DECISION record is synced before any rank
-// hears it (the commit point). When no rank wrote anything the outcome is a noop. Abort
+// hears it (the commit point). When no rank wrote anything the outcome is a noop. With
+// CommitOptions::expect_version, a commit whose combined version differs aborts instead
+// (E_VERSION_MISMATCH). Abort
 // decisions need not be synced (presumed abort). After a restart, Recover() re-sends logged
 // decisions that were not acknowledged; QueryDecision answers abort for anything never
 // decided.
@@ -59,6 +61,18 @@ struct CommitOutcome {
   std::vector<int> unacknowledged;   // ranks that did not hear the decision
 };
 
+// What the sender asks of a commit beyond the ranks' votes.
+struct CommitOptions {
+  // The version the transaction must commit (expected_version.h computes it from what was
+  // sent). When every rank voted yes but the combined version differs, the transaction aborts
+  // with E_VERSION_MISMATCH naming the ranks whose digest differs from `expect_rank_digests`
+  // (or, without them, every rank), before the decision is logged as a commit.
+  std::optional<std::string> expect_version;
+  // Optional: each rank's expected digest, in rank order (ExpectedVersion::rank_digests); lets
+  // the mismatch name the ranks that differ. Ignored unless its size is the rank count.
+  std::vector<std::string> expect_rank_digests;
+};
+
 struct DecisionEntry {
   std::string tx;
   Decision decision = Decision::kAbort;
@@ -74,7 +88,7 @@ class Coordinator : public DecisionOracle {
   ~Coordinator() override = default;
 
   virtual BeginOutcome Begin(const BeginRequest& req) = 0;
-  virtual CommitOutcome Commit(const std::string& tx) = 0;
+  virtual CommitOutcome Commit(const std::string& tx, const CommitOptions& opts = {}) = 0;
   // The sender gives up on `tx`: logs abort and tells every rank.
   virtual BeginOutcome Abort(const std::string& tx) = 0;
   // Re-sends logged decisions not yet acknowledged by every rank.

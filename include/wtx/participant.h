@@ -95,6 +95,17 @@ class Participant {
   // All pieces are checked before any byte lands; on error nothing was written.
   virtual Status Write(std::span<const WritePiece> pieces) = 0;
   virtual Status Patch(const PatchRequest& req) = 0;
+  // Write by source name (a checkpoint loader's weight_loader): `data` is the FULL source
+  // tensor `source` (its manifest source_shape, row-major, in the dtype of the live parameter
+  // it feeds, `bytes` = elements x dtype size). Writes every shard this rank holds of it --
+  // TP slices, fused q/k/v and gate/up parts, stacked experts -- slicing each shard's
+  // source_box out of `data`, as one Write (all shards checked before any byte lands; on error
+  // nothing was written). Returns the number of shards written: 0 when this rank holds none of
+  // `source` (nothing is checked against the transaction then, and nothing changes).
+  // Errors: kInvalidArgument when `bytes` does not match the source shape and dtype, or the
+  // source feeds parameters of different dtypes; otherwise those of Write (E_NO_TX,
+  // E_OUT_OF_SCOPE, E_DUPLICATE_WRITE, ...), naming the source.
+  virtual Result<int> WriteSource(std::string_view source, const void* data, size_t bytes) = 0;
   // The engine recomputed derived state `name` ("*": every stale one). Returns the names.
   virtual Result<std::vector<std::string>> Refresh(std::string_view name) = 0;
   virtual void SetKernelIdentity(std::string identity) = 0;

@@ -72,6 +72,8 @@ struct RankStatus {
   int rank = -1;
   std::optional<std::string> version;  // committed version; nullopt if never committed
   std::optional<std::string> committed_tx;
+  // This rank's own content digest as of its last commit (Vote::digest); nullopt before one.
+  std::optional<std::string> digest;
   bool dirty = false;
   bool loaded = false;
   bool serving = false;

@@ -44,6 +44,8 @@ enum class ErrorCode {
   kIOError,
   kNotFound,
   kBudgetExceeded,
+  // Protocol errors added later (kept at the end so that codes stay stable).
+  kVersionMismatch,
 };
 
 // "E_BASE_MISMATCH", ... for protocol codes; "INVALID_ARGUMENT", ... for the others.

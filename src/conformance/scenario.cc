@@ -203,6 +203,11 @@ Result<Step> ParseStep(const json& s, int i, int ranks) {
         st.silent.insert(r.get<int>());
       }
     }
+    WTX_ASSIGN_OR_RETURN(expect, Str(s, "expect_version", where, false));
+    if (s.contains("expect_version") && expect.empty()) {
+      return Bad(where + ".expect_version", "expected a version or \"$tx\"");
+    }
+    st.expect_version_ref = expect;
     if (auto it = s.find("crash"); it != s.end()) {
       if (!it->is_object()) return Bad(where + ".crash", "expected {\"who\": W, \"at\": P}");
       WTX_ASSIGN_OR_RETURN(c, ParseWho(*it, where + ".crash", ranks));

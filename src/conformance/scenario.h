@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/conformance/fill.h"
+#include "wtx/coordinator.h"
 #include "wtx/manifest.h"
 #include "wtx/protocol.h"
 
@@ -54,6 +55,8 @@ struct Step {
   std::string value;
   // commit
   std::set<int> silent;
+  std::string expect_version_ref;  // as written ("$t1" or a version); empty: none
+  CommitOptions commit_options;    // expect_version_ref resolved by the runner
   std::optional<CrashSpec> crash;  // commit's crash, or the crash/restart op's target
 };
 

@@ -5,6 +5,8 @@
 
 #include "journal/fault_injection_fs.h"
 #include "journal/journal.h"
+#include "src/checkpoint/checkpoint_slices.h"
+#include "wtx/safetensors.h"
 #include "wtx/coordinator.h"
 #include "wtx/inproc_transport.h"
 #include "wtx/participant.h"
@@ -106,6 +108,30 @@ std::vector<uint8_t> FillBox(const Manifest& m, uint32_t pi, const Box& box, con
   return data;
 }
 
+// The rank holds `source` and every parameter it feeds has one dtype.
+bool SingleDType(const Manifest& m, const std::string& source) {
+  const auto& refs = m.ShardsOfSource(source);
+  if (refs.empty()) return false;
+  for (const ShardRef& r : refs) {
+    if (m.params()[r.param].dtype != m.params()[refs[0].param].dtype) return false;
+  }
+  return true;
+}
+
+// `write` by `source` (every shard the rank holds of it): the whole source tensor is filled,
+// and the participant slices it (Participant::WriteSource), as a checkpoint loader does.
+Status WriteWholeSource(const Step& st, Participant& p) {
+  const Manifest& m = p.manifest();
+  const ShardRef& first = m.ShardsOfSource(st.source).front();
+  const DType dtype = m.params()[first.param].dtype;
+  const size_t esz = DTypeSize(dtype);
+  const int64_t n = NumElements(*m.SourceShape(st.source));
+  std::vector<uint8_t> full(static_cast<size_t>(n) * esz);
+  const uint64_t h = SourceNameHash(st.source);
+  for (int64_t i = 0; i < n; ++i) FillElement(st.fill, h, i, dtype, &full[static_cast<size_t>(i) * esz]);
+  return p.WriteSource(st.source, full.data(), full.size()).status();
+}
+
 Status DoWrite(const Step& st, const std::optional<BeginRequest>& scope, Participant& p) {
   const Manifest& m = p.manifest();
   std::vector<WritePiece> pieces;
@@ -120,6 +146,9 @@ Status DoWrite(const Step& st, const std::optional<BeginRequest>& scope, Partici
     w.bytes = buffers.back().size();
     pieces.push_back(std::move(w));
   };
+  if (!st.source.empty() && st.param == "*" && !st.box && SingleDType(m, st.source)) {
+    return WriteWholeSource(st, p);
+  }
   if (!st.source.empty()) {
     const auto& refs = m.ShardsOfSource(st.source);
     bool any = false;
@@ -226,7 +255,7 @@ class InProcProcesses : public SimProcesses {
       }
     }
     transport_.SetSilent(st.silent);
-    CommitOutcome o = coord_.c->Commit(st.tx);
+    CommitOutcome o = coord_.c->Commit(st.tx, st.commit_options);
     transport_.SetSilent({});
     // Processes that died at their crash point.
     if (armed_rank && armed_rank->crash.Disarm()) KillRank(armed_index, st.crash->power_loss);
@@ -390,7 +419,7 @@ class Runner {
   void RunStep(const Step& st, json& out) {
     if (st.op == "begin") return DoBegin(st, out);
     if (st.op == "write" || st.op == "patch" || st.op == "refresh" ||
-        st.op == "set_kernel_identity") {
+        st.op == "set_kernel_identity" || st.op == "load_checkpoint") {
       return ForRanks(st, out);
     }
     if (st.op == "commit") return DoCommit(st, out);
@@ -474,7 +503,16 @@ class Runner {
       return Fail(out, {{-1, Status(ErrorCode::kCrashed, "the coordinator is down")}});
     }
     bool coordinator_died = false;
-    CommitOutcome o = procs_.Commit(st, &coordinator_died);
+    Step resolved = st;
+    if (!st.expect_version_ref.empty()) {
+      resolved.commit_options.expect_version = ResolveBase(st.expect_version_ref);
+      // "$tx": each rank's digest in that transaction too, so a mismatch names the ranks.
+      if (st.expect_version_ref[0] == '$') {
+        auto it = committed_digests_.find(st.expect_version_ref.substr(1));
+        if (it != committed_digests_.end()) resolved.commit_options.expect_rank_digests = it->second;
+      }
+    }
+    CommitOutcome o = procs_.Commit(resolved, &coordinator_died);
     json votes = json::array();
     std::vector<int> failing;
     for (const auto& v : o.votes) {
@@ -485,6 +523,9 @@ class Runner {
     if (o.decision) out["decision"] = DecisionName(*o.decision);
     if (o.decision == Decision::kCommit) {
       committed_[st.tx] = o.version;
+      std::vector<std::string> digests;
+      for (const auto& v : o.votes) digests.push_back(v.vote.digest);
+      committed_digests_[st.tx] = std::move(digests);
       out["version"] = o.version;
     }
     if (coordinator_died) {
@@ -556,6 +597,7 @@ class Runner {
     if (procs_.RankAlive(r)) {
       RankStatus s = procs_.RankState(r);
       j["version"] = s.version ? json(*s.version) : json();
+      j["digest"] = s.digest ? json(*s.digest) : json();
       j["dirty"] = s.dirty;
       j["loaded"] = s.loaded;
       j["serving"] = s.serving;
@@ -574,6 +616,7 @@ class Runner {
     }
     const json act = st.is_object() ? st.value("active", json()) : json();
     j["version"] = st.is_object() ? st.value("version", json()) : json();
+    j["digest"] = st.is_object() ? st.value("digest", json()) : json();
     j["dirty"] = true;
     j["loaded"] = false;
     j["serving"] = false;
@@ -626,6 +669,7 @@ class Runner {
   std::string dir_;
   std::optional<BeginRequest> scope_;
   std::map<std::string, std::string> committed_;
+  std::map<std::string, std::vector<std::string>> committed_digests_;  // tx -> rank digests
 };
 
 }  // namespace
@@ -634,6 +678,11 @@ Status ApplyRankStep(const Step& st, const std::optional<BeginRequest>& scope, P
   if (st.op == "write") return DoWrite(st, scope, p);
   if (st.op == "patch") return DoPatch(st, p);
   if (st.op == "refresh") return p.Refresh(st.derived).status();
+  if (st.op == "load_checkpoint") {  // `wtx load`: value is the checkpoint's path
+    auto c = SafetensorsCheckpoint::Open(st.value);
+    if (!c.ok()) return c.status();
+    return WriteCheckpointSlices(*c.value(), p).status();
+  }
   if (st.op == "set_kernel_identity") {
     p.SetKernelIdentity(st.value);
     return Status::OK();

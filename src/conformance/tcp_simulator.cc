@@ -376,7 +376,9 @@ CommitOutcome TcpProcesses::Commit(const Step& st, bool* coordinator_died) {
     }
   }
   for (int r : st.silent) CallRank(r, "set_silent", {{"silent", true}}, kCallTimeout).status().ok();
-  auto j = CallCoordinator("commit", {{"tx", st.tx}}, kCallTimeout * 4);
+  auto j = CallCoordinator("commit",
+                           {{"tx", st.tx}, {"options", CommitOptionsToJson(st.commit_options)}},
+                           kCallTimeout * 4);
   for (int r : st.silent) {
     CallRank(r, "set_silent", {{"silent", false}}, kCallTimeout).status().ok();
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstring>
 
 namespace wtx {
 
@@ -123,6 +124,34 @@ void ForEachFlatRun(const Shape& shape, const Box& box,
     }
     if (split == 0) return;
   }
+}
+
+}  // namespace wtx
+
+namespace wtx {
+
+void CopyBoxOut(const Shape& shape, const Box& box, size_t elem_size, const void* src,
+                void* dst) {
+  if (NumElements(box) == 0) return;
+  const uint8_t* s = static_cast<const uint8_t*>(src);
+  uint8_t* d = static_cast<uint8_t*>(dst);
+  ForEachFlatRun(shape, box, [&](int64_t b, int64_t len) {
+    const size_t n = static_cast<size_t>(len) * elem_size;
+    std::memcpy(d, s + static_cast<size_t>(b) * elem_size, n);
+    d += n;
+  });
+}
+
+void CopyBoxIn(const Shape& shape, const Box& box, size_t elem_size, const void* src,
+               void* dst) {
+  if (NumElements(box) == 0) return;
+  const uint8_t* s = static_cast<const uint8_t*>(src);
+  uint8_t* d = static_cast<uint8_t*>(dst);
+  ForEachFlatRun(shape, box, [&](int64_t b, int64_t len) {
+    const size_t n = static_cast<size_t>(len) * elem_size;
+    std::memcpy(d + static_cast<size_t>(b) * elem_size, s, n);
+    s += n;
+  });
 }
 
 }  // namespace wtx

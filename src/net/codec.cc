@@ -162,6 +162,7 @@ json RankStatusToJson(const RankStatus& s) {
   return {{"rank", s.rank},
           {"version", OptStr(s.version)},
           {"committed_tx", OptStr(s.committed_tx)},
+          {"digest", OptStr(s.digest)},
           {"dirty", s.dirty},
           {"loaded", s.loaded},
           {"serving", s.serving},
@@ -176,6 +177,7 @@ Result<RankStatus> RankStatusFromJson(const json& j) {
     s.rank = j.at("rank").get<int>();
     s.version = GetOptStr(j, "version");
     s.committed_tx = GetOptStr(j, "committed_tx");
+    s.digest = GetOptStr(j, "digest");
     s.dirty = j.at("dirty").get<bool>();
     s.loaded = j.at("loaded").get<bool>();
     s.serving = j.at("serving").get<bool>();

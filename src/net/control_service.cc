@@ -97,6 +97,24 @@ Result<BeginOutcome> BeginOutcomeFromJson(const json& j) {
   });
 }
 
+json CommitOptionsToJson(const CommitOptions& o) {
+  return {{"expect_version", o.expect_version ? json(*o.expect_version) : json()},
+          {"expect_rank_digests", o.expect_rank_digests}};
+}
+
+Result<CommitOptions> CommitOptionsFromJson(const json& j) {
+  CommitOptions o;
+  if (j.is_null()) return o;
+  if (!j.is_object()) return Status::InvalidArgument("commit options: expected a map");
+  return Guard<CommitOptions>("commit options", [&]() -> Result<CommitOptions> {
+    if (auto v = j.find("expect_version"); v != j.end() && !v->is_null()) {
+      o.expect_version = v->get<std::string>();
+    }
+    o.expect_rank_digests = j.value("expect_rank_digests", std::vector<std::string>());
+    return o;
+  });
+}
+
 json CommitOutcomeToJson(const CommitOutcome& o) {
   json votes = json::array();
   for (const auto& v : o.votes) {

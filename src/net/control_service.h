@@ -41,6 +41,9 @@ Result<Step> RankStepFromJson(const nlohmann::json& j);
 nlohmann::json BeginOutcomeToJson(const BeginOutcome& o);
 Result<BeginOutcome> BeginOutcomeFromJson(const nlohmann::json& j);
 
+// {"expect_version": V|null, "expect_rank_digests": [...]}
+nlohmann::json CommitOptionsToJson(const CommitOptions& o);
+Result<CommitOptions> CommitOptionsFromJson(const nlohmann::json& j);
 nlohmann::json CommitOutcomeToJson(const CommitOutcome& o);
 Result<CommitOutcome> CommitOutcomeFromJson(const nlohmann::json& j);
 

@@ -18,7 +18,7 @@ class CoordinatorImpl : public Coordinator {
   Status Init();
 
   BeginOutcome Begin(const BeginRequest& req) override;
-  CommitOutcome Commit(const std::string& tx) override;
+  CommitOutcome Commit(const std::string& tx, const CommitOptions& opts) override;
   BeginOutcome Abort(const std::string& tx) override;
   Status Recover() override;
   std::vector<DecisionEntry> decisions() const override {
@@ -55,6 +55,10 @@ class CoordinatorImpl : public Coordinator {
     return Status(ErrorCode::kCrashed, "coordinator journal failed: " + s.ToString());
   }
   Status LogDecision(const DecisionEntry& e, const json& extra, bool sync);
+  // E_VERSION_MISMATCH when `opts` expects a version the yes votes' digests do not combine to,
+  // naming the ranks whose digest differs.
+  static Status CheckExpectedVersion(const CommitOptions& opts,
+                                     const std::vector<std::string>& digests);
   Status LogEnd(const std::string& tx);
   std::vector<int> Deliver(const std::string& tx, Decision d, const std::string& version);
   json State() const;
@@ -210,7 +214,7 @@ BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
   return out;
 }
 
-CommitOutcome CoordinatorImpl::Commit(const std::string& tx) {
+CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions& opts) {
   std::lock_guard<std::mutex> l(mu_);
   CommitOutcome out;
   if (Status s = CheckAlive(); !s.ok()) {
@@ -254,7 +258,9 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx) {
   }
   DecisionEntry e;
   e.tx = tx;
-  if (!any_missing && !any_wrote) {
+  Status expected = Status::OK();
+  if (!any_no && !any_missing) expected = CheckExpectedVersion(opts, digests);
+  if (!any_missing && !any_wrote && expected.ok()) {
     e.decision = Decision::kNoop;
     e.reason = "nothing was written";
   } else if (any_no) {
@@ -265,6 +271,12 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx) {
     e.decision = Decision::kAbort;
     out.status = Status(ErrorCode::kTimeout, "a rank did not vote in time");
     e.reason = "E_TIMEOUT";
+  } else if (!expected.ok()) {
+    // Every rank voted yes, but the bytes are not what the sender sent: abort before any
+    // commit decision exists.
+    e.decision = Decision::kAbort;
+    e.reason = "E_VERSION_MISMATCH";
+    out.status = expected;
   } else {
     e.decision = Decision::kCommit;
     e.version = CombineRankDigests(digests);
@@ -312,6 +324,36 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx) {
   out.unacknowledged = Deliver(tx, e.decision, e.version);
   if (out.unacknowledged.empty()) LogEnd(tx).ok();
   return out;
+}
+
+Status CoordinatorImpl::CheckExpectedVersion(const CommitOptions& opts,
+                                             const std::vector<std::string>& digests) {
+  if (!opts.expect_version) return Status::OK();
+  const std::string version = CombineRankDigests(digests);
+  const bool per_rank = opts.expect_rank_digests.size() == digests.size();
+  std::vector<int> differ;
+  for (size_t r = 0; r < digests.size(); ++r) {
+    if (!per_rank || digests[r] != opts.expect_rank_digests[r]) {
+      differ.push_back(static_cast<int>(r));
+    }
+  }
+  if (version == *opts.expect_version && (!per_rank || differ.empty())) return Status::OK();
+  std::string msg = "the ranks' digests combine to version " + version + ", expected " +
+                    *opts.expect_version;
+  if (per_rank && differ.empty()) {
+    msg += " (the expected rank digests themselves do not combine to it)";
+  } else if (per_rank) {
+    msg += "; rank digests differ on rank(s)";
+    for (size_t i = 0; i < differ.size(); ++i) {
+      const size_t r = static_cast<size_t>(differ[i]);
+      msg += (i ? ", " : " ") + std::to_string(r) + " (" + digests[r] + ", expected " +
+             opts.expect_rank_digests[r] + ")";
+    }
+  } else {
+    msg += " (no per-rank expectation: any of ranks 0.." + std::to_string(digests.size() - 1) +
+           " may differ)";
+  }
+  return Status(ErrorCode::kVersionMismatch, msg);
 }
 
 BeginOutcome CoordinatorImpl::Abort(const std::string& tx) {

@@ -77,6 +77,7 @@ class ParticipantImpl : public Participant {
   Status Begin(const BeginRequest& req) override;
   Status Write(std::span<const WritePiece> pieces) override;
   Status Patch(const PatchRequest& req) override;
+  Result<int> WriteSource(std::string_view source, const void* data, size_t bytes) override;
   Result<std::vector<std::string>> Refresh(std::string_view name) override;
   void SetKernelIdentity(std::string identity) override {
     std::lock_guard<std::mutex> l(mu_);
@@ -507,6 +508,63 @@ Status ParticipantImpl::Write(std::span<const WritePiece> pieces) {
   }
   if (pending_.size() >= kWriteRecordBatch) return FlushPending();
   return Status::OK();
+}
+
+Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* data,
+                                         size_t bytes) {
+  // The manifest is immutable: the slicing needs no lock; Write takes it.
+  const std::vector<ShardRef>& refs = manifest_->ShardsOfSource(source);
+  if (refs.empty()) return 0;
+  const std::string where = "source '" + std::string(source) + "'";
+  const auto& params = manifest_->params();
+  const ShardSpec& first = params[refs[0].param].shards[refs[0].shard];
+  const Shape& shape = first.source_shape;
+  const DType dtype = params[refs[0].param].dtype;
+  for (const ShardRef& r : refs) {
+    if (params[r.param].dtype != dtype) {
+      return Status::InvalidArgument(
+          where + " feeds parameters of different dtypes ('" + params[refs[0].param].name +
+          "' " + std::string(DTypeName(dtype)) + ", '" + params[r.param].name + "' " +
+          std::string(DTypeName(params[r.param].dtype)) + "); write its shards one by one");
+    }
+  }
+  const size_t esz = DTypeSize(dtype);
+  const size_t want = static_cast<size_t>(NumElements(shape)) * esz;
+  if (bytes != want || (want > 0 && data == nullptr)) {
+    return Status(ErrorCode::kBadWrite,
+                  where + ": " + std::to_string(bytes) + " bytes, expected " +
+                      std::to_string(want) + " (shape " + BoxToString(WholeBox(shape)) + ", " +
+                      std::string(DTypeName(dtype)) + ")");
+  }
+  const uint8_t* src = static_cast<const uint8_t*>(data);
+  // Shards whose source box is one contiguous run are written straight from `data`; the
+  // others (column slices) are gathered first.
+  std::vector<std::vector<uint8_t>> gathered;
+  gathered.reserve(refs.size());
+  std::vector<WritePiece> pieces;
+  pieces.reserve(refs.size());
+  for (const ShardRef& r : refs) {
+    const ParamSpec& p = params[r.param];
+    const ShardSpec& sh = p.shards[r.shard];
+    WritePiece w;
+    w.param = p.name;
+    w.shard = sh.id;
+    w.box = sh.box;
+    w.bytes = static_cast<size_t>(NumElements(sh.source_box)) * esz;
+    if (w.bytes == 0) continue;
+    if (NumFlatRuns(shape, sh.source_box) == 1) {
+      ForEachFlatRun(shape, sh.source_box,
+                     [&](int64_t b, int64_t) { w.data = src + static_cast<size_t>(b) * esz; });
+    } else {
+      std::vector<uint8_t>& buf = gathered.emplace_back(w.bytes);
+      CopyBoxOut(shape, sh.source_box, esz, src, buf.data());
+      w.data = buf.data();
+    }
+    pieces.push_back(std::move(w));
+  }
+  Status s = Write(pieces);
+  if (!s.ok()) return Status(s.code(), where + ": " + s.message());
+  return static_cast<int>(pieces.size());
 }
 
 void ParticipantImpl::UpdateCoveragePeak() {
@@ -1022,6 +1080,7 @@ RankStatus ParticipantImpl::status() const {
   const json& st = journal_->state();
   if (!st["version"].is_null()) s.version = st["version"].get<std::string>();
   if (!st["committed_tx"].is_null()) s.committed_tx = st["committed_tx"].get<std::string>();
+  if (auto d = st.find("digest"); d != st.end() && d->is_string()) s.digest = d->get<std::string>();
   s.dirty = DirtyLocked() || crashed_;
   s.loaded = loaded_ && !crashed_;
   if (active_) {

@@ -137,6 +137,7 @@ Status ParticipantReplay::ApplyUnchecked(const json& r) {
     if (r.at("decision") == "commit") {
       s["version"] = r.at("version");
       s["committed_tx"] = tx;
+      s["digest"] = s["active"].value("digest", json());
     }
     s["dirty"] = r.at("dirty");
     s["loaded"] = r.value("loaded", s.value("loaded", false));

@@ -1,7 +1,5 @@
 #include "wtx/status.h"
 
-#include <array>
-
 namespace wtx {
 namespace {
 
@@ -10,7 +8,7 @@ struct CodeName {
   std::string_view name;
 };
 
-constexpr std::array<CodeName, 23> kNames = {{
+constexpr CodeName kNames[] = {
     {ErrorCode::kOk, "OK"},
     {ErrorCode::kBaseMismatch, "E_BASE_MISMATCH"},
     {ErrorCode::kDirty, "E_DIRTY"},
@@ -34,7 +32,8 @@ constexpr std::array<CodeName, 23> kNames = {{
     {ErrorCode::kIOError, "IO_ERROR"},
     {ErrorCode::kNotFound, "NOT_FOUND"},
     {ErrorCode::kBudgetExceeded, "E_ROLLBACK_BUDGET"},
-}};
+    {ErrorCode::kVersionMismatch, "E_VERSION_MISMATCH"},
+};
 
 }  // namespace
 

@@ -1,4 +1,4 @@
-// libFuzzer entry point; WTX_FUZZ_TARGET (scenario | manifest | record) picks the parser.
+// libFuzzer entry point; WTX_FUZZ_TARGET (scenario | manifest | record | safetensors) picks the parser.
 // Built only with -DWTX_FUZZ=ON (clang): see tests/fuzz/CMakeLists.txt.
 #include "tests/fuzz/fuzz_targets.h"
 

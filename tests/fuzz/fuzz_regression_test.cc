@@ -42,6 +42,10 @@ TEST_CASE("FuzzRegressionsOfTheManifestParserStayFixed") {
   CHECK(Replay("manifest", wtx::fuzz::FuzzManifest) > 0);
 }
 
+TEST_CASE("FuzzRegressionsOfTheSafetensorsHeaderParserStayFixed") {
+  CHECK(Replay("safetensors", wtx::fuzz::FuzzSafetensors) > 0);
+}
+
 TEST_CASE("FuzzRegressionsOfTheRecordDecoderStayFixed") {
   CHECK(Replay("record", wtx::fuzz::FuzzRecord) > 0);
 }

@@ -24,6 +24,7 @@
 #include "journal/record.h"
 #include "src/conformance/scenario.h"
 #include "wtx/manifest.h"
+#include "wtx/safetensors.h"
 
 namespace wtx::fuzz {
 
@@ -98,6 +99,28 @@ inline void FuzzRecord(const uint8_t* data, size_t size) {
     if (s.ok() != by_json.ok() || (s.ok() && fast.state() != by_json.value())) {
       Violated("a binary WRITE replays as its JSON form");
     }
+  }
+}
+
+// Input: a whole safetensors file (8-byte header length, JSON header, data). A header that
+// parses describes tensors inside the data section, of the byte size their shape and dtype
+// need, pairwise disjoint.
+inline void FuzzSafetensors(const uint8_t* data, size_t size) {
+  auto h = ParseSafetensorsHeader({data, size}, "fuzz.safetensors");
+  if (!h.ok()) return;
+  const SafetensorsHeader& hd = h.value();
+  if (hd.data_offset != 8 + hd.header_bytes || hd.data_offset > size) {
+    Violated("the data section starts inside the file");
+  }
+  const uint64_t data_size = size - hd.data_offset;
+  uint64_t furthest = 0;
+  for (const SafetensorsEntry& t : hd.tensors) {
+    if (t.begin > t.end || t.end > data_size) Violated("a tensor lies inside the data section");
+    uint64_t elements = 1;
+    for (int64_t d : t.shape) elements *= static_cast<uint64_t>(d);
+    if (elements * DTypeSize(t.dtype) != t.end - t.begin) Violated("a tensor's bytes fit its shape");
+    if (t.end > t.begin && t.begin < furthest) Violated("tensors do not overlap");
+    if (t.end > furthest) furthest = t.end;
   }
 }
 

@@ -133,7 +133,9 @@ int RunCoordinator(const CoordinatorArgs& a) {
       return ok(sim::BeginOutcomeToJson(c->Begin(req.value())));
     }
     if (m == "commit") {
-      CommitOutcome o = c->Commit(p.at("tx").get<std::string>());
+      auto opts = sim::CommitOptionsFromJson(p.value("options", json()));
+      if (!opts.ok()) return Result<json>(opts.status());
+      CommitOutcome o = c->Commit(p.at("tx").get<std::string>(), opts.value());
       json j = sim::CommitOutcomeToJson(o);
       j["crash_fired"] = crash.Disarm();
       return ok(std::move(j));

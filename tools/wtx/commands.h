@@ -15,5 +15,6 @@ void RegisterRankCommand(CLI::App& app, int* exit_code);         // cmd_rank.cc
 void RegisterControlCommand(CLI::App& app, int* exit_code);      // cmd_control.cc
 void RegisterTortureCommand(CLI::App& app, int* exit_code);      // cmd_torture.cc
 void RegisterVerifyCommand(CLI::App& app, int* exit_code);       // cmd_verify.cc
+void RegisterLoadCommands(CLI::App& app, int* exit_code);        // cmd_load.cc: load, expect
 
 }  // namespace wtx::cli

@@ -17,6 +17,7 @@ int Run(int argc, char** argv) {
   wtx::cli::RegisterControlCommand(app, &exit_code);
   wtx::cli::RegisterTortureCommand(app, &exit_code);
   wtx::cli::RegisterVerifyCommand(app, &exit_code);
+  wtx::cli::RegisterLoadCommands(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

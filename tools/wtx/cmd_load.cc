@@ -1,0 +1,171 @@
+// `wtx load --checkpoint PATH --hf-config C --tp N [--dtype D] [--journal-dir DIR]
+//           [--transport inproc|tcp] [--expect-version] [--json]`
+// `wtx expect --checkpoint PATH --hf-config C --tp N [--dtype D] [--json]`
+//
+// load: one `full` transaction on N ranks, each reading its own slices of the safetensors
+// checkpoint by source name (checkpoint_load.h); prints the outcome and the version. expect:
+// the version such a load must commit and each rank's digest, computed without any journal.
+// Exit codes: 0 committed / computed, 1 aborted or failed, 2 invalid arguments or checkpoint.
+#include <filesystem>
+#include <iostream>
+#include <random>
+
+#include "src/checkpoint/checkpoint_load.h"
+#include "src/conformance/simulator.h"
+#include "src/conformance/tcp_simulator.h"
+#include "tools/wtx/commands.h"
+
+namespace wtx::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct LoadArgs {
+  std::string checkpoint;
+  std::string hf_config;
+  int tp = 1;
+  std::string dtype;
+  std::string journal_dir;
+  std::string transport = "inproc";
+  bool expect_version = false;
+  bool json = false;
+};
+
+int Fail(const char* cmd, const Status& s) {
+  std::cerr << "wtx " << cmd << ": " << s.ToString() << "\n";
+  return s.code() == ErrorCode::kInvalidArgument || s.code() == ErrorCode::kNotFound ||
+                 s.code() == ErrorCode::kIOError
+             ? 2
+             : 1;
+}
+
+Result<CheckpointLoadRequest> Request(const LoadArgs& a) {
+  CheckpointLoadRequest r;
+  r.checkpoint = a.checkpoint;
+  r.hf_config = a.hf_config;
+  r.tp = a.tp;
+  r.expect_version = a.expect_version;
+  if (!a.dtype.empty()) {
+    auto d = DTypeFromName(a.dtype);
+    if (!d) {
+      return Status::InvalidArgument("--dtype: unknown '" + a.dtype +
+                                     "' (f32, bf16, f16, fp8_e4m3, i8, u8, i32)");
+    }
+    r.dtype = *d;
+  }
+  return r;
+}
+
+int RunLoad(const LoadArgs& a) {
+  auto req = Request(a);
+  if (!req.ok()) return Fail("load", req.status());
+  auto plan = PlanCheckpointLoad(req.value());
+  if (!plan.ok()) return Fail("load", plan.status());
+  std::string dir = a.journal_dir;
+  const bool temp = dir.empty();
+  if (temp) {
+    std::random_device rd;
+    dir = (std::filesystem::temp_directory_path() /
+           ("wtx-load-" + std::to_string(rd()) + std::to_string(rd())))
+              .string();
+  }
+  Result<json> run = Status::InvalidArgument("unknown transport '" + a.transport + "'");
+  if (a.transport == "tcp") {
+    sim::TcpSimOptions o;
+    o.journal_dir = dir;
+    o.test_hooks = false;
+    run = sim::RunScenarioTcp(plan.value().scenario, o);
+  } else if (a.transport == "inproc") {
+    sim::SimOptions o;
+    o.journal_dir = dir;
+    run = sim::RunScenario(plan.value().scenario, o);
+  }
+  if (temp) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  if (!run.ok()) return Fail("load", run.status());
+  const json out = CheckpointLoadOutput(plan.value(), run.value());
+  const bool committed = out["outcome"] == "committed";
+  if (a.json) {
+    std::cout << out.dump() << "\n";
+  } else {
+    std::cout << "load of " << plan.value().checkpoint << " on " << a.tp << " rank(s): "
+              << (out["outcome"].is_string() ? out["outcome"].get<std::string>() : "failed");
+    if (committed) std::cout << ", version " << out["version"].get<std::string>();
+    std::cout << "\n";
+    if (out.contains("error")) {
+      std::cout << "  " << out["error"].get<std::string>() << ": "
+                << out["message"].get<std::string>() << "\n";
+    }
+    for (const json& r : out["ranks"]) {
+      std::cout << "  rank " << r["rank"] << ": digest "
+                << (r["digest"].is_string() ? r["digest"].get<std::string>() : "-")
+                << (r["serving"] == true ? ", serving" : ", not serving") << "\n";
+    }
+  }
+  return committed ? 0 : 1;
+}
+
+int RunExpect(const LoadArgs& a) {
+  auto req = Request(a);
+  if (!req.ok()) return Fail("expect", req.status());
+  auto e = ExpectCheckpointVersion(req.value());
+  if (!e.ok()) return Fail("expect", e.status());
+  json ranks = json::array();
+  for (size_t r = 0; r < e.value().rank_digests.size(); ++r) {
+    ranks.push_back({{"rank", r}, {"digest", e.value().rank_digests[r]}});
+  }
+  if (a.json) {
+    std::cout << json{{"version", e.value().version}, {"ranks", ranks}}.dump() << "\n";
+  } else {
+    std::cout << "version " << e.value().version << "\n";
+    for (const json& r : ranks) {
+      std::cout << "  rank " << r["rank"] << ": digest " << r["digest"].get<std::string>()
+                << "\n";
+    }
+  }
+  return 0;
+}
+
+void AddCommon(CLI::App* cmd, LoadArgs& a) {
+  cmd->add_option("--checkpoint", a.checkpoint,
+                  "a .safetensors file, a model.safetensors.index.json, or a folder holding "
+                  "either")
+      ->required();
+  cmd->add_option("--hf-config", a.hf_config, "the model's config.json")->required();
+  cmd->add_option("--tp", a.tp, "tensor-parallel degree (ranks)")->capture_default_str();
+  cmd->add_option("--dtype", a.dtype,
+                  "live dtype (default bf16); checkpoint tensors are converted only when exact "
+                  "(bf16/f16/fp8_e4m3 -> f32, fp8_e4m3 -> bf16/f16, i8/u8 -> i32)");
+  cmd->add_flag("--json", a.json, "print JSON");
+}
+
+}  // namespace
+
+void RegisterLoadCommands(CLI::App& app, int* exit_code) {
+  auto la = std::make_shared<LoadArgs>();
+  auto* load = app.add_subcommand(
+      "load", "Load a safetensors checkpoint as one full transaction on --tp ranks");
+  AddCommon(load, *la);
+  load->add_option("--journal-dir", la->journal_dir,
+                   "keep the journals here (a new or empty folder: DIR/rank-N, "
+                   "DIR/coordinator); default: a temporary folder, removed afterwards");
+  load->add_option("--transport", la->transport,
+                   "inproc: one process; tcp: coordinator and ranks as processes on loopback")
+      ->check(CLI::IsMember({"inproc", "tcp"}))
+      ->capture_default_str();
+  load->add_flag("--expect-version", la->expect_version,
+                 "compute the version the checkpoint must produce first, and commit only if "
+                 "the ranks' digests equal it (E_VERSION_MISMATCH otherwise)");
+  load->callback([=] { *exit_code = RunLoad(*la); });
+
+  auto ea = std::make_shared<LoadArgs>();
+  auto* expect = app.add_subcommand(
+      "expect", "The version loading a safetensors checkpoint on --tp ranks must commit");
+  AddCommon(expect, *ea);
+  expect->callback([=] { *exit_code = RunExpect(*ea); });
+}
+
+}  // namespace wtx::cli
