@@ -10,6 +10,8 @@ add_library(wtx_net
   src/net/control.cc
   src/net/tcp_transport.cc
   src/net/rank_agent.cc
+  src/net/rank_service.cc
+  src/net/message_transport.cc
 )
 target_include_directories(wtx_net PUBLIC include PRIVATE ${PROJECT_SOURCE_DIR})
 target_link_libraries(wtx_net PUBLIC wtx_core Boost::headers Threads::Threads)

@@ -2,7 +2,8 @@
 # Installs the Debian packages wtx needs (idempotent). Run as root or with sudo available.
 set -euo pipefail
 pkgs=(build-essential cmake librocksdb-dev libboost-dev nlohmann-json3-dev catch2 libxxhash-dev libcli11-dev
-      clang libclang-rt-14-dev)  # clang: scripts/sanitize.sh (sanitizers, libFuzzer)
+      clang libclang-rt-14-dev  # clang: scripts/sanitize.sh (sanitizers, libFuzzer)
+      pybind11-dev python3-dev python3-torch python3-numpy python3-pytest)  # the Python module
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

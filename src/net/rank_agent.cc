@@ -6,6 +6,7 @@
 
 #include "src/net/channel.h"
 #include "src/net/codec.h"
+#include "src/net/rank_service.h"
 #include "wtx/participant_endpoint.h"
 
 namespace wtx {
@@ -86,36 +87,8 @@ class TcpRankAgent::Impl : public DecisionOracle {
 
  private:
   std::optional<Result<json>> Serve(const std::string& m, const json& p) {
-    if (m == "describe") return Result<json>(net::RankDescriptionToJson(p_->Describe()));
-    if (m == "check_begin" || m == "begin") {
-      auto req = net::BeginRequestFromJson(p.value("req", json()));
-      if (!req.ok()) return Result<json>(req.status());
-      if (m == "begin") {
-        Status s = p_->Begin(req.value());
-        if (!s.ok()) return Result<json>(s);
-        return Result<json>(json::object());
-      }
-      json holds = json::array();
-      for (const auto& s : req->sources) holds.push_back(p_->manifest().HoldsSource(s));
-      Status s = p_->CheckBegin(req.value());
-      if (!s.ok()) return Result<json>(s);
-      return Result<json>(json{{"holds", holds}});
-    }
-    if (m == "prepare") {
-      if (silent_) return std::nullopt;
-      auto v = p_->Prepare(p.at("tx").get<std::string>());
-      if (!v.ok()) return Result<json>(v.status());
-      return Result<json>(net::VoteToJson(v.value()));
-    }
-    if (m == "decide") {
-      auto d = DecisionFromName(p.at("decision").get<std::string>());
-      if (!d) return Result<json>(Status::InvalidArgument("decide: unknown decision"));
-      Status s = p_->Decide(p.at("tx").get<std::string>(), *d, p.at("version").get<std::string>());
-      if (!s.ok()) return Result<json>(s);
-      return Result<json>(json::object());
-    }
-    if (m == "ping") return Result<json>(json::object());
-    return Result<json>(Status::InvalidArgument("unknown method '" + m + "'"));
+    if (m == "prepare" && silent_) return std::nullopt;
+    return net::ServeRankRequest(*p_, m, p);
   }
 
   // Sleeps up to d; false when stopping.

@@ -1,0 +1,52 @@
+# The Python module `wtx` (docs/python.md): the pybind11 extension wtx._wtx plus the pure-Python
+# files of python/wtx/, assembled in ${CMAKE_BINARY_DIR}/python/wtx/ so that
+# `PYTHONPATH=build/python python3 -c "import wtx"` works after a build. Built against Debian's
+# /usr/bin/python3 (pybind11-dev, python3-dev); torch is used at run time only, through the
+# tensor protocol, never compiled against. Skipped with a message when Python's development
+# files or pybind11 are missing. Tests: tests/python/ (pytest), registered in CTest.
+
+option(WTX_PYTHON "Build the Python module when Python 3 and pybind11 are found" ON)
+set(WTX_HAVE_PYTHON OFF)
+if(WTX_PYTHON)
+  if(NOT DEFINED Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
+    set(Python3_EXECUTABLE /usr/bin/python3 CACHE FILEPATH "Python 3 the module is built for")
+  endif()
+  find_package(Python3 COMPONENTS Interpreter Development QUIET)
+  if(Python3_FOUND)
+    find_package(pybind11 CONFIG QUIET)
+  endif()
+  if(Python3_FOUND AND pybind11_FOUND)
+    set(WTX_HAVE_PYTHON ON)
+  else()
+    message(STATUS "wtx: Python module skipped (needs python3-dev and pybind11-dev: "
+                   "Python3 found=${Python3_FOUND}, pybind11 found=${pybind11_FOUND})")
+  endif()
+endif()
+
+if(WTX_HAVE_PYTHON)
+  set(WTX_PYTHON_DIR "${CMAKE_BINARY_DIR}/python")
+  pybind11_add_module(wtx_python MODULE python/src/module.cc python/src/py_common.cc)
+  set_target_properties(wtx_python PROPERTIES
+    OUTPUT_NAME _wtx
+    LIBRARY_OUTPUT_DIRECTORY "${WTX_PYTHON_DIR}/wtx"
+    UNITY_BUILD OFF)
+  target_include_directories(wtx_python PRIVATE ${PROJECT_SOURCE_DIR})
+  # Debian's librocksdb.a is not position-independent: the module takes RocksDB from the shared
+  # library, listed before the static archive the wtx libraries bring (the archive then
+  # contributes nothing).
+  target_link_libraries(wtx_python PRIVATE wtx_net wtx_kernels wtx_core RocksDB::rocksdb-shared)
+  # The pure-Python files, copied at build time so that edits reach build/python/wtx/.
+  file(GLOB WTX_PY_SOURCES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/python/wtx/*.py")
+  set(WTX_PY_OUTPUTS)
+  foreach(src ${WTX_PY_SOURCES})
+    get_filename_component(name "${src}" NAME)
+    add_custom_command(OUTPUT "${WTX_PYTHON_DIR}/wtx/${name}"
+                       COMMAND ${CMAKE_COMMAND} -E copy_if_different "${src}"
+                               "${WTX_PYTHON_DIR}/wtx/${name}"
+                       DEPENDS "${src}" VERBATIM)
+    list(APPEND WTX_PY_OUTPUTS "${WTX_PYTHON_DIR}/wtx/${name}")
+  endforeach()
+  add_custom_target(wtx_python_files ALL DEPENDS ${WTX_PY_OUTPUTS})
+  add_dependencies(wtx_python wtx_python_files)
+  message(STATUS "wtx: Python module for ${Python3_EXECUTABLE} in ${WTX_PYTHON_DIR}/wtx")
+endif()

@@ -1,0 +1,817 @@
+// wtx._wtx: the Python binding of wtx (python/wtx/ wraps it; docs/python.md). Manifests,
+// participants over borrowed torch tensors, coordinators over the in-process transport or over
+// a message carrier (wtx.torch_dist), and the journal history. Every wtx error is raised as
+// wtx.Error; a transaction that aborts is an outcome dict, not an exception.
+//
+// Thread-safety: the wrapped C++ objects are thread-safe; every call that copies, hashes,
+// journals or runs the protocol releases the GIL.
+#include <unistd.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include "journal/history.h"
+#include "journal/journal.h"
+#include "py_common.h"
+#include "src/net/message_transport.h"
+#include "wtx/coordinator.h"
+#include "wtx/hf_manifest.h"
+#include "wtx/inproc_transport.h"
+#include "wtx/live_verify.h"
+#include "wtx/participant.h"
+
+namespace wtx::python {
+
+using nlohmann::json;
+
+namespace {
+
+// ---------------------------------------------------------------------------------- Manifest
+
+struct PyManifest {
+  ManifestPtr m;
+};
+
+py::dict ShardToPy(const ShardSpec& s) {
+  py::dict d;
+  d["id"] = s.id;
+  d["source"] = s.source;
+  d["source_shape"] = s.source_shape;
+  d["box"] = BoxToPy(s.box);
+  d["source_box"] = BoxToPy(s.source_box);
+  d["packed"] = s.packed;
+  return d;
+}
+
+py::list ParamsToPy(const Manifest& m) {
+  py::list out;
+  for (const ParamSpec& p : m.params()) {
+    py::dict d;
+    d["name"] = p.name;
+    d["dtype"] = std::string(DTypeName(p.dtype));
+    d["shape"] = p.shape;
+    py::list shards;
+    for (const ShardSpec& s : p.shards) shards.append(ShardToPy(s));
+    d["shards"] = shards;
+    out.append(d);
+  }
+  return out;
+}
+
+PyManifest FromHfConfig(py::object config, int tp, int rank, std::optional<std::string> dtype) {
+  HfManifestOptions o;
+  o.tp = tp;
+  o.rank = rank;
+  if (dtype) {
+    auto d = DTypeFromName(*dtype);
+    if (!d) Raise(Status::InvalidArgument("dtype: unknown '" + *dtype + "'"));
+    o.dtype = *d;
+  }
+  if (py::isinstance<py::dict>(config)) return {Unwrap(ManifestFromHfConfig(FromPy(config), o))};
+  std::string path = py::str(py::module_::import("os").attr("fspath")(config));
+  if (py::module_::import("os.path").attr("isdir")(path).cast<bool>()) path += "/config.json";
+  return {Unwrap(ManifestFromHfConfigFile(path, o))};
+}
+
+// ------------------------------------------------------------------------------- Participant
+
+// Kills the process (exit status 137, as SIGKILL) at an armed protocol point
+// ("before_prepare_logged", "after_prepare_logged", "before_decision_logged",
+// "after_decision_logged"): the fault injection of `test_crash_at` (a real process death, for
+// multi-process tests), as `wtx rank --test-hooks` offers over its control connection.
+class ExitAtCrashPoint : public CrashPoints {
+ public:
+  explicit ExitAtCrashPoint(std::string point) : point_(std::move(point)) {}
+  bool ShouldCrash(std::string_view point) override {
+    if (point == point_) ::_exit(137);
+    return false;
+  }
+
+ private:
+  std::string point_;
+};
+
+class PyOracle : public DecisionOracle {
+ public:
+  explicit PyOracle(py::function fn) : fn_(std::move(fn)) {}
+  Result<std::pair<Decision, std::string>> QueryDecision(const std::string& tx) override {
+    py::gil_scoped_acquire gil;
+    try {
+      py::tuple r = fn_(tx);
+      const std::string name = r[0].cast<std::string>();
+      auto d = DecisionFromName(name);
+      if (!d) return Status::InvalidArgument("oracle answered unknown decision '" + name + "'");
+      return std::make_pair(*d, r[1].is_none() ? std::string() : r[1].cast<std::string>());
+    } catch (const std::exception& e) {
+      return Status(ErrorCode::kCrashed, std::string("the decision oracle failed: ") + e.what());
+    }
+  }
+
+ private:
+  py::function fn_;
+};
+
+struct PyParticipant {
+  std::shared_ptr<Participant> p;
+  ManifestPtr manifest;
+  std::string journal_dir;
+  int rank = 0;
+  py::dict tensors;  // borrowed live tensors, kept alive as long as the participant
+  std::unique_ptr<CrashPoints> crash;
+
+  Participant& get() const {
+    if (!p) Raise(Status::InvalidArgument("participant of rank " + std::to_string(rank) +
+                                          " is closed"));
+    return *p;
+  }
+};
+
+std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir,
+                                               const PyManifest& m, int rank,
+                                               std::optional<py::dict> tensors,
+                                               const std::string& kernel_identity,
+                                               size_t rollback_budget_bytes,
+                                               std::optional<std::string> test_crash_at) {
+  auto out = std::make_shared<PyParticipant>();
+  out->manifest = m.m;
+  out->journal_dir = journal_dir;
+  out->rank = rank;
+  ParticipantOptions o;
+  o.rank = rank;
+  o.journal_dir = journal_dir;
+  o.kernel_identity = kernel_identity;
+  o.rollback_budget_bytes = rollback_budget_bytes;
+  if (test_crash_at) {
+    out->crash = std::make_unique<ExitAtCrashPoint>(*test_crash_at);
+    o.crash_points = out->crash.get();
+  }
+  if (tensors) {
+    const Manifest& man = *m.m;
+    for (auto item : *tensors) {
+      const std::string name = py::str(item.first);
+      if (!man.FindParam(name)) {
+        Raise(Status(ErrorCode::kUnknownParam,
+                     "tensors: '" + name + "' is not a parameter of the manifest"));
+      }
+    }
+    std::vector<std::span<uint8_t>> spans;
+    for (const ParamSpec& ps : man.params()) {
+      if (!tensors->contains(ps.name)) {
+        Raise(Status(ErrorCode::kBadWrite,
+                     "tensors: no tensor for parameter '" + ps.name +
+                         "' (pass one tensor per manifest parameter, or none)"));
+      }
+      py::object t = (*tensors)[py::str(ps.name)];
+      const std::string what = "live tensor '" + ps.name + "'";
+      TensorInfo info = InspectTensor(t, what);
+      if (info.device != "cpu") {
+        Raise(Status(ErrorCode::kBadWrite,
+                     what + " is on " + info.device +
+                         "; borrowed live tensors must be host (cpu) tensors in this build"));
+      }
+      CheckHostTensor(info, ps.dtype, ps.shape, what);
+      spans.emplace_back(reinterpret_cast<uint8_t*>(info.ptr), info.bytes);
+    }
+    o.memory = Unwrap(NewBorrowedLiveMemory(man, std::move(spans)));
+    out->tensors = *tensors;
+  }
+  std::unique_ptr<Participant> p;
+  {
+    py::gil_scoped_release nogil;
+    auto r = Participant::Open(std::move(o), m.m);
+    if (!r.ok()) {
+      py::gil_scoped_acquire gil;
+      Raise(r.status());
+    }
+    p = std::move(r).value();
+  }
+  out->p = std::move(p);
+  return out;
+}
+
+// The live box a write of (param, shard, box) covers, for the shape check.
+Box TargetBox(const Manifest& m, uint32_t pi, const std::optional<std::string>& shard,
+              const std::optional<Box>& box) {
+  const ParamSpec& ps = m.params()[pi];
+  if (box) return *box;
+  if (shard && !shard->empty()) {
+    auto si = m.FindShard(pi, *shard);
+    if (!si) {
+      Raise(Status(ErrorCode::kUnknownParam,
+                   "parameter '" + ps.name + "' has no shard '" + *shard + "'"));
+    }
+    return ps.shards[*si].box;
+  }
+  return WholeBox(ps.shape);
+}
+
+Shape Extents(const Box& b) {
+  Shape s;
+  for (const Range& r : b) s.push_back(r.extent());
+  return s;
+}
+
+// One checked piece: the tensor must match the live dtype and the extents of what it covers.
+WritePiece MakePiece(const PyParticipant& self, const std::string& param, py::handle tensor,
+                     const std::optional<std::string>& shard, py::handle box_obj) {
+  const Manifest& m = *self.manifest;
+  auto pi = m.FindParam(param);
+  if (!pi) Raise(Status(ErrorCode::kUnknownParam, "write: unknown parameter '" + param + "'"));
+  std::optional<Box> box;
+  if (!box_obj.is_none()) box = BoxFromPy(box_obj, "write " + param + ": box");
+  if (box && !BoxInsideShape(*box, m.params()[*pi].shape)) {
+    Raise(Status(ErrorCode::kOutOfRange, "write " + param + ": box " + BoxToString(*box) +
+                                             " is outside the parameter"));
+  }
+  const Box target = TargetBox(m, *pi, shard, box);
+  const std::string what =
+      "tensor for '" + param + "'" + (shard && !shard->empty() ? " shard " + *shard : "");
+  TensorInfo t = InspectTensor(tensor, what);
+  CheckHostTensor(t, m.params()[*pi].dtype, Extents(target), what);
+  WritePiece piece;
+  piece.param = param;
+  piece.shard = shard.value_or("");
+  piece.box = box;
+  piece.data = reinterpret_cast<const void*>(t.ptr);
+  piece.bytes = t.bytes;
+  return piece;
+}
+
+void WritePieces(PyParticipant& self, const std::vector<WritePiece>& pieces) {
+  Participant& p = self.get();
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = p.Write(pieces);
+  }
+  Check(s);
+}
+
+void Write(PyParticipant& self, const std::string& param, py::object tensor,
+           std::optional<std::string> shard, py::object box) {
+  WritePieces(self, {MakePiece(self, param, tensor, shard, box)});
+}
+
+// pieces: [(param, tensor, shard or None, box or None), ...], all checked before any lands.
+void WriteMany(PyParticipant& self, py::list pieces) {
+  std::vector<WritePiece> out;
+  for (py::handle h : pieces) {
+    py::tuple t = py::reinterpret_borrow<py::tuple>(h);
+    if (t.size() != 4) {
+      Raise(Status::InvalidArgument("write_many: each piece is (param, tensor, shard, box)"));
+    }
+    std::optional<std::string> shard;
+    if (!t[2].is_none()) shard = t[2].cast<std::string>();
+    out.push_back(MakePiece(self, t[0].cast<std::string>(), t[1], shard, t[3]));
+  }
+  WritePieces(self, out);
+}
+
+std::vector<int64_t> IndicesFromPy(py::handle obj, const std::string& what) {
+  if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+    return obj.cast<std::vector<int64_t>>();
+  }
+  TensorInfo t = InspectTensor(obj, what);
+  if (t.device != "cpu" || !t.is_int64 || !t.contiguous) {
+    Raise(Status(ErrorCode::kBadWrite,
+                 what + " must be a contiguous cpu int64 tensor or a list of ints (got " +
+                     t.dtype_name + " on " + t.device + ")"));
+  }
+  const auto* p = reinterpret_cast<const int64_t*>(t.ptr);
+  return std::vector<int64_t>(p, p + t.bytes / sizeof(int64_t));
+}
+
+void Patch(PyParticipant& self, const std::string& source, py::object indices, py::object values,
+           std::pair<int, int> part) {
+  Participant& p = self.get();
+  const Manifest& m = *self.manifest;
+  const auto& refs = m.ShardsOfSource(source);
+  if (refs.empty()) {
+    Raise(Status(ErrorCode::kUnknownParam,
+                 "patch: rank " + std::to_string(self.rank) + " holds no source '" + source + "'"));
+  }
+  const std::vector<int64_t> idx = IndicesFromPy(indices, "patch " + source + ": indices");
+  const std::string what = "patch values for '" + source + "'";
+  TensorInfo t = InspectTensor(values, what);
+  CheckHostTensor(t, m.params()[refs[0].param].dtype, Shape{static_cast<int64_t>(idx.size())},
+                  what);
+  PatchRequest req;
+  req.source = source;
+  req.indices = idx;
+  req.values = reinterpret_cast<const void*>(t.ptr);
+  req.value_bytes = t.bytes;
+  req.part = part.first;
+  req.parts = part.second;
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = p.Patch(req);
+  }
+  Check(s);
+}
+
+py::dict StatusToPy(const RankStatus& s) {
+  py::dict d;
+  d["rank"] = s.rank;
+  d["version"] = s.version ? py::object(py::str(*s.version)) : py::none();
+  d["committed_tx"] = s.committed_tx ? py::object(py::str(*s.committed_tx)) : py::none();
+  d["dirty"] = s.dirty;
+  d["loaded"] = s.loaded;
+  d["serving"] = s.serving;
+  d["in_doubt"] = s.in_doubt ? py::object(py::str(*s.in_doubt)) : py::none();
+  d["active_tx"] = s.active_tx ? py::object(py::str(*s.active_tx)) : py::none();
+  d["stale_derived"] = s.stale_derived;
+  return d;
+}
+
+py::dict VerifyLiveToPy(PyParticipant& self) {
+  Participant& p = self.get();
+  Result<LiveVerifyReport> r = Status::IOError("unset");
+  {
+    py::gil_scoped_release nogil;
+    r = VerifyLive(p, self.journal_dir);
+  }
+  LiveVerifyReport rep = Unwrap(std::move(r));
+  py::dict d;
+  d["ok"] = rep.match;
+  d["comparable"] = rep.comparable;
+  d["match"] = rep.match;
+  d["live_digest"] = rep.live_digest;
+  d["committed_digest"] = rep.committed.rank_digest;
+  d["committed_tx"] = rep.committed.committed_tx;
+  d["version"] = rep.committed.version;
+  d["dirty"] = rep.committed.dirty;
+  d["message"] = rep.message;
+  return d;
+}
+
+// ------------------------------------------------------------------------------- Coordinator
+
+py::list MissingToPy(const std::vector<MissingPiece>& missing) {
+  py::list out;
+  for (const MissingPiece& mp : missing) {
+    py::dict d;
+    d["param"] = mp.param;
+    d["shard"] = mp.shard;
+    d["box"] = BoxToPy(mp.box);
+    d["source"] = mp.source;
+    d["missing_parts"] = mp.missing_parts;
+    d["parts"] = mp.parts;
+    out.append(d);
+  }
+  return out;
+}
+
+py::object StatusOrNone(const Status& s) {
+  if (s.ok()) return py::none();
+  py::dict d;
+  d["code"] = std::string(s.code_name());
+  d["message"] = s.message();
+  return d;
+}
+
+py::dict VoteToPy(const VoteReport& v) {
+  py::dict d;
+  d["rank"] = v.rank;
+  d["error"] = py::none();
+  d["message"] = "";
+  d["missing"] = py::list();
+  d["missing_total"] = 0;
+  d["stale"] = py::list();
+  switch (v.kind) {
+    case VoteReport::Kind::kYes:
+      d["vote"] = "yes";
+      d["wrote"] = v.vote.wrote;
+      d["digest"] = v.vote.digest;
+      break;
+    case VoteReport::Kind::kNo: {
+      d["vote"] = "no";
+      d["wrote"] = v.vote.wrote;
+      d["error"] = std::string(ErrorCodeName(v.vote.error));
+      d["message"] = v.vote.message;
+      py::list errors;
+      for (ErrorCode e : v.vote.errors) errors.append(std::string(ErrorCodeName(e)));
+      d["errors"] = errors;
+      d["missing"] = MissingToPy(v.vote.missing);
+      d["missing_total"] = v.vote.missing_total;
+      py::list stale;
+      for (const auto& s : v.vote.stale) stale.append(s.name);
+      d["stale"] = stale;
+      break;
+    }
+    case VoteReport::Kind::kTimeout:
+    case VoteReport::Kind::kCrashed:
+      d["vote"] = v.kind == VoteReport::Kind::kTimeout ? "timeout" : "crashed";
+      d["error"] = std::string(v.status.code_name());
+      d["message"] = v.status.message();
+      break;
+  }
+  return d;
+}
+
+py::dict OutcomeToPy(const CommitOutcome& o) {
+  py::dict d;
+  std::string outcome = "in_doubt";  // the coordinator died before a decision was known
+  if (o.decision) {
+    switch (*o.decision) {
+      case Decision::kCommit: outcome = "committed"; break;
+      case Decision::kNoop: outcome = "noop"; break;
+      case Decision::kAbort: outcome = "aborted"; break;
+    }
+  }
+  d["outcome"] = outcome;
+  d["version"] = o.version.empty() ? py::object(py::none()) : py::object(py::str(o.version));
+  d["error"] = StatusOrNone(o.status);
+  py::list votes;
+  for (const VoteReport& v : o.votes) votes.append(VoteToPy(v));
+  d["votes"] = votes;
+  d["unacknowledged"] = o.unacknowledged;
+  return d;
+}
+
+py::dict BeginErrorsToPy(const BeginOutcome& o) {
+  py::list errors;
+  for (const RankError& e : o.errors) {
+    py::dict d;
+    d["rank"] = e.rank;
+    d["code"] = std::string(e.status.code_name());
+    d["message"] = e.status.message();
+    errors.append(d);
+  }
+  py::dict details;
+  details["errors"] = errors;
+  return details;
+}
+
+// A message carrier implemented in Python: carrier(rank, request: bytes, timeout_s) -> bytes.
+// Raising wtx.Error with code E_TIMEOUT means "no answer in time"; any other exception means the
+// rank is gone.
+net::MessageCarrier PyCarrier(py::function fn) {
+  auto shared = std::make_shared<py::function>(std::move(fn));
+  return [shared](int rank, const std::string& req,
+                  std::chrono::milliseconds timeout) -> Result<std::string> {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object r = (*shared)(rank, py::bytes(req), timeout.count() / 1000.0);
+      return std::string(r.cast<py::bytes>());
+    } catch (py::error_already_set& e) {
+      const bool timeout_error =
+          e.value() && py::hasattr(e.value(), "code") &&
+          py::str(e.value().attr("code")).cast<std::string>() == "E_TIMEOUT";
+      return Status(timeout_error ? ErrorCode::kTimeout : ErrorCode::kCrashed, e.what());
+    } catch (const std::exception& e) {
+      return Status(ErrorCode::kCrashed, e.what());
+    }
+  };
+}
+
+struct PyCoordinator {
+  std::unique_ptr<CrashPoints> crash;  // declared first: outlives the coordinator
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<Coordinator> c;
+  std::vector<std::shared_ptr<PyParticipant>> participants;  // kept alive (in-process)
+  std::string journal_dir;
+
+  Coordinator& get() const {
+    if (!c) Raise(Status::InvalidArgument("coordinator is closed"));
+    return *c;
+  }
+};
+
+CoordinatorOptions CoordOptions(PyCoordinator& self, const std::string& dir,
+                                double prepare_timeout_s,
+                                const std::optional<std::string>& test_crash_at) {
+  CoordinatorOptions o;
+  o.journal_dir = dir;
+  if (test_crash_at) {
+    self.crash = std::make_unique<ExitAtCrashPoint>(*test_crash_at);
+    o.crash_points = self.crash.get();
+  }
+  o.prepare_timeout = std::chrono::milliseconds(static_cast<int64_t>(prepare_timeout_s * 1000));
+  return o;
+}
+
+std::unique_ptr<Coordinator> OpenCoordinator(const CoordinatorOptions& o, Transport* t) {
+  Result<std::unique_ptr<Coordinator>> r = Status::IOError("unset");
+  {
+    py::gil_scoped_release nogil;
+    r = Coordinator::Open(o, t);
+  }
+  return Unwrap(std::move(r));
+}
+
+std::shared_ptr<PyCoordinator> OpenInProc(const std::string& dir,
+                                          std::vector<std::shared_ptr<PyParticipant>> ps,
+                                          double prepare_timeout_s,
+                                          std::optional<std::string> test_crash_at) {
+  if (ps.empty()) Raise(Status::InvalidArgument("coordinator: participants is empty"));
+  auto out = std::make_shared<PyCoordinator>();
+  auto t = std::make_unique<InProcTransport>(static_cast<int>(ps.size()));
+  for (size_t i = 0; i < ps.size(); ++i) {
+    if (ps[i]->rank != static_cast<int>(i)) {
+      Raise(Status::InvalidArgument("coordinator: participants[" + std::to_string(i) +
+                                    "] is rank " + std::to_string(ps[i]->rank) +
+                                    " (list them in rank order)"));
+    }
+    t->SetParticipant(static_cast<int>(i), &ps[i]->get());
+  }
+  out->participants = std::move(ps);
+  out->journal_dir = dir;
+  out->c = OpenCoordinator(CoordOptions(*out, dir, prepare_timeout_s, test_crash_at), t.get());
+  out->transport = std::move(t);
+  return out;
+}
+
+std::shared_ptr<PyCoordinator> OpenCarried(const std::string& dir, int num_ranks,
+                                           py::function carrier, double prepare_timeout_s,
+                                           double request_timeout_s,
+                                           std::optional<std::string> test_crash_at) {
+  if (num_ranks < 1) Raise(Status::InvalidArgument("coordinator: num_ranks must be >= 1"));
+  auto out = std::make_shared<PyCoordinator>();
+  out->journal_dir = dir;
+  out->transport = std::make_unique<net::MessageTransport>(
+      num_ranks, PyCarrier(std::move(carrier)),
+      std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000)));
+  out->c = OpenCoordinator(CoordOptions(*out, dir, prepare_timeout_s, test_crash_at),
+                           out->transport.get());
+  return out;
+}
+
+BeginRequest MakeBegin(const std::string& tx, const std::string& kind,
+                       std::optional<std::string> base,
+                       std::optional<std::vector<std::string>> modules,
+                       std::optional<std::vector<std::string>> sources, bool rollback,
+                       const std::string& verify) {
+  BeginRequest req;
+  req.tx = tx;
+  auto k = TxKindFromName(kind);
+  if (!k) Raise(Status::InvalidArgument("begin: kind must be full, partial or delta, not '" +
+                                        kind + "'"));
+  req.kind = *k;
+  req.base = base.value_or("");
+  req.modules = modules.value_or(std::vector<std::string>{});
+  req.sources = sources.value_or(std::vector<std::string>{});
+  req.rollback = rollback;
+  if (verify != "touched") {
+    Raise(Status::InvalidArgument("begin: verify='" + verify +
+                                  "' is not supported by this build (only 'touched')"));
+  }
+  return req;
+}
+
+void Begin(PyCoordinator& self, const std::string& tx, const std::string& kind,
+           std::optional<std::string> base, std::optional<std::vector<std::string>> modules,
+           std::optional<std::vector<std::string>> sources, bool rollback,
+           const std::string& verify) {
+  BeginRequest req = MakeBegin(tx, kind, base, modules, sources, rollback, verify);
+  Coordinator& c = self.get();
+  BeginOutcome o;
+  {
+    py::gil_scoped_release nogil;
+    o = c.Begin(req);
+  }
+  if (!o.status.ok()) Raise(o.status, BeginErrorsToPy(o));
+}
+
+py::dict Commit(PyCoordinator& self, const std::string& tx) {
+  Coordinator& c = self.get();
+  CommitOutcome o;
+  {
+    py::gil_scoped_release nogil;
+    o = c.Commit(tx);
+  }
+  // Misuse (no such transaction, decided already) is an error; a decision is an outcome.
+  if (!o.decision && o.status.code() != ErrorCode::kCrashed) Raise(o.status);
+  return OutcomeToPy(o);
+}
+
+py::dict Abort(PyCoordinator& self, const std::string& tx) {
+  Coordinator& c = self.get();
+  BeginOutcome o;
+  {
+    py::gil_scoped_release nogil;
+    o = c.Abort(tx);
+  }
+  if (!o.status.ok()) Raise(o.status, BeginErrorsToPy(o));
+  py::dict d;
+  d["outcome"] = "aborted";
+  d["tx"] = tx;
+  return d;
+}
+
+// ----------------------------------------------------------------------------------- History
+
+py::list History(const std::string& dir) {
+  std::vector<json> entries;
+  {
+    py::gil_scoped_release nogil;
+    JournalOptions o;
+    o.read_only = true;
+    o.create_if_missing = false;
+    auto j = Journal::Open(dir, o);
+    Result<std::vector<json>> h = j.ok() ? ReadHistory(*j.value()) : Result<std::vector<json>>(j.status());
+    if (!h.ok()) {
+      py::gil_scoped_acquire gil;
+      Raise(h.status());
+    }
+    entries = std::move(h).value();
+  }
+  py::list out;
+  for (const json& e : entries) out.append(ToPy(e));
+  return out;
+}
+
+void DefineModule(py::module_& m) {
+  m.doc() = "wtx: journaled all-ranks weight-update transactions (docs/python.md)";
+  InitErrors(m);
+
+  py::class_<PyManifest>(m, "Manifest")
+      .def_static("from_hf_config", &FromHfConfig, py::arg("config"), py::kw_only(),
+                  py::arg("tp") = 1, py::arg("rank") = 0, py::arg("dtype") = py::none())
+      .def_static(
+          "from_json",
+          [](const std::string& text) { return PyManifest{Unwrap(ParseManifestText(text))}; },
+          py::arg("text"))
+      .def("to_json", [](const PyManifest& self) { return self.m->ToJson().dump(); })
+      .def_property_readonly("params", [](const PyManifest& self) { return ParamsToPy(*self.m); })
+      .def_property_readonly("fingerprint",
+                             [](const PyManifest& self) { return self.m->Fingerprint(); })
+      .def_property_readonly("total_bytes",
+                             [](const PyManifest& self) { return self.m->TotalBytes(); })
+      .def_property_readonly("modules",
+                             [](const PyManifest& self) {
+                               py::dict d;
+                               for (const auto& mod : self.m->modules()) d[py::str(mod.name)] = mod.params;
+                               return d;
+                             })
+      .def(
+          "source_shards",
+          [](const PyManifest& self, const std::string& source) {
+            py::list out;
+            for (const ShardRef& r : self.m->ShardsOfSource(source)) {
+              const ParamSpec& p = self.m->params()[r.param];
+              py::dict d = ShardToPy(p.shards[r.shard]);
+              d["param"] = p.name;
+              d["dtype"] = std::string(DTypeName(p.dtype));
+              out.append(d);
+            }
+            return out;
+          },
+          py::arg("source"))
+      .def("__repr__", [](const PyManifest& self) {
+        return "<wtx.Manifest " + std::to_string(self.m->params().size()) + " params, " +
+               std::to_string(self.m->TotalBytes()) + " bytes, fingerprint " +
+               self.m->Fingerprint().substr(0, 12) + ">";
+      });
+
+  py::class_<PyParticipant, std::shared_ptr<PyParticipant>>(m, "Participant")
+      .def_static("open", &OpenParticipant, py::arg("journal_dir"), py::arg("manifest"),
+                  py::kw_only(), py::arg("rank") = 0, py::arg("tensors") = py::none(),
+                  py::arg("kernel_identity") = "",
+                  py::arg("rollback_budget_bytes") = size_t{1} << 30,
+                  py::arg("test_crash_at") = py::none())
+      .def_property_readonly("rank", [](const PyParticipant& s) { return s.rank; })
+      .def_property_readonly("journal_dir", [](const PyParticipant& s) { return s.journal_dir; })
+      .def_property_readonly("manifest", [](const PyParticipant& s) { return PyManifest{s.manifest}; })
+      .def_property_readonly("tensors", [](const PyParticipant& s) { return s.tensors; })
+      .def("write", &Write, py::arg("param"), py::arg("tensor"), py::kw_only(),
+           py::arg("shard") = py::none(), py::arg("box") = py::none())
+      .def("write_many", &WriteMany, py::arg("pieces"),
+           "Writes [(param, tensor, shard, box), ...] at once: all are checked before any lands.")
+      .def("patch", &Patch, py::arg("source"), py::arg("indices"), py::arg("values"),
+           py::kw_only(), py::arg("part") = std::make_pair(0, 1))
+      .def(
+          "refresh",
+          [](PyParticipant& self, const std::string& name) {
+            Participant& p = self.get();
+            Result<std::vector<std::string>> r = Status::IOError("unset");
+            {
+              py::gil_scoped_release nogil;
+              r = p.Refresh(name);
+            }
+            return Unwrap(std::move(r));
+          },
+          py::arg("name") = "*")
+      .def("status", [](PyParticipant& self) { return StatusToPy(self.get().status()); })
+      .def("verify", &VerifyLiveToPy)
+      .def("set_kernel_identity",
+           [](PyParticipant& self, std::string id) { self.get().SetKernelIdentity(std::move(id)); })
+      .def("describe",
+           [](PyParticipant& self) {
+             RankDescription d = self.get().Describe();
+             py::dict out;
+             out["rank"] = d.rank;
+             out["fingerprint"] = d.fingerprint;
+             out["kernel_identity"] = d.kernel_identity;
+             return out;
+           })
+      .def(
+          "serve",
+          [](PyParticipant& self, py::bytes request) {
+            Participant& p = self.get();
+            std::string req = request;
+            std::string reply;
+            {
+              py::gil_scoped_release nogil;
+              reply = net::ServeEncodedRequest(p, req);
+            }
+            return py::bytes(reply);
+          },
+          py::arg("request"),
+          "Answers one encoded coordinator request (wtx.torch_dist carries them).")
+      .def(
+          "resolve_in_doubt",
+          [](PyParticipant& self, py::function oracle) {
+            Participant& p = self.get();
+            PyOracle o(std::move(oracle));
+            Status s;
+            {
+              py::gil_scoped_release nogil;
+              s = p.ResolveInDoubt(o);
+            }
+            Check(s);
+          },
+          py::arg("oracle"),
+          "If in doubt, asks oracle(tx) -> (decision, version) and applies the answer.")
+      .def("close", [](PyParticipant& self) {
+        std::shared_ptr<Participant> p = std::move(self.p);
+        py::gil_scoped_release nogil;
+        p.reset();
+      });
+
+  py::class_<PyCoordinator, std::shared_ptr<PyCoordinator>>(m, "Coordinator")
+      .def_static("open", &OpenInProc, py::arg("journal_dir"), py::kw_only(),
+                  py::arg("participants"), py::arg("prepare_timeout") = 5.0,
+                  py::arg("test_crash_at") = py::none())
+      .def_static("open_carried", &OpenCarried, py::arg("journal_dir"), py::kw_only(),
+                  py::arg("num_ranks"), py::arg("carrier"), py::arg("prepare_timeout") = 5.0,
+                  py::arg("request_timeout") = 30.0, py::arg("test_crash_at") = py::none(),
+                  "A coordinator whose calls travel as encoded messages through "
+                  "carrier(rank, request: bytes, timeout_s) -> reply bytes (wtx.torch_dist).")
+      .def("begin", &Begin, py::arg("tx"), py::kw_only(), py::arg("kind") = "full",
+           py::arg("base") = py::none(), py::arg("modules") = py::none(),
+           py::arg("sources") = py::none(), py::arg("rollback") = false,
+           py::arg("verify") = "touched")
+      .def("commit", &Commit, py::arg("tx"))
+      .def("abort", &Abort, py::arg("tx"))
+      .def("recover",
+           [](PyCoordinator& self) {
+             Coordinator& c = self.get();
+             Status s;
+             {
+               py::gil_scoped_release nogil;
+               s = c.Recover();
+             }
+             Check(s);
+           })
+      .def(
+          "query_decision",
+          [](PyCoordinator& self, const std::string& tx) {
+            Coordinator& c = self.get();
+            Result<std::pair<Decision, std::string>> r = Status::IOError("unset");
+            {
+              py::gil_scoped_release nogil;
+              r = c.QueryDecision(tx);
+            }
+            auto d = Unwrap(std::move(r));
+            return py::make_tuple(std::string(DecisionName(d.first)), d.second);
+          },
+          py::arg("tx"))
+      .def("committed_version",
+           [](PyCoordinator& self, const std::string& tx) -> py::object {
+             auto v = self.get().CommittedVersion(tx);
+             return v ? py::object(py::str(*v)) : py::object(py::none());
+           })
+      .def("decisions",
+           [](PyCoordinator& self) {
+             py::list out;
+             for (const DecisionEntry& e : self.get().decisions()) {
+               py::dict d;
+               d["tx"] = e.tx;
+               d["decision"] = std::string(DecisionName(e.decision));
+               d["version"] = e.version;
+               d["reason"] = e.reason;
+               out.append(d);
+             }
+             return out;
+           })
+      .def("close", [](PyCoordinator& self) {
+        std::unique_ptr<Coordinator> c = std::move(self.c);
+        py::gil_scoped_release nogil;
+        c.reset();
+      });
+
+  m.def("history", &History, py::arg("journal_dir"),
+        "The journal's transactions, oldest first (dicts: tx, kind, base, outcome, version, "
+        "reason, timings_us, ...).");
+}
+
+}  // namespace
+
+}  // namespace wtx::python
+
+PYBIND11_MODULE(_wtx, m) { wtx::python::DefineModule(m); }

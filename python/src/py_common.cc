@@ -1,0 +1,172 @@
+#include "py_common.h"
+
+#include <algorithm>
+
+#include <pybind11/eval.h>
+
+namespace wtx::python {
+
+namespace {
+
+py::object& ErrorType() {
+  static py::object* type = nullptr;  // leaked on purpose: lives as long as the interpreter
+  if (!type) type = new py::object();
+  return *type;
+}
+
+std::string ShapeString(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+Shape DropLeadingOnes(const Shape& s) {
+  size_t i = 0;
+  while (i + 1 < s.size() && s[i] == 1) ++i;
+  return Shape(s.begin() + static_cast<ptrdiff_t>(i), s.end());
+}
+
+std::optional<DType> TorchDType(const std::string& name, bool* is_int64) {
+  *is_int64 = name == "torch.int64";
+  if (name == "torch.float32") return DType::kF32;
+  if (name == "torch.bfloat16") return DType::kBF16;
+  if (name == "torch.float16") return DType::kF16;
+  if (name == "torch.float8_e4m3fn") return DType::kFP8E4M3;
+  if (name == "torch.int8") return DType::kI8;
+  if (name == "torch.uint8") return DType::kU8;
+  if (name == "torch.int32") return DType::kI32;
+  return std::nullopt;
+}
+
+std::optional<DType> BufferDType(const py::buffer_info& info, bool* is_int64) {
+  std::string f = info.format;
+  if (!f.empty() && (f[0] == '<' || f[0] == '=' || f[0] == '@')) f = f.substr(1);
+  *is_int64 = (f == "l" || f == "q") && info.itemsize == 8;
+  if (f == "f" && info.itemsize == 4) return DType::kF32;
+  if (f == "e" && info.itemsize == 2) return DType::kF16;
+  if (f == "b" && info.itemsize == 1) return DType::kI8;
+  if (f == "B" && info.itemsize == 1) return DType::kU8;
+  if ((f == "i" || f == "l") && info.itemsize == 4) return DType::kI32;
+  return std::nullopt;
+}
+
+std::string DTypeLabel(DType d) { return std::string(DTypeName(d)); }
+
+}  // namespace
+
+void InitErrors(py::module_& m) {
+  py::dict scope;
+  scope["__builtins__"] = py::module_::import("builtins");
+  scope["__name__"] = "wtx";
+  py::exec(R"(
+class Error(Exception):
+    """A refused wtx call: .code is the error code ("E_BAD_WRITE", "E_DUPLICATE_WRITE",
+    "INVALID_ARGUMENT", ...), .message the explanation naming what was wrong, .details a dict
+    with structured context (e.g. missing pieces, per-rank errors)."""
+
+    def __init__(self, code, message, details=None):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.details = details if details is not None else {}
+)",
+           scope);
+  ErrorType() = scope["Error"];
+  m.attr("Error") = ErrorType();
+}
+
+void Raise(const Status& s, py::dict details) {
+  py::object e = ErrorType()(std::string(s.code_name()), s.message(), details);
+  PyErr_SetObject(ErrorType().ptr(), e.ptr());
+  throw py::error_already_set();
+}
+
+py::object ToPy(const nlohmann::json& j) {
+  return py::module_::import("json").attr("loads")(j.dump());
+}
+
+nlohmann::json FromPy(py::handle obj) {
+  const std::string text = py::str(py::module_::import("json").attr("dumps")(obj));
+  return nlohmann::json::parse(text);
+}
+
+py::list BoxToPy(const Box& box) {
+  py::list out;
+  for (const Range& r : box) out.append(py::make_tuple(r.begin, r.end));
+  return out;
+}
+
+Box BoxFromPy(py::handle obj, const std::string& what) {
+  Box box;
+  try {
+    for (py::handle r : obj) {
+      py::sequence seq = py::reinterpret_borrow<py::sequence>(r);
+      if (seq.size() != 2) throw py::value_error("range");
+      box.push_back(Range{seq[0].cast<int64_t>(), seq[1].cast<int64_t>()});
+    }
+  } catch (const py::error_already_set&) {
+    Raise(Status::InvalidArgument(what + ": expected a box [[begin, end], ...]"));
+  } catch (const py::cast_error&) {
+    Raise(Status::InvalidArgument(what + ": expected a box [[begin, end], ...]"));
+  }
+  return box;
+}
+
+TensorInfo InspectTensor(py::handle obj, const std::string& what) {
+  TensorInfo t;
+  if (py::hasattr(obj, "data_ptr") && py::hasattr(obj, "is_contiguous")) {
+    try {
+      t.dtype_name = py::str(obj.attr("dtype"));
+      t.dtype = TorchDType(t.dtype_name, &t.is_int64);
+      t.device = py::str(obj.attr("device"));
+      for (py::handle d : obj.attr("shape")) t.shape.push_back(d.cast<int64_t>());
+      t.contiguous = obj.attr("is_contiguous")().cast<bool>();
+      t.ptr = obj.attr("data_ptr")().cast<uintptr_t>();
+      t.bytes = static_cast<size_t>(NumElements(t.shape)) *
+                obj.attr("element_size")().cast<size_t>();
+    } catch (const py::error_already_set& e) {
+      Raise(Status(ErrorCode::kBadWrite, what + ": not a readable tensor: " + e.what()));
+    }
+    return t;
+  }
+  if (!PyObject_CheckBuffer(obj.ptr())) {
+    Raise(Status(ErrorCode::kBadWrite,
+                 what + ": expected a torch tensor or a buffer (numpy array), got " +
+                     std::string(py::str(py::type::of(obj)))));
+  }
+  py::buffer_info info = py::reinterpret_borrow<py::buffer>(obj).request();
+  t.dtype_name = info.format;
+  t.dtype = BufferDType(info, &t.is_int64);
+  for (auto d : info.shape) t.shape.push_back(d);
+  int64_t expect = info.itemsize;
+  for (size_t i = info.shape.size(); i-- > 0;) {
+    if (info.shape[i] != 1 && info.strides[i] != expect) t.contiguous = false;
+    expect *= info.shape[i];
+  }
+  t.ptr = reinterpret_cast<uintptr_t>(info.ptr);
+  t.bytes = static_cast<size_t>(info.size * info.itemsize);
+  return t;
+}
+
+void CheckHostTensor(const TensorInfo& t, DType dtype, const Shape& shape,
+                     const std::string& what) {
+  if (t.device != "cpu") {
+    Raise(Status(ErrorCode::kBadWrite,
+                 what + " is on " + t.device +
+                     "; this wtx build reads host (cpu) tensors only (copy it with .cpu())"));
+  }
+  if (!t.dtype || *t.dtype != dtype) {
+    Raise(Status(ErrorCode::kBadWrite, what + " has dtype " + t.dtype_name + ", expected " +
+                                           DTypeLabel(dtype)));
+  }
+  if (DropLeadingOnes(t.shape) != DropLeadingOnes(shape)) {
+    Raise(Status(ErrorCode::kBadWrite, what + " has shape " + ShapeString(t.shape) +
+                                           ", expected " + ShapeString(shape)));
+  }
+  if (!t.contiguous) {
+    Raise(Status(ErrorCode::kBadWrite,
+                 what + " is not contiguous (call .contiguous() on it first)"));
+  }
+}
+
+}  // namespace wtx::python

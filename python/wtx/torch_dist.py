@@ -1,0 +1,186 @@
+"""Two-phase commit over the engine's own torch.distributed process group.
+
+Every rank of the group builds one `Group` with its `wtx.Participant` and then calls
+`begin` / `commit` / `abort` / `recover` together (they are collective). Group rank 0 runs the
+C++ coordinator (`wtx.Coordinator.open_carried`): the protocol rules, the synced decision log and
+presumed-abort recovery are the C++ ones. Each call the coordinator makes to a rank is an opaque
+encoded message (CBOR) that this module carries with point-to-point `send`/`recv` (gloo on CPU,
+NCCL on GPU); the rank answers it with `Participant.serve`, the same dispatch the TCP rank agent
+uses. Python never interprets a request or a vote.
+
+Failure model: a rank whose process died fails its calls (E_CRASHED) and the transaction
+aborts; the other ranks still hear the decision. A rank restarted after it prepared is in
+doubt: the collective `recover()` (also run when a Group is built) re-sends unacknowledged
+decisions and resolves every in-doubt rank with the coordinator's logged decision, or presumed
+abort. Timeouts are the process group's (`init_process_group(timeout=...)`).
+"""
+
+import json
+
+import torch
+import torch.distributed as dist
+
+from ._wtx import Coordinator, Error
+
+__all__ = ["Group"]
+
+_CALL = 1
+_END = 2
+
+
+def _global_rank(group, group_rank):
+    if group is None:
+        return group_rank
+    if hasattr(dist, "get_global_rank"):
+        return dist.get_global_rank(group, group_rank)
+    return dist.distributed_c10d._get_global_rank(group, group_rank)
+
+
+class Group:
+    """One rank's side of 2PC over `group` (None: the default group).
+
+    participant: this rank's wtx.Participant; its rank must equal the group rank.
+    coordinator_journal: the coordinator's journal directory (used on group rank 0 only).
+    coordinator_options: more keywords of Coordinator.open_carried (e.g. request_timeout).
+    Construction is collective and runs `recover()`.
+    """
+
+    def __init__(self, participant, coordinator_journal=None, group=None, prepare_timeout=30.0,
+                 **coordinator_options):
+        self.participant = participant
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        if participant.rank != self.rank:
+            raise Error("INVALID_ARGUMENT",
+                        f"participant is rank {participant.rank} but this process is rank "
+                        f"{self.rank} of the group")
+        self._coordinator_global = _global_rank(group, 0)
+        self._dead = set()
+        self.coordinator = None
+        if self.rank == 0:
+            if not coordinator_journal:
+                raise Error("INVALID_ARGUMENT", "group rank 0 needs coordinator_journal")
+            self.coordinator = Coordinator.open_carried(
+                coordinator_journal, num_ranks=self.size, carrier=self._carry,
+                prepare_timeout=prepare_timeout, **coordinator_options)
+        self.recover()
+
+    # ------------------------------------------------------------------ collective operations
+
+    def begin(self, tx, kind="full", base=None, modules=None, sources=None, rollback=False,
+              verify="touched"):
+        """Begins `tx` on every rank (collective); a refusal raises wtx.Error on every rank."""
+        return self._session(lambda c: c.begin(tx, kind=kind, base=base, modules=modules,
+                                               sources=sources, rollback=rollback,
+                                               verify=verify))
+
+    def commit(self, tx):
+        """Prepares everywhere and decides (collective). Returns the outcome dict on every rank:
+        outcome "committed" | "noop" | "aborted" | "in_doubt", version, error, votes."""
+        return self._session(lambda c: c.commit(tx))
+
+    def abort(self, tx):
+        """The sender gives up on `tx` (collective)."""
+        return self._session(lambda c: c.abort(tx))
+
+    def recover(self):
+        """Re-sends logged decisions not yet acknowledged and resolves in-doubt ranks
+        (collective). Returns {rank: resolved tx} for the ranks that were in doubt."""
+        in_doubt = [None] * self.size
+        dist.all_gather_object(in_doubt, self.participant.status()["in_doubt"], group=self.group)
+
+        def run(c):
+            c.recover()
+            answers = {}
+            for tx in in_doubt:
+                if tx is not None and tx not in answers:
+                    answers[tx] = list(c.query_decision(tx))
+            return answers
+
+        answers = self._session(run)
+        if self.participant.status()["in_doubt"] is not None:
+            self.participant.resolve_in_doubt(lambda tx: tuple(answers.get(tx, ("abort", ""))))
+        return {r: tx for r, tx in enumerate(in_doubt) if tx is not None}
+
+    def close(self):
+        if self.coordinator is not None:
+            self.coordinator.close()
+            self.coordinator = None
+
+    # ------------------------------------------------------------------------- the carrying
+
+    def _session(self, fn):
+        """Rank 0 runs fn(coordinator) while the other ranks serve its calls; everyone then
+        gets fn's result (or its wtx.Error)."""
+        if self.rank == 0:
+            result, error = None, None
+            try:
+                result = fn(self.coordinator)
+            except Error as e:
+                error = {"code": e.code, "message": e.message, "details": e.details}
+            end = json.dumps({"result": result, "error": error}).encode()
+            for r in range(1, self.size):
+                if r not in self._dead:
+                    try:
+                        self._send(r, _END, end)
+                    except RuntimeError:
+                        self._dead.add(r)
+            return self._finish(result, error)
+        while True:
+            try:
+                kind, payload = self._recv_from_coordinator()
+            except RuntimeError as e:
+                raise Error("E_CRASHED", f"rank {self.rank}: the coordinator rank is gone: {e}")
+            if kind == _END:
+                out = json.loads(payload.decode())
+                return self._finish(out["result"], out["error"])
+            reply = self.participant.serve(payload)
+            self._send_to_coordinator(reply)
+
+    @staticmethod
+    def _finish(result, error):
+        if error is not None:
+            raise Error(error["code"], error["message"], error["details"])
+        return result
+
+    def _carry(self, rank, request, timeout_s):
+        """The coordinator's carrier: one request to `rank`, its reply back."""
+        if rank == 0:
+            return self.participant.serve(request)
+        if rank in self._dead:
+            raise Error("E_CRASHED", f"rank {rank} is gone")
+        try:
+            self._send(rank, _CALL, request)
+            return self._recv_reply(rank)
+        except RuntimeError as e:
+            self._dead.add(rank)
+            raise Error("E_CRASHED", f"rank {rank} is gone: {e}")
+
+    # Frames: a header tensor [kind, length] (int64) then the payload bytes (uint8).
+    def _send_frame(self, dst, kind, payload):
+        dist.send(torch.tensor([kind, len(payload)], dtype=torch.int64), dst, group=self.group)
+        if payload:
+            dist.send(torch.frombuffer(bytearray(payload), dtype=torch.uint8), dst,
+                      group=self.group)
+
+    def _recv_frame(self, src):
+        header = torch.empty(2, dtype=torch.int64)
+        dist.recv(header, src, group=self.group)
+        kind, n = int(header[0]), int(header[1])
+        data = torch.empty(n, dtype=torch.uint8)
+        if n:
+            dist.recv(data, src, group=self.group)
+        return kind, data.numpy().tobytes()
+
+    def _send(self, rank, kind, payload):
+        self._send_frame(_global_rank(self.group, rank), kind, payload)
+
+    def _recv_reply(self, rank):
+        return self._recv_frame(_global_rank(self.group, rank))[1]
+
+    def _recv_from_coordinator(self):
+        return self._recv_frame(self._coordinator_global)
+
+    def _send_to_coordinator(self, reply):
+        self._send_frame(self._coordinator_global, _CALL, reply)

@@ -1,0 +1,54 @@
+#include "src/net/rank_service.h"
+
+#include "src/net/codec.h"
+
+namespace wtx::net {
+
+using nlohmann::json;
+
+namespace {
+
+Result<std::string> StringField(const json& p, const char* method, const char* field) {
+  auto it = p.is_object() ? p.find(field) : p.end();
+  if (!p.is_object() || it == p.end() || !it->is_string()) {
+    return Status::InvalidArgument(std::string(method) + ": missing string field '" + field + "'");
+  }
+  return it->get<std::string>();
+}
+
+}  // namespace
+
+Result<json> ServeRankRequest(Participant& p, const std::string& m, const json& params) {
+  if (m == "describe") return RankDescriptionToJson(p.Describe());
+  if (m == "check_begin" || m == "begin") {
+    auto req = BeginRequestFromJson(params.is_object() ? params.value("req", json()) : json());
+    if (!req.ok()) return req.status();
+    if (m == "begin") {
+      WTX_RETURN_IF_ERROR(p.Begin(req.value()));
+      return json::object();
+    }
+    json holds = json::array();
+    for (const auto& s : req->sources) holds.push_back(p.manifest().HoldsSource(s));
+    WTX_RETURN_IF_ERROR(p.CheckBegin(req.value()));
+    return json{{"holds", holds}};
+  }
+  if (m == "prepare") {
+    WTX_ASSIGN_OR_RETURN(tx, StringField(params, "prepare", "tx"));
+    auto v = p.Prepare(tx);
+    if (!v.ok()) return v.status();
+    return VoteToJson(v.value());
+  }
+  if (m == "decide") {
+    WTX_ASSIGN_OR_RETURN(tx, StringField(params, "decide", "tx"));
+    WTX_ASSIGN_OR_RETURN(name, StringField(params, "decide", "decision"));
+    WTX_ASSIGN_OR_RETURN(version, StringField(params, "decide", "version"));
+    auto d = DecisionFromName(name);
+    if (!d) return Status::InvalidArgument("decide: unknown decision '" + name + "'");
+    WTX_RETURN_IF_ERROR(p.Decide(tx, *d, version));
+    return json::object();
+  }
+  if (m == "ping") return json::object();
+  return Status::InvalidArgument("unknown method '" + m + "'");
+}
+
+}  // namespace wtx::net

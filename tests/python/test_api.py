@@ -1,0 +1,240 @@
+"""The wtx module in one process: manifests, participants over borrowed torch tensors, the
+in-process coordinator, errors, outcomes and history."""
+
+import json
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import wtx
+
+
+def open_group(tmp_path, config, tp=2, rollback_budget=1 << 30):
+    ms = [wtx.Manifest.from_hf_config(config, tp=tp, rank=r, dtype="bf16") for r in range(tp)]
+    tensors = [{p["name"]: torch.zeros(p["shape"], dtype=torch.bfloat16) for p in m.params}
+               for m in ms]
+    ps = [wtx.Participant.open(str(tmp_path / f"rank{r}"), ms[r], rank=r, tensors=tensors[r],
+                               kernel_identity="k1", rollback_budget_bytes=rollback_budget)
+          for r in range(tp)]
+    c = wtx.Coordinator.open(str(tmp_path / "coord"), participants=ps)
+    return ms, tensors, ps, c
+
+
+def hf_sources(manifest_list, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for m in manifest_list:
+        for p in m.params:
+            for s in p["shards"]:
+                if s["source"] not in out:
+                    out[s["source"]] = torch.randn(s["source_shape"], generator=g).to(torch.bfloat16)
+    return out
+
+
+def full_update(c, ps, sources, tx, skip=()):
+    c.begin(tx)
+    for p in ps:
+        for name, t in sources.items():
+            if name not in skip:
+                p.write_source(name, t)
+    return c.commit(tx)
+
+
+def test_ManifestFromHfConfigDescribesVllmLayout(tiny_llama_config):
+    m0 = wtx.Manifest.from_hf_config(tiny_llama_config, tp=2, rank=0, dtype="bf16")
+    m1 = wtx.Manifest.from_hf_config(tiny_llama_config, tp=2, rank=1, dtype="bf16")
+    assert m0.fingerprint == m1.fingerprint and len(m0.fingerprint) == 32
+    qkv = next(p for p in m0.params if p["name"] == "model.layers.0.self_attn.qkv_proj.weight")
+    assert qkv["dtype"] == "bf16"
+    assert [s["id"] for s in qkv["shards"]] == ["q", "k", "v"]
+    k = qkv["shards"][1]
+    assert k["source"] == "model.layers.0.self_attn.k_proj.weight"
+    assert set(k) >= {"id", "source", "source_shape", "box", "source_box"}
+    again = wtx.Manifest.from_json(m0.to_json())
+    assert again.fingerprint == m0.fingerprint and again.params == m0.params
+
+
+def test_ManifestErrorsNameTheField(tiny_llama_config):
+    with pytest.raises(wtx.Error) as e:
+        wtx.Manifest.from_hf_config(tiny_llama_config, tp=3, rank=0)
+    assert e.value.code == "INVALID_ARGUMENT" and "tp 3" in e.value.message
+    with pytest.raises(wtx.Error) as e:
+        wtx.Manifest.from_json('{"params": 3}')
+    assert "params" in e.value.message
+
+
+def test_FullUpdateLandsInBorrowedTensorsAndCommits(tmp_path, tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    sources = hf_sources(ms)
+    out = full_update(c, ps, sources, "tx1")
+    assert out["outcome"] == "committed" and out["error"] is None
+    assert [v["vote"] for v in out["votes"]] == ["yes", "yes"]
+    for r, p in enumerate(ps):
+        st = p.status()
+        assert st["serving"] and st["version"] == out["version"] and not st["dirty"]
+        for s in ms[r].source_shards("model.layers.1.self_attn.k_proj.weight"):
+            live = tensors[r][s["param"]][tuple(slice(b, e) for b, e in s["box"])]
+            src = sources[s["source"]][tuple(slice(b, e) for b, e in s["source_box"])]
+            assert torch.equal(live, src)
+        assert p.verify()["ok"]
+    hist = wtx.history(str(tmp_path / "rank0"))
+    assert hist[-1]["tx"] == "tx1" and hist[-1]["outcome"] == "committed"
+    assert hist[-1]["version"] == out["version"] and "timings_us" in hist[-1]
+    coord = wtx.history(str(tmp_path / "coord"))
+    assert coord[-1]["tx"] == "tx1"
+
+
+def test_MissingKProjAbortsNamingQkvShardK(tmp_path, tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    sources = hf_sources(ms)
+    out = full_update(c, ps, sources, "tx1", skip=("model.layers.0.self_attn.k_proj.weight",))
+    assert out["outcome"] == "aborted"  # an outcome, not an exception
+    assert out["error"]["code"] == "E_VOTE_NO"
+    for v in out["votes"]:
+        assert v["vote"] == "no" and v["error"] == "E_COVERAGE_INCOMPLETE"
+        assert any(m["param"] == "model.layers.0.self_attn.qkv_proj.weight" and m["shard"] == "k"
+                   for m in v["missing"])
+    assert not any(p.status()["serving"] for p in ps)
+    # An empty update after the half-failed one never re-enables serving.
+    c.begin("tx2")
+    out2 = c.commit("tx2")
+    assert out2["outcome"] == "noop"
+    assert not any(p.status()["serving"] for p in ps)
+    assert all(p.status()["dirty"] for p in ps)
+
+
+def test_BadTensorsAreBadWritesNamingTheTensor(tmp_path, tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    c.begin("tx1")
+    name = "model.norm.weight"
+    shape = next(p["shape"] for p in ms[0].params if p["name"] == name)
+    cases = {
+        "dtype": torch.zeros(shape, dtype=torch.float32),
+        "shape": torch.zeros([shape[0] + 1], dtype=torch.bfloat16),
+        "device": torch.zeros(shape, dtype=torch.bfloat16, device="meta"),
+        "contiguous": torch.zeros([shape[0], 2], dtype=torch.bfloat16)[:, 0],
+        "object": "not a tensor",
+    }
+    for what, t in cases.items():
+        with pytest.raises(wtx.Error) as e:
+            ps[0].write(name, t)
+        assert e.value.code == "E_BAD_WRITE", what
+        assert name in e.value.message, what
+    with pytest.raises(wtx.Error) as e:
+        ps[0].write_source("model.norm.weight", torch.zeros([3], dtype=torch.bfloat16))
+    assert e.value.code == "E_BAD_WRITE" and "model.norm.weight" in e.value.message
+    # Nothing landed: the transaction is still empty.
+    assert ps[0].status()["active_tx"] == "tx1"
+    assert c.commit("tx1")["outcome"] == "noop"
+
+
+def test_BorrowedTensorsAreChecked(tmp_path, tiny_llama_config):
+    m = wtx.Manifest.from_hf_config(tiny_llama_config, tp=2, rank=0, dtype="bf16")
+    tensors = {p["name"]: torch.zeros(p["shape"], dtype=torch.bfloat16) for p in m.params}
+    missing = dict(tensors)
+    missing.pop("lm_head.weight")
+    with pytest.raises(wtx.Error) as e:
+        wtx.Participant.open(str(tmp_path / "a"), m, rank=0, tensors=missing)
+    assert "lm_head.weight" in e.value.message
+    wrong = dict(tensors)
+    wrong["model.norm.weight"] = torch.zeros([4], dtype=torch.bfloat16)
+    with pytest.raises(wtx.Error) as e:
+        wtx.Participant.open(str(tmp_path / "b"), m, rank=0, tensors=wrong)
+    assert e.value.code == "E_BAD_WRITE" and "model.norm.weight" in e.value.message
+
+
+def test_DuplicateWriteIsRefused(tmp_path, tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    c.begin("tx1")
+    t = torch.ones(next(p["shape"] for p in ms[0].params if p["name"] == "model.norm.weight"),
+                   dtype=torch.bfloat16)
+    ps[0].write("model.norm.weight", t)
+    with pytest.raises(wtx.Error) as e:
+        ps[0].write("model.norm.weight", t)
+    assert e.value.code == "E_DUPLICATE_WRITE"
+    assert c.abort("tx1")["outcome"] == "aborted"
+
+
+def test_RolledBackPartialUpdateRestoresBytes(tmp_path, tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    sources = hf_sources(ms)
+    v1 = full_update(c, ps, sources, "tx1")["version"]
+    before = [{k: t.clone() for k, t in ts.items()} for ts in tensors]
+    c.begin("tx2", kind="partial", base=v1, modules=["model.layers.0.self_attn"],
+            rollback=True)
+    for p in ps:
+        p.write_source("model.layers.0.self_attn.q_proj.weight",
+                       sources["model.layers.0.self_attn.q_proj.weight"] + 1)
+    out = c.commit("tx2")  # k, v, ... of layer 0 missing
+    assert out["outcome"] == "aborted"
+    for r in range(2):
+        for k in before[r]:
+            assert torch.equal(before[r][k], tensors[r][k]), k
+        assert ps[r].status()["serving"] and ps[r].status()["version"] == v1
+
+
+def test_PatchAndNumpyInputs(tmp_path, tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config, tp=1)
+    sources = hf_sources(ms)
+    v1 = full_update(c, ps, sources, "tx1")["version"]
+    src = "model.norm.weight"
+    c.begin("tx2", kind="delta", base=v1, sources=[src])
+    ps[0].patch(src, torch.tensor([0, 3], dtype=torch.int64),
+                torch.tensor([5.0, 6.0], dtype=torch.bfloat16))
+    out = c.commit("tx2")
+    assert out["outcome"] == "committed"
+    assert tensors[0][src][3].item() == 6.0
+    with pytest.raises(wtx.Error) as e:
+        ps[0].write(src, np.zeros([5], dtype=np.float32))
+    assert e.value.code == "E_BAD_WRITE"
+
+
+def test_WritesReleaseTheGil(tmp_path):
+    # Another Python thread keeps running while a write copies and hashes 256 MiB: it ticks in
+    # the middle half of the call, which is impossible while the call holds the GIL (the
+    # thread could only run at the call's edges).
+    n = 1 << 27
+    m = wtx.Manifest.from_json(json.dumps({"params": [
+        {"name": "w", "dtype": "bf16", "shape": [n]}]}))
+    live = torch.zeros([n], dtype=torch.bfloat16)
+    p = wtx.Participant.open(str(tmp_path / "r"), m, rank=0, tensors={"w": live})
+    c = wtx.Coordinator.open(str(tmp_path / "c"), participants=[p])
+    src = torch.ones([n], dtype=torch.bfloat16)
+    ticks = []
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(0.0005)
+    th = threading.Thread(target=spin)
+    th.start()
+    try:
+        c.begin("tx1")
+        t0 = time.perf_counter()
+        p.write("w", src)
+        t1 = time.perf_counter()
+    finally:
+        stop.set()
+        th.join()
+        sys.setswitchinterval(old)
+    q = (t1 - t0) / 4
+    assert any(t0 + q < t < t1 - q for t in ticks), (t1 - t0, len(ticks))
+    assert c.commit("tx1")["outcome"] == "committed"
+    assert torch.equal(live, src)
+
+
+def test_UnknownTransactionIsAnError(tmp_path, tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    with pytest.raises(wtx.Error) as e:
+        c.commit("nope")
+    assert e.value.code == "E_NO_TX"
+    with pytest.raises(wtx.Error) as e:
+        c.begin("tx", kind="sideways")
+    assert "kind" in e.value.message
