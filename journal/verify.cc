@@ -92,7 +92,7 @@ Result<std::unique_ptr<Journal>> OpenTrustedJournal(const std::string& dir,
   VerifyOptions vo;
   vo.fs = options.env.fs;
   if (!options.identity.role.empty()) vo.expect = options.identity;
-  VerifyReport rep = VerifyJournalDir(dir, vo);
+  JournalCheckReport rep = VerifyJournalDir(dir, vo);
   if (rep.status.code() == ErrorCode::kNotFound) {
     std::string names;
     size_t n = 0;
