@@ -214,7 +214,7 @@ Result<json> BenchReplay(const BenchOptions& o) {
   double t_verify = 0, t_plain_open = 0;
   {
     const double t0 = NowSeconds();
-    VerifyReport v = VerifyJournalDir(jdir);
+    JournalCheckReport v = VerifyJournalDir(jdir);
     t_verify = NowSeconds() - t0;
     WTX_RETURN_IF_ERROR(v.status);
     JournalOptions jo;
