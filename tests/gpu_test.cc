@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -198,6 +199,106 @@ TEST_CASE("A participant on device memory commits, patches and rolls back as on 
   CHECK(on_device == on_host);
   CHECK(on_device[2] == on_device[0]);  // the abort restored the committed bytes
   CHECK(on_device[1] != on_device[0]);
+}
+
+TEST_CASE("Engine-owned device tensors on a stream: device writes, landings, verify, reattach") {
+  const std::string base = (std::filesystem::temp_directory_path() /
+                            ("wtx-gpu-borrowed-" + std::to_string(::getpid())))
+                               .string();
+  std::filesystem::remove_all(base);
+  auto manifest = testing::DeltaRollbackManifest();
+  const auto& params = manifest->params();
+  // The engine's tensors, already holding bytes (never zeroed by wtx).
+  std::vector<std::unique_ptr<Dev>> tensors;
+  std::vector<DeviceSpan> spans;
+  for (uint32_t i = 0; i < params.size(); ++i) {
+    auto old = testing::RandomBytes(static_cast<size_t>(params[i].num_bytes()), 500 + i);
+    tensors.push_back(std::make_unique<Dev>(old));
+    spans.push_back({reinterpret_cast<uint64_t>(tensors.back()->get()), old.size()});
+  }
+  const auto before_open = tensors[0]->Read();
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  auto open = [&](const std::string& dir) {
+    auto mem = NewBorrowedDeviceLiveMemory(*manifest, spans, {stream});
+    REQUIRE(mem.ok());
+    ParticipantOptions o;
+    o.journal_dir = dir;
+    o.kernel_identity = "gpu-test";
+    o.memory = std::shared_ptr<LiveMemory>(std::move(mem).value());
+    return Participant::Open(std::move(o), manifest).value();
+  };
+  auto p = open(base + "/device");
+  CHECK(tensors[0]->Read() == before_open);  // no zeroing at open
+  // Host twin for the expected digest.
+  ParticipantOptions ho;
+  ho.journal_dir = base + "/host";
+  ho.kernel_identity = "gpu-test";
+  auto h = Participant::Open(std::move(ho), manifest).value();
+  BeginRequest full;
+  full.tx = "t1";
+  REQUIRE(p->Begin(full).ok());
+  REQUIRE(h->Begin(full).ok());
+  // "w" from device memory (device-to-device), "b" landed in place through device_ptr.
+  auto w = testing::RandomBytes(static_cast<size_t>(params[0].num_bytes()), 1);
+  auto b = testing::RandomBytes(static_cast<size_t>(params[1].num_bytes()), 2);
+  Dev dw(w);
+  WritePiece dev_piece{"w", "", std::nullopt, dw.get(), w.size()};
+  dev_piece.location = BufferLocation::kDevice;
+  REQUIRE(p->Write({&dev_piece, 1}).ok());
+  LandingRegion rb{"b", "", "", std::nullopt};
+  auto res = p->Reserve(rb);
+  REQUIRE(res.ok());
+  REQUIRE(res->front().device_ptr != 0);
+  REQUIRE(cudaMemcpyAsync(reinterpret_cast<void*>(res->front().device_ptr), b.data(), b.size(),
+                          cudaMemcpyHostToDevice, stream) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  REQUIRE(p->Landed(rb).ok());
+  WritePiece hw{"w", "", std::nullopt, w.data(), w.size()};
+  WritePiece hb{"b", "", std::nullopt, b.data(), b.size()};
+  REQUIRE(h->Write({&hw, 1}).ok());
+  REQUIRE(h->Write({&hb, 1}).ok());
+  auto vd = p->Prepare("t1").value();
+  auto vh = h->Prepare("t1").value();
+  REQUIRE(vd.yes);
+  CHECK(vd.digest == vh.digest);
+  const std::string v1 = CombineRankDigests(std::vector{vd.digest});
+  REQUIRE(p->Decide("t1", Decision::kCommit, v1).ok());
+  // A delta whose index and value arrays are on the device, under verify all.
+  BeginRequest delta;
+  delta.tx = "t2";
+  delta.kind = TxKind::kDelta;
+  delta.base = v1;
+  delta.sources = {"w"};
+  delta.verify = VerifyMode::kAll;
+  REQUIRE(p->Begin(delta).ok());
+  std::vector<int64_t> idx{0, 5, 517, 1021 * 517 - 1};
+  std::vector<uint16_t> vals{1, 2, 3, 4};
+  Dev di(idx), dv(vals);
+  PatchRequest pr;
+  pr.source = "w";
+  pr.indices = {di.get<int64_t>(), idx.size()};
+  pr.values = dv.get();
+  pr.value_bytes = vals.size() * 2;
+  pr.indices_location = pr.values_location = BufferLocation::kDevice;
+  REQUIRE(p->Patch(pr).ok());
+  auto v2 = p->Prepare("t2").value();
+  REQUIRE(v2.yes);
+  REQUIRE(p->Decide("t2", Decision::kCommit, CombineRankDigests(std::vector{v2.digest})).ok());
+  auto rep = p->Verify();
+  REQUIRE(rep.ok());
+  CHECK(rep->ok);
+  // wtx restarts; the engine's tensors survive: Reattach serves again.
+  p.reset();
+  auto again = open(base + "/device");
+  CHECK_FALSE(again->status().loaded);
+  auto re = again->Reattach();
+  REQUIRE(re.ok());
+  CHECK(re->ok);
+  CHECK(again->status().serving);
+  again.reset();
+  cudaStreamDestroy(stream);
+  std::filesystem::remove_all(base);
 }
 
 }  // namespace

@@ -84,6 +84,11 @@ struct Borrowed {
     REQUIRE(mem.ok());
     return std::shared_ptr<LiveMemory>(std::move(mem).value());
   }
+  // Rank 0 of `c` restarted over these buffers, as will be every later restart.
+  void Attach(Cluster& c) {
+    c.SetMemoryFactory([this](const Manifest& mm) { return Memory(mm); });
+    REQUIRE(c.Restart(0).ok());
+  }
   std::vector<std::vector<uint8_t>> bufs;
 };
 
@@ -366,8 +371,7 @@ TEST_CASE("BorrowedMemoryIsNotZeroedAtOpen") {
   auto m = SmallManifest();
   Borrowed engine(*m);
   Cluster c(1, m);
-  c.SetMemoryFactory([&](const Manifest& mm) { return engine.Memory(mm); });
-  REQUIRE(c.Restart(0).ok());
+  engine.Attach(c);
   for (const auto& b : engine.bufs) {
     CHECK(std::all_of(b.begin(), b.end(), [](uint8_t x) { return x == 0xAB; }));
   }
@@ -379,8 +383,7 @@ TEST_CASE("ReattachOverSurvivingBytesServesAgainDurably") {
   auto m = SmallManifest();
   Borrowed engine(*m);
   Cluster c(1, m);
-  c.SetMemoryFactory([&](const Manifest& mm) { return engine.Memory(mm); });
-  REQUIRE(c.Restart(0).ok());
+  engine.Attach(c);
   REQUIRE(c.FullCommit("t1", 1).status.ok());
   const std::string v1 = c.coordinator().CommittedVersion("t1").value();
   c.Kill(0, /*power_loss=*/false);  // wtx restarts, the engine (and its tensors) survive
@@ -398,7 +401,7 @@ TEST_CASE("ReattachOverSurvivingBytesServesAgainDurably") {
   // A partial update builds on it.
   REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kPartial, v1, {"rest"})).status.ok());
   REQUIRE(c.coordinator().Abort("t2").status.ok());
-  // Durable: after a power loss the journal still says clean; Reattach again is enough.
+  // Every wtx restart needs a new Reattach (a restart marks the rank dirty); it succeeds again.
   c.Kill(0, /*power_loss=*/true);
   REQUIRE(c.Restart(0).ok());
   auto again = c.rank(0).Reattach();
@@ -411,8 +414,7 @@ TEST_CASE("ReattachWithChangedBytesStaysUnloadedNamingThem") {
   auto m = SmallManifest();
   Borrowed engine(*m);
   Cluster c(1, m);
-  c.SetMemoryFactory([&](const Manifest& mm) { return engine.Memory(mm); });
-  REQUIRE(c.Restart(0).ok());
+  engine.Attach(c);
   REQUIRE(c.FullCommit("t1", 1).status.ok());
   c.Kill(0, false);
   engine.bufs[*m->FindParam("norm")][5] ^= 0xFF;  // changed while wtx was down

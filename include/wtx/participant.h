@@ -186,8 +186,8 @@ class Participant {
   virtual Result<std::vector<std::string>> Refresh(std::string_view name) = 0;
   // In-place landings: see the file comment. E_NO_TX without a transaction.
   virtual Result<std::vector<Reservation>> Reserve(const LandingRegion& region) = 0;
-  // `region` exactly as passed to Reserve. Landing twice, or a region never reserved, is
-  // E_BAD_WRITE naming it.
+  // `region` exactly as passed to Reserve. A region never reserved is E_BAD_WRITE, landing
+  // it twice E_DUPLICATE_WRITE, each naming it.
   virtual Status Landed(const LandingRegion& region) = 0;
   // On-demand verifier (no transaction may be active: E_TX_ACTIVE): rehashes every chunk of
   // the live bytes (one XXH3 pass) and compares it with the committed chunk digests. A

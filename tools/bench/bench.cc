@@ -148,6 +148,23 @@ Buffer::Buffer(size_t n, bool zeroed) : size_(n) {
 
 Buffer::~Buffer() { std::free(p_); }
 
+Result<OneRank> OpenOneRank(const std::string& dir, ManifestPtr manifest) {
+  OneRank r;
+  ParticipantOptions po;
+  po.rank = 0;
+  po.journal_dir = dir + "/rank0";
+  po.kernel_identity = "bench";
+  WTX_ASSIGN_OR_RETURN(participant, Participant::Open(po, std::move(manifest)));
+  r.participant = std::move(participant);
+  r.transport = std::make_unique<InProcTransport>(1);
+  r.transport->SetParticipant(0, r.participant.get());
+  CoordinatorOptions co;
+  co.journal_dir = dir + "/coordinator";
+  WTX_ASSIGN_OR_RETURN(coordinator, Coordinator::Open(co, r.transport.get()));
+  r.coordinator = std::move(coordinator);
+  return r;
+}
+
 void Progress(const BenchOptions& o, const std::string& line) {
   if (o.progress) *o.progress << "wtx bench: " << line << std::endl;
 }
@@ -185,16 +202,9 @@ Result<json> BenchUpdate(const BenchOptions& o) {
   FillPattern(src.data(), total, 7);
 
   WTX_ASSIGN_OR_RETURN(dir, ScratchDir::Make(o.scratch_dir, "update"));
-  ParticipantOptions po;
-  po.rank = 0;
-  po.journal_dir = dir.path() + "/rank0";
-  po.kernel_identity = "bench";
-  WTX_ASSIGN_OR_RETURN(participant, Participant::Open(po, manifest));
-  InProcTransport transport(1);
-  transport.SetParticipant(0, participant.get());
-  CoordinatorOptions co;
-  co.journal_dir = dir.path() + "/coordinator";
-  WTX_ASSIGN_OR_RETURN(coordinator, Coordinator::Open(co, &transport));
+  WTX_ASSIGN_OR_RETURN(rank, OpenOneRank(dir.path(), manifest));
+  Participant* participant = rank.participant.get();
+  Coordinator* coordinator = rank.coordinator.get();
 
   std::vector<WritePiece> pieces;
   std::vector<Copy> copies;  // the same shards as flat runs, for the baselines

@@ -30,16 +30,9 @@ Result<json> BenchLanding(const BenchOptions& o) {
   FillPattern(src.data(), total, 13);
 
   WTX_ASSIGN_OR_RETURN(dir, ScratchDir::Make(o.scratch_dir, "landing"));
-  ParticipantOptions po;
-  po.rank = 0;
-  po.journal_dir = dir.path() + "/rank0";
-  po.kernel_identity = "bench";
-  WTX_ASSIGN_OR_RETURN(participant, Participant::Open(po, manifest));
-  InProcTransport transport(1);
-  transport.SetParticipant(0, participant.get());
-  CoordinatorOptions co;
-  co.journal_dir = dir.path() + "/coordinator";
-  WTX_ASSIGN_OR_RETURN(coordinator, Coordinator::Open(co, &transport));
+  WTX_ASSIGN_OR_RETURN(rank, OpenOneRank(dir.path(), manifest));
+  Participant* participant = rank.participant.get();
+  Coordinator* coordinator = rank.coordinator.get();
 
   // Where each parameter's new bytes come from (the engine's receive buffer).
   std::vector<const uint8_t*> from(params.size());

@@ -6,10 +6,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 
 #include "tools/bench/bench.h"
+#include "wtx/coordinator.h"
+#include "wtx/inproc_transport.h"
+#include "wtx/participant.h"
 #include "wtx/status.h"
 
 namespace wtx::bench {
@@ -46,5 +50,14 @@ class Buffer {
 };
 
 void Progress(const BenchOptions& options, const std::string& line);
+
+// One rank and a coordinator over the in-process transport, journals under `dir` (rank0/,
+// coordinator/). Members are destroyed coordinator first.
+struct OneRank {
+  std::unique_ptr<Participant> participant;
+  std::unique_ptr<InProcTransport> transport;
+  std::unique_ptr<Coordinator> coordinator;
+};
+Result<OneRank> OpenOneRank(const std::string& dir, ManifestPtr manifest);
 
 }  // namespace wtx::bench
