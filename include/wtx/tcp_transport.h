@@ -35,6 +35,7 @@
 
 #include "wtx/participant.h"
 #include "wtx/status.h"
+#include "wtx/tls_files.h"
 #include "wtx/transport.h"
 
 namespace wtx {
@@ -43,11 +44,15 @@ struct TcpTransportOptions {
   std::string listen_host = "127.0.0.1";
   uint16_t port = 0;   // 0: a free port, see port()
   std::string secret;  // REQUIRED: non-empty, shared with every rank
+  TlsFiles tls;        // empty: TLS 1.3 with a PSK derived from `secret`
   int num_ranks = 1;
   std::chrono::milliseconds request_timeout{10000};
   std::chrono::milliseconds handshake_timeout{5000};
   size_t max_frame_bytes = size_t{64} << 20;
   int worker_threads = 4;
+  // Connections (handshaking or registered) served at once; more are refused with a
+  // rate-limited log line. Accept errors (out of descriptors) back off 10 ms .. 1 s.
+  int max_connections = 1024;
   std::string log_tag = "coordinator";
 };
 
@@ -61,6 +66,9 @@ class TcpTransport : public Transport {
   ~TcpTransport() override;
 
   uint16_t port() const;
+  // Stops listening and closes every connection: pending and later calls fail at once
+  // (E_CRASHED), WaitForRanks returns false at once. Idempotent; the destructor calls it.
+  void Shutdown();
   // Not owned; null: queries are refused as "recovering".
   void SetDecisionOracle(DecisionOracle* oracle);
   void SetControlHandler(ControlHandler handler);
