@@ -1,6 +1,7 @@
 // TcpRankAgent: the participant's side of the TCP transport, embedded in an inference rank.
-// It connects to the coordinator's TcpTransport, authenticates with the shared secret
-// (HMAC-SHA-256 challenge-response; the coordinator must prove the secret too), registers its
+// It connects to the coordinator's TcpTransport over TLS 1.3 (PSK from the shared secret, or
+// certificates: options.tls), authenticates with the shared secret inside it (HMAC-SHA-256
+// challenge-response; the coordinator must prove the secret too), registers its
 // rank id, and serves the coordinator's Describe / CheckBegin / Begin / Prepare / Decide
 // requests against the local Participant. After every (re)connection it resolves an in-doubt
 // transaction by asking the coordinator QueryDecision over the same connection, retrying

@@ -1,6 +1,7 @@
 // TcpTransport: the coordinator's side of the TCP transport (Boost.Asio). It listens (on
-// 127.0.0.1 unless told otherwise); every rank process connects to it, authenticates with the
-// shared secret (HMAC-SHA-256 challenge-response, both directions) and registers its rank id;
+// 127.0.0.1 unless told otherwise); every rank process connects to it over TLS 1.3 (a PSK
+// derived from the shared secret, or certificates: options.tls), then proves the shared secret
+// inside TLS (HMAC-SHA-256 challenge-response, both directions) and registers its rank id;
 // the transport maps rank -> connection and the coordinator's calls on endpoint(r) become
 // request frames on that connection. The wire protocol is in docs/protocol.md.
 //
@@ -8,8 +9,9 @@
 //  * A rank with no live connection answers E_CRASHED ("rank N is down"); a call without an
 //    answer in time is E_TIMEOUT ("rank N did not answer"). Prepare waits for the timeout the
 //    coordinator passes; every other call for options.request_timeout.
-//  * Refused, and logged to stderr, without affecting other connections: a wrong or missing
-//    secret, a handshake that does not finish in time, a frame above max_frame_bytes (4 KiB
+//  * Refused, and logged to stderr (rate-limited), without affecting other connections: a
+//    failed TLS handshake (wrong PSK, untrusted or missing certificate), a wrong or missing
+//    secret, a handshake that does not finish in time, connections beyond max_connections, a frame above max_frame_bytes (4 KiB
 //    before authentication), a malformed frame, a rank id outside [0, num_ranks), a second
 //    live connection for a registered rank, and any frame or answer in which a rank's
 //    connection speaks for another rank id (the connection is closed).

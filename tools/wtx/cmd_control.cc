@@ -74,11 +74,7 @@ void RegisterControlCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--timeout-ms", *timeout, "How long to wait for the answer")
       ->capture_default_str();
   auto a = std::make_shared<ControlTls>();
-  cmd->add_option("--tls-cert", a->tls.cert,
-                  "PEM certificate (chain) of this end: certificate mutual TLS (with --tls-key, "
-                  "--tls-ca) instead of the PSK from the secret");
-  cmd->add_option("--tls-key", a->tls.key, "PEM private key of --tls-cert");
-  cmd->add_option("--tls-ca", a->tls.ca, "PEM CA certificates that peers' certificates must chain to");
+  AddTlsOptions(cmd, &a->tls);
   cmd->callback(
       [=] { *exit_code = RunControl(*address, *secret, *method, *params, *timeout, a->tls); });
 }

@@ -242,11 +242,7 @@ void RegisterCoordinatorCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--max-frame-bytes", a->max_frame_bytes, "Largest accepted frame")
       ->capture_default_str();
-  cmd->add_option("--tls-cert", a->tls.cert,
-                  "PEM certificate (chain) of this end: certificate mutual TLS (with --tls-key, "
-                  "--tls-ca) instead of the PSK from the secret");
-  cmd->add_option("--tls-key", a->tls.key, "PEM private key of --tls-cert");
-  cmd->add_option("--tls-ca", a->tls.ca, "PEM CA certificates that peers' certificates must chain to");
+  AddTlsOptions(cmd, &a->tls);
   cmd->add_option("--max-connections", a->max_connections,
                   "Connections served at once (ranks, controllers, handshakes); more are refused")
       ->capture_default_str()

@@ -219,11 +219,7 @@ void RegisterRankCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--test-hooks", a->test_hooks,
                 "Accept crash-point, silence and crash control calls (simulator, tests)");
-  cmd->add_option("--tls-cert", a->tls.cert,
-                  "PEM certificate (chain) of this end: certificate mutual TLS (with --tls-key, "
-                  "--tls-ca) instead of the PSK from the secret");
-  cmd->add_option("--tls-key", a->tls.key, "PEM private key of --tls-cert");
-  cmd->add_option("--tls-ca", a->tls.ca, "PEM CA certificates that peers' certificates must chain to");
+  AddTlsOptions(cmd, &a->tls);
   cmd->add_option("--sync-delay-ms", a->sync_delay_ms,
                   "Benchmarks only: every synced journal write first sleeps this long")
       ->check(CLI::Range(0, 10000));
