@@ -315,6 +315,17 @@ struct FanOutRig {
     REQUIRE(c->Begin(b).status.ok());
     for (auto& p : parts) REQUIRE(LoadConcurrently(*p, fill) == 0);
   }
+  // Starts Commit(tx) on another thread; returns once some rank is asked to prepare.
+  std::future<CommitOutcome> CommitUntilPreparing(const std::string& tx) {
+    auto preparing = std::make_shared<std::promise<void>>();
+    auto signalled = std::make_shared<std::atomic<bool>>(false);
+    t.OnPrepare([preparing, signalled](int) {
+      if (!signalled->exchange(true)) preparing->set_value();
+    });
+    auto commit = std::async(std::launch::async, [this, tx] { return c->Commit(tx); });
+    preparing->get_future().wait();
+    return commit;
+  }
 };
 
 double ElapsedMs(std::chrono::steady_clock::time_point t0) {
@@ -369,14 +380,8 @@ TEST_CASE("QueriesAreAnsweredWhileACommitWaitsForVotes") {
   FanOutRig rig(3, std::chrono::milliseconds(1500));
   rig.BeginAndLoad("t");
   rig.t.SetSlow({2});
-  std::promise<void> preparing;
-  std::atomic<bool> signalled{false};
-  rig.t.OnPrepare([&](int) {
-    if (!signalled.exchange(true)) preparing.set_value();
-  });
   const auto t0 = std::chrono::steady_clock::now();
-  auto commit = std::async(std::launch::async, [&] { return rig.c->Commit("t"); });
-  preparing.get_future().wait();
+  auto commit = rig.CommitUntilPreparing("t");
   // Another transaction's in-doubt query, the decisions list and a duplicate commit are all
   // answered while the commit still waits for rank 2.
   auto q = rig.c->QueryDecision("other");
@@ -400,13 +405,7 @@ TEST_CASE("AbortDuringACommitWinsAndTheCommitEndsInAbort") {
   FanOutRig rig(2, std::chrono::milliseconds(1000));
   rig.BeginAndLoad("t");
   rig.t.SetSlow({1});
-  std::promise<void> preparing;
-  std::atomic<bool> signalled{false};
-  rig.t.OnPrepare([&](int) {
-    if (!signalled.exchange(true)) preparing.set_value();
-  });
-  auto commit = std::async(std::launch::async, [&] { return rig.c->Commit("t"); });
-  preparing.get_future().wait();
+  auto commit = rig.CommitUntilPreparing("t");
   CHECK(rig.c->Abort("t").status.ok());
   CommitOutcome o = commit.get();
   REQUIRE(o.decision == Decision::kAbort);
