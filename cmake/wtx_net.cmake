@@ -1,10 +1,13 @@
-# Multi-process wtx: the TCP transport (Boost.Asio, header-only; frames of CBOR, HMAC-SHA-256
-# authentication), the `wtx coordinator` / `wtx rank` commands, `wtx sim --transport tcp`, and
+# Multi-process wtx: the TCP transport (Boost.Asio, header-only; frames of CBOR over TLS 1.3 with
+# OpenSSL — a PSK from the shared secret or certificates — plus an HMAC-SHA-256 role/rank binding), the `wtx coordinator` / `wtx rank` commands, `wtx sim --transport tcp`, and
 # the optional NCCL vote (built only when CUDA and NCCL are found). Included from the top-level
 # CMakeLists.txt after the `wtx` executable is defined.
 
+find_package(OpenSSL REQUIRED)  # Debian: libssl-dev (scripts/setup.sh)
+
 add_library(wtx_net
-  src/net/sha256.cc
+  src/net/crypto.cc
+  src/net/tls.cc
   src/net/codec.cc
   src/net/channel.cc
   src/net/control.cc
@@ -14,7 +17,8 @@ add_library(wtx_net
   src/net/message_transport.cc
 )
 target_include_directories(wtx_net PUBLIC include PRIVATE ${PROJECT_SOURCE_DIR})
-target_link_libraries(wtx_net PUBLIC wtx_core Boost::headers Threads::Threads)
+target_link_libraries(wtx_net PUBLIC wtx_core Boost::headers Threads::Threads OpenSSL::SSL
+                                      OpenSSL::Crypto)
 if(WTX_PCH)
   target_precompile_headers(wtx_net REUSE_FROM wtx_core)
 endif()

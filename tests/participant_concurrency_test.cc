@@ -7,6 +7,10 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <set>
 #include <random>
 #include <thread>
 
@@ -222,4 +226,222 @@ TEST_CASE("ConcurrentPrepareAndDecideAgree") {
   CHECK(decided == 4);
   CHECK(p->status().version == std::optional<std::string>("v1"));
   CHECK_FALSE(p->status().dirty);
+}
+
+namespace {
+
+// Wraps an InProcTransport: ranks marked slow really wait out the prepare timeout before
+// answering E_TIMEOUT (InProcTransport's silent ranks answer at once), and a hook runs when a
+// rank is asked to prepare. Thread-safe like the endpoints it wraps.
+class SlowTransport : public Transport {
+ public:
+  explicit SlowTransport(int n) : inner_(n) {
+    for (int r = 0; r < n; ++r) eps_.push_back(std::make_unique<Ep>(this, r));
+  }
+  InProcTransport& inner() { return inner_; }
+  void SetSlow(std::set<int> s) {
+    std::lock_guard<std::mutex> l(mu_);
+    slow_ = std::move(s);
+  }
+  // Runs on the preparing thread, before the rank answers.
+  void OnPrepare(std::function<void(int)> fn) {
+    std::lock_guard<std::mutex> l(mu_);
+    on_prepare_ = std::move(fn);
+  }
+  int num_ranks() const override { return inner_.num_ranks(); }
+  ParticipantEndpoint* endpoint(int r) override { return eps_.at(r).get(); }
+
+ private:
+  class Ep : public ParticipantEndpoint {
+   public:
+    Ep(SlowTransport* t, int r) : t_(t), r_(r) {}
+    Result<RankDescription> Describe() override { return in()->Describe(); }
+    Status CheckBegin(const BeginRequest& q, std::vector<bool>* h) override {
+      return in()->CheckBegin(q, h);
+    }
+    Status Begin(const BeginRequest& q) override { return in()->Begin(q); }
+    Result<Vote> Prepare(const std::string& tx, std::chrono::milliseconds timeout) override {
+      std::function<void(int)> hook;
+      bool slow;
+      {
+        std::lock_guard<std::mutex> l(t_->mu_);
+        hook = t_->on_prepare_;
+        slow = t_->slow_.count(r_) > 0;
+      }
+      if (hook) hook(r_);
+      if (slow) {
+        std::this_thread::sleep_for(timeout);
+        return Status(ErrorCode::kTimeout, "rank " + std::to_string(r_) + " did not answer");
+      }
+      return in()->Prepare(tx, timeout);
+    }
+    Status Decide(const std::string& tx, Decision d, const std::string& v) override {
+      return in()->Decide(tx, d, v);
+    }
+
+   private:
+    ParticipantEndpoint* in() { return t_->inner_.endpoint(r_); }
+    SlowTransport* t_;
+    int r_;
+  };
+  InProcTransport inner_;
+  std::vector<std::unique_ptr<Ep>> eps_;
+  std::mutex mu_;
+  std::set<int> slow_;
+  std::function<void(int)> on_prepare_;
+};
+
+struct FanOutRig {
+  TempDir dir;
+  ManifestPtr m = ShardedManifest();
+  std::vector<std::unique_ptr<Participant>> parts;
+  SlowTransport t;
+  std::unique_ptr<Coordinator> c;
+  explicit FanOutRig(int n, std::chrono::milliseconds timeout) : t(n) {
+    for (int r = 0; r < n; ++r) {
+      parts.push_back(OpenRank(dir.path, r, m));
+      t.inner().SetParticipant(r, parts.back().get());
+    }
+    CoordinatorOptions co;
+    co.journal_dir = dir.path + "/coordinator";
+    co.prepare_timeout = timeout;
+    auto cr = Coordinator::Open(co, &t);
+    REQUIRE(cr.ok());
+    c = std::move(cr).value();
+  }
+  void BeginAndLoad(const std::string& tx, uint8_t fill = 7) {
+    BeginRequest b;
+    b.tx = tx;
+    REQUIRE(c->Begin(b).status.ok());
+    for (auto& p : parts) REQUIRE(LoadConcurrently(*p, fill) == 0);
+  }
+  // Starts Commit(tx) on another thread; returns once some rank is asked to prepare.
+  std::future<CommitOutcome> CommitUntilPreparing(const std::string& tx) {
+    auto preparing = std::make_shared<std::promise<void>>();
+    auto signalled = std::make_shared<std::atomic<bool>>(false);
+    t.OnPrepare([preparing, signalled](int) {
+      if (!signalled->exchange(true)) preparing->set_value();
+    });
+    auto commit = std::async(std::launch::async, [this, tx] { return c->Commit(tx); });
+    preparing->get_future().wait();
+    return commit;
+  }
+};
+
+double ElapsedMs(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST_CASE("ConcurrentPrepareWithSilentRanksCostsOneTimeout") {
+  // Three ranks that never answer: the votes are collected at once, so the phase costs one
+  // timeout (300 ms), not three.
+  FanOutRig rig(6, std::chrono::milliseconds(300));
+  rig.BeginAndLoad("t");
+  rig.t.SetSlow({1, 3, 5});
+  const auto t0 = std::chrono::steady_clock::now();
+  CommitOutcome o = rig.c->Commit("t");
+  const double ms = ElapsedMs(t0);
+  CHECK(ms >= 300);
+  CHECK(ms < 600);
+  CHECK(o.status.code() == ErrorCode::kTimeout);
+  REQUIRE(o.decision == Decision::kAbort);
+  for (int r : {1, 3, 5}) CHECK(o.votes[r].kind == VoteReport::Kind::kTimeout);
+  for (int r : {0, 2, 4}) CHECK(o.votes[r].kind == VoteReport::Kind::kYes);
+  // Every rank heard the abort, silent ones included.
+  for (auto& p : rig.parts) CHECK_FALSE(p->status().active_tx.has_value());
+}
+
+TEST_CASE("RankCrashingMidFanOutAbortsEverywhereElse") {
+  FanOutRig rig(4, std::chrono::milliseconds(5000));
+  rig.BeginAndLoad("t");
+  // Rank 2's process dies while the prepare is being fanned out.
+  rig.t.OnPrepare([&](int r) {
+    if (r == 2) rig.t.inner().SetParticipant(2, nullptr);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  CommitOutcome o = rig.c->Commit("t");
+  CHECK(ElapsedMs(t0) < 2000);  // a known-dead rank costs no timeout
+  CHECK(o.status.code() == ErrorCode::kTimeout);
+  REQUIRE(o.decision == Decision::kAbort);
+  CHECK(o.votes[2].kind == VoteReport::Kind::kCrashed);
+  CHECK(o.unacknowledged == std::vector<int>{2});
+  for (int r : {0, 1, 3}) CHECK_FALSE(rig.parts[r]->status().active_tx.has_value());
+  // The rank comes back: Recover delivers the abort it missed, and the decision is ended.
+  rig.t.OnPrepare(nullptr);
+  rig.t.inner().SetParticipant(2, rig.parts[2].get());
+  REQUIRE(rig.c->Recover().ok());
+  CHECK_FALSE(rig.parts[2]->status().active_tx.has_value());
+  CHECK(rig.c->Abort("t").status.code() == ErrorCode::kNoTx);  // every rank knows: nothing left
+}
+
+TEST_CASE("QueriesAreAnsweredWhileACommitWaitsForVotes") {
+  FanOutRig rig(3, std::chrono::milliseconds(1500));
+  rig.BeginAndLoad("t");
+  rig.t.SetSlow({2});
+  const auto t0 = std::chrono::steady_clock::now();
+  auto commit = rig.CommitUntilPreparing("t");
+  // Another transaction's in-doubt query, the decisions list and a duplicate commit are all
+  // answered while the commit still waits for rank 2.
+  auto q = rig.c->QueryDecision("other");
+  REQUIRE(q.ok());
+  CHECK(q->first == Decision::kAbort);
+  CHECK(rig.c->decisions().size() == 1);
+  CHECK(rig.c->Commit("t").status.code() == ErrorCode::kTxActive);
+  CHECK(ElapsedMs(t0) < 1000);
+  // A query on the transaction being committed waits for its decision instead of presuming
+  // abort under it, and gets the same answer the commit logs.
+  auto qt = rig.c->QueryDecision("t");
+  REQUIRE(qt.ok());
+  CommitOutcome o = commit.get();
+  REQUIRE(o.decision == Decision::kAbort);
+  CHECK(o.status.code() == ErrorCode::kTimeout);
+  CHECK(qt->first == Decision::kAbort);
+  CHECK(rig.c->decisions().size() == 2);
+}
+
+TEST_CASE("AbortDuringACommitWinsAndTheCommitEndsInAbort") {
+  FanOutRig rig(2, std::chrono::milliseconds(1000));
+  rig.BeginAndLoad("t");
+  rig.t.SetSlow({1});
+  auto commit = rig.CommitUntilPreparing("t");
+  CHECK(rig.c->Abort("t").status.ok());
+  CommitOutcome o = commit.get();
+  REQUIRE(o.decision == Decision::kAbort);
+  CHECK(o.status.code() == ErrorCode::kNoTx);
+  REQUIRE(rig.c->decisions().size() == 1);
+  CHECK(rig.c->decisions()[0].reason == "aborted by the sender");
+  for (auto& p : rig.parts) CHECK_FALSE(p->status().active_tx.has_value());
+}
+
+TEST_CASE("ManyRanksCommitWhileOtherThreadsQuery") {
+  // A TSan target: fan-out threads, the committing thread and query threads share the
+  // coordinator.
+  FanOutRig rig(16, std::chrono::milliseconds(2000));
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad{0};
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 2; ++i) {
+    readers.emplace_back([&, i] {
+      int k = 0;
+      while (!stop) {
+        auto q = rig.c->QueryDecision("q" + std::to_string(i) + "-" + std::to_string(k++));
+        if (!q.ok() || q->first != Decision::kAbort) ++bad;
+        rig.c->decisions();
+        rig.c->CommittedVersion("t0");
+      }
+    });
+  }
+  for (int i = 0; i < 3; ++i) {
+    const std::string tx = "t" + std::to_string(i);
+    rig.BeginAndLoad(tx, static_cast<uint8_t>(10 + i));
+    CommitOutcome o = rig.c->Commit(tx);
+    CHECK(o.status.ok());
+    CHECK(o.decision == Decision::kCommit);
+  }
+  stop = true;
+  for (auto& t : readers) t.join();
+  CHECK(bad == 0);
+  CHECK(rig.c->CommittedVersion("t2").has_value());
 }

@@ -11,7 +11,18 @@
 // decisions that were not acknowledged; QueryDecision answers abort for anything never
 // decided.
 //
-// Thread-safety: methods are serialized by an internal mutex.
+// Concurrency: each phase (describe, check, begin, prepare, decide) is sent to every rank at
+// once and awaited together (a phase costs the slowest answer or one prepare_timeout, not one
+// per rank; see fan_out_threads). The internal mutex guards only the coordinator's memory and
+// journal, never a network wait, so QueryDecision, decisions() and CommittedVersion() answer
+// while a Begin or Commit is running. A QueryDecision for a transaction whose Commit is
+// collecting votes waits (at most about prepare_timeout) for that decision instead of
+// presuming abort; for a transaction nobody is deciding it presumes abort as before, and a
+// Begin/Commit running on a transaction that was meanwhile aborted (by Abort or a presumed
+// abort) ends in abort. Two calls on the same transaction id at once: the second is refused
+// with E_TX_ACTIVE.
+//
+// Thread-safety: every method is safe from any thread.
 #pragma once
 
 #include <chrono>
@@ -33,6 +44,9 @@ struct CoordinatorOptions {
   Env env;
   std::chrono::milliseconds prepare_timeout{5000};
   CrashPoints* crash_points = nullptr;  // not owned
+  // Most rank calls in flight at once (threads of the fan-out pool, started lazily); with
+  // more silent ranks than this, a phase costs more than one timeout. Valid: 1..4096.
+  int fan_out_threads = 256;
 };
 
 struct RankError {

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <condition_variable>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -82,7 +83,9 @@ class NcclVoteGroup {
 };
 
 // The coordinator's transport at rank 0 of the group: Prepare(0) prepares `local` and runs the
-// vote exchange, Prepare(r) returns rank r's vote from it; the first Decide of a transaction
+// vote exchange (the prepare phase's one collective), Prepare(r) waits (up to its timeout) for
+// that exchange and returns rank r's vote from it, so the coordinator's concurrent fan-out may
+// ask the ranks in any order; the first Decide of a transaction
 // after its vote broadcasts the decision (Decide(0) applies it locally, Decide(r) succeeds once
 // the broadcast is done); everything else, and later re-deliveries, go through `control`.
 class NcclVoteTransport : public Transport {
@@ -99,6 +102,8 @@ class NcclVoteTransport : public Transport {
   NcclVoteGroup* group_;
   Participant* local_;
   std::mutex mu_;
+  std::condition_variable exchanged_;  // an exchange finished (voted_tx_ or failed_tx_ set)
+  std::string failed_tx_;              // the last exchange failed, for this transaction
   std::string voted_tx_;  // the transaction of the last exchange
   std::vector<Vote> votes_;
   std::string broadcast_tx_;  // decision broadcast done for this transaction

@@ -1,6 +1,7 @@
 // TcpRankAgent: the participant's side of the TCP transport, embedded in an inference rank.
-// It connects to the coordinator's TcpTransport, authenticates with the shared secret
-// (HMAC-SHA-256 challenge-response; the coordinator must prove the secret too), registers its
+// It connects to the coordinator's TcpTransport over TLS 1.3 (PSK from the shared secret, or
+// certificates: options.tls), authenticates with the shared secret inside it (HMAC-SHA-256
+// challenge-response; the coordinator must prove the secret too), registers its
 // rank id, and serves the coordinator's Describe / CheckBegin / Begin / Prepare / Decide
 // requests against the local Participant. After every (re)connection it resolves an in-doubt
 // transaction by asking the coordinator QueryDecision over the same connection, retrying
@@ -21,6 +22,7 @@
 
 #include "wtx/participant.h"
 #include "wtx/status.h"
+#include "wtx/tls_files.h"
 
 namespace wtx {
 
@@ -29,6 +31,7 @@ struct RankAgentOptions {
   uint16_t coordinator_port = 0;
   int rank = 0;
   std::string secret;                                // REQUIRED: non-empty
+  TlsFiles tls;  // empty: TLS 1.3 with a PSK derived from `secret`
   std::chrono::milliseconds request_timeout{10000};  // its own QueryDecision calls
   std::chrono::milliseconds connect_timeout{3000};
   std::chrono::milliseconds handshake_timeout{5000};

@@ -1,6 +1,7 @@
 // TcpTransport: the coordinator's side of the TCP transport (Boost.Asio). It listens (on
-// 127.0.0.1 unless told otherwise); every rank process connects to it, authenticates with the
-// shared secret (HMAC-SHA-256 challenge-response, both directions) and registers its rank id;
+// 127.0.0.1 unless told otherwise); every rank process connects to it over TLS 1.3 (a PSK
+// derived from the shared secret, or certificates: options.tls), then proves the shared secret
+// inside TLS (HMAC-SHA-256 challenge-response, both directions) and registers its rank id;
 // the transport maps rank -> connection and the coordinator's calls on endpoint(r) become
 // request frames on that connection. The wire protocol is in docs/protocol.md.
 //
@@ -8,8 +9,9 @@
 //  * A rank with no live connection answers E_CRASHED ("rank N is down"); a call without an
 //    answer in time is E_TIMEOUT ("rank N did not answer"). Prepare waits for the timeout the
 //    coordinator passes; every other call for options.request_timeout.
-//  * Refused, and logged to stderr, without affecting other connections: a wrong or missing
-//    secret, a handshake that does not finish in time, a frame above max_frame_bytes (4 KiB
+//  * Refused, and logged to stderr (rate-limited), without affecting other connections: a
+//    failed TLS handshake (wrong PSK, untrusted or missing certificate), a wrong or missing
+//    secret, a handshake that does not finish in time, connections beyond max_connections, a frame above max_frame_bytes (4 KiB
 //    before authentication), a malformed frame, a rank id outside [0, num_ranks), a second
 //    live connection for a registered rank, and any frame or answer in which a rank's
 //    connection speaks for another rank id (the connection is closed).
@@ -35,6 +37,7 @@
 
 #include "wtx/participant.h"
 #include "wtx/status.h"
+#include "wtx/tls_files.h"
 #include "wtx/transport.h"
 
 namespace wtx {
@@ -43,11 +46,15 @@ struct TcpTransportOptions {
   std::string listen_host = "127.0.0.1";
   uint16_t port = 0;   // 0: a free port, see port()
   std::string secret;  // REQUIRED: non-empty, shared with every rank
+  TlsFiles tls;        // empty: TLS 1.3 with a PSK derived from `secret`
   int num_ranks = 1;
   std::chrono::milliseconds request_timeout{10000};
   std::chrono::milliseconds handshake_timeout{5000};
   size_t max_frame_bytes = size_t{64} << 20;
   int worker_threads = 4;
+  // Connections (handshaking or registered) served at once; more are refused with a
+  // rate-limited log line. Accept errors (out of descriptors) back off 10 ms .. 1 s.
+  int max_connections = 1024;
   std::string log_tag = "coordinator";
 };
 
@@ -61,6 +68,9 @@ class TcpTransport : public Transport {
   ~TcpTransport() override;
 
   uint16_t port() const;
+  // Stops listening and closes every connection: pending and later calls fail at once
+  // (E_CRASHED), WaitForRanks returns false at once. Idempotent; the destructor calls it.
+  void Shutdown();
   // Not owned; null: queries are refused as "recovering".
   void SetDecisionOracle(DecisionOracle* oracle);
   void SetControlHandler(ControlHandler handler);

@@ -3,7 +3,10 @@
 // implement them.
 //
 // A call to an unreachable rank returns E_CRASHED (known dead) or E_TIMEOUT (no answer in
-// time). Thread-safety: implementations must allow calls to distinct ranks concurrently.
+// time). Thread-safety: implementations must allow calls to distinct ranks concurrently, and
+// calls to one rank from several threads (the coordinator fans each phase out to every rank at
+// once on its own threads, and a Recover or an in-doubt query may deliver a decision to a rank
+// while another call to it runs).
 #pragma once
 
 #include <chrono>

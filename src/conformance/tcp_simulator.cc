@@ -239,6 +239,10 @@ Status TcpProcesses::SpawnCoordinator() {
                                    std::to_string(options_.prepare_timeout.count()),
                                    "--defer-recovery"};
   if (options_.test_hooks) args.push_back("--test-hooks");
+  if (options_.sync_delay_ms > 0) {
+    args.push_back("--sync-delay-ms");
+    args.push_back(std::to_string(options_.sync_delay_ms));
+  }
   json ready;
   WTX_RETURN_IF_ERROR(coord_.child.Spawn(args, options_.start_timeout, &ready));
   coord_.pid = coord_.child.pid();
@@ -274,6 +278,10 @@ Status TcpProcesses::SpawnRank(int r) {
                                    "--backoff-max-ms",
                                    "100"};
   if (options_.test_hooks) args.push_back("--test-hooks");
+  if (options_.sync_delay_ms > 0) {
+    args.push_back("--sync-delay-ms");
+    args.push_back(std::to_string(options_.sync_delay_ms));
+  }
   if (!sc_.kernel_identity.empty()) {
     args.push_back("--kernel-identity");
     args.push_back(sc_.kernel_identity);

@@ -48,6 +48,8 @@ struct TcpSimOptions {
   // Crash points, silence and power-loss emulation (a fault-injecting filesystem under every
   // journal). Off only for benchmarks; faults then cannot be injected.
   bool test_hooks = true;
+  // Benchmarks: every synced journal write of every process sleeps this long first.
+  int sync_delay_ms = 0;
 };
 
 Result<nlohmann::json> RunScenarioTcp(const Scenario& scenario, const TcpSimOptions& options);

@@ -2,19 +2,25 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sys/random.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <map>
 #include <vector>
 
 #include "src/util/cbor.h"
 #include "src/net/codec.h"
-#include "src/net/sha256.h"
 #include "src/util/json_number.h"
 #include "wtx/limits.h"
+#include "src/net/crypto.h"
 
 namespace wtx::net {
 
@@ -91,13 +97,13 @@ std::string HandshakeMac(std::string_view secret, std::string_view direction,
 }
 
 std::string RandomNonce() {
-  Digest256 b{};
-  size_t got = 0;
-  while (got < b.size()) {
-    ssize_t r = ::getrandom(b.data() + got, b.size() - got, 0);
-    if (r > 0) got += static_cast<size_t>(r);
+  auto b = RandomBytes(32);
+  if (!b.ok()) {
+    // Without randomness no handshake is safe; this is not reachable from the network.
+    LogLine("net", "fatal: " + b.status().message());
+    std::abort();
   }
-  return ToHex(b);
+  return ToHex(b.value());
 }
 
 void LogLine(const std::string& tag, const std::string& message) {
@@ -106,16 +112,86 @@ void LogLine(const std::string& tag, const std::string& message) {
   std::cerr << "wtx[" << tag << "]: " << message << std::endl;
 }
 
+void LogLineLimited(const std::string& tag, const std::string& kind, const std::string& message) {
+  struct Bucket {
+    std::chrono::steady_clock::time_point window;
+    int lines = 0;
+    uint64_t dropped = 0;
+  };
+  static std::mutex mu;
+  static std::map<std::string, Bucket> buckets;
+  std::string line = message;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    if (buckets.size() > 1024) buckets.clear();  // bounded: kinds are few, tags per process
+    Bucket& b = buckets[tag + "\n" + kind];
+    const auto now = std::chrono::steady_clock::now();
+    if (now - b.window >= std::chrono::seconds(1)) {
+      b.window = now;
+      b.lines = 0;
+    }
+    if (b.lines >= kLogBurst) {
+      ++b.dropped;
+      return;
+    }
+    ++b.lines;
+    if (b.dropped > 0) {
+      line += " (" + std::to_string(b.dropped) + " similar lines suppressed)";
+      b.dropped = 0;
+    }
+  }
+  LogLine(tag, line);
+}
+
 Result<std::string> ReadSecretFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::InvalidArgument("cannot read secret file '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
+  const std::string what = "secret file '" + path + "'";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return Status::InvalidArgument("cannot read " + what + ": " + std::strerror(errno));
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return Status::InvalidArgument("cannot stat " + what + ": " + std::strerror(errno));
+  }
+  // A device (/dev/zero), FIFO or directory is never a secret: refuse before reading.
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(what + " is not a regular file");
+  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return Status::InvalidArgument(what + " is accessible by group or others (mode " + mode +
+                                   "); make it private: chmod 600 '" + path + "'");
+  }
+  if (st.st_size > static_cast<off_t>(kMaxSecretFileBytes)) {
+    return Status::InvalidArgument(what + " is " + std::to_string(st.st_size) +
+                                   " bytes; a secret file holds at most " +
+                                   std::to_string(kMaxSecretFileBytes));
+  }
+  // Read at most one byte past the bound, whatever fstat said (the file may grow).
+  std::string s(kMaxSecretFileBytes + 1, '\0');
+  size_t got = 0;
+  while (got < s.size()) {
+    const ssize_t n = ::read(fd, s.data() + got, s.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::InvalidArgument("cannot read " + what + ": " + std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got > kMaxSecretFileBytes) {
+    return Status::InvalidArgument(what + " holds more than " +
+                                   std::to_string(kMaxSecretFileBytes) + " bytes");
+  }
+  s.resize(got);
   const char* ws = " \t\r\n";
   const size_t b = s.find_first_not_of(ws);
-  if (b == std::string::npos) return Status::InvalidArgument("secret file '" + path + "' is empty");
+  if (b == std::string::npos) return Status::InvalidArgument(what + " is empty");
   s = s.substr(b, s.find_last_not_of(ws) - b + 1);
+  if (s.size() < kMinSecretBytes) {
+    return Status::InvalidArgument(what + " holds a " + std::to_string(s.size()) +
+                                   "-byte secret; at least " + std::to_string(kMinSecretBytes) +
+                                   " bytes are required (e.g. openssl rand -hex 32)");
+  }
   return s;
 }
 
@@ -164,10 +240,10 @@ void CloseAcceptorOnLoop(EventLoop& loop, asio::ip::tcp::acceptor& acceptor) {
 // ---------------------------------------------------------------------------------------------
 // Channel
 
-Channel::Channel(EventLoop& loop, tcp::socket socket, PeerIdentity peer, int self_rank,
-                 const NetOptions& options, std::string tag)
+Channel::Channel(EventLoop& loop, std::unique_ptr<TlsStream> stream, PeerIdentity peer,
+                 int self_rank, const NetOptions& options, std::string tag)
     : loop_(loop),
-      socket_(std::move(socket)),
+      stream_(std::move(stream)),
       peer_(std::move(peer)),
       self_rank_(self_rank),
       options_(options),
@@ -176,7 +252,7 @@ Channel::Channel(EventLoop& loop, tcp::socket socket, PeerIdentity peer, int sel
 
 Channel::~Channel() {
   boost::system::error_code ec;
-  socket_.close(ec);
+  stream_->lowest_layer().close(ec);
 }
 
 void Channel::StartOnIo(RequestHandler handler, std::function<void()> on_close) {
@@ -188,7 +264,7 @@ void Channel::StartOnIo(RequestHandler handler, std::function<void()> on_close) 
 
 void Channel::ReadHeader() {
   auto self = shared_from_this();
-  asio::async_read(socket_, asio::buffer(header_, 4),
+  asio::async_read(*stream_, asio::buffer(header_, 4),
                    [self](const boost::system::error_code& ec, size_t) {
                      if (ec) return self->CloseOnIo(ec.message());
                      const uint32_t size = ReadBe32(self->header_);
@@ -203,7 +279,7 @@ void Channel::ReadHeader() {
 void Channel::ReadBody(uint32_t size) {
   auto self = shared_from_this();
   body_.resize(size);
-  asio::async_read(socket_, asio::buffer(body_.data(), size),
+  asio::async_read(*stream_, asio::buffer(body_.data(), size),
                    [self](const boost::system::error_code& ec, size_t) {
                      if (ec) return self->CloseOnIo(ec.message());
                      auto m = DecodePayload(reinterpret_cast<const uint8_t*>(self->body_.data()),
@@ -309,7 +385,7 @@ void Channel::WriteNext() {
   }
   writing_ = true;
   auto self = shared_from_this();
-  asio::async_write(socket_, asio::buffer(out_.front()),
+  asio::async_write(*stream_, asio::buffer(out_.front()),
                     [self](const boost::system::error_code& ec, size_t) {
                       if (ec) return self->CloseOnIo(ec.message());
                       self->out_.pop_front();
@@ -320,7 +396,7 @@ void Channel::WriteNext() {
 void Channel::CloseOnIo(const std::string& why) {
   closed_ = true;
   boost::system::error_code ec;
-  socket_.close(ec);
+  stream_->lowest_layer().close(ec);
   // out_ stays: a write in flight still owns its front buffer, and its completion pops it.
   FailPending();
   if (!on_close_ran_) {
@@ -404,7 +480,7 @@ namespace {
 
 // Reads one frame of at most `limit` bytes; fn(Status, json).
 template <typename Fn>
-void AsyncReadFrame(tcp::socket& socket, size_t limit, const std::shared_ptr<std::string>& buf,
+void AsyncReadFrame(TlsStream& socket, size_t limit, const std::shared_ptr<std::string>& buf,
                     Fn fn) {
   buf->assign(4, '\0');
   asio::async_read(
@@ -431,11 +507,13 @@ void AsyncReadFrame(tcp::socket& socket, size_t limit, const std::shared_ptr<std
 
 class ServerHandshake : public std::enable_shared_from_this<ServerHandshake> {
  public:
-  ServerHandshake(EventLoop& loop, tcp::socket socket, std::string secret, const NetOptions& o,
+  ServerHandshake(EventLoop& loop, tcp::socket socket, std::shared_ptr<ssl::context> tls,
+                  std::string secret, const NetOptions& o,
                   std::string tag, AuthorizeFn authorize, InstallFn install, RequestHandler handler,
                   std::function<void(Channel*)> on_close)
       : loop_(loop),
-        socket_(std::move(socket)),
+        tls_(std::move(tls)),
+        socket_(std::make_unique<TlsStream>(std::move(socket), *tls_)),
         secret_(std::move(secret)),
         options_(o),
         tag_(std::move(tag)),
@@ -447,26 +525,41 @@ class ServerHandshake : public std::enable_shared_from_this<ServerHandshake> {
         buf_(std::make_shared<std::string>()) {}
 
   void Start() {
-    TuneSocket(socket_);
-    address_ = Address(socket_);
+    TuneSocket(socket_->next_layer());
+    address_ = Address(socket_->next_layer());
     auto self = shared_from_this();
     timer_.expires_after(options_.handshake_timeout);
     timer_.async_wait([self](const boost::system::error_code& ec) {
       if (ec || self->done_) return;
       self->Refuse("no authentication within " + Ms(self->options_.handshake_timeout), "");
     });
+    socket_->async_handshake(ssl::stream_base::server,
+                             [self](const boost::system::error_code& ec) {
+                               if (self->done_) return;
+                               if (ec) {
+                                 return self->Refuse("TLS handshake failed: " + TlsErrorText(ec) +
+                                                         " (wrong secret, or an untrusted or "
+                                                         "missing certificate)",
+                                                     "");
+                               }
+                               self->Hello();
+                             });
+  }
+
+ private:
+  void Hello() {
+    auto self = shared_from_this();
     nonce_ = RandomNonce();
     auto hello =
         std::make_shared<std::string>(EncodeFrame({{"hello", kWireVersion}, {"nonce", nonce_}}));
     asio::async_write(
-        socket_, asio::buffer(*hello), [self, hello](const boost::system::error_code& ec, size_t) {
+        *socket_, asio::buffer(*hello), [self, hello](const boost::system::error_code& ec, size_t) {
           if (ec) return self->Quit();
-          AsyncReadFrame(self->socket_, kMaxHandshakeFrameBytes, self->buf_,
+          AsyncReadFrame(*self->socket_, kMaxHandshakeFrameBytes, self->buf_,
                          [self](const Status& s, json m) { self->OnAuth(s, std::move(m)); });
         });
   }
 
- private:
   void OnAuth(const Status& s, json m) {
     if (done_) return;
     if (!s.ok()) {
@@ -522,11 +615,11 @@ class ServerHandshake : public std::enable_shared_from_this<ServerHandshake> {
     if (done_) return;
     done_ = true;
     timer_.cancel();
-    LogLine(tag_, "refused connection from " + address_ + ": " + log);
+    LogLineLimited(tag_, "refused", "refused connection from " + address_ + ": " + log);
     auto self = shared_from_this();
-    if (reason.empty() || !socket_.is_open()) return Quit();
+    if (reason.empty() || !socket_->lowest_layer().is_open()) return Quit();
     auto frame = std::make_shared<std::string>(EncodeFrame({{"refused", reason}}));
-    asio::async_write(socket_, asio::buffer(*frame),
+    asio::async_write(*socket_, asio::buffer(*frame),
                       [self, frame](const boost::system::error_code&, size_t) { self->Quit(); });
   }
 
@@ -534,11 +627,12 @@ class ServerHandshake : public std::enable_shared_from_this<ServerHandshake> {
     done_ = true;
     timer_.cancel();
     boost::system::error_code ec;
-    socket_.close(ec);
+    socket_->lowest_layer().close(ec);
   }
 
   EventLoop& loop_;
-  tcp::socket socket_;
+  std::shared_ptr<ssl::context> tls_;
+  std::unique_ptr<TlsStream> socket_;
   std::string secret_;
   NetOptions options_;
   std::string tag_;
@@ -558,11 +652,13 @@ namespace {
 
 class ClientHandshake : public std::enable_shared_from_this<ClientHandshake> {
  public:
-  ClientHandshake(EventLoop& loop, std::string secret, std::string role, int rank,
+  ClientHandshake(EventLoop& loop, std::shared_ptr<ssl::context> tls, std::string secret,
+                  std::string role, int rank,
                   const NetOptions& o, std::string tag, RequestHandler handler,
                   std::function<void()> on_close)
       : loop_(loop),
-        socket_(loop.io()),
+        tls_(std::move(tls)),
+        socket_(std::make_unique<TlsStream>(tcp::socket(loop.io()), *tls_)),
         secret_(std::move(secret)),
         role_(std::move(role)),
         rank_(rank),
@@ -584,14 +680,27 @@ class ClientHandshake : public std::enable_shared_from_this<ClientHandshake> {
       self->Finish(Status(ErrorCode::kTimeout, "connecting to " + self->address_ + " timed out"));
     });
     asio::async_connect(
-        socket_, endpoints, [self](const boost::system::error_code& ec, const tcp::endpoint&) {
+        socket_->next_layer(), endpoints,
+        [self](const boost::system::error_code& ec, const tcp::endpoint&) {
+          if (self->done_) return;
           if (ec) {
             return self->Finish(Status(
                 ErrorCode::kCrashed, "cannot connect to " + self->address_ + ": " + ec.message()));
           }
-          TuneSocket(self->socket_);
-          AsyncReadFrame(self->socket_, kMaxHandshakeFrameBytes, self->buf_,
-                         [self](const Status& s, const json& m) { self->OnHello(s, m); });
+          TuneSocket(self->socket_->next_layer());
+          self->socket_->async_handshake(
+              ssl::stream_base::client, [self](const boost::system::error_code& hec) {
+                if (self->done_) return;
+                if (hec) {
+                  // Refused by the peer's TLS (wrong secret, untrusted certificate) or it
+                  // failed ours: worth a line, like any refusal.
+                  return self->Finish(Status::InvalidArgument(
+                      "TLS handshake with " + self->address_ + " failed: " + TlsErrorText(hec) +
+                      " (wrong secret, or an untrusted or missing certificate)"));
+                }
+                AsyncReadFrame(*self->socket_, kMaxHandshakeFrameBytes, self->buf_,
+                               [self](const Status& s, const json& m) { self->OnHello(s, m); });
+              });
         });
   }
 
@@ -617,12 +726,12 @@ class ClientHandshake : public std::enable_shared_from_this<ClientHandshake> {
          {"mac", HandshakeMac(secret_, "client", server_nonce_, client_nonce_, role_, rank_)}}));
     auto self = shared_from_this();
     asio::async_write(
-        socket_, asio::buffer(*frame), [self, frame](const boost::system::error_code& ec, size_t) {
+        *socket_, asio::buffer(*frame), [self, frame](const boost::system::error_code& ec, size_t) {
           if (ec) {
             return self->Finish(Status(ErrorCode::kCrashed, "handshake with " + self->address_ +
                                                                 " failed: " + ec.message()));
           }
-          AsyncReadFrame(self->socket_, kMaxHandshakeFrameBytes, self->buf_,
+          AsyncReadFrame(*self->socket_, kMaxHandshakeFrameBytes, self->buf_,
                          [self](const Status& s, const json& m) { self->OnVerdict(s, m); });
         });
   }
@@ -659,13 +768,14 @@ class ClientHandshake : public std::enable_shared_from_this<ClientHandshake> {
     timer_.cancel();
     if (!r.ok()) {
       boost::system::error_code ec;
-      socket_.close(ec);
+      socket_->lowest_layer().close(ec);
     }
     promise_.set_value(std::move(r));
   }
 
   EventLoop& loop_;
-  tcp::socket socket_;
+  std::shared_ptr<ssl::context> tls_;
+  std::unique_ptr<TlsStream> socket_;
   std::string secret_, role_;
   int rank_;
   NetOptions options_;
@@ -681,34 +791,104 @@ class ClientHandshake : public std::enable_shared_from_this<ClientHandshake> {
 
 }  // namespace
 
-void AcceptHandshake(EventLoop& loop, tcp::socket socket, std::string secret,
+void AcceptHandshake(EventLoop& loop, tcp::socket socket, std::shared_ptr<ssl::context> tls,
+                     std::string secret,
                      const NetOptions& options, std::string tag, AuthorizeFn authorize,
                      InstallFn install, RequestHandler handler,
-                     std::function<void(Channel*)> on_close) {
+                     std::function<void(Channel*)> on_close, std::shared_ptr<void> slot) {
+  // The slot lives as long as the handshake, then as long as the channel is open.
+  std::function<void(Channel*)> closing = [on_close = std::move(on_close),
+                                           slot = std::move(slot)](Channel* c) mutable {
+    if (on_close) on_close(c);
+    slot.reset();
+  };
   auto hs = std::make_shared<ServerHandshake>(
-      loop, std::move(socket), std::move(secret), options, std::move(tag), std::move(authorize),
-      std::move(install), std::move(handler), std::move(on_close));
+      loop, std::move(socket), std::move(tls), std::move(secret), options, std::move(tag), std::move(authorize),
+      std::move(install), std::move(handler), std::move(closing));
   hs->Start();
+}
+
+AcceptLoop::AcceptLoop(EventLoop& loop, tcp::acceptor& acceptor, int max_connections,
+                       std::string tag, OnSocket on_socket)
+    : loop_(loop),
+      acceptor_(acceptor),
+      max_connections_(max_connections < 1 ? 1 : max_connections),
+      tag_(std::move(tag)),
+      on_socket_(std::move(on_socket)),
+      timer_(loop.io()) {}
+
+void AcceptLoop::Start() {
+  asio::post(loop_.io(), [self = shared_from_this()] { self->Accept(); });
+}
+
+void AcceptLoop::Accept() {
+  if (!acceptor_.is_open()) return;
+  acceptor_.async_accept([self = shared_from_this()](const boost::system::error_code& ec,
+                                                     tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
+    if (ec) {
+      // Out of descriptors (or another transient failure): wait before trying again, instead
+      // of spinning on an accept that fails at once.
+      LogLineLimited(self->tag_, "accept",
+                     "accept failed: " + ec.message() + "; retrying in " +
+                         std::to_string(self->backoff_.count()) + " ms");
+      self->timer_.expires_after(self->backoff_);
+      self->backoff_ = std::min(self->backoff_ * 2, std::chrono::milliseconds(1000));
+      self->timer_.async_wait([self](const boost::system::error_code& tec) {
+        if (!tec) self->Accept();
+      });
+      return;
+    }
+    self->backoff_ = std::chrono::milliseconds(10);
+    if (self->live_->load() >= self->max_connections_) {
+      LogLineLimited(self->tag_, "limit",
+                     "refused connection from " + Address(socket) + ": " +
+                         std::to_string(self->max_connections_) +
+                         " connections open (the limit, --max-connections)");
+      boost::system::error_code cec;
+      socket.close(cec);
+    } else {
+      auto live = self->live_;
+      ++*live;
+      std::shared_ptr<void> slot(nullptr, [live](void*) { --*live; });
+      self->on_socket_(std::move(socket), std::move(slot));
+    }
+    self->Accept();
+  });
 }
 
 Result<std::shared_ptr<Channel>> Connect(EventLoop& loop, const std::string& host, uint16_t port,
                                          const std::string& secret, const std::string& role,
                                          int rank, const NetOptions& options, std::string tag,
-                                         RequestHandler handler, std::function<void()> on_close) {
+                                         RequestHandler handler, std::function<void()> on_close,
+                                         std::function<bool()> cancelled) {
   const std::string address = host + ":" + std::to_string(port);
   tcp::resolver resolver(loop.io());
   boost::system::error_code ec;
   auto endpoints = resolver.resolve(host, std::to_string(port), ec);
   if (ec) return Status(ErrorCode::kCrashed, "cannot resolve " + address + ": " + ec.message());
-  auto hs = std::make_shared<ClientHandshake>(loop, secret, role, rank, options, std::move(tag),
-                                              std::move(handler), std::move(on_close));
+  WTX_ASSIGN_OR_RETURN(tls, MakeTlsContext(false, secret, options.tls));
+  auto hs = std::make_shared<ClientHandshake>(loop, std::move(tls), secret, role, rank, options,
+                                              std::move(tag), std::move(handler),
+                                              std::move(on_close));
   auto fut = hs->future();
   asio::post(loop.io(), [hs, endpoints, address] { hs->Start(endpoints, address); });
-  const auto limit = options.connect_timeout + options.handshake_timeout + std::chrono::seconds(1);
-  if (fut.wait_for(limit) != std::future_status::ready) {
-    return Status(ErrorCode::kTimeout, "connecting to " + address + " timed out");
+  const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout +
+                        options.handshake_timeout + std::chrono::seconds(1);
+  for (;;) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      return Status(ErrorCode::kTimeout, "connecting to " + address + " timed out");
+    }
+    const auto slice = std::min<std::chrono::steady_clock::duration>(
+        deadline - now, std::chrono::milliseconds(cancelled ? 50 : 1000));
+    if (fut.wait_for(slice) == std::future_status::ready) return fut.get();
+    if (cancelled && cancelled()) {
+      // The handshake finishes (or times out) on its own; a channel it still makes is
+      // dropped with the result.
+      return Status(ErrorCode::kCrashed, "connecting to " + address + " cancelled");
+    }
   }
-  return fut.get();
 }
 
 }  // namespace wtx::net

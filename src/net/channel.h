@@ -7,9 +7,10 @@
 //   request   = {"id": u64, "m": method, "p": params [, "from": rank]}
 //   response  = {"re": id, "ok": result} | {"re": id, "err": {"code", "message"}}
 //
-// Before any of this, the handshake (Accept/Connect below) authenticates both ends with an
-// HMAC-SHA-256 challenge-response over a shared secret and fixes the client's identity (role and
-// rank). Frames from a peer registered as rank R must carry "from": R; a frame that speaks for
+// Everything travels inside TLS 1.3 (tls.h: a PSK derived from the shared secret, or
+// certificates), which authenticates both ends and protects every frame. Inside it, the
+// handshake (Accept/Connect below) runs an HMAC-SHA-256 challenge-response over the shared
+// secret and fixes the client's identity (role and rank). Frames from a peer registered as rank R must carry "from": R; a frame that speaks for
 // another rank is refused and the connection closed. Every refusal is logged to stderr.
 //
 // Thread-safety: Call/Close/closed are safe from any thread. Incoming requests run on the
@@ -33,7 +34,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "src/net/tls.h"
 #include "wtx/status.h"
+#include "wtx/tls_files.h"
 
 namespace wtx::net {
 
@@ -50,6 +53,10 @@ struct NetOptions {
   size_t max_frame_bytes = kDefaultMaxFrameBytes;
   std::chrono::milliseconds handshake_timeout{5000};
   std::chrono::milliseconds connect_timeout{3000};
+  // Servers: connections (handshaking or open) served at once; more are refused (AcceptLoop).
+  int max_connections = 1024;
+  // Empty: TLS 1.3 with a PSK derived from the secret; set: certificate mutual TLS (tls.h).
+  TlsFiles tls;
 };
 
 // Who is at the other end, as fixed by the handshake.
@@ -71,7 +78,19 @@ std::string HandshakeMac(std::string_view secret, std::string_view direction,
 std::string RandomNonce();  // 32 bytes from the OS, hex
 // Logs one line to stderr ("wtx[<tag>]: <message>"), serialized across threads.
 void LogLine(const std::string& tag, const std::string& message);
-// Reads a secret file; surrounding whitespace is stripped. Empty secrets are refused.
+// Like LogLine, rate-limited per (tag, kind): at most kLogBurst lines per second; the lines
+// dropped are counted and reported with the next line of that kind that gets through. For
+// what a peer can provoke at will (refused connections, accept failures).
+inline constexpr int kLogBurst = 5;
+void LogLineLimited(const std::string& tag, const std::string& kind, const std::string& message);
+// Secret files: at most kMaxSecretFileBytes, a secret of at least kMinSecretBytes once
+// surrounding whitespace is stripped.
+inline constexpr size_t kMaxSecretFileBytes = 4096;
+inline constexpr size_t kMinSecretBytes = 16;
+// Reads a secret file; surrounding whitespace is stripped. Refused (kInvalidArgument, naming
+// the file and the reason): anything but a regular file (/dev/zero, a FIFO), a file group or
+// others may access (as ssh refuses such keys: chmod 600), a file above kMaxSecretFileBytes
+// (never read past the bound), and a secret shorter than kMinSecretBytes.
 Result<std::string> ReadSecretFile(const std::string& path);
 // "HOST:PORT" -> (host, port).
 Result<std::pair<std::string, uint16_t>> ParseHostPort(const std::string& s);
@@ -105,6 +124,34 @@ class EventLoop {
 // stopped loop) leaves nothing dangling but the acceptor, which outlives the loop's thread.
 void CloseAcceptorOnLoop(EventLoop& loop, asio::ip::tcp::acceptor& acceptor);
 
+// Serves a listening acceptor: accepts connections, each handed to `on_socket` together with a
+// slot token that must be kept for the connection's lifetime (handshake and channel). Refused
+// with a rate-limited log line and closed at once: connections beyond `max_connections` live
+// slots. An accept error (EMFILE, ENFILE, ENOBUFS, ...) is logged (rate-limited) and retried
+// after a backoff that doubles from 10 ms to 1 s, so a process out of descriptors does not
+// spin. Stops when the acceptor is closed (CloseAcceptorOnLoop).
+// Thread-safety: handlers run on the loop's I/O thread; live() is safe from any thread.
+class AcceptLoop : public std::enable_shared_from_this<AcceptLoop> {
+ public:
+  using OnSocket = std::function<void(tcp::socket socket, std::shared_ptr<void> slot)>;
+  AcceptLoop(EventLoop& loop, tcp::acceptor& acceptor, int max_connections, std::string tag,
+             OnSocket on_socket);
+  // Posts the first accept. REQUIRES: the acceptor is listening; called once.
+  void Start();
+  int live() const { return live_->load(); }
+
+ private:
+  void Accept();
+  EventLoop& loop_;
+  tcp::acceptor& acceptor_;
+  const int max_connections_;
+  const std::string tag_;
+  OnSocket on_socket_;
+  asio::steady_timer timer_;
+  std::chrono::milliseconds backoff_{10};
+  std::shared_ptr<std::atomic<int>> live_ = std::make_shared<std::atomic<int>>(0);
+};
+
 // Returns a result, an error, or nullopt to send no answer at all (test hook: a silent rank).
 using RequestHandler = std::function<std::optional<Result<nlohmann::json>>(
     const std::string& method, const nlohmann::json& params)>;
@@ -112,7 +159,7 @@ using RequestHandler = std::function<std::optional<Result<nlohmann::json>>(
 class Channel : public std::enable_shared_from_this<Channel> {
  public:
   // Use Accept/Connect. `self_rank` >= 0 stamps "from" on every frame this end sends.
-  Channel(EventLoop& loop, tcp::socket socket, PeerIdentity peer, int self_rank,
+  Channel(EventLoop& loop, std::unique_ptr<TlsStream> stream, PeerIdentity peer, int self_rank,
           const NetOptions& options, std::string tag);
   ~Channel();
 
@@ -144,7 +191,7 @@ class Channel : public std::enable_shared_from_this<Channel> {
   struct Reply;
 
   EventLoop& loop_;
-  tcp::socket socket_;
+  std::unique_ptr<TlsStream> stream_;  // TLS established
   const PeerIdentity peer_;
   const int self_rank_;
   const NetOptions options_;
@@ -171,16 +218,22 @@ class Channel : public std::enable_shared_from_this<Channel> {
 // I/O thread, back to back, so a check in one still holds in the other.
 using AuthorizeFn = std::function<Status(const PeerIdentity& peer)>;
 using InstallFn = std::function<void(const std::shared_ptr<Channel>& channel)>;
-void AcceptHandshake(EventLoop& loop, tcp::socket socket, std::string secret,
+// `slot` (from AcceptLoop) is held until the handshake fails or the channel closes.
+// `tls` is the server context (MakeTlsContext(true, ...)); the TLS handshake runs first, then
+// the wtx handshake inside it, both within options.handshake_timeout.
+void AcceptHandshake(EventLoop& loop, tcp::socket socket, std::shared_ptr<ssl::context> tls,
+                     std::string secret,
                      const NetOptions& options, std::string tag, AuthorizeFn authorize,
                      InstallFn install, RequestHandler handler,
-                     std::function<void(Channel*)> on_close);
+                     std::function<void(Channel*)> on_close, std::shared_ptr<void> slot = nullptr);
 
 // Client side: connects, authenticates as (role, rank) and checks the server's proof of the
-// secret. Blocks up to connect_timeout + handshake_timeout.
+// secret. Blocks up to connect_timeout + handshake_timeout, or until `cancelled` (polled every
+// 50 ms, may be null) returns true: then kCrashed "connecting to ... cancelled".
 Result<std::shared_ptr<Channel>> Connect(EventLoop& loop, const std::string& host, uint16_t port,
                                          const std::string& secret, const std::string& role,
                                          int rank, const NetOptions& options, std::string tag,
-                                         RequestHandler handler, std::function<void()> on_close);
+                                         RequestHandler handler, std::function<void()> on_close,
+                                         std::function<bool()> cancelled = nullptr);
 
 }  // namespace wtx::net

@@ -34,38 +34,41 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Listen(const std::string& 
                            ec.message());
   }
   s->port_ = s->acceptor_.local_endpoint().port();
+  auto tls = MakeTlsContext(true, secret, options.tls);
+  if (!tls.ok()) return tls.status();
+  s->tls_ = std::move(tls).value();
   ControlServer* raw = s.get();
-  asio::post(s->loop_.io(), [raw] { raw->Accept(); });
+  raw->Accept();
   return s;
 }
 
 void ControlServer::Accept() {
-  acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
-    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-    if (!ec) {
-      AcceptHandshake(
-          loop_, std::move(socket), secret_, options_, tag_,
-          [](const PeerIdentity& p) {
-            return p.role == "control" ? Status::OK()
-                                       : Status::InvalidArgument("this port serves control only");
-          },
-          [this](const std::shared_ptr<Channel>& c) {
-            std::lock_guard<std::mutex> l(mu_);
-            channels_.insert(c);
-          },
-          handler_,
-          [this](Channel* c) {
-            std::lock_guard<std::mutex> l(mu_);
-            for (auto it = channels_.begin(); it != channels_.end(); ++it) {
-              if (it->get() == c) {
-                channels_.erase(it);
-                break;
+  accept_loop_ = std::make_shared<AcceptLoop>(
+      loop_, acceptor_, options_.max_connections, tag_,
+      [this](tcp::socket socket, std::shared_ptr<void> slot) {
+        AcceptHandshake(
+            loop_, std::move(socket), tls_, secret_, options_, tag_,
+            [](const PeerIdentity& p) {
+              return p.role == "control" ? Status::OK()
+                                         : Status::InvalidArgument("this port serves control only");
+            },
+            [this](const std::shared_ptr<Channel>& c) {
+              std::lock_guard<std::mutex> l(mu_);
+              channels_.insert(c);
+            },
+            handler_,
+            [this](Channel* c) {
+              std::lock_guard<std::mutex> l(mu_);
+              for (auto it = channels_.begin(); it != channels_.end(); ++it) {
+                if (it->get() == c) {
+                  channels_.erase(it);
+                  break;
+                }
               }
-            }
-          });
-    }
-    Accept();
-  });
+            },
+            std::move(slot));
+      });
+  accept_loop_->Start();
 }
 
 ControlServer::~ControlServer() {

@@ -40,6 +40,8 @@ class ControlServer {
   std::string tag_;
   EventLoop loop_;
   tcp::acceptor acceptor_;
+  std::shared_ptr<AcceptLoop> accept_loop_;
+  std::shared_ptr<ssl::context> tls_;
   uint16_t port_ = 0;
   std::mutex mu_;
   std::set<std::shared_ptr<Channel>> channels_;

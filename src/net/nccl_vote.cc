@@ -7,7 +7,7 @@
 #include <cstring>
 #include <thread>
 
-#include "src/net/sha256.h"
+#include "src/net/crypto.h"
 
 namespace wtx {
 
@@ -240,7 +240,7 @@ class NcclVoteTransport::Endpoint : public ParticipantEndpoint {
   Status Begin(const BeginRequest& req) override { return control()->Begin(req); }
 
   Result<Vote> Prepare(const std::string& tx, std::chrono::milliseconds timeout) override {
-    std::lock_guard<std::mutex> l(t_->mu_);
+    std::unique_lock<std::mutex> l(t_->mu_);
     if (rank_ == 0) {
       auto v = t_->local_->Prepare(tx);
       Vote mine;
@@ -252,12 +252,21 @@ class NcclVoteTransport::Endpoint : public ParticipantEndpoint {
         mine.error = v.status().code();
       }
       auto all = t_->group_->ExchangeVotes(tx, mine);
-      if (!all.ok()) return all.status();
+      if (!all.ok()) {
+        t_->failed_tx_ = tx;
+        t_->exchanged_.notify_all();
+        return all.status();
+      }
       t_->voted_tx_ = tx;
+      t_->failed_tx_.clear();
       t_->votes_ = std::move(all).value();
+      t_->exchanged_.notify_all();
       if (!v.ok()) return v.status();
       return t_->votes_[0];
     }
+    // Rank 0's Prepare runs the exchange, possibly after this call began (the coordinator asks
+    // every rank at once).
+    t_->exchanged_.wait_for(l, timeout, [&] { return t_->voted_tx_ == tx || t_->failed_tx_ == tx; });
     if (t_->voted_tx_ != tx || rank_ >= static_cast<int>(t_->votes_.size())) {
       return Status(ErrorCode::kTimeout, "rank " + std::to_string(rank_) + " did not answer");
     }

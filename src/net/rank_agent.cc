@@ -20,6 +20,7 @@ class TcpRankAgent::Impl : public DecisionOracle {
     net_.max_frame_bytes = o.max_frame_bytes;
     net_.connect_timeout = o.connect_timeout;
     net_.handshake_timeout = o.handshake_timeout;
+    net_.tls = o.tls;
   }
 
   ~Impl() override {
@@ -121,6 +122,10 @@ class TcpRankAgent::Impl : public DecisionOracle {
           [this] {
             { std::lock_guard<std::mutex> l(mu_); }
             cv_.notify_all();
+          },
+          [this] {
+            std::lock_guard<std::mutex> l(mu_);
+            return stopping_;
           });
       if (!c.ok()) {
         {

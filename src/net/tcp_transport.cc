@@ -19,7 +19,8 @@ class TcpTransport::Impl {
  public:
   explicit Impl(const TcpTransportOptions& o);
   ~Impl();
-  void Shutdown() {
+  void Shutdown() { std::call_once(shutdown_once_, [this] { ShutdownOnce(); }); }
+  void ShutdownOnce() {
     net::CloseAcceptorOnLoop(loop_, acceptor_);
     std::vector<std::shared_ptr<net::Channel>> all;
     {
@@ -30,6 +31,7 @@ class TcpTransport::Impl {
       controls_.clear();
       stopping_ = true;
     }
+    cv_.notify_all();
     for (auto& c : all) c->Close();
     loop_.Stop();
   }
@@ -51,7 +53,20 @@ class TcpTransport::Impl {
                              std::to_string(options_.port) + ": " + ec.message());
     }
     port_ = acceptor_.local_endpoint().port();
-    asio::post(loop_.io(), [this] { Accept(); });
+    auto tls = net::MakeTlsContext(true, options_.secret, options_.tls);
+    if (!tls.ok()) return tls.status();
+    tls_ = std::move(tls).value();
+    accept_loop_ = std::make_shared<net::AcceptLoop>(
+        loop_, acceptor_, options_.max_connections, options_.log_tag,
+        [this](tcp::socket socket, std::shared_ptr<void> slot) {
+          net::AcceptHandshake(
+              loop_, std::move(socket), tls_, options_.secret, net_, options_.log_tag,
+              [this](const net::PeerIdentity& p) { return Authorize(p); },
+              [this](const std::shared_ptr<net::Channel>& c) { Install(c); },
+              [this](const std::string& m, const json& p) { return Serve(m, p); },
+              [this](net::Channel* c) { Closed(c); }, std::move(slot));
+        });
+    accept_loop_->Start();
     return Status::OK();
   }
 
@@ -81,13 +96,17 @@ class TcpTransport::Impl {
 
   bool WaitFor(const std::vector<int>& ranks, std::chrono::milliseconds timeout) const {
     std::unique_lock<std::mutex> l(mu_);
-    return cv_.wait_for(l, timeout, [&] {
+    bool all = false;
+    cv_.wait_for(l, timeout, [&] {
+      if (stopping_) return true;  // shutting down: answer now
       for (int r : ranks) {
         auto it = ranks_.find(r);
         if (it == ranks_.end() || it->second->closed()) return false;
       }
+      all = true;
       return true;
     });
+    return all;
   }
 
   ParticipantEndpoint* endpoint(int r);
@@ -95,21 +114,6 @@ class TcpTransport::Impl {
 
  private:
   class Proxy;
-
-  void Accept() {
-    acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
-      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-      if (!ec) {
-        net::AcceptHandshake(
-            loop_, std::move(socket), options_.secret, net_, options_.log_tag,
-            [this](const net::PeerIdentity& p) { return Authorize(p); },
-            [this](const std::shared_ptr<net::Channel>& c) { Install(c); },
-            [this](const std::string& m, const json& p) { return Serve(m, p); },
-            [this](net::Channel* c) { Closed(c); });
-      }
-      Accept();
-    });
-  }
 
   Status Authorize(const net::PeerIdentity& p) {
     std::lock_guard<std::mutex> l(mu_);
@@ -205,8 +209,11 @@ class TcpTransport::Impl {
   net::NetOptions net_;
   net::EventLoop loop_;
   tcp::acceptor acceptor_;
+  std::shared_ptr<net::AcceptLoop> accept_loop_;
+  std::shared_ptr<net::ssl::context> tls_;  // server side, immutable once listening
   uint16_t port_ = 0;
   std::vector<std::unique_ptr<Proxy>> proxies_;
+  std::once_flag shutdown_once_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool stopping_ = false;
@@ -308,6 +315,8 @@ TcpTransport::Impl::Impl(const TcpTransportOptions& o)
     : options_(o), loop_(o.worker_threads), acceptor_(loop_.io()) {
   net_.max_frame_bytes = o.max_frame_bytes;
   net_.handshake_timeout = o.handshake_timeout;
+  net_.max_connections = o.max_connections;
+  net_.tls = o.tls;
   for (int r = 0; r < o.num_ranks; ++r) proxies_.push_back(std::make_unique<Proxy>(this, r));
 }
 
@@ -327,6 +336,7 @@ Result<std::unique_ptr<TcpTransport>> TcpTransport::Listen(const TcpTransportOpt
 }
 
 uint16_t TcpTransport::port() const { return impl_->port(); }
+void TcpTransport::Shutdown() { impl_->Shutdown(); }
 void TcpTransport::SetDecisionOracle(DecisionOracle* oracle) { impl_->SetOracle(oracle); }
 void TcpTransport::SetControlHandler(ControlHandler h) { impl_->SetControlHandler(std::move(h)); }
 void TcpTransport::SetOnRankRegistered(std::function<void(int)> fn) {

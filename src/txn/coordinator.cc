@@ -1,9 +1,13 @@
-// CoordinatorImpl: presumed-abort two-phase commit over any Transport.
+// CoordinatorImpl: presumed-abort two-phase commit over any Transport, each phase fanned out
+// to every rank at once (src/txn/fan_out.h); the mutex guards memory and journal only.
+#include <condition_variable>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "journal/journal.h"
 #include "journal/verify.h"
+#include "src/txn/fan_out.h"
 #include "wtx/content_hash.h"
 #include "wtx/coordinator.h"
 
@@ -15,7 +19,10 @@ namespace {
 
 class CoordinatorImpl : public Coordinator {
  public:
-  CoordinatorImpl(const CoordinatorOptions& o, Transport* t) : options_(o), transport_(t) {}
+  CoordinatorImpl(const CoordinatorOptions& o, Transport* t)
+      : options_(o),
+        transport_(t),
+        fan_out_(o.fan_out_threads) {}  // threads start only as calls need them
   Status Init();
 
   BeginOutcome Begin(const BeginRequest& req) override;
@@ -37,10 +44,29 @@ class CoordinatorImpl : public Coordinator {
   Result<std::pair<Decision, std::string>> QueryDecision(const std::string& tx) override;
 
  private:
+  // Marks `tx` busy (one Begin/Commit/Abort at a time per transaction id) for its lifetime.
+  class BusyTx {
+   public:
+    BusyTx(CoordinatorImpl* c, std::string tx) : c_(c), tx_(std::move(tx)) {}
+    ~BusyTx() {
+      {
+        std::lock_guard<std::mutex> l(c_->mu_);
+        c_->busy_.erase(tx_);
+      }
+      c_->decided_cv_.notify_all();
+    }
+
+   private:
+    CoordinatorImpl* c_;
+    std::string tx_;
+  };
+
+  // REQUIRES: mu_ held.
   Status CheckAlive() const {
     if (crashed_) return Status(ErrorCode::kCrashed, "the coordinator has crashed");
     return Status::OK();
   }
+  // REQUIRES: mu_ held.
   bool CrashAt(std::string_view point) {
     if (options_.crash_points && options_.crash_points->ShouldCrash(point)) {
       crashed_ = true;
@@ -50,28 +76,48 @@ class CoordinatorImpl : public Coordinator {
   }
   // A failed journal write kills the coordinator: its memory and its journal may now disagree,
   // so every later call is E_CRASHED until a restart recovers from the journal.
+  // REQUIRES: mu_ held.
   Status Journaled(Status s) {
     if (s.ok()) return s;
     crashed_ = true;
     return Status(ErrorCode::kCrashed, "coordinator journal failed: " + s.ToString());
   }
+  // REQUIRES: mu_ held (both).
   Status LogDecision(const DecisionEntry& e, const json& extra, bool sync);
   // E_VERSION_MISMATCH when `opts` expects a version the yes votes' digests do not combine to,
   // naming the ranks whose digest differs.
   static Status CheckExpectedVersion(const CommitOptions& opts,
                                      const std::vector<std::string>& digests);
   Status LogEnd(const std::string& tx);
+  // Logs END for `tx` once every rank acknowledged its decision (nothing if already ended).
+  // REQUIRES: mu_ not held.
+  Status EndIfAcked(const std::string& tx, const std::vector<int>& unacked) {
+    if (!unacked.empty()) return Status::OK();
+    std::lock_guard<std::mutex> l(mu_);
+    if (!pending_.count(tx) || crashed_) return Status::OK();
+    return LogEnd(tx);
+  }
+  // Sends the decision to every rank at once. REQUIRES: mu_ not held.
   std::vector<int> Deliver(const std::string& tx, Decision d, const std::string& version);
+  // The logged decision on `tx`, if any. REQUIRES: mu_ held.
+  const DecisionEntry* DecidedLocked(const std::string& tx) const {
+    auto it = decided_.find(tx);
+    return it == decided_.end() ? nullptr : &order_[it->second];
+  }
   json State() const;
 
   CoordinatorOptions options_;
   Transport* transport_;
+  FanOut fan_out_;
   std::unique_ptr<Journal> journal_;
   mutable std::mutex mu_;
+  std::condition_variable decided_cv_;  // a decision was logged or a busy tx finished
   bool crashed_ = false;
   std::vector<DecisionEntry> order_;
   std::map<std::string, size_t> decided_;  // tx -> index in order_
   std::map<std::string, bool> pending_;    // decided, not acknowledged by every rank
+  std::set<std::string> busy_;             // a Begin/Commit/Abort is running on these
+  std::set<std::string> collecting_;       // a Commit is collecting votes on these
 };
 
 Status CoordinatorImpl::Init() {
@@ -83,6 +129,7 @@ Status CoordinatorImpl::Init() {
   auto j = OpenTrustedJournal(options_.journal_dir, jo);
   if (!j.ok()) return j.status();
   journal_ = std::move(j).value();
+  std::lock_guard<std::mutex> l(mu_);
   WTX_RETURN_IF_ERROR(journal_->ForEachRecord([&](const json& r) -> Status {
     const std::string type = r.value("type", std::string());
     if (type == "DECISION") {
@@ -125,7 +172,9 @@ Status CoordinatorImpl::LogDecision(const DecisionEntry& e, const json& extra, b
               {"reason", e.reason},
               {"ts", e.time_micros}};
   rec.update(extra);
-  return Journaled(journal_->Append(std::move(rec), State(), sync));
+  Status s = Journaled(journal_->Append(std::move(rec), State(), sync));
+  decided_cv_.notify_all();
+  return s;
 }
 
 Status CoordinatorImpl::LogEnd(const std::string& tx) {
@@ -136,81 +185,115 @@ Status CoordinatorImpl::LogEnd(const std::string& tx) {
 
 std::vector<int> CoordinatorImpl::Deliver(const std::string& tx, Decision d,
                                           const std::string& version) {
-  std::vector<int> unacked;
-  for (int r = 0; r < transport_->num_ranks(); ++r) {
+  const int n = transport_->num_ranks();
+  std::vector<char> acked(n, 0);
+  fan_out_.Run(n, [&](int r) {
     Status s = transport_->endpoint(r)->Decide(tx, d, version);
     // A rank that never began `tx` (E_NO_TX) has nothing to learn.
-    if (!s.ok() && s.code() != ErrorCode::kNoTx) unacked.push_back(r);
+    acked[r] = s.ok() || s.code() == ErrorCode::kNoTx;
+  });
+  std::vector<int> unacked;
+  for (int r = 0; r < n; ++r) {
+    if (!acked[r]) unacked.push_back(r);
   }
   return unacked;
 }
 
 BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
-  std::lock_guard<std::mutex> l(mu_);
   BeginOutcome out;
-  auto fail = [&](int rank, Status s) { out.errors.push_back({rank, std::move(s)}); };
-  if (Status s = CheckAlive(); !s.ok()) {
-    out.status = s;
-    return out;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (Status s = CheckAlive(); !s.ok()) {
+      out.status = s;
+      return out;
+    }
+    if (decided_.count(req.tx)) {
+      out.status =
+          Status(ErrorCode::kTxActive, "transaction id '" + req.tx + "' was already decided");
+      return out;
+    }
+    if (!busy_.insert(req.tx).second) {
+      out.status = Status(ErrorCode::kTxActive,
+                          "transaction id '" + req.tx + "' is being begun or decided right now");
+      return out;
+    }
   }
-  if (decided_.count(req.tx)) {
-    out.status =
-        Status(ErrorCode::kTxActive, "transaction id '" + req.tx + "' was already decided");
-    return out;
-  }
+  BusyTx busy(this, req.tx);
   const int n = transport_->num_ranks();
+  // Every phase records per-rank results in its own slot; errors are listed in rank order.
+  std::vector<Status> st(n);
+  auto collect = [&] {
+    for (int r = 0; r < n; ++r) {
+      if (!st[r].ok()) out.errors.push_back({r, st[r]});
+    }
+  };
   std::vector<RankDescription> desc(n);
-  for (int r = 0; r < n; ++r) {
+  fan_out_.Run(n, [&](int r) {
     auto d = transport_->endpoint(r)->Describe();
     if (!d.ok()) {
-      fail(r, d.status());
+      st[r] = d.status();
     } else {
       desc[r] = d.value();
     }
-  }
+  });
+  collect();
   if (out.errors.empty()) {
     for (int r = 1; r < n; ++r) {
       if (desc[r].fingerprint != desc[0].fingerprint) {
-        fail(r, Status(ErrorCode::kManifestMismatch,
+        out.errors.push_back(
+            {r, Status(ErrorCode::kManifestMismatch,
                        "rank " + std::to_string(r) + " manifest fingerprint " +
-                           desc[r].fingerprint + " differs from rank 0's " + desc[0].fingerprint));
+                           desc[r].fingerprint + " differs from rank 0's " + desc[0].fingerprint)});
       } else if (desc[r].kernel_identity != desc[0].kernel_identity) {
-        fail(r,
-             Status(ErrorCode::kManifestMismatch,
-                    "rank " + std::to_string(r) + " kernel identity '" + desc[r].kernel_identity +
-                        "' differs from rank 0's '" + desc[0].kernel_identity + "'"));
+        out.errors.push_back(
+            {r, Status(ErrorCode::kManifestMismatch,
+                       "rank " + std::to_string(r) + " kernel identity '" +
+                           desc[r].kernel_identity + "' differs from rank 0's '" +
+                           desc[0].kernel_identity + "'")});
       }
     }
   }
   if (out.errors.empty()) {
-    std::vector<bool> held(req.sources.size(), false);
-    for (int r = 0; r < n; ++r) {
-      std::vector<bool> holds;
-      Status s = transport_->endpoint(r)->CheckBegin(req, &holds);
-      if (!s.ok()) fail(r, s);
-      for (size_t i = 0; i < holds.size() && i < held.size(); ++i) held[i] = held[i] || holds[i];
-    }
+    std::vector<std::vector<bool>> holds(n);
+    fan_out_.Run(n, [&](int r) { st[r] = transport_->endpoint(r)->CheckBegin(req, &holds[r]); });
+    collect();
     if (out.errors.empty() && req.kind == TxKind::kDelta) {
+      std::vector<bool> held(req.sources.size(), false);
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < holds[r].size() && i < held.size(); ++i) {
+          held[i] = held[i] || holds[r][i];
+        }
+      }
       for (size_t i = 0; i < held.size(); ++i) {
         if (!held[i]) {
-          fail(-1, Status(ErrorCode::kUnknownParam,
-                          "delta source '" + req.sources[i] + "' is held by no rank"));
+          out.errors.push_back({-1, Status(ErrorCode::kUnknownParam, "delta source '" +
+                                                                         req.sources[i] +
+                                                                         "' is held by no rank")});
         }
       }
     }
   }
   if (out.errors.empty()) {
-    std::vector<int> begun;
-    for (int r = 0; r < n; ++r) {
-      Status s = transport_->endpoint(r)->Begin(req);
-      if (!s.ok()) {
-        fail(r, s);
-        break;
+    fan_out_.Run(n, [&](int r) { st[r] = transport_->endpoint(r)->Begin(req); });
+    collect();
+    bool aborted_meanwhile = false;
+    if (out.errors.empty()) {
+      std::lock_guard<std::mutex> l(mu_);
+      // An in-doubt query or Abort presumed abort while the ranks were beginning.
+      aborted_meanwhile = decided_.count(req.tx) > 0;
+      if (aborted_meanwhile) {
+        out.errors.push_back({-1, Status(ErrorCode::kNoTx, "transaction '" + req.tx +
+                                                               "' was aborted while it began")});
       }
-      begun.push_back(r);
     }
     if (!out.errors.empty()) {
-      for (int r : begun) transport_->endpoint(r)->Decide(req.tx, Decision::kAbort, "").ok();
+      // Some ranks began, others refused (or the transaction was aborted meanwhile): abort
+      // it where it began, so a refused begin changes nothing.
+      fan_out_.Run(n, [&](int r) {
+        if (st[r].ok() || aborted_meanwhile) {
+          transport_->endpoint(r)->Decide(req.tx, Decision::kAbort, "").ok();
+        }
+      });
     }
   }
   if (!out.errors.empty()) out.status = out.errors.front().status;
@@ -218,49 +301,62 @@ BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
 }
 
 CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions& opts) {
-  std::lock_guard<std::mutex> l(mu_);
   CommitOutcome out;
-  if (Status s = CheckAlive(); !s.ok()) {
-    out.status = s;
-    return out;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (Status s = CheckAlive(); !s.ok()) {
+      out.status = s;
+      return out;
+    }
+    if (const DecisionEntry* e = DecidedLocked(tx)) {
+      out.status = Status(ErrorCode::kNoTx, "transaction '" + tx + "' was already decided (" +
+                                                std::string(DecisionName(e->decision)) + ")");
+      return out;
+    }
+    if (!busy_.insert(tx).second) {
+      out.status = Status(ErrorCode::kTxActive,
+                          "transaction '" + tx + "' is being begun or decided right now");
+      return out;
+    }
+    collecting_.insert(tx);
   }
-  if (decided_.count(tx)) {
-    out.status = Status(ErrorCode::kNoTx,
-                        "transaction '" + tx + "' was already decided (" +
-                            std::string(DecisionName(order_[decided_[tx]].decision)) + ")");
-    return out;
-  }
+  BusyTx busy(this, tx);
   const int64_t t0 = options_.env.clock->NowMicros();
   const int n = transport_->num_ranks();
-  bool any_no = false, any_undeclared = false, any_missing = false, any_wrote = false, all_unknown = true;
-  std::vector<std::string> digests(n);
-  for (int r = 0; r < n; ++r) {
-    VoteReport rep;
+  out.votes.resize(n);
+  // One deadline for the phase: every rank is asked at once with the same timeout.
+  fan_out_.Run(n, [&](int r) {
+    VoteReport& rep = out.votes[r];
     rep.rank = r;
     auto v = transport_->endpoint(r)->Prepare(tx, options_.prepare_timeout);
     if (!v.ok()) {
       rep.kind = v.status().code() == ErrorCode::kTimeout ? VoteReport::Kind::kTimeout
                                                           : VoteReport::Kind::kCrashed;
       rep.status = v.status();
-      any_missing = true;
-      all_unknown = false;
     } else {
       rep.vote = v.value();
       rep.kind = rep.vote.yes ? VoteReport::Kind::kYes : VoteReport::Kind::kNo;
+    }
+  });
+  const int64_t t1 = options_.env.clock->NowMicros();
+  bool any_no = false, any_undeclared = false, any_missing = false, any_wrote = false,
+       all_unknown = true;
+  std::vector<std::string> digests(n);
+  for (const VoteReport& rep : out.votes) {
+    if (rep.kind == VoteReport::Kind::kTimeout || rep.kind == VoteReport::Kind::kCrashed) {
+      any_missing = true;
+      all_unknown = false;
+    } else {
       any_no = any_no || !rep.vote.yes;
       // Undeclared changes make a would-be noop an abort: the rank's bytes are not what the
       // committed version says.
-      for (ErrorCode e : rep.vote.errors) any_undeclared = any_undeclared || e == ErrorCode::kUndeclaredWrite;
+      for (ErrorCode e : rep.vote.errors) {
+        any_undeclared = any_undeclared || e == ErrorCode::kUndeclaredWrite;
+      }
       any_wrote = any_wrote || rep.vote.wrote;
       all_unknown = all_unknown && rep.vote.error == ErrorCode::kNoTx;
-      digests[r] = rep.vote.digest;
+      digests[rep.rank] = rep.vote.digest;
     }
-    out.votes.push_back(std::move(rep));
-  }
-  const int64_t t1 = options_.env.clock->NowMicros();
-  if (all_unknown) {
-    out.status = Status(ErrorCode::kNoTx, "no rank has transaction '" + tx + "' active");
-    return out;
   }
   DecisionEntry e;
   e.tx = tx;
@@ -287,48 +383,73 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
     e.decision = Decision::kCommit;
     e.version = CombineRankDigests(digests);
   }
-  if (CrashAt("before_decision_logged")) {
-    out.status = Status(ErrorCode::kCrashed, "the coordinator crashed before logging the decision");
-    return out;
-  }
-  e.time_micros = options_.env.clock->NowMicros();
-  json votes = json::array();
-  for (const auto& v : out.votes) {
-    json jv = {{"rank", v.rank}};
-    switch (v.kind) {
-      case VoteReport::Kind::kYes:
-        jv["vote"] = "yes";
-        break;
-      case VoteReport::Kind::kNo:
-        jv["vote"] = "no";
-        jv["error"] = ErrorCodeName(v.vote.error);
-        break;
-      case VoteReport::Kind::kTimeout:
-        jv["vote"] = "timeout";
-        break;
-      case VoteReport::Kind::kCrashed:
-        jv["vote"] = "crashed";
-        break;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    collecting_.erase(tx);
+    if (Status s = CheckAlive(); !s.ok()) {
+      out.status = s;
+      return out;
     }
-    votes.push_back(std::move(jv));
-  }
-  // The commit point: a commit decision is synced before any rank hears it.
-  Status ls = LogDecision(e, {{"votes", votes}, {"timings_us", {{"prepare", t1 - t0}}}},
-                          e.decision == Decision::kCommit);
-  if (!ls.ok()) {
-    out.status = ls;
-    return out;
-  }
-  out.decision = e.decision;
-  out.decision_logged = true;
-  out.version = e.version;
-  if (CrashAt("after_decision_logged")) {
-    out.status = Status(ErrorCode::kCrashed, "the coordinator crashed after logging the decision");
-    for (int r = 0; r < n; ++r) out.unacknowledged.push_back(r);
-    return out;
+    if (const DecisionEntry* prior = DecidedLocked(tx)) {
+      // Aborted while the votes were being collected (Abort, or a presumed abort): that
+      // logged decision stands. Its sender delivered it; ranks that prepared since hear it
+      // again below.
+      e = *prior;
+      out.status = Status(ErrorCode::kNoTx, "transaction '" + tx +
+                                                "' was aborted while its votes were collected (" +
+                                                e.reason + ")");
+      out.decision = e.decision;
+      out.decision_logged = true;
+    } else if (all_unknown) {
+      out.status = Status(ErrorCode::kNoTx, "no rank has transaction '" + tx + "' active");
+      return out;
+    } else {
+      if (CrashAt("before_decision_logged")) {
+        out.status =
+            Status(ErrorCode::kCrashed, "the coordinator crashed before logging the decision");
+        return out;
+      }
+      e.time_micros = options_.env.clock->NowMicros();
+      json votes = json::array();
+      for (const auto& v : out.votes) {
+        json jv = {{"rank", v.rank}};
+        switch (v.kind) {
+          case VoteReport::Kind::kYes:
+            jv["vote"] = "yes";
+            break;
+          case VoteReport::Kind::kNo:
+            jv["vote"] = "no";
+            jv["error"] = ErrorCodeName(v.vote.error);
+            break;
+          case VoteReport::Kind::kTimeout:
+            jv["vote"] = "timeout";
+            break;
+          case VoteReport::Kind::kCrashed:
+            jv["vote"] = "crashed";
+            break;
+        }
+        votes.push_back(std::move(jv));
+      }
+      // The commit point: a commit decision is synced before any rank hears it.
+      Status ls = LogDecision(e, {{"votes", votes}, {"timings_us", {{"prepare", t1 - t0}}}},
+                              e.decision == Decision::kCommit);
+      if (!ls.ok()) {
+        out.status = ls;
+        return out;
+      }
+      out.decision = e.decision;
+      out.decision_logged = true;
+      out.version = e.version;
+      if (CrashAt("after_decision_logged")) {
+        out.status =
+            Status(ErrorCode::kCrashed, "the coordinator crashed after logging the decision");
+        for (int r = 0; r < n; ++r) out.unacknowledged.push_back(r);
+        return out;
+      }
+    }
   }
   out.unacknowledged = Deliver(tx, e.decision, e.version);
-  if (out.unacknowledged.empty()) LogEnd(tx).ok();
+  EndIfAcked(tx, out.unacknowledged).ok();
   return out;
 }
 
@@ -363,40 +484,64 @@ Status CoordinatorImpl::CheckExpectedVersion(const CommitOptions& opts,
 }
 
 BeginOutcome CoordinatorImpl::Abort(const std::string& tx) {
-  std::lock_guard<std::mutex> l(mu_);
   BeginOutcome out;
+  bool redeliver = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (Status s = CheckAlive(); !s.ok()) {
+      out.status = s;
+      return out;
+    }
+    if (const DecisionEntry* e = DecidedLocked(tx)) {
+      if (e->decision == Decision::kCommit) {
+        out.status = Status(ErrorCode::kNoTx, "transaction '" + tx + "' already committed");
+        return out;
+      }
+      // Already aborted: re-deliver to ranks that missed it; once all know, there is nothing
+      // left to abort.
+      if (!pending_.count(tx)) {
+        out.status = Status(ErrorCode::kNoTx, "transaction '" + tx + "' was already aborted");
+        return out;
+      }
+      redeliver = true;
+    } else if (busy_.count(tx)) {
+      // A Begin or Commit is running on it: the sender gives up now. The running call sees
+      // the logged abort before it could decide otherwise, and ends in abort.
+      DecisionEntry e{tx, Decision::kAbort, "", "aborted by the sender",
+                      options_.env.clock->NowMicros()};
+      if (Status s = LogDecision(e, json::object(), false); !s.ok()) {
+        out.status = s;
+        return out;
+      }
+      redeliver = true;
+    }
+  }
+  if (redeliver) {
+    EndIfAcked(tx, Deliver(tx, Decision::kAbort, "")).ok();
+    return out;
+  }
+  const int n = transport_->num_ranks();
+  std::vector<Status> st(n);
+  fan_out_.Run(n, [&](int r) { st[r] = transport_->endpoint(r)->Decide(tx, Decision::kAbort, ""); });
+  int unknown = 0;
+  std::vector<int> unacked;
+  for (int r = 0; r < n; ++r) {
+    if (st[r].code() == ErrorCode::kNoTx) {
+      ++unknown;
+    } else if (!st[r].ok()) {
+      unacked.push_back(r);
+    }
+  }
+  if (unknown == n) {
+    out.status = Status(ErrorCode::kNoTx, "no rank has transaction '" + tx + "' active");
+    return out;
+  }
+  std::lock_guard<std::mutex> l(mu_);
   if (Status s = CheckAlive(); !s.ok()) {
     out.status = s;
     return out;
   }
-  if (auto it = decided_.find(tx); it != decided_.end()) {
-    if (order_[it->second].decision == Decision::kCommit) {
-      out.status = Status(ErrorCode::kNoTx, "transaction '" + tx + "' already committed");
-      return out;
-    }
-    // Already aborted: re-deliver to ranks that missed it; once all know, there is nothing
-    // left to abort.
-    if (!pending_.count(tx)) {
-      out.status = Status(ErrorCode::kNoTx, "transaction '" + tx + "' was already aborted");
-      return out;
-    }
-    if (Deliver(tx, Decision::kAbort, "").empty()) LogEnd(tx).ok();
-    return out;
-  }
-  int unknown = 0;
-  std::vector<int> unacked;
-  for (int r = 0; r < transport_->num_ranks(); ++r) {
-    Status s = transport_->endpoint(r)->Decide(tx, Decision::kAbort, "");
-    if (s.code() == ErrorCode::kNoTx) {
-      ++unknown;
-    } else if (!s.ok()) {
-      unacked.push_back(r);
-    }
-  }
-  if (unknown == transport_->num_ranks()) {
-    out.status = Status(ErrorCode::kNoTx, "no rank has transaction '" + tx + "' active");
-    return out;
-  }
+  if (DecidedLocked(tx)) return out;  // decided (abort) meanwhile by a presumed abort
   DecisionEntry e{tx, Decision::kAbort, "", "aborted by the sender",
                   options_.env.clock->NowMicros()};
   Status s = LogDecision(e, json::object(), false);
@@ -406,30 +551,42 @@ BeginOutcome CoordinatorImpl::Abort(const std::string& tx) {
 }
 
 Status CoordinatorImpl::Recover() {
-  std::lock_guard<std::mutex> l(mu_);
-  WTX_RETURN_IF_ERROR(CheckAlive());
-  std::vector<std::string> txs;
-  for (const auto& [tx, _] : pending_) txs.push_back(tx);
-  for (const auto& tx : txs) {
-    const DecisionEntry& e = order_[decided_[tx]];
-    if (Deliver(tx, e.decision, e.version).empty()) WTX_RETURN_IF_ERROR(LogEnd(tx));
+  std::vector<DecisionEntry> todo;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    WTX_RETURN_IF_ERROR(CheckAlive());
+    for (const auto& [tx, _] : pending_) todo.push_back(order_[decided_[tx]]);
   }
-  return Status::OK();
+  for (const auto& e : todo) {
+    std::vector<int> unacked = Deliver(e.tx, e.decision, e.version);
+    WTX_RETURN_IF_ERROR(EndIfAcked(e.tx, unacked));
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  return CheckAlive();
 }
 
 Result<std::pair<Decision, std::string>> CoordinatorImpl::QueryDecision(const std::string& tx) {
-  std::lock_guard<std::mutex> l(mu_);
-  WTX_RETURN_IF_ERROR(CheckAlive());
-  auto it = decided_.find(tx);
-  if (it != decided_.end()) {
-    return std::make_pair(order_[it->second].decision, order_[it->second].version);
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    WTX_RETURN_IF_ERROR(CheckAlive());
+    // A Commit collecting votes on `tx` decides soon (within its prepare timeout): wait for
+    // that decision rather than presume abort under it. Other transactions are not held up.
+    const auto limit = std::chrono::steady_clock::now() + 2 * options_.prepare_timeout +
+                       std::chrono::seconds(1);
+    decided_cv_.wait_until(l, limit, [&] {
+      return crashed_ || decided_.count(tx) || !collecting_.count(tx);
+    });
+    WTX_RETURN_IF_ERROR(CheckAlive());
+    if (const DecisionEntry* e = DecidedLocked(tx)) {
+      return std::make_pair(e->decision, e->version);
+    }
+    // Presumed abort; logged so that the transaction can never commit later (a Begin or
+    // Commit running on it ends in abort), and told to every rank so that none keeps waiting.
+    DecisionEntry e{tx, Decision::kAbort, "", "presumed abort (never decided)",
+                    options_.env.clock->NowMicros()};
+    WTX_RETURN_IF_ERROR(LogDecision(e, json::object(), false));
   }
-  // Presumed abort; logged so that the transaction can never commit later, and told to every
-  // rank so that none keeps waiting on it.
-  DecisionEntry e{tx, Decision::kAbort, "", "presumed abort (never decided)",
-                  options_.env.clock->NowMicros()};
-  WTX_RETURN_IF_ERROR(LogDecision(e, json::object(), false));
-  if (Deliver(tx, Decision::kAbort, "").empty()) WTX_RETURN_IF_ERROR(LogEnd(tx));
+  WTX_RETURN_IF_ERROR(EndIfAcked(tx, Deliver(tx, Decision::kAbort, "")));
   return std::make_pair(Decision::kAbort, std::string());
 }
 
@@ -438,6 +595,10 @@ Result<std::pair<Decision, std::string>> CoordinatorImpl::QueryDecision(const st
 Result<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOptions& options,
                                                        Transport* transport) {
   if (!transport) return Status::InvalidArgument("coordinator needs a transport");
+  if (options.fan_out_threads < 1 || options.fan_out_threads > 4096) {
+    return Status::InvalidArgument("fan_out_threads must be in 1..4096, got " +
+                                   std::to_string(options.fan_out_threads));
+  }
   auto c = std::make_unique<CoordinatorImpl>(options, transport);
   WTX_RETURN_IF_ERROR(c->Init());
   return std::unique_ptr<Coordinator>(std::move(c));

@@ -7,13 +7,20 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <openssl/ssl.h>
+
+#include <atomic>
+#include <cstdlib>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "tests/test_util.h"
 #include "src/net/channel.h"
+#include "src/net/tls.h"
 #include "wtx/participant_endpoint.h"
 #include "wtx/tcp_transport.h"
 
@@ -26,25 +33,62 @@ using testing::TempDir;
 
 constexpr char kSecret[] = "correct horse battery staple";
 
-// A blocking POSIX client that speaks (or garbles) the wire protocol by hand.
+// A blocking client that speaks (or garbles) the wire protocol by hand, inside TLS 1.3 with
+// the PSK of `tls_secret` (OpenSSL on the raw socket), or in plain TCP when `tls_secret` is
+// null (a peer that never starts TLS).
 class RawClient {
  public:
-  explicit RawClient(uint16_t port) {
+  explicit RawClient(uint16_t port, const char* tls_secret = kSecret, const TlsFiles& files = {}) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    timeval tv{5, 0};  // no blocking call hangs the test
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (!tls_secret) return;
+    auto ctx = net::MakeTlsContext(false, tls_secret, files);
+    REQUIRE(ctx.ok());
+    ctx_ = std::move(ctx).value();
+    ssl_ = SSL_new(ctx_->native_handle());
+    SSL_set_fd(ssl_, fd_);
+    tls_ok_ = SSL_connect(ssl_) == 1;
   }
-  ~RawClient() { ::close(fd_); }
+  ~RawClient() {
+    if (ssl_) SSL_free(ssl_);
+    ::close(fd_);
+  }
+  bool tls_ok() const { return tls_ok_; }
+  int fd() const { return fd_; }
 
   void Write(const std::string& bytes) {
     size_t off = 0;
     while (off < bytes.size()) {
-      ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+      ssize_t n = ssl_ ? SSL_write(ssl_, bytes.data() + off, static_cast<int>(bytes.size() - off))
+                       : ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
       if (n <= 0) return;
       off += static_cast<size_t>(n);
+    }
+  }
+  // One read of up to n bytes within the deadline: >0 bytes, 0 on close/error, -1 on timeout.
+  ssize_t ReadSome(char* buf, size_t n, std::chrono::steady_clock::time_point deadline) {
+    for (;;) {
+      if (!ssl_ || SSL_pending(ssl_) == 0) {
+        const auto left = std::chrono::duration_cast<milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) return -1;
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      }
+      if (!ssl_) {
+        ssize_t r = ::recv(fd_, buf, n, 0);
+        return r < 0 ? 0 : r;
+      }
+      const int r = SSL_read(ssl_, buf, static_cast<int>(n));
+      if (r > 0) return r;
+      if (SSL_get_error(ssl_, r) == SSL_ERROR_WANT_READ) continue;
+      return 0;
     }
   }
   // Reads exactly n bytes within the timeout; false on close/timeout.
@@ -52,13 +96,8 @@ class RawClient {
     out->clear();
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (out->size() < n) {
-      const auto left =
-          std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return false;
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
       char buf[4096];
-      ssize_t r = ::recv(fd_, buf, std::min(sizeof(buf), n - out->size()), 0);
+      ssize_t r = ReadSome(buf, std::min(sizeof(buf), n - out->size()), deadline);
       if (r <= 0) return false;
       out->append(buf, static_cast<size_t>(r));
     }
@@ -89,19 +128,18 @@ class RawClient {
   bool ClosedByPeer(milliseconds timeout = milliseconds(5000)) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
-      const auto left =
-          std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return false;
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
       char buf[4096];
-      ssize_t r = ::recv(fd_, buf, sizeof(buf), 0);
-      if (r <= 0) return true;  // EOF or reset
+      ssize_t r = ReadSome(buf, sizeof(buf), deadline);
+      if (r < 0) return false;   // timed out: still open
+      if (r == 0) return true;   // EOF, reset or a TLS error
     }
   }
 
  private:
   int fd_ = -1;
+  std::shared_ptr<net::ssl::context> ctx_;
+  SSL* ssl_ = nullptr;
+  bool tls_ok_ = false;
 };
 
 std::string FrameHeader(uint32_t n) {
@@ -232,17 +270,23 @@ TEST_CASE("WrongSecretIsRefused", "[tcp][auth]") {
   auto bad = rig.StartAgent(1, "wrong secret");
   CHECK_FALSE(rig.transport->WaitForRanks({1}, milliseconds(500)));
   CHECK(bad->state().connections == 0);
-  CHECK(bad->state().last_error.message().find("authentication failed") != std::string::npos);
+  CHECK(bad->state().last_error.message().find("TLS handshake") != std::string::npos);
   CHECK(rig.transport->endpoint(1)->Describe().status().code() == ErrorCode::kCrashed);
 
-  // A raw client with a wrong MAC is told so and disconnected.
+  // A peer without the key cannot even complete TLS.
+  {
+    RawClient nokey(rig.transport->port(), "a different secret, same length");
+    CHECK_FALSE(nokey.tls_ok());
+    CHECK(nokey.ClosedByPeer());
+  }
+  // Inside TLS, a wrong MAC (the handshake binding role and rank) is told so and disconnected.
   RawClient wrong(rig.transport->port());
   json verdict = wrong.Handshake("guess", "rank", 1);
   CHECK(verdict.value("refused", "") == "authentication failed");
   CHECK(wrong.ClosedByPeer());
   // A client that never authenticates is dropped after the handshake timeout, and does not
   // hold anyone up meanwhile.
-  RawClient silent(rig.transport->port());
+  RawClient silent(rig.transport->port(), nullptr);
   CHECK(rig.transport->endpoint(0)->Describe().ok());
   CHECK(silent.ClosedByPeer(milliseconds(3000)));
   // The right secret still works.
@@ -420,6 +464,283 @@ TEST_CASE("RanksReconnectToARestartedCoordinatorAndResolveInDoubt", "[tcp]") {
   }
   CHECK(rig.agents[0]->state().connections == 2);
   CHECK(rig.coord->Recover().ok());
+}
+
+// An on-path attacker on loopback: forwards bytes between one client and the server, and on
+// request modifies one byte of the client's next chunk, or injects bytes of its own into the
+// client-to-server stream.
+class Proxy {
+ public:
+  enum class Mode { kForward, kFlipNext, kInject };
+  explicit Proxy(uint16_t server_port) : server_port_(server_port) {
+    listen_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    REQUIRE(::listen(listen_, 4) == 0);
+    socklen_t n = sizeof(a);
+    ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &n);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~Proxy() {
+    stop_ = true;
+    ::shutdown(listen_, SHUT_RDWR);
+    thread_.join();
+    ::close(listen_);
+  }
+  uint16_t port() const { return port_; }
+  void Flip() { mode_ = Mode::kFlipNext; }
+  void Inject(std::string bytes) {
+    std::lock_guard<std::mutex> l(mu_);
+    inject_ = std::move(bytes);
+    mode_ = Mode::kInject;
+  }
+
+ private:
+  void Run() {
+    pollfd lp{listen_, POLLIN, 0};
+    while (!stop_ && ::poll(&lp, 1, 100) == 0) {
+    }
+    if (stop_) return;
+    const int c = ::accept(listen_, nullptr, nullptr);
+    if (c < 0) return;
+    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(server_port_);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      ::close(c);
+      ::close(s);
+      return;
+    }
+    while (!stop_) {
+      if (mode_ == Mode::kInject) {
+        std::string b;
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          b.swap(inject_);
+        }
+        ::send(s, b.data(), b.size(), MSG_NOSIGNAL);
+        mode_ = Mode::kForward;
+      }
+      pollfd p[2] = {{c, POLLIN, 0}, {s, POLLIN, 0}};
+      if (::poll(p, 2, 50) <= 0) continue;
+      char buf[16384];
+      bool closed = false;
+      for (int i = 0; i < 2; ++i) {
+        if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        const ssize_t n = ::recv(p[i].fd, buf, sizeof(buf), 0);
+        if (n <= 0) {
+          closed = true;
+          break;
+        }
+        if (i == 0 && mode_ == Mode::kFlipNext) {
+          buf[n / 2] ^= 0x20;  // one bit, inside the record
+          mode_ = Mode::kForward;
+        }
+        ::send(i == 0 ? s : c, buf, static_cast<size_t>(n), MSG_NOSIGNAL);
+      }
+      if (closed) break;
+    }
+    ::close(c);
+    ::close(s);
+  }
+
+  uint16_t server_port_, port_ = 0;
+  int listen_ = -1;
+  std::atomic<bool> stop_{false};
+  std::atomic<Mode> mode_{Mode::kForward};
+  std::mutex mu_;
+  std::string inject_;
+  std::thread thread_;
+};
+
+// A control connection through the proxy, authenticated; the server counts the requests its
+// handler runs.
+struct ProxiedControl {
+  Rig rig{1};
+  std::atomic<int> served{0};
+  Proxy proxy{rig.transport->port()};
+  RawClient client{proxy.port()};
+  ProxiedControl() {
+    rig.transport->SetControlHandler([this](const std::string& m, const json&) {
+      ++served;
+      return std::optional<Result<json>>(Result<json>(json{{"method", m}}));
+    });
+    REQUIRE(client.tls_ok());
+    REQUIRE(client.Handshake(kSecret, "control", -1).value("ok", false));
+  }
+  static std::string BeginFrame(uint64_t id) {
+    return net::EncodeFrame({{"id", id}, {"m", "begin"}, {"p", {{"req", {{"tx", "evil"}}}}}});
+  }
+};
+
+TEST_CASE("FramesPassUnmodifiedThroughAnHonestProxy", "[tcp][tls]") {
+  ProxiedControl pc;
+  pc.client.Write(ProxiedControl::BeginFrame(1));
+  json r = pc.client.ReadFrame();
+  CHECK(r.value("ok", json()).value("method", "") == "begin");
+  CHECK(pc.served == 1);
+}
+
+TEST_CASE("FrameModifiedOnPathAfterTheHandshakeIsRejected", "[tcp][tls]") {
+  ProxiedControl pc;
+  pc.proxy.Flip();
+  pc.client.Write(ProxiedControl::BeginFrame(1));
+  CHECK(pc.client.ClosedByPeer());
+  CHECK(pc.served == 0);
+  // Nothing changed: the ranks were never asked.
+  CHECK_FALSE(pc.rig.parts[0]->status().active_tx.has_value());
+  CHECK(pc.rig.transport->endpoint(0)->Describe().ok());
+}
+
+TEST_CASE("FrameInjectedOnPathAfterTheHandshakeIsRejected", "[tcp][tls]") {
+  ProxiedControl pc;
+  // The attacker injects a well-formed plaintext frame (what was executed before TLS).
+  pc.proxy.Inject(ProxiedControl::BeginFrame(7));
+  CHECK(pc.client.ClosedByPeer());
+  CHECK(pc.served == 0);
+  CHECK_FALSE(pc.rig.parts[0]->status().active_tx.has_value());
+}
+
+bool HaveOpensslCli() { return std::system("openssl version > /dev/null 2>&1") == 0; }
+
+// Test-only PKI, generated at test time with the openssl CLI: a CA, certificates it signs for
+// the coordinator and the ranks, and a self-signed certificate no one trusts.
+struct TestPki {
+  TempDir dir;
+  TlsFiles coordinator, rank, untrusted;
+  bool ok = false;
+  TestPki() {
+    const std::string d = dir.path();
+    auto run = [](const std::string& cmd) { return std::system((cmd + " > /dev/null 2>&1").c_str()) == 0; };
+    const std::string ec = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes ";
+    ok = run("openssl req -x509" + ec + "-keyout " + d + "/ca.key -out " + d +
+             "/ca.pem -days 1 -subj /CN=wtx-test-ca");
+    for (const std::string n : {"coordinator", "rank"}) {
+      ok = ok && run("openssl req" + ec + "-keyout " + d + "/" + n + ".key -out " + d + "/" + n +
+                     ".csr -subj /CN=wtx-" + n) &&
+           run("openssl x509 -req -in " + d + "/" + n + ".csr -CA " + d + "/ca.pem -CAkey " + d +
+               "/ca.key -CAcreateserial -days 1 -out " + d + "/" + n + ".pem");
+    }
+    ok = ok && run("openssl req -x509" + ec + "-keyout " + d + "/rogue.key -out " + d +
+                   "/rogue.pem -days 1 -subj /CN=wtx-rank");
+    coordinator = {d + "/coordinator.pem", d + "/coordinator.key", d + "/ca.pem"};
+    rank = {d + "/rank.pem", d + "/rank.key", d + "/ca.pem"};
+    untrusted = {d + "/rogue.pem", d + "/rogue.key", d + "/rogue.pem"};
+  }
+};
+
+TEST_CASE("CertificateMutualTlsCommitsAndRefusesUntrustedPeers", "[tcp][tls]") {
+  if (!HaveOpensslCli()) {
+    WARN("openssl CLI not installed: certificate test skipped");
+    return;
+  }
+  TestPki pki;
+  REQUIRE(pki.ok);
+  TcpTransportOptions to;
+  to.tls = pki.coordinator;
+  Rig rig(2, 0, to);
+  for (int r = 0; r < 2; ++r) {
+    ParticipantOptions po;
+    po.rank = r;
+    po.journal_dir = rig.dir.sub("rank-" + std::to_string(r));
+    po.kernel_identity = "k1";
+    rig.parts.push_back(Participant::Open(po, rig.manifest).value());
+  }
+  auto start = [&](int r, const TlsFiles& tls) {
+    RankAgentOptions ao;
+    ao.coordinator_port = rig.transport->port();
+    ao.rank = r;
+    ao.secret = kSecret;
+    ao.tls = tls;
+    ao.backoff_max = milliseconds(100);
+    return TcpRankAgent::Start(ao, rig.parts[r].get()).value();
+  };
+  rig.agents.push_back(start(0, pki.rank));
+  // A rank whose certificate the CA did not sign, and one with no certificate at all (PSK),
+  // never register.
+  auto rogue = start(1, pki.untrusted);
+  CHECK_FALSE(rig.transport->WaitForRanks({1}, milliseconds(1000)));
+  CHECK(rogue->state().connections == 0);
+  rogue.reset();
+  auto psk = start(1, {});
+  CHECK_FALSE(rig.transport->WaitForRanks({1}, milliseconds(1000)));
+  CHECK(psk->state().connections == 0);
+  CHECK(psk->state().last_error.message().find("TLS handshake") != std::string::npos);
+  psk.reset();
+  // The right certificate: a full transaction.
+  rig.agents.push_back(start(1, pki.rank));
+  REQUIRE(rig.transport->WaitForRanks({0, 1}, milliseconds(10000)));
+  REQUIRE(rig.coord->Begin(Full("t1")).status.ok());
+  for (int r = 0; r < 2; ++r) rig.WriteAll(r, 9);
+  CommitOutcome o = rig.coord->Commit("t1");
+  CHECK(o.decision == Decision::kCommit);
+  // A raw client with an untrusted certificate gets no hello.
+  RawClient raw(rig.transport->port(), kSecret, pki.untrusted);
+  CHECK(raw.ReadFrame().is_null());
+  // Half-set certificate options are refused with the flags named.
+  TcpTransportOptions half;
+  half.secret = kSecret;
+  half.tls.cert = pki.coordinator.cert;
+  auto bad = TcpTransport::Listen(half);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("--tls-key") != std::string::npos);
+}
+
+TEST_CASE("ConcurrentPrepareOverTcpCostsOneTimeoutForThreeSilentRanks", "[tcp]") {
+  Rig rig(5, 5, {}, milliseconds(300));
+  REQUIRE(rig.coord->Begin(Full("t1")).status.ok());
+  for (int r = 0; r < 5; ++r) rig.WriteAll(r, 4);
+  for (int r : {1, 2, 4}) rig.agents[r]->SetSilent(true);
+  const auto t0 = std::chrono::steady_clock::now();
+  CommitOutcome o = rig.coord->Commit("t1");
+  const auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(took >= milliseconds(300));
+  CHECK(took < milliseconds(600));
+  REQUIRE(o.decision == Decision::kAbort);
+  for (int r : {1, 2, 4}) CHECK(o.votes[r].kind == VoteReport::Kind::kTimeout);
+  for (int r = 0; r < 5; ++r) CHECK_FALSE(rig.parts[r]->status().active_tx.has_value());
+}
+
+TEST_CASE("RankDisconnectingMidPrepareOverTcpFailsFastAndOthersAbort", "[tcp]") {
+  Rig rig(3, 3, {}, milliseconds(5000));
+  REQUIRE(rig.coord->Begin(Full("t1")).status.ok());
+  for (int r = 0; r < 3; ++r) rig.WriteAll(r, 6);
+  rig.agents[1]->SetSilent(true);
+  auto commit = std::async(std::launch::async, [&] { return rig.coord->Commit("t1"); });
+  std::this_thread::sleep_for(milliseconds(200));  // the prepare is out to every rank
+  const auto t0 = std::chrono::steady_clock::now();
+  rig.agents[1].reset();  // rank 1's process dies: its connection closes
+  CommitOutcome o = commit.get();
+  CHECK(std::chrono::steady_clock::now() - t0 < milliseconds(2000));
+  REQUIRE(o.decision == Decision::kAbort);
+  CHECK(o.votes[1].kind == VoteReport::Kind::kCrashed);
+  CHECK(o.unacknowledged == std::vector<int>{1});
+  CHECK_FALSE(rig.parts[0]->status().active_tx.has_value());
+  CHECK_FALSE(rig.parts[2]->status().active_tx.has_value());
+}
+
+TEST_CASE("InDoubtQueryOverTcpIsAnsweredWhileACommitWaits", "[tcp]") {
+  Rig rig(2, 2, {}, milliseconds(1500));
+  REQUIRE(rig.coord->Begin(Full("t1")).status.ok());
+  for (int r = 0; r < 2; ++r) rig.WriteAll(r, 8);
+  rig.agents[1]->SetSilent(true);
+  auto commit = std::async(std::launch::async, [&] { return rig.coord->Commit("t1"); });
+  std::this_thread::sleep_for(milliseconds(200));
+  // A control connection asks about another transaction while the commit waits for rank 1.
+  RawClient c(rig.transport->port());
+  REQUIRE(c.Handshake(kSecret, "control", -1).value("ok", false));
+  const auto t0 = std::chrono::steady_clock::now();
+  c.Write(net::EncodeFrame({{"id", 1}, {"m", "query_decision"}, {"p", {{"tx", "other"}}}}));
+  json r = c.ReadFrame();
+  CHECK(std::chrono::steady_clock::now() - t0 < milliseconds(700));
+  CHECK(r.value("ok", json()).value("decision", "") == "abort");
+  CommitOutcome o = commit.get();
+  CHECK(o.decision == Decision::kAbort);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // wtx_commit_bench: commit latency against rank count (a benchmark, not a test).
 //
 //   wtx_commit_bench [--inproc 1,4,16,64,256,1024] [--tcp 1,4,16,64] [--repeats 10]
-//                    [--dir /tmp] [--wtx build/bin/wtx]
+//                    [--dir /tmp] [--wtx build/bin/wtx] [--sync-delay-ms D]
+//                    [--fan-out-threads T]
 //
 // For each rank count N it opens N participants (each with its own RocksDB journal under DIR)
 // and a coordinator, then runs `repeats` full transactions on a one-parameter manifest
@@ -13,6 +14,13 @@
 // `wtx rank` processes on loopback and drives them over their control connections, so its
 // figures include one extra loopback round trip (driver -> coordinator) per call. Also
 // reports the time to open the N journals and the process's open file descriptors.
+//
+// --sync-delay-ms D: every synced journal write (each rank's BEGIN and PREPARED, the
+// coordinator's DECISION) first sleeps D ms, through a filesystem wrapper
+// (journal/slow_sync_fs.h) under every journal — a rank whose own disk takes D ms per fsync.
+// With a fan-out coordinator the ranks' syncs overlap, so latency should barely grow with N.
+// --fan-out-threads T: the in-process coordinator's CoordinatorOptions::fan_out_threads
+// (default 256); T = 1 is the near-sequential baseline (two calls in flight).
 #include <dirent.h>
 #include <sys/resource.h>
 
@@ -25,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "journal/slow_sync_fs.h"
 #include "tools/guarded_main.h"
 #include "src/conformance/tcp_simulator.h"
 #include "wtx/coordinator.h"
@@ -86,17 +95,23 @@ ManifestPtr BenchManifest() {
       .value();
 }
 
-json RunInProc(int n, int repeats, const std::string& root) {
+json RunInProc(int n, int repeats, const std::string& root, int sync_delay_ms,
+              int fan_out_threads) {
   const std::string dir = root + "/inproc-" + std::to_string(n);
   std::filesystem::remove_all(dir);
   ManifestPtr m = BenchManifest();
   InProcTransport t(n);
+  std::shared_ptr<rocksdb::FileSystem> slow;
+  if (sync_delay_ms > 0) {
+    slow = std::make_shared<wtx::SlowSyncFileSystem>(std::chrono::milliseconds(sync_delay_ms));
+  }
   std::vector<std::unique_ptr<Participant>> parts;
   const auto t0 = Clock::now();
   for (int r = 0; r < n; ++r) {
     ParticipantOptions o;
     o.rank = r;
     o.journal_dir = dir + "/rank-" + std::to_string(r);
+    o.env.fs = slow;
     auto p = Participant::Open(o, m);
     if (!p.ok()) {
       return {{"ranks", n}, {"error", p.status().ToString()}, {"opened", r}};
@@ -107,9 +122,11 @@ json RunInProc(int n, int repeats, const std::string& root) {
   const double open_ms = Ms(Clock::now() - t0);
   CoordinatorOptions co;
   co.journal_dir = dir + "/coordinator";
+  co.env.fs = slow;
+  co.fan_out_threads = fan_out_threads;
   auto c = Coordinator::Open(co, &t).value();
   std::vector<float> bytes(64);
-  std::vector<double> begin, commit;
+  std::vector<double> begin, commit, total;
   for (int i = 0; i < repeats; ++i) {
     BeginRequest b;
     b.tx = "t" + std::to_string(i);
@@ -128,6 +145,7 @@ json RunInProc(int n, int repeats, const std::string& root) {
     CommitOutcome o = c->Commit(b.tx);
     if (!o.status.ok()) return {{"ranks", n}, {"error", o.status.ToString()}};
     commit.push_back(Ms(Clock::now() - a));
+    total.push_back(begin.back() + commit.back());
   }
   const Stats sb = Summarize(begin), sc = Summarize(commit);
   rusage ru{};
@@ -140,14 +158,16 @@ json RunInProc(int n, int repeats, const std::string& root) {
               {"begin_p50_ms", sb.p50},
               {"begin_p90_ms", sb.p90},
               {"commit_p50_ms", sc.p50},
-              {"commit_p90_ms", sc.p90}};
+              {"commit_p90_ms", sc.p90},
+              {"total_p50_ms", Summarize(total).p50}};
   c.reset();
   parts.clear();
   std::filesystem::remove_all(dir);
   return out;
 }
 
-json RunTcp(int n, int repeats, const std::string& root, const std::string& wtx) {
+json RunTcp(int n, int repeats, const std::string& root, const std::string& wtx,
+           int sync_delay_ms) {
   const std::string dir = root + "/tcp-" + std::to_string(n);
   std::filesystem::remove_all(dir);
   sim::Scenario sc;
@@ -157,13 +177,14 @@ json RunTcp(int n, int repeats, const std::string& root, const std::string& wtx)
   o.journal_dir = dir;
   o.binary = wtx;
   o.test_hooks = false;
+  o.sync_delay_ms = sync_delay_ms;
   o.start_timeout = std::chrono::milliseconds(60000);
   if (!sim::PrepareJournalDir(dir).ok()) return {{"ranks", n}, {"error", "journal dir"}};
   sim::TcpProcesses procs(sc, o);
   const auto t0 = Clock::now();
   if (Status s = procs.Start(); !s.ok()) return {{"ranks", n}, {"error", s.ToString()}};
   const double start_ms = Ms(Clock::now() - t0);
-  std::vector<double> begin, commit;
+  std::vector<double> begin, commit, total;
   for (int i = 0; i < repeats; ++i) {
     BeginRequest b;
     b.tx = "t" + std::to_string(i);
@@ -185,12 +206,14 @@ json RunTcp(int n, int repeats, const std::string& root, const std::string& wtx)
     CommitOutcome co = procs.Commit(cs, &died);
     if (!co.status.ok()) return {{"ranks", n}, {"error", co.status.ToString()}};
     commit.push_back(Ms(Clock::now() - a));
+    total.push_back(begin.back() + commit.back());
   }
   const Stats sb = Summarize(begin), sc2 = Summarize(commit);
   json out = {{"transport", "tcp"},      {"ranks", n},
               {"start_ms", start_ms},    {"begin_p50_ms", sb.p50},
               {"begin_p90_ms", sb.p90},  {"commit_p50_ms", sc2.p50},
-              {"commit_p90_ms", sc2.p90}};
+              {"commit_p90_ms", sc2.p90},
+              {"total_p50_ms", Summarize(total).p50}};
   std::filesystem::remove_all(dir);
   return out;
 }
@@ -199,7 +222,7 @@ json RunTcp(int n, int repeats, const std::string& root, const std::string& wtx)
 
 int Main(int argc, char** argv) {
   std::string inproc = "1,4,16,64,256,1024", tcp = "1,4,16,64", dir = "/tmp", wtx;
-  int repeats = 10;
+  int repeats = 10, sync_delay_ms = 0, fan_out_threads = 256;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--inproc") {
@@ -210,6 +233,18 @@ int Main(int argc, char** argv) {
       repeats = std::stoi(v);
     } else if (k == "--dir") {
       dir = v;
+    } else if (k == "--sync-delay-ms") {
+      sync_delay_ms = std::stoi(v);
+      if (sync_delay_ms < 0 || sync_delay_ms > 10000) {
+        std::cerr << "--sync-delay-ms must be in 0..10000, got " << v << "\n";
+        return 2;
+      }
+    } else if (k == "--fan-out-threads") {
+      fan_out_threads = std::stoi(v);
+      if (fan_out_threads < 1 || fan_out_threads > 4096) {
+        std::cerr << "--fan-out-threads must be in 1..4096, got " << v << "\n";
+        return 2;
+      }
     } else if (k == "--wtx") {
       wtx = v;
     } else {
@@ -228,24 +263,28 @@ int Main(int argc, char** argv) {
   const std::string root = dir + "/wtx-commit-bench-" + std::to_string(::getpid());
   std::filesystem::create_directories(root);
   json all = json::array();
-  std::printf("| transport | ranks | setup ms | begin p50 / p90 ms | commit p50 / p90 ms |\n");
-  std::printf("|---|---:|---:|---:|---:|\n");
+  std::printf("sync delay: %d ms per synced journal write; in-process fan-out threads: %d\n",
+              sync_delay_ms, fan_out_threads);
+  std::printf(
+      "| transport | ranks | setup ms | begin p50 / p90 ms | commit p50 / p90 ms | "
+      "begin+commit p50 ms |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|\n");
   auto row = [&](const json& j) {
     all.push_back(j);
     if (j.contains("error")) {
-      std::printf("| %s | %d | error: %s | | |\n", j.value("transport", "").c_str(),
+      std::printf("| %s | %d | error: %s | | | |\n", j.value("transport", "").c_str(),
                   j["ranks"].get<int>(), j["error"].dump().c_str());
     } else {
-      std::printf("| %s | %d | %.0f | %.2f / %.2f | %.2f / %.2f |\n",
+      std::printf("| %s | %d | %.0f | %.2f / %.2f | %.2f / %.2f | %.2f |\n",
                   j["transport"].get<std::string>().c_str(), j["ranks"].get<int>(),
                   j.value("open_ms", j.value("start_ms", 0.0)), j["begin_p50_ms"].get<double>(),
                   j["begin_p90_ms"].get<double>(), j["commit_p50_ms"].get<double>(),
-                  j["commit_p90_ms"].get<double>());
+                  j["commit_p90_ms"].get<double>(), j["total_p50_ms"].get<double>());
     }
     std::fflush(stdout);
   };
-  for (int n : ParseList(inproc)) row(RunInProc(n, repeats, root));
-  for (int n : ParseList(tcp)) row(RunTcp(n, repeats, root, wtx));
+  for (int n : ParseList(inproc)) row(RunInProc(n, repeats, root, sync_delay_ms, fan_out_threads));
+  for (int n : ParseList(tcp)) row(RunTcp(n, repeats, root, wtx, sync_delay_ms));
   std::filesystem::remove_all(root);
   std::cout << all.dump() << "\n";
   return 0;

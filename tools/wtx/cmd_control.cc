@@ -16,8 +16,13 @@ namespace wtx::cli {
 
 namespace {
 
+struct ControlTls {
+  TlsFiles tls;
+};
+
 int RunControl(const std::string& address, const std::string& secret_file,
-               const std::string& method, const std::string& params_text, int64_t timeout_ms) {
+               const std::string& method, const std::string& params_text, int64_t timeout_ms,
+               const TlsFiles& tls) {
   auto secret = net::ReadSecretFile(secret_file);
   if (!secret.ok()) {
     std::cerr << "wtx control: " << secret.status().message() << "\n";
@@ -36,8 +41,9 @@ int RunControl(const std::string& address, const std::string& secret_file,
       return 2;
     }
   }
-  auto c = net::ControlClient::Connect(hp->first, hp->second, secret.value(), net::NetOptions(),
-                                       "control");
+  net::NetOptions no;
+  no.tls = tls;
+  auto c = net::ControlClient::Connect(hp->first, hp->second, secret.value(), no, "control");
   if (!c.ok()) {
     std::cerr << "wtx control: " << c.status().ToString() << "\n";
     return 2;
@@ -68,7 +74,10 @@ void RegisterControlCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--timeout-ms", *timeout, "How long to wait for the answer")
       ->check(TimeoutMsRange())
       ->capture_default_str();
-  cmd->callback([=] { *exit_code = RunControl(*address, *secret, *method, *params, *timeout); });
+  auto a = std::make_shared<ControlTls>();
+  AddTlsOptions(cmd, &a->tls);
+  cmd->callback(
+      [=] { *exit_code = RunControl(*address, *secret, *method, *params, *timeout, a->tls); });
 }
 
 }  // namespace wtx::cli

@@ -10,6 +10,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
+
 #include <condition_variable>
 #include <iostream>
 #include <mutex>
@@ -18,6 +20,7 @@
 #include "tools/wtx/commands.h"
 #include "src/net/control_service.h"
 #include "journal/fault_injection_fs.h"
+#include "journal/slow_sync_fs.h"
 #include "src/net/channel.h"
 #include "src/net/codec.h"
 #include "src/util/json_number.h"
@@ -39,6 +42,9 @@ struct CoordinatorArgs {
   int64_t prepare_timeout_ms = 5000;
   int64_t request_timeout_ms = 10000;
   int64_t startup_wait_ms = 30000;
+  int sync_delay_ms = 0;
+  int max_connections = 1024;
+  TlsFiles tls;
   size_t max_frame_bytes = size_t{64} << 20;
   bool defer_recovery = false;
   bool test_hooks = false;
@@ -105,6 +111,8 @@ int RunCoordinator(const CoordinatorArgs& a) {
   to.num_ranks = a.ranks;
   to.request_timeout = milliseconds(a.request_timeout_ms);
   to.max_frame_bytes = a.max_frame_bytes;
+  to.max_connections = a.max_connections;
+  to.tls = a.tls;
   auto transport = TcpTransport::Listen(to);
   if (!transport.ok()) return Fail(transport.status());
   TcpTransport& t = *transport.value();
@@ -120,6 +128,11 @@ int RunCoordinator(const CoordinatorArgs& a) {
     fs = std::make_shared<FaultInjectionFileSystem>();
     co.env.fs = fs;
     co.crash_points = &crash;
+  }
+  if (a.sync_delay_ms > 0) {
+    co.env.fs = std::make_shared<SlowSyncFileSystem>(
+        milliseconds(a.sync_delay_ms),
+        co.env.fs ? co.env.fs : rocksdb::FileSystem::Default());
   }
   auto opened = Coordinator::Open(co, &t);
   if (!opened.ok()) return Fail(opened.status());
@@ -183,13 +196,17 @@ int RunCoordinator(const CoordinatorArgs& a) {
 
   sim::PrintReadyLine({{"ready", true}, {"role", "coordinator"}, {"port", t.port()}});
 
+  std::atomic<bool> stopping{false};
   std::thread startup;
   if (!a.defer_recovery) {
     startup = std::thread([&] {
       std::vector<int> all;
       all.reserve(a.ranks);
       for (int r = 0; r < a.ranks; ++r) all.push_back(r);
-      if (!t.WaitForRanks(all, milliseconds(a.startup_wait_ms))) {
+      // WaitForRanks returns at once when a signal shuts the transport down.
+      const bool everyone = t.WaitForRanks(all, milliseconds(a.startup_wait_ms));
+      if (stopping.load()) return;
+      if (!everyone) {
         net::LogLine("coordinator", "not every rank connected within " +
                                         std::to_string(a.startup_wait_ms) +
                                         " ms; recovering with those present");
@@ -202,6 +219,10 @@ int RunCoordinator(const CoordinatorArgs& a) {
   }
   int sig = 0;
   sigwait(&stop_signals, &sig);
+  // Every blocking wait ends within a second: the startup wait and WaitForRanks calls return,
+  // and calls in flight (prepare, decide, recover) fail at once on their closed connections.
+  stopping = true;
+  t.Shutdown();
   if (startup.joinable()) startup.join();
   t.SetOnRankRegistered(nullptr);
   t.SetDecisionOracle(nullptr);
@@ -233,10 +254,18 @@ void RegisterCoordinatorCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-frame-bytes", a->max_frame_bytes, "Largest accepted frame")
       ->check(FrameBytesRange())
       ->capture_default_str();
+  AddTlsOptions(cmd, &a->tls);
+  cmd->add_option("--max-connections", a->max_connections,
+                  "Connections served at once (ranks, controllers, handshakes); more are refused")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--defer-recovery", a->defer_recovery,
                 "Recover and answer in-doubt ranks only on a control 'recover' call");
   cmd->add_flag("--test-hooks", a->test_hooks,
                 "Accept crash-point and crash control calls (simulator, tests)");
+  cmd->add_option("--sync-delay-ms", a->sync_delay_ms,
+                  "Benchmarks only: every synced journal write first sleeps this long")
+      ->check(CLI::Range(0, 10000));
   cmd->callback([=] { *exit_code = RunCoordinator(*a); });
 }
 

@@ -18,6 +18,7 @@
 #include "tools/wtx/commands.h"
 #include "src/net/control_service.h"
 #include "journal/fault_injection_fs.h"
+#include "journal/slow_sync_fs.h"
 #include "src/net/codec.h"
 #include "src/util/json_number.h"
 #include "src/net/control.h"
@@ -48,6 +49,8 @@ struct RankArgs {
   int64_t request_timeout_ms = 10000;
   size_t max_frame_bytes = size_t{64} << 20;
   bool test_hooks = false;
+  int sync_delay_ms = 0;
+  TlsFiles tls;
 };
 
 int FailRank(const Status& s) { return sim::FailToStart("rank", s); }
@@ -97,6 +100,11 @@ int RunRank(const RankArgs& a) {
     po.env.fs = fs;
     po.crash_points = &crash;
   }
+  if (a.sync_delay_ms > 0) {
+    po.env.fs = std::make_shared<SlowSyncFileSystem>(
+        milliseconds(a.sync_delay_ms),
+        po.env.fs ? po.env.fs : rocksdb::FileSystem::Default());
+  }
   auto opened = Participant::Open(std::move(po), manifest.value());
   if (!opened.ok()) return FailRank(opened.status());
   Participant& p = *opened.value();
@@ -109,6 +117,7 @@ int RunRank(const RankArgs& a) {
   ao.backoff_max = milliseconds(a.backoff_max_ms);
   ao.request_timeout = milliseconds(a.request_timeout_ms);
   ao.max_frame_bytes = a.max_frame_bytes;
+  ao.tls = a.tls;
   auto agent = TcpRankAgent::Start(ao, &p);
   if (!agent.ok()) return FailRank(agent.status());
   TcpRankAgent& ag = *agent.value();
@@ -172,6 +181,7 @@ int RunRank(const RankArgs& a) {
     };
     net::NetOptions no;
     no.max_frame_bytes = a.max_frame_bytes;
+    no.tls = a.tls;
     auto cs = net::ControlServer::Listen(chp->first, chp->second, secret.value(), handler, no,
                                          "rank-" + std::to_string(a.rank) + "-control");
     if (!cs.ok()) return FailRank(cs.status());
@@ -221,6 +231,10 @@ void RegisterRankCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--test-hooks", a->test_hooks,
                 "Accept crash-point, silence and crash control calls (simulator, tests)");
+  AddTlsOptions(cmd, &a->tls);
+  cmd->add_option("--sync-delay-ms", a->sync_delay_ms,
+                  "Benchmarks only: every synced journal write first sleeps this long")
+      ->check(CLI::Range(0, 10000));
   cmd->callback([=] { *exit_code = RunRank(*a); });
 }
 

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "wtx/limits.h"
+#include "wtx/tls_files.h"
 
 namespace wtx::cli {
 
@@ -32,5 +33,14 @@ void RegisterControlCommand(CLI::App& app, int* exit_code);      // cmd_control.
 void RegisterTortureCommand(CLI::App& app, int* exit_code);      // cmd_torture.cc
 void RegisterVerifyCommand(CLI::App& app, int* exit_code);       // cmd_verify.cc
 void RegisterLoadCommands(CLI::App& app, int* exit_code);        // cmd_load.cc: load, expect
+
+// --tls-cert / --tls-key / --tls-ca of coordinator, rank and control (docs/protocol.md).
+inline void AddTlsOptions(CLI::App* cmd, TlsFiles* tls) {
+  cmd->add_option("--tls-cert", tls->cert,
+                  "PEM certificate (chain) of this end: certificate mutual TLS (with --tls-key, "
+                  "--tls-ca) instead of the PSK from the secret");
+  cmd->add_option("--tls-key", tls->key, "PEM private key of --tls-cert");
+  cmd->add_option("--tls-ca", tls->ca, "PEM CA certificates that peers' certificates must chain to");
+}
 
 }  // namespace wtx::cli
