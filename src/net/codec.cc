@@ -1,5 +1,7 @@
 #include "src/net/codec.h"
 
+#include "src/util/json_fields.h"
+
 namespace wtx::net {
 
 using nlohmann::json;
@@ -71,6 +73,9 @@ json BeginRequestToJson(const BeginRequest& r) {
 
 Result<BeginRequest> BeginRequestFromJson(const json& j) {
   return Decode<BeginRequest>("begin request", j, [&]() -> Result<BeginRequest> {
+    // verify: the begin option of in-place landings (VerifyMode), when a peer sends it.
+    WTX_RETURN_IF_ERROR(CheckFields(
+        j, "begin request", {"tx", "kind", "base", "modules", "sources", "rollback", "verify"}));
     BeginRequest r;
     r.tx = j.at("tx").get<std::string>();
     auto kind = TxKindFromName(j.at("kind").get<std::string>());
@@ -87,14 +92,21 @@ Result<BeginRequest> BeginRequestFromJson(const json& j) {
 json VoteToJson(const Vote& v) {
   json errors = json::array();
   for (ErrorCode e : v.errors) errors.push_back(ErrorCodeName(e));
+  // Grouped by parameter so that a name is sent once, not once per shard (docs/protocol.md:
+  // the size bound of a vote).
   json missing = json::array();
   for (const auto& m : v.missing) {
-    missing.push_back({{"param", m.param},
-                       {"shard", m.shard},
-                       {"box", BoxToJson(m.box)},
-                       {"source", m.source},
-                       {"missing_parts", m.missing_parts},
-                       {"parts", m.parts}});
+    if (missing.empty() || missing.back()["param"] != m.param) {
+      missing.push_back({{"param", m.param}, {"shards", json::array()}});
+    }
+    json piece = {{"shard", m.shard}, {"box", BoxToJson(m.box)}, {"source", m.source}};
+    if (m.boxes != 1) piece["boxes"] = m.boxes;
+    piece["elements"] = m.elements;
+    if (!m.missing_parts.empty() || m.parts != 0) {
+      piece["missing_parts"] = m.missing_parts;
+      piece["parts"] = m.parts;
+    }
+    missing.back()["shards"].push_back(std::move(piece));
   }
   json stale = json::array();
   for (const auto& s : v.stale) {
@@ -111,6 +123,9 @@ json VoteToJson(const Vote& v) {
 
 Result<Vote> VoteFromJson(const json& j) {
   return Decode<Vote>("vote", j, [&]() -> Result<Vote> {
+    WTX_RETURN_IF_ERROR(CheckFields(j, "vote",
+                                    {"rank", "tx", "yes", "wrote", "digest", "error", "message",
+                                     "errors", "missing", "missing_total", "stale"}));
     Vote v;
     v.rank = j.at("rank").get<int>();
     v.tx = j.at("tx").get<std::string>();
@@ -122,18 +137,30 @@ Result<Vote> VoteFromJson(const json& j) {
     for (const auto& e : j.at("errors").get_ref<const json::array_t&>()) {
       v.errors.push_back(CodeFromJson(e));
     }
-    for (const auto& m : j.at("missing").get_ref<const json::array_t&>()) {
-      MissingPiece p;
-      p.param = m.at("param").get<std::string>();
-      p.shard = m.at("shard").get<std::string>();
-      p.box = BoxFromJsonOrThrow(m.at("box"));
-      p.source = m.at("source").get<std::string>();
-      p.missing_parts = m.at("missing_parts").get<std::vector<int>>();
-      p.parts = m.at("parts").get<int>();
-      v.missing.push_back(std::move(p));
+    for (const auto& g : j.at("missing").get_ref<const json::array_t&>()) {
+      WTX_RETURN_IF_ERROR(CheckFields(g, "vote.missing[]", {"param", "shards"}));
+      const std::string param = g.at("param").get<std::string>();
+      for (const auto& m : g.at("shards").get_ref<const json::array_t&>()) {
+        WTX_RETURN_IF_ERROR(CheckFields(m, "vote.missing[].shards[]",
+                                        {"shard", "box", "source", "boxes", "elements",
+                                         "missing_parts", "parts"}));
+        MissingPiece p;
+        p.param = param;
+        p.shard = m.at("shard").get<std::string>();
+        p.box = BoxFromJsonOrThrow(m.at("box"));
+        p.source = m.at("source").get<std::string>();
+        p.boxes = m.contains("boxes") ? m.at("boxes").get<int64_t>() : 1;
+        p.elements = m.at("elements").get<int64_t>();
+        if (m.contains("missing_parts")) {
+          p.missing_parts = m.at("missing_parts").get<std::vector<int>>();
+          p.parts = m.at("parts").get<int>();
+        }
+        v.missing.push_back(std::move(p));
+      }
     }
     v.missing_total = j.at("missing_total").get<size_t>();
     for (const auto& s : j.at("stale").get_ref<const json::array_t&>()) {
+      WTX_RETURN_IF_ERROR(CheckFields(s, "vote.stale[]", {"name", "phase", "sources"}));
       StaleDerivedState d;
       d.name = s.at("name").get<std::string>();
       d.phase = PhaseFromNameOrThrow(s.at("phase"));
@@ -150,6 +177,8 @@ json RankDescriptionToJson(const RankDescription& d) {
 
 Result<RankDescription> RankDescriptionFromJson(const json& j) {
   return Decode<RankDescription>("rank description", j, [&]() -> Result<RankDescription> {
+    WTX_RETURN_IF_ERROR(
+        CheckFields(j, "rank description", {"rank", "fingerprint", "kernel_identity"}));
     RankDescription d;
     d.rank = j.at("rank").get<int>();
     d.fingerprint = j.at("fingerprint").get<std::string>();
@@ -172,6 +201,11 @@ json RankStatusToJson(const RankStatus& s) {
 
 Result<RankStatus> RankStatusFromJson(const json& j) {
   return Decode<RankStatus>("rank status", j, [&]() -> Result<RankStatus> {
+    // digest: a rank's own digest as of its last commit, when a peer reports it.
+    WTX_RETURN_IF_ERROR(CheckFields(j, "rank status",
+                                    {"rank", "version", "committed_tx", "dirty", "loaded",
+                                     "serving", "in_doubt", "active_tx", "stale_derived",
+                                     "digest"}));
     RankStatus s;
     s.rank = j.at("rank").get<int>();
     s.version = GetOptStr(j, "version");
