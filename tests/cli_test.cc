@@ -3,7 +3,9 @@
 #include <catch2/catch.hpp>
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -196,4 +198,148 @@ TEST_CASE("JournalCommandsShowTheHistoryOfASimulation") {
   // Reusing a journal directory is refused.
   CHECK(Sh(Wtx() + " sim " + d.sub("s.json") + " --journal-dir " + jd).code == 2);
   CHECK(Sh(Wtx() + " log " + d.sub("nothing-here")).code != 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 12.
+
+TEST_CASE("ScenarioUnknownFieldExitsTwoNamingItsPath") {
+  TempDir d;
+  json s = Scenario(Load());
+  s["steps"][1]["param"] = "layers.0.self_attn.qkv_proj.weight";
+  s["steps"][1]["sahrd"] = "k";  // misspelt: must not silently write every shard
+  Run r = Sh(Wtx() + " sim " + Write(d, "bad.json", s));
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, Catch::Contains("steps[1].sahrd: unknown field"));
+  CHECK_THAT(r.out, Catch::Contains("did you mean 'shard'"));
+  s = Scenario(Load());
+  s["rankz"] = 2;
+  r = Sh(Wtx() + " sim " + Write(d, "bad2.json", s));
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, Catch::Contains("rankz: unknown field"));
+  s = Scenario(Load());
+  s["model"]["manifest_fil"] = "x";
+  r = Sh(Wtx() + " sim " + Write(d, "bad3.json", s));
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, Catch::Contains("model.manifest_fil: unknown field"));
+  s = Scenario(Load());
+  s["steps"][3]["crash"] = {{"who", "coordinator"}, {"at", "after_decision_logged"}, {"when", 1}};
+  r = Sh(Wtx() + " sim " + Write(d, "bad4.json", s));
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, Catch::Contains("steps[3].crash.when: unknown field"));
+  s = Scenario(Load());
+  s["steps"][1]["fill"] = {{"seed", 1}, {"override", {{"seed", 2}, {"indices", {1}}, {"x", 0}}}};
+  r = Sh(Wtx() + " sim " + Write(d, "bad5.json", s));
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, Catch::Contains("steps[1].fill.override.x: unknown field"));
+  s = Scenario(Load());
+  s["steps"][2]["rank"] = 0;
+  s["steps"][2]["derivd"] = "*";
+  r = Sh(Wtx() + " sim " + Write(d, "bad6.json", s));
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, Catch::Contains("steps[2].derivd: unknown field"));
+  // A manifest inside a scenario is strict too.
+  s = Scenario(Load());
+  s["model"] = {{"manifest", {{"params", {{{"name", "w"}, {"dtype", "f32"}, {"shape", {4}},
+                                           {"shrads", json::array()}}}}}}};
+  r = Sh(Wtx() + " sim " + Write(d, "bad7.json", s));
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, Catch::Contains("params[0].shrads: unknown field"));
+}
+
+TEST_CASE("ShippedScenariosStillParse") {
+  // Every scenario the project ships (tests, examples, conformance) is valid under the strict
+  // rules: `wtx sim` runs it (exit 0), whatever its steps' outcomes.
+  for (const char* dir : {WTX_SOURCE_DIR "/tests/scenarios", WTX_SOURCE_DIR "/examples",
+                          WTX_CONFORMANCE_DIR "/scenarios", WTX_SOURCE_DIR "/tests/net/scenarios"}) {
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      const std::string p = e.path().string();
+      if (e.path().extension() != ".json" || p.find(".expect.json") != std::string::npos) continue;
+      std::ifstream in(p);
+      json j = json::parse(in, nullptr, false);
+      if (!j.is_object() || !j.contains("steps")) continue;  // a manifest, not a scenario
+      INFO(p);
+      CHECK(Sh(Wtx() + " sim " + p + " > /dev/null").code == 0);
+    }
+  }
+}
+
+TEST_CASE("ScenarioWithZeroExtentParameterExitsTwo") {
+  TempDir d;
+  json s = Scenario(Load());
+  s["model"] = {{"manifest", {{"params", {{{"name", "w"}, {"dtype", "f32"}, {"shape", {4}}},
+                                          {{"name", "empty"}, {"dtype", "f32"}, {"shape", {0, 4}}}}}}}};
+  Run r = Sh(Wtx() + " sim " + Write(d, "zero.json", s));
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, Catch::Contains("'empty'") && Catch::Contains("zero"));
+}
+
+TEST_CASE("StatusOfARankMidTransactionIsDirtyAndNotServing") {
+  TempDir d;
+  // A full commit, then a transaction that wrote bytes (its WRITE records still batched) and
+  // one that wrote nothing yet: from BEGIN to the decision the journal says dirty.
+  for (bool wrote : {true, false}) {
+    json steps = Load();
+    steps.push_back({{"op", "begin"}, {"tx", "t2"}, {"kind", "delta"}, {"base", "$t1"},
+                     {"sources", {"lm_head.weight"}}});
+    if (wrote) {
+      steps.push_back(
+          {{"op", "patch"}, {"source", "lm_head.weight"}, {"indices", {1}}, {"fill", {{"seed", 2}}}});
+    }
+    const std::string jd = d.sub(wrote ? "wrote" : "begun");
+    SimJson(d, Scenario(steps), "--journal-dir " + jd);
+    Run status = Sh(Wtx() + " status " + jd + "/rank-0 --json", false);
+    REQUIRE(status.code == 0);
+    json st = json::parse(status.out);
+    CHECK(st["active_tx"] == "t2");
+    CHECK(st["dirty"] == true);
+    CHECK(st["serving"] == false);
+    // The materialized state says the same, and replay agrees with it.
+    Run replay = Sh(Wtx() + " replay " + jd + "/rank-1", false);
+    REQUIRE(replay.code == 0);
+    json rp = json::parse(replay.out);
+    CHECK(rp["matches_stored_state"] == true);
+    CHECK(rp["state"]["dirty"] == true);
+  }
+}
+
+TEST_CASE("JournalNamesEveryMissingShardOfAVote") {
+  TempDir d;
+  // tp 2, a full transaction that writes only the embedding: every other shard is missing.
+  json sc = {{"ranks", 2},
+             {"model", {{"hf_config", std::string(WTX_CONFORMANCE_DIR) + "/models/tiny-deepseek/config.json"},
+                        {"tp", 2}}},
+             {"kernel_identity", "k"},
+             {"steps", json::parse(R"([{"op": "begin", "tx": "t1", "kind": "full"},
+               {"op": "write", "param": "model.embed_tokens.weight", "fill": {"seed": 1}},
+               {"op": "commit", "tx": "t1"}])")}};
+  const std::string jd = d.sub("journals");
+  json out = SimJson(d, sc, "--journal-dir " + jd);
+  const json& step = out["steps"][2];
+  REQUIRE(step["error"] == "E_VOTE_NO");
+  for (int r = 0; r < 2; ++r) {
+    json vote;
+    for (const auto& v : step["votes"]) {
+      if (v["rank"] == r) vote = v;
+    }
+    REQUIRE(vote.is_object());
+    std::set<std::pair<std::string, std::string>> voted, journaled;
+    for (const auto& m : vote["missing"]) {
+      voted.insert({m["param"].get<std::string>(), m["shard"].get<std::string>()});
+    }
+    CHECK(voted.size() > 64);
+    CHECK(voted.count({"lm_head.weight", "0"}) == 1);
+    Run show = Sh(Wtx() + " show " + jd + "/rank-" + std::to_string(r) + " t1 --json", false);
+    REQUIRE(show.code == 0);
+    const json shown = json::parse(show.out);
+    for (const auto& rec : shown["records"]) {
+      if (rec["type"] != "PREPARED") continue;
+      for (const auto& g : rec["missing"]) {
+        for (const auto& s : g["shards"]) {
+          journaled.insert({g["param"].get<std::string>(), s.get<std::string>()});
+        }
+      }
+    }
+    CHECK(journaled == voted);
+  }
 }

@@ -154,3 +154,65 @@ TEST_CASE("MalformedJsonIsRejected") {
   CHECK_THAT(ErrorOf(json::parse(R"({"params": [{"name": "x", "dtype": "f64", "shape": [1]}]})")),
              Catch::Contains("params[0].dtype"));
 }
+
+// Issue 12: zero-extent parameters are refused (one rule everywhere: docs/manifest.md).
+TEST_CASE("ZeroExtentParameterIsRefusedNamingIt") {
+  json j = TinyQkv();
+  j["params"][1]["shape"] = json::parse("[0, 4]");
+  std::string e = ErrorOf(j);
+  CHECK_THAT(e, Catch::Contains("params[1].shape"));
+  CHECK_THAT(e, Catch::Contains("'norm'"));
+  CHECK_THAT(e, Catch::Contains("zero"));
+  j["params"][1]["shape"] = json::parse("[4, 0]");
+  CHECK_THAT(ErrorOf(j), Catch::Contains("params[1].shape"));
+  // Through the C++ builder too (HF layouts build manifests this way).
+  ParamSpec p;
+  p.name = "empty";
+  p.dtype = DType::kF32;
+  p.shape = {3, 0};
+  auto r = Manifest::Build({p}, {}, {});
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.status().message(), Catch::Contains("'empty'"));
+  // A scalar (shape []) has one element and stays valid.
+  j["params"][1]["shape"] = json::array();
+  CHECK(ParseManifest(j).ok());
+}
+
+TEST_CASE("EmptyShardBoxIsRefused") {
+  json j = TinyQkv();
+  // q shrinks to nothing, k grows over its rows: volumes still add up, but q is empty.
+  j["params"][0]["shards"][0]["box"] = json::parse("[[0, 0], [0, 16]]");
+  j["params"][0]["shards"][0]["source_box"] = json::parse("[[0, 0], [0, 16]]");
+  CHECK_THAT(ErrorOf(j), Catch::Contains("params[0].shards[0]"));
+}
+
+// Issue 12: unknown fields are refused with their path.
+TEST_CASE("UnknownManifestFieldIsRefusedNamingItsPath") {
+  json j = TinyQkv();
+  j["params"][0]["shards"][1]["sorce"] = "k_proj";
+  std::string e = ErrorOf(j);
+  CHECK_THAT(e, Catch::Contains("params[0].shards[1].sorce: unknown field"));
+  CHECK_THAT(e, Catch::Contains("did you mean 'source'"));
+  j = TinyQkv();
+  j["params"][1]["dytpe"] = "f32";
+  CHECK_THAT(ErrorOf(j), Catch::Contains("params[1].dytpe: unknown field"));
+  j = TinyQkv();
+  j["modules"][0]["parms"] = json::array();
+  CHECK_THAT(ErrorOf(j), Catch::Contains("modules[0].parms: unknown field"));
+  j = TinyQkv();
+  j["derived"][0]["phaze"] = "attention";
+  CHECK_THAT(ErrorOf(j), Catch::Contains("derived[0].phaze: unknown field"));
+  j = TinyQkv();
+  j["deriveds"] = json::array();
+  CHECK_THAT(ErrorOf(j), Catch::Contains("manifest.deriveds: unknown field"));
+}
+
+TEST_CASE("ManifestFingerprintFieldIsCheckedWhenPresent") {
+  json j = TinyQkv();
+  auto m = ParseManifest(j);
+  REQUIRE(m.ok());
+  j["fingerprint"] = m.value()->Fingerprint();  // as `wtx manifest` prints it
+  CHECK(ParseManifest(j).ok());
+  j["fingerprint"] = std::string(32, '0');
+  CHECK_THAT(ErrorOf(j), Catch::Contains("manifest.fingerprint"));
+}

@@ -603,3 +603,254 @@ TEST_CASE("LiveMemoryOfTheWrongSizeIsRefusedAtOpen") {
   REQUIRE_FALSE(p.ok());
   CHECK(p.status().code() == ErrorCode::kInvalidArgument);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 12: a restoring abort and derived state.
+
+namespace {
+
+// W_UK_T and W_UV both derive from kv_b (MLA); lm_scale from lm_head.
+ManifestPtr MlaManifest() {
+  return ParseManifest(nlohmann::json::parse(R"({
+    "params": [{"name": "kv_b", "dtype": "bf16", "shape": [8, 4]},
+               {"name": "lm_head", "dtype": "bf16", "shape": [4, 4]}],
+    "derived": [{"name": "W_UK_T", "sources": ["kv_b"], "phase": "attention"},
+                {"name": "W_UV", "sources": ["kv_b"], "phase": "attention"},
+                {"name": "lm_scale", "sources": ["lm_head"], "phase": "post_load"}]
+  })")).value();
+}
+
+std::vector<std::string> Stale(Participant& p) {
+  auto s = p.status().stale_derived;
+  std::sort(s.begin(), s.end());
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("RollbackAbortLeavesDerivedStateOfUnwrittenSourcesFresh") {
+  Cluster c(1, MlaManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  const std::string v1 = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kDelta, v1, {}, {"lm_head"}, true)).status.ok());
+  REQUIRE(PatchIdx(c.rank(0), "lm_head", {3}, 0xEE).ok());
+  // The engine refreshes W_UK_T although kv_b was never written in this transaction.
+  REQUIRE(c.rank(0).Refresh("W_UK_T").ok());
+  REQUIRE(c.coordinator().Abort("t2").status.ok());
+  // Nothing derived from kv_b is stale (W_UK_T was recomputed from the restored bytes, W_UV
+  // was never touched), and lm_scale is as fresh as before the transaction.
+  CHECK(Stale(c.rank(0)).empty());
+  CHECK_FALSE(c.rank(0).status().dirty);
+  CHECK(c.rank(0).status().serving);
+  // The next delta on the same base commits without refreshing what it did not write.
+  REQUIRE(c.coordinator().Begin(Req("t3", TxKind::kDelta, v1, {}, {"lm_head"}, true)).status.ok());
+  REQUIRE(PatchIdx(c.rank(0), "lm_head", {3}, 0xEE).ok());
+  REQUIRE(c.rank(0).Refresh("lm_scale").ok());
+  CommitOutcome o = c.coordinator().Commit("t3");
+  CHECK(o.status.ok());
+  CHECK(o.decision == Decision::kCommit);
+}
+
+TEST_CASE("RollbackAbortMakesStaleOnlyDerivedStateRefreshedFromAbortedBytes") {
+  Cluster c(1, MlaManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  const std::string v1 = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.coordinator()
+              .Begin(Req("t2", TxKind::kDelta, v1, {}, {"lm_head", "kv_b"}, true))
+              .status.ok());
+  REQUIRE(PatchIdx(c.rank(0), "kv_b", {0}, 0xEE).ok());
+  REQUIRE(c.rank(0).Refresh("W_UK_T").ok());  // recomputed from the patched kv_b
+  REQUIRE(c.rank(0).Refresh("lm_scale").ok());  // lm_head not written yet: from the old bytes
+  REQUIRE(PatchIdx(c.rank(0), "lm_head", {1}, 0xEE).ok());
+  REQUIRE(c.coordinator().Abort("t2").status.ok());
+  // Only W_UK_T holds aborted bytes. W_UV (same source, not refreshed) keeps its standing, and
+  // lm_scale's refresh came before lm_head's write, so it matches the restored bytes.
+  CHECK(Stale(c.rank(0)) == std::vector<std::string>{"W_UK_T"});
+  CHECK_FALSE(c.rank(0).status().dirty);
+  CHECK_FALSE(c.rank(0).status().serving);
+  // The stale state is reported with the restored source, and a refresh makes it serve again.
+  REQUIRE(c.coordinator().Begin(Req("t3", TxKind::kDelta, v1, {}, {"lm_head"})).status.ok());
+  REQUIRE(PatchIdx(c.rank(0), "lm_head", {1}, 0xEE).ok());
+  REQUIRE(c.rank(0).Refresh("lm_scale").ok());
+  auto vote = c.rank(0).CheckPrepare("t3");
+  REQUIRE(vote.ok());
+  REQUIRE(vote->stale.size() == 1);
+  CHECK(vote->stale[0].name == "W_UK_T");
+  CHECK(vote->stale[0].written_sources == std::vector<std::string>{"kv_b"});
+  REQUIRE(c.rank(0).Refresh("*").ok());
+  CommitOutcome o = c.coordinator().Commit("t3");
+  CHECK(o.decision == Decision::kCommit);
+  CHECK(c.rank(0).status().serving);
+}
+
+TEST_CASE("StaleDerivedStateBeforeARollbackStaysStaleUnlessRefreshedFromRestoredBytes") {
+  Cluster c(1, MlaManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  const std::string v1 = c.coordinator().CommittedVersion("t1").value();
+  // t2 leaves W_UK_T stale (refreshed from aborted kv_b bytes).
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kDelta, v1, {}, {"kv_b"}, true)).status.ok());
+  REQUIRE(PatchIdx(c.rank(0), "kv_b", {0}, 0xEE).ok());
+  REQUIRE(c.rank(0).Refresh("*").ok());
+  REQUIRE(c.coordinator().Abort("t2").status.ok());
+  REQUIRE(Stale(c.rank(0)) == std::vector<std::string>{"W_UK_T", "W_UV"});
+  // t3 touches only lm_head and refreshes nothing of kv_b: its abort keeps both stale.
+  REQUIRE(c.coordinator().Begin(Req("t3", TxKind::kDelta, v1, {}, {"lm_head"}, true)).status.ok());
+  REQUIRE(PatchIdx(c.rank(0), "lm_head", {0}, 0xEE).ok());
+  REQUIRE(c.coordinator().Abort("t3").status.ok());
+  CHECK(Stale(c.rank(0)) == std::vector<std::string>{"W_UK_T", "W_UV"});
+  // t4 refreshes W_UK_T before any write: that copy is of the restored bytes and stands.
+  REQUIRE(c.coordinator().Begin(Req("t4", TxKind::kDelta, v1, {}, {"kv_b"}, true)).status.ok());
+  REQUIRE(c.rank(0).Refresh("W_UK_T").ok());
+  REQUIRE(PatchIdx(c.rank(0), "kv_b", {2}, 0xEE).ok());
+  REQUIRE(c.coordinator().Abort("t4").status.ok());
+  CHECK(Stale(c.rank(0)) == std::vector<std::string>{"W_UV"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 12: a box restricts every write form.
+
+TEST_CASE("WriteBySourceHonoursBox") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
+  const Box half{{16, 20}, {0, 8}};  // the first half of shard k (fed by k_proj)
+  auto bytes = Pattern(c.manifest(), "qkv", half, 3);
+  WritePiece w;
+  w.param = "qkv";
+  w.source = "k_proj";
+  w.box = half;
+  w.data = bytes.data();
+  w.bytes = bytes.size();
+  REQUIRE(c.rank(0).Write({&w, 1}).ok());
+  for (const char* p : {"kv_b", "norm", "packed"}) REQUIRE(WriteBox(c.rank(0), p, "", std::nullopt).ok());
+  REQUIRE(WriteBox(c.rank(0), "qkv", "q", std::nullopt).ok());
+  REQUIRE(WriteBox(c.rank(0), "qkv", "v", std::nullopt).ok());
+  REQUIRE(c.RefreshAll().ok());
+  auto v = c.rank(0).CheckPrepare("t1");
+  REQUIRE(v.ok());
+  CHECK_FALSE(v->yes);
+  const MissingPiece* k = FindMissing(*v, "qkv", "k");
+  REQUIRE(k);
+  CHECK(k->box == Box{{20, 24}, {0, 8}});  // only the other half is missing
+  CHECK(v->missing.size() == 1);
+  // The other half by source completes it; writing the first half again is a duplicate.
+  CHECK(c.rank(0).Write({&w, 1}).code() == ErrorCode::kDuplicateWrite);
+  w.box = Box{{20, 24}, {0, 8}};
+  bytes = Pattern(c.manifest(), "qkv", *w.box, 4);
+  w.data = bytes.data();
+  REQUIRE(c.rank(0).Write({&w, 1}).ok());
+  REQUIRE(c.RefreshAll().ok());
+  CHECK(c.rank(0).CheckPrepare("t1")->yes);
+}
+
+TEST_CASE("WriteBySourceWithBoxOutsideWhatTheSourceFeedsIsOutOfRange") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
+  std::vector<uint8_t> bytes(4 * 8 * 2);
+  WritePiece w;
+  w.param = "qkv";
+  w.source = "k_proj";
+  w.box = Box{{0, 4}, {0, 8}};  // inside qkv, but in shard q
+  w.data = bytes.data();
+  w.bytes = bytes.size();
+  Status s = c.rank(0).Write({&w, 1});
+  CHECK(s.code() == ErrorCode::kOutOfRange);
+  CHECK_THAT(s.message(), Catch::Contains("k"));
+  w.box = Box{{22, 26}, {0, 8}};  // straddles k and v
+  CHECK(c.rank(0).Write({&w, 1}).code() == ErrorCode::kOutOfRange);
+  // A shard together with a source is refused, an unknown source names it.
+  w.box = Box{{16, 20}, {0, 8}};
+  w.shard = "k";
+  CHECK(c.rank(0).Write({&w, 1}).code() == ErrorCode::kBadWrite);
+  w.shard.clear();
+  w.source = "nope";
+  CHECK(c.rank(0).Write({&w, 1}).code() == ErrorCode::kUnknownParam);
+  // Nothing was written.
+  CHECK_FALSE(c.rank(0).status().dirty);
+}
+
+TEST_CASE("WriteBySourceWithoutBoxWritesEveryShardItFeeds") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
+  auto bytes = Pattern(c.manifest(), "qkv", Box{{24, 32}, {0, 8}}, 5);
+  WritePiece w;
+  w.source = "v_proj";
+  w.data = bytes.data();
+  w.bytes = bytes.size();
+  REQUIRE(c.rank(0).Write({&w, 1}).ok());
+  auto v = c.rank(0).CheckPrepare("t1");
+  REQUIRE(v.ok());
+  CHECK_FALSE(FindMissing(*v, "qkv", "v"));
+  CHECK(FindMissing(*v, "qkv", "k"));
+  w.bytes = bytes.size() - 1;
+  w.source = "k_proj";
+  CHECK(c.rank(0).Write({&w, 1}).code() == ErrorCode::kBadWrite);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 12: the missing list is never cut.
+
+namespace {
+
+// One parameter of `shards` one-row shards (fed by one source each), and a last parameter.
+ManifestPtr ManyShardManifest(int shards, int cols) {
+  nlohmann::json sh = nlohmann::json::array();
+  for (int k = 0; k < shards; ++k) {
+    sh.push_back({{"id", "e" + std::to_string(k)},
+                  {"source", "experts." + std::to_string(k) + ".w"},
+                  {"source_shape", {1, cols}},
+                  {"box", {{k, k + 1}, {0, cols}}},
+                  {"source_box", {{0, 1}, {0, cols}}}});
+  }
+  nlohmann::json m = {
+      {"params",
+       {{{"name", "experts.w"}, {"dtype", "bf16"}, {"shape", {shards, cols}}, {"shards", sh}},
+        {{"name", "lm_head.weight"}, {"dtype", "bf16"}, {"shape", {4, 4}}}}}};
+  return ParseManifest(m).value();
+}
+
+}  // namespace
+
+TEST_CASE("MissingListNamesEveryMissingShardNeverCut") {
+  Cluster c(1, ManyShardManifest(300, 2));
+  REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
+  REQUIRE(WriteBox(c.rank(0), "experts.w", "e7", std::nullopt).ok());
+  auto v = c.rank(0).Prepare("t1");
+  REQUIRE(v.ok());
+  CHECK(v->error == ErrorCode::kCoverageIncomplete);
+  CHECK(v->missing.size() == 300);  // 299 experts and lm_head
+  CHECK(v->missing_total == 300);
+  CHECK(FindMissing(*v, "lm_head.weight", "0"));
+  CHECK(FindMissing(*v, "experts.w", "e299"));
+  CHECK_FALSE(FindMissing(*v, "experts.w", "e7"));
+}
+
+TEST_CASE("ManyGapsInOneShardAreMergedWithTheirCount") {
+  Cluster c(1, ManyShardManifest(2, 64));
+  REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
+  // Shard e0 (row 0): every other column written, 32 one-element gaps.
+  for (int col = 0; col < 64; col += 2) {
+    REQUIRE(WriteBox(c.rank(0), "experts.w", "e0", Box{{0, 1}, {col, col + 1}}).ok());
+  }
+  // Shard e1: two gaps, listed exactly.
+  REQUIRE(WriteBox(c.rank(0), "experts.w", "e1", Box{{1, 2}, {1, 10}}).ok());
+  REQUIRE(WriteBox(c.rank(0), "experts.w", "e1", Box{{1, 2}, {11, 64}}).ok());
+  REQUIRE(WriteBox(c.rank(0), "lm_head.weight", "", std::nullopt).ok());
+  auto v = c.rank(0).Prepare("t1");
+  REQUIRE(v.ok());
+  const MissingPiece* e0 = FindMissing(*v, "experts.w", "e0");
+  REQUIRE(e0);
+  CHECK(e0->boxes == 32);
+  CHECK(e0->elements == 32);
+  CHECK(e0->box == Box{{0, 1}, {1, 64}});
+  int e1 = 0;
+  for (const auto& m : v->missing) {
+    if (m.shard == "e1") {
+      ++e1;
+      CHECK(m.boxes == 1);
+      CHECK(m.elements == 1);
+    }
+  }
+  CHECK(e1 == 2);
+  CHECK(v->missing.size() == 3);
+  CHECK(v->missing_total == 34);
+}

@@ -90,14 +90,20 @@ struct ParticipantOptions {
 enum class BufferLocation { kHost, kDevice };
 
 // One write: bytes for a box of a parameter, in the parameter's dtype, row-major over the box.
+// The region is named by `param` (and optionally `shard`), or by `source`: the shards fed by
+// that source tensor (in `param` only, when given). `box` restricts every form: it must lie in
+// the parameter, in the named shard, or in one shard fed by the source (else E_OUT_OF_RANGE).
+// A `source` piece without a box covers every shard it feeds, its bytes being those shards'
+// boxes one after the other, in manifest order (parameter, then shard).
 struct WritePiece {
-  std::string param;
-  std::string shard;        // empty: whatever shards the box covers
+  std::string param;        // required unless `source` is given
+  std::string shard;        // empty: whatever shards the box covers; not with `source`
   std::optional<Box> box;   // live coordinates; default: the shard's box, or the whole param
   const void* data = nullptr;
   size_t bytes = 0;
   // kDevice: `data` is a device address; the copy is device-to-device (device live memory only).
   BufferLocation location = BufferLocation::kHost;
+  std::string source = {};  // optional: the region fed by this source tensor
 };
 
 // Part `part` of `parts` of a sparse patch of `source`, at flat indices in source

@@ -40,14 +40,21 @@ struct BeginRequest {
   VerifyMode verify = VerifyMode::kTouched;  // what prepare rehashes and compares
 };
 
-// One gap in required coverage.
+// One gap in required coverage. Every {param, shard} with missing coverage has at least one
+// piece (nothing is ever cut); a shard with more than kMaxMissingBoxesPerShard gap boxes has
+// exactly one piece whose `box` is the bounding box of its gaps, with `boxes` > 1 saying how
+// many were merged and `elements` how many elements are really missing. So a vote holds at
+// most kMaxMissingBoxesPerShard pieces per shard of the manifest (docs/protocol.md).
+inline constexpr int64_t kMaxMissingBoxesPerShard = 4;
 struct MissingPiece {
   std::string param;
   std::string shard;
-  Box box;                        // live coordinates of what is missing
+  Box box;                        // live coordinates of what is missing (boxes > 1: their bound)
   std::string source;             // delta: the source whose parts are missing
   std::vector<int> missing_parts; // delta: part numbers not received
   int parts = 0;                  // delta: n of [k, n]; 0 when no part arrived
+  int64_t boxes = 1;              // gap boxes this piece stands for
+  int64_t elements = 0;           // missing elements in this piece (exact)
 };
 
 struct StaleDerivedState {
@@ -65,8 +72,8 @@ struct Vote {
   ErrorCode error = ErrorCode::kOk;  // no: the first failing check
   std::string message;
   std::vector<ErrorCode> errors;  // no: every failing check
-  std::vector<MissingPiece> missing;
-  size_t missing_total = 0;       // pieces missing (missing may be truncated)
+  std::vector<MissingPiece> missing;  // never truncated (see MissingPiece)
+  size_t missing_total = 0;       // gap boxes missing (the sum of missing[].boxes)
   std::vector<StaleDerivedState> stale;
 };
 

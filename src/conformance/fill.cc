@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include "src/util/json_number.h"
+#include "src/util/json_fields.h"
 
 namespace wtx::sim {
 
@@ -57,10 +58,12 @@ Result<FillSpec> ParseFill(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object() || !j.contains("seed") || !j["seed"].is_number_integer()) {
     return Status::InvalidArgument(where + ": expected \"zeros\" or {\"seed\": N}");
   }
+  WTX_RETURN_IF_ERROR(CheckFields(j, where, {"seed", "override"}));
   WTX_ASSIGN_OR_RETURN(seed, JsonUint(j["seed"], where + ".seed"));
   f.seed = seed;
   if (auto it = j.find("override"); it != j.end()) {
     const auto& o = *it;
+    WTX_RETURN_IF_ERROR(CheckFields(o, where + ".override", {"seed", "indices"}));
     if (!o.is_object() || !o.contains("seed") || !o["seed"].is_number_integer() ||
         !o.contains("indices") || !o["indices"].is_array()) {
       return Status::InvalidArgument(where + ".override: expected {\"seed\": M, \"indices\": [...]}");

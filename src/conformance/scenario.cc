@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "src/util/json_number.h"
+#include "src/util/json_fields.h"
 #include "wtx/hf_manifest.h"
 #include "wtx/limits.h"
 
@@ -16,6 +17,34 @@ namespace {
 
 Status Bad(const std::string& where, const std::string& what) {
   return Status::InvalidArgument(where + ": " + what);
+}
+
+// The fields each step op takes (spec/scenario.md and its extensions in docs/cli.md). Every
+// other field is refused: a misspelt "sahrd" must not silently write every shard.
+Status CheckStepFields(const json& s, const std::string& where, const std::string& op) {
+  if (op == "begin") {
+    return CheckFields(s, where, {"op", "tx", "kind", "base", "modules", "sources", "rollback",
+                                  "verify"});
+  }
+  if (op == "write" || op == "land") {
+    return CheckFields(s, where, {"op", "rank", "param", "shard", "source", "box", "fill"});
+  }
+  if (op == "reserve") {
+    return CheckFields(s, where, {"op", "rank", "param", "shard", "source", "box"});
+  }
+  if (op == "poke") return CheckFields(s, where, {"op", "rank", "param", "box", "fill"});
+  if (op == "patch") {
+    return CheckFields(s, where, {"op", "rank", "source", "indices", "fill", "part"});
+  }
+  if (op == "refresh") return CheckFields(s, where, {"op", "rank", "derived"});
+  if (op == "set_kernel_identity") return CheckFields(s, where, {"op", "rank", "value"});
+  if (op == "commit") {
+    return CheckFields(s, where, {"op", "tx", "silent", "crash", "expect_version"});
+  }
+  if (op == "abort") return CheckFields(s, where, {"op", "tx"});
+  if (op == "crash") return CheckFields(s, where, {"op", "who", "power_loss"});
+  if (op == "restart") return CheckFields(s, where, {"op", "who"});
+  return Status::OK();  // an unknown op is refused by name
 }
 
 Result<json> ReadJsonFile(const std::string& path, const std::string& where) {
@@ -101,6 +130,7 @@ Result<Step> ParseStep(const json& s, int i, int ranks) {
   st.index = i;
   WTX_ASSIGN_OR_RETURN(op, Str(s, "op", where, true));
   st.op = op;
+  WTX_RETURN_IF_ERROR(CheckStepFields(s, where, op));
   if (op == "begin") {
     WTX_ASSIGN_OR_RETURN(tx, Str(s, "tx", where, true));
     WTX_ASSIGN_OR_RETURN(kind, Str(s, "kind", where, true));
@@ -218,6 +248,7 @@ Result<Step> ParseStep(const json& s, int i, int ranks) {
     st.expect_version_ref = expect;
     if (auto it = s.find("crash"); it != s.end()) {
       if (!it->is_object()) return Bad(where + ".crash", "expected {\"who\": W, \"at\": P}");
+      WTX_RETURN_IF_ERROR(CheckFields(*it, where + ".crash", {"who", "at", "power_loss"}));
       WTX_ASSIGN_OR_RETURN(c, ParseWho(*it, where + ".crash", ranks));
       WTX_ASSIGN_OR_RETURN(at, Str(*it, "at", where + ".crash", true));
       const bool rank_point = at == "before_prepare_logged" || at == "after_prepare_logged";
@@ -254,6 +285,8 @@ Result<Step> ParseStep(const json& s, int i, int ranks) {
 
 Result<Scenario> ParseScenario(const json& j, const std::string& base_dir) {
   if (!j.is_object()) return Bad("scenario", "expected an object");
+  WTX_RETURN_IF_ERROR(
+      CheckFields(j, "", {"ranks", "model", "kernel_identity", "steps", "rollback_budget_bytes"}));
   Scenario sc;
   auto rit = j.find("ranks");
   if (rit == j.end()) return Bad("ranks", "missing (a positive integer)");
@@ -270,6 +303,18 @@ Result<Scenario> ParseScenario(const json& j, const std::string& base_dir) {
   auto mit = j.find("model");
   if (mit == j.end() || !mit->is_object()) return Bad("model", "missing object");
   const json& model = *mit;
+  WTX_RETURN_IF_ERROR(CheckFields(
+      model, "model", {"manifest", "rank_manifests", "manifest_file", "hf_config", "tp"}));
+  if (model.contains("manifest") + model.contains("manifest_file") + model.contains("hf_config") >
+      1) {
+    return Bad("model", "give one of manifest, manifest_file or hf_config");
+  }
+  if (model.contains("tp") && !model.contains("hf_config")) {
+    return Bad("model.tp", "only with hf_config");
+  }
+  if (model.contains("rank_manifests") && model.contains("hf_config")) {
+    return Bad("model.rank_manifests", "not with hf_config (the ranks' manifests are generated)");
+  }
   auto resolve = [&](const std::string& p) {
     std::filesystem::path path(p);
     return path.is_absolute() ? p : (std::filesystem::path(base_dir) / path).string();

@@ -152,19 +152,32 @@ Status DoWrite(const Step& st, const std::optional<BeginRequest>& scope, Partici
     return WriteWholeSource(st, p);
   }
   if (!st.source.empty()) {
-    const auto& refs = m.ShardsOfSource(st.source);
-    bool any = false;
-    for (const auto& ref : refs) {
-      const ParamSpec& ps = m.params()[ref.param];
-      if (st.param != "*" && ps.name != st.param) continue;
-      any = true;
-      add(ref.param, ps.shards[ref.shard].id, ps.shards[ref.shard].box);
+    // The participant resolves the source (and checks the box against what it feeds); the
+    // bytes are generated here for the region it will resolve to.
+    WritePiece w;
+    w.source = st.source;
+    if (st.param != "*") w.param = st.param;
+    if (st.box) {
+      w.box = st.box;
+      auto pi = m.FindParam(st.param);
+      if (pi && BoxInsideShape(*st.box, m.params()[*pi].shape) && !BoxIsEmpty(*st.box)) {
+        buffers.push_back(FillBox(m, *pi, *st.box, st.fill));
+      }
+    } else {
+      std::vector<uint8_t> all;
+      for (const auto& ref : m.ShardsOfSource(st.source)) {
+        const ParamSpec& ps = m.params()[ref.param];
+        if (st.param != "*" && ps.name != st.param) continue;
+        std::vector<uint8_t> b = FillBox(m, ref.param, ps.shards[ref.shard].box, st.fill);
+        all.insert(all.end(), b.begin(), b.end());
+      }
+      buffers.push_back(std::move(all));
     }
-    if (!any) {
-      return Status(ErrorCode::kUnknownParam,
-                    "no shard fed by source '" + st.source + "'" +
-                        (st.param != "*" ? " in parameter '" + st.param + "'" : ""));
+    if (!buffers.empty()) {
+      w.data = buffers.back().data();
+      w.bytes = buffers.back().size();
     }
+    pieces.push_back(std::move(w));
   } else if (st.param == "*") {
     for (uint32_t pi : StarParams(m, scope)) add(pi, "", WholeBox(m.params()[pi].shape));
   } else {
@@ -584,6 +597,8 @@ class Runner {
       for (const auto& m : v.vote.missing) {
         json jm = {
             {"param", m.param}, {"shard", m.shard}, {"box", BoxJson(m.box)}, {"source", m.source}};
+        if (m.boxes != 1) jm["boxes"] = m.boxes;  // box bounds that many merged gaps
+        jm["elements"] = m.elements;
         if (!m.missing_parts.empty()) {
           jm["missing_parts"] = m.missing_parts;
           jm["parts"] = m.parts;

@@ -5,6 +5,7 @@
 
 #include "src/util/checked_math.h"
 #include "src/util/hash_util.h"
+#include "src/util/json_fields.h"
 
 namespace wtx {
 
@@ -71,6 +72,21 @@ Status ValidateShard(const ParamSpec& p, const ShardSpec& s, const std::string& 
   if (s.source.empty()) return Invalid(where + ".source", "empty source name");
   for (int64_t d : s.source_shape) {
     if (d < 0) return Invalid(where + ".source_shape", "negative extent");
+    if (d == 0) {
+      return Invalid(where + ".source_shape", "source '" + s.source + "' has shape " +
+                                                  ShapeToString(s.source_shape) +
+                                                  ": zero-extent sources are refused");
+    }
+  }
+  // Every shard holds at least one element (a zero-extent shard could never be written).
+  if (!p.shape.empty() && BoxIsEmpty(s.box)) {
+    return Invalid(where + ".box", "shard '" + s.id + "' of " + p.name + " has an empty box " +
+                                       BoxToString(s.box));
+  }
+  if (!s.source_shape.empty() && BoxIsEmpty(s.source_box)) {
+    return Invalid(where + ".source_box", "shard '" + s.id + "' of " + p.name +
+                                              " has an empty source_box " +
+                                              BoxToString(s.source_box));
   }
   WTX_RETURN_IF_ERROR(ValidateTensorSize(s.source_shape, p.dtype, "source", s.source,
                                          where + ".source_shape", nullptr));
@@ -191,6 +207,8 @@ Result<std::vector<std::string>> ParseStringList(const json& obj, const char* ke
 
 Result<ShardSpec> ParseShard(const json& j, const std::string& where) {
   if (!j.is_object()) return Invalid(where, "expected an object");
+  WTX_RETURN_IF_ERROR(
+      CheckFields(j, where, {"id", "source", "source_shape", "box", "source_box", "layout"}));
   ShardSpec s;
   WTX_ASSIGN_OR_RETURN(id, ParseString(j, "id", where));
   WTX_ASSIGN_OR_RETURN(source, ParseString(j, "source", where));
@@ -248,6 +266,16 @@ Status Manifest::Index() {
     if (p.name.empty()) return Invalid(where + ".name", "empty parameter name");
     if (!param_index_.emplace(p.name, i).second) {
       return Invalid(where + ".name", "duplicate parameter '" + p.name + "'");
+    }
+    // Zero-extent parameters are refused: they hold no bytes, so no write, coverage, version or
+    // "*" could mean anything for them (docs/manifest.md).
+    for (size_t d = 0; d < p.shape.size(); ++d) {
+      if (p.shape[d] == 0) {
+        return Invalid(where + ".shape", "parameter '" + p.name + "' has shape " +
+                                             ShapeToString(p.shape) + ": dimension " +
+                                             std::to_string(d) +
+                                             " is zero; zero-extent parameters are refused");
+      }
     }
     int64_t bytes = 0;
     WTX_RETURN_IF_ERROR(ValidateTensorSize(p.shape, p.dtype, "parameter", p.name, where + ".shape",
@@ -447,6 +475,8 @@ json Manifest::ToJson() const {
 
 Result<ManifestPtr> ParseManifest(const json& j) {
   if (!j.is_object()) return Invalid("manifest", "expected an object");
+  // "fingerprint": what `wtx manifest` prints beside the manifest; checked when present.
+  WTX_RETURN_IF_ERROR(CheckFields(j, "manifest", {"params", "modules", "derived", "fingerprint"}));
   if (!j.contains("params") || !j["params"].is_array()) {
     return Invalid("manifest.params", "missing array");
   }
@@ -457,6 +487,7 @@ Result<ManifestPtr> ParseManifest(const json& j) {
     const std::string where = "params[" + std::to_string(i) + "]";
     const json& e = jp[i];
     if (!e.is_object()) return Invalid(where, "expected an object");
+    WTX_RETURN_IF_ERROR(CheckFields(e, where, {"name", "dtype", "shape", "shards"}));
     ParamSpec p;
     WTX_ASSIGN_OR_RETURN(name, ParseString(e, "name", where));
     p.name = std::move(name);
@@ -485,6 +516,7 @@ Result<ManifestPtr> ParseManifest(const json& j) {
       const std::string where = "modules[" + std::to_string(i) + "]";
       const json& e = (*it)[i];
       if (!e.is_object()) return Invalid(where, "expected an object");
+      WTX_RETURN_IF_ERROR(CheckFields(e, where, {"name", "params"}));
       ModuleSpec m;
       WTX_ASSIGN_OR_RETURN(name, ParseString(e, "name", where));
       m.name = std::move(name);
@@ -500,6 +532,7 @@ Result<ManifestPtr> ParseManifest(const json& j) {
       const std::string where = "derived[" + std::to_string(i) + "]";
       const json& e = (*it)[i];
       if (!e.is_object()) return Invalid(where, "expected an object");
+      WTX_RETURN_IF_ERROR(CheckFields(e, where, {"name", "sources", "phase"}));
       DerivedSpec d;
       WTX_ASSIGN_OR_RETURN(name, ParseString(e, "name", where));
       d.name = std::move(name);
@@ -514,7 +547,17 @@ Result<ManifestPtr> ParseManifest(const json& j) {
       derived.push_back(std::move(d));
     }
   }
-  return Manifest::Build(std::move(params), std::move(modules), std::move(derived));
+  auto m = Manifest::Build(std::move(params), std::move(modules), std::move(derived));
+  if (!m.ok()) return m;
+  if (auto f = j.find("fingerprint"); f != j.end()) {
+    if (!f->is_string()) return Invalid("manifest.fingerprint", "expected a string");
+    if (f->get_ref<const std::string&>() != m.value()->Fingerprint()) {
+      return Invalid("manifest.fingerprint",
+                     "'" + f->get<std::string>() + "' is not this manifest's fingerprint (" +
+                         m.value()->Fingerprint() + "): the manifest was edited or is damaged");
+    }
+  }
+  return m;
 }
 
 Result<ManifestPtr> ParseManifestText(std::string_view text) {

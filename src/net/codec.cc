@@ -2,6 +2,7 @@
 
 #include "src/util/json_number.h"
 #include "wtx/limits.h"
+#include "src/util/json_fields.h"
 
 namespace wtx::net {
 
@@ -84,6 +85,9 @@ json BeginRequestToJson(const BeginRequest& r) {
 
 Result<BeginRequest> BeginRequestFromJson(const json& j) {
   return Decode<BeginRequest>("begin request", j, [&]() -> Result<BeginRequest> {
+    // verify: the begin option of in-place landings (VerifyMode), when a peer sends it.
+    WTX_RETURN_IF_ERROR(CheckFields(
+        j, "begin request", {"tx", "kind", "base", "modules", "sources", "rollback", "verify"}));
     BeginRequest r;
     r.tx = j.at("tx").get<std::string>();
     auto kind = TxKindFromName(j.at("kind").get<std::string>());
@@ -104,14 +108,21 @@ Result<BeginRequest> BeginRequestFromJson(const json& j) {
 json VoteToJson(const Vote& v) {
   json errors = json::array();
   for (ErrorCode e : v.errors) errors.push_back(ErrorCodeName(e));
+  // Grouped by parameter so that a name is sent once, not once per shard (docs/protocol.md:
+  // the size bound of a vote).
   json missing = json::array();
   for (const auto& m : v.missing) {
-    missing.push_back({{"param", m.param},
-                       {"shard", m.shard},
-                       {"box", BoxToJson(m.box)},
-                       {"source", m.source},
-                       {"missing_parts", m.missing_parts},
-                       {"parts", m.parts}});
+    if (missing.empty() || missing.back()["param"] != m.param) {
+      missing.push_back({{"param", m.param}, {"shards", json::array()}});
+    }
+    json piece = {{"shard", m.shard}, {"box", BoxToJson(m.box)}, {"source", m.source}};
+    if (m.boxes != 1) piece["boxes"] = m.boxes;
+    piece["elements"] = m.elements;
+    if (!m.missing_parts.empty() || m.parts != 0) {
+      piece["missing_parts"] = m.missing_parts;
+      piece["parts"] = m.parts;
+    }
+    missing.back()["shards"].push_back(std::move(piece));
   }
   json stale = json::array();
   for (const auto& s : v.stale) {
@@ -128,6 +139,9 @@ json VoteToJson(const Vote& v) {
 
 Result<Vote> VoteFromJson(const json& j) {
   return Decode<Vote>("vote", j, [&]() -> Result<Vote> {
+    WTX_RETURN_IF_ERROR(CheckFields(j, "vote",
+                                    {"rank", "tx", "yes", "wrote", "digest", "error", "message",
+                                     "errors", "missing", "missing_total", "stale"}));
     Vote v;
     v.rank = RankOrThrow(j);
     v.tx = j.at("tx").get<std::string>();
@@ -139,22 +153,34 @@ Result<Vote> VoteFromJson(const json& j) {
     for (const auto& e : j.at("errors").get_ref<const json::array_t&>()) {
       v.errors.push_back(CodeFromJson(e));
     }
-    for (const auto& m : j.at("missing").get_ref<const json::array_t&>()) {
-      MissingPiece p;
-      p.param = m.at("param").get<std::string>();
-      p.shard = m.at("shard").get<std::string>();
-      p.box = BoxFromJsonOrThrow(m.at("box"));
-      p.source = m.at("source").get<std::string>();
-      for (const auto& k : m.at("missing_parts").get_ref<const json::array_t&>()) {
-        p.missing_parts.push_back(
-            static_cast<int>(IntOrThrow(k, "missing_parts", 0, kMaxPatchParts - 1)));
+    for (const auto& g : j.at("missing").get_ref<const json::array_t&>()) {
+      WTX_RETURN_IF_ERROR(CheckFields(g, "vote.missing[]", {"param", "shards"}));
+      const std::string param = g.at("param").get<std::string>();
+      for (const auto& m : g.at("shards").get_ref<const json::array_t&>()) {
+        WTX_RETURN_IF_ERROR(CheckFields(m, "vote.missing[].shards[]",
+                                        {"shard", "box", "source", "boxes", "elements",
+                                         "missing_parts", "parts"}));
+        MissingPiece p;
+        p.param = param;
+        p.shard = m.at("shard").get<std::string>();
+        p.box = BoxFromJsonOrThrow(m.at("box"));
+        p.source = m.at("source").get<std::string>();
+        p.boxes = m.contains("boxes") ? IntOrThrow(m.at("boxes"), "boxes", 1, INT64_MAX) : 1;
+        p.elements = IntOrThrow(m.at("elements"), "elements", 0, INT64_MAX);
+        if (m.contains("missing_parts")) {
+          for (const auto& k : m.at("missing_parts").get_ref<const json::array_t&>()) {
+            p.missing_parts.push_back(
+                static_cast<int>(IntOrThrow(k, "missing_parts", 0, kMaxPatchParts - 1)));
+          }
+          p.parts = static_cast<int>(IntOrThrow(m.at("parts"), "parts", 0, kMaxPatchParts));
+        }
+        v.missing.push_back(std::move(p));
       }
-      p.parts = static_cast<int>(IntOrThrow(m.at("parts"), "parts", 0, kMaxPatchParts));
-      v.missing.push_back(std::move(p));
     }
     v.missing_total =
         static_cast<size_t>(IntOrThrow(j.at("missing_total"), "missing_total", 0, INT64_MAX));
     for (const auto& s : j.at("stale").get_ref<const json::array_t&>()) {
+      WTX_RETURN_IF_ERROR(CheckFields(s, "vote.stale[]", {"name", "phase", "sources"}));
       StaleDerivedState d;
       d.name = s.at("name").get<std::string>();
       d.phase = PhaseFromNameOrThrow(s.at("phase"));
@@ -171,6 +197,8 @@ json RankDescriptionToJson(const RankDescription& d) {
 
 Result<RankDescription> RankDescriptionFromJson(const json& j) {
   return Decode<RankDescription>("rank description", j, [&]() -> Result<RankDescription> {
+    WTX_RETURN_IF_ERROR(
+        CheckFields(j, "rank description", {"rank", "fingerprint", "kernel_identity"}));
     RankDescription d;
     d.rank = RankOrThrow(j);
     d.fingerprint = j.at("fingerprint").get<std::string>();
@@ -210,6 +238,11 @@ json RankStatusToJson(const RankStatus& s) {
 
 Result<RankStatus> RankStatusFromJson(const json& j) {
   return Decode<RankStatus>("rank status", j, [&]() -> Result<RankStatus> {
+    // digest: a rank's own digest as of its last commit, when a peer reports it.
+    WTX_RETURN_IF_ERROR(CheckFields(j, "rank status",
+                                    {"rank", "version", "committed_tx", "dirty", "loaded",
+                                     "serving", "in_doubt", "active_tx", "stale_derived",
+                                     "digest"}));
     RankStatus s;
     s.rank = RankOrThrow(j);
     s.version = GetOptStr(j, "version");

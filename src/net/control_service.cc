@@ -6,6 +6,7 @@
 #include "src/net/codec.h"
 #include "src/util/json_number.h"
 #include "wtx/limits.h"
+#include "src/util/json_fields.h"
 
 namespace wtx::sim {
 
@@ -24,11 +25,32 @@ Result<T> Guard(const char* what, Fn&& fn) {
 
 }  // namespace
 
+Status CheckControlParams(const std::string& m, const json& p) {
+  if (!p.is_null() && !p.is_object()) {
+    return Status::InvalidArgument(m + ": expected a map of parameters");
+  }
+  if (m == "begin") return CheckFields(p, m, {"req"});
+  if (m == "commit") return CheckFields(p, m, {"tx", "expect_version"});
+  if (m == "abort" || m == "committed_version") return CheckFields(p, m, {"tx"});
+  if (m == "wait_ranks") return CheckFields(p, m, {"ranks", "timeout_ms"});
+  if (m == "step") return CheckFields(p, m, {"step", "scope"});
+  if (m == "wait_resolved") return CheckFields(p, m, {"timeout_ms"});
+  if (m == "arm_crash") return CheckFields(p, m, {"point"});
+  if (m == "set_silent") return CheckFields(p, m, {"silent"});
+  if (m == "crash") return CheckFields(p, m, {"power_loss"});
+  if (m == "status" || m == "ping" || m == "decisions" || m == "recover" || m == "connected" ||
+      m == "disarm") {
+    return CheckFields(p, m, {});
+  }
+  return Status::OK();
+}
+
 json StatusJson(const Status& s) {
   return {{"code", ErrorCodeName(s.code())}, {"message", s.message()}};
 }
 
 Status StatusFromJson(const json& j) {
+  if (Status s = CheckFields(j, "status", {"code", "message"}); !s.ok()) return s;
   if (j.is_object() && j.value("code", "") == ErrorCodeName(ErrorCode::kOk)) return Status::OK();
   return net::StatusFromJson(j);
 }
@@ -64,6 +86,9 @@ Result<Step> RankStepFromJson(const json& j) {
       if (it == j.end()) return dflt;
       return static_cast<int>(JsonIntOrThrow(*it, std::string("step.") + key, min, max));
     };
+    WTX_RETURN_IF_ERROR(CheckFields(j, "step", {"op", "index", "param", "shard", "source", "fill",
+                                                "indices", "part", "parts", "derived", "value",
+                                                "box"}));
     Step st;
     st.op = j.at("op").get<std::string>();
     st.index = int_field("index", 0, 0, INT32_MAX);
@@ -102,11 +127,13 @@ json BeginOutcomeToJson(const BeginOutcome& o) {
 Result<BeginOutcome> BeginOutcomeFromJson(const json& j) {
   if (!j.is_object()) return Status::InvalidArgument("begin outcome: expected a map");
   return Guard<BeginOutcome>("begin outcome", [&]() -> Result<BeginOutcome> {
+    WTX_RETURN_IF_ERROR(CheckFields(j, "begin outcome", {"status", "errors"}));
     BeginOutcome o;
     o.status = StatusFromJson(j.at("status"));
     for (const auto& e : j.at("errors")) {
+      WTX_RETURN_IF_ERROR(CheckFields(e, "begin outcome.errors[]", {"rank", "status"}));
       o.errors.push_back(
-          {static_cast<int>(JsonIntOrThrow(e.at("rank"), "errors[].rank", 0, kMaxRanks - 1)),
+          {static_cast<int>(JsonIntOrThrow(e.at("rank"), "errors[].rank", -1, kMaxRanks - 1)),
            StatusFromJson(e.at("status"))});
     }
     return o;
@@ -154,6 +181,10 @@ json CommitOutcomeToJson(const CommitOutcome& o) {
 Result<CommitOutcome> CommitOutcomeFromJson(const json& j) {
   if (!j.is_object()) return Status::InvalidArgument("commit outcome: expected a map");
   return Guard<CommitOutcome>("commit outcome", [&]() -> Result<CommitOutcome> {
+    // crash_fired: added by `wtx coordinator --test-hooks` beside the outcome.
+    WTX_RETURN_IF_ERROR(CheckFields(j, "commit outcome",
+                                    {"status", "decision", "decision_logged", "version", "votes",
+                                     "unacknowledged", "crash_fired"}));
     CommitOutcome o;
     o.status = StatusFromJson(j.at("status"));
     if (!j.at("decision").is_null()) {
@@ -164,6 +195,8 @@ Result<CommitOutcome> CommitOutcomeFromJson(const json& j) {
     o.decision_logged = j.at("decision_logged").get<bool>();
     o.version = j.at("version").get<std::string>();
     for (const auto& v : j.at("votes")) {
+      WTX_RETURN_IF_ERROR(
+          CheckFields(v, "commit outcome.votes[]", {"rank", "kind", "vote", "status"}));
       VoteReport r;
       r.rank = static_cast<int>(JsonIntOrThrow(v.at("rank"), "votes[].rank", 0, kMaxRanks - 1));
       const std::string kind = v.at("kind").get<std::string>();
@@ -202,6 +235,8 @@ Result<std::vector<DecisionEntry>> DecisionsFromJson(const json& j) {
       "decisions", [&]() -> Result<std::vector<DecisionEntry>> {
         std::vector<DecisionEntry> out;
         for (const auto& e : j) {
+          WTX_RETURN_IF_ERROR(
+              CheckFields(e, "decisions[]", {"tx", "decision", "version", "reason", "ts"}));
           DecisionEntry d;
           d.tx = e.at("tx").get<std::string>();
           d.decision =

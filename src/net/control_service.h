@@ -33,6 +33,10 @@ void PrintReadyLine(const nlohmann::json& line);
 // "wtx COMMAND: ..." on stderr; returns the exit code (1).
 int FailToStart(std::string_view command, const Status& s);
 
+// The params of a control request: a field the method does not take is kInvalidArgument
+// "METHOD.FIELD: unknown field" (methods not listed above are refused by the handler by name).
+Status CheckControlParams(const std::string& method, const nlohmann::json& params);
+
 // The data-plane fields of a step (op, param, shard, source, box, fill, indices, part,
 // derived, value).
 nlohmann::json RankStepToJson(const Step& step);

@@ -23,10 +23,38 @@ using nlohmann::json;
 
 namespace {
 
-constexpr size_t kMaxMissingReported = 64;
 constexpr size_t kWriteRecordBatch = 256;
 
 Status Err(ErrorCode c, std::string m) { return Status(c, std::move(m)); }
+
+// The PREPARED record's list of what is missing: every {param, shard}, grouped by parameter
+// (and by source for a delta's missing parts) so that a manifest of ~10^5 shards stays a
+// record of a few MB at most: [{"param", "shards": [id...], ("source", "missing_parts",
+// "parts")}].
+json MissingRecordJson(const std::vector<MissingPiece>& missing) {
+  json out = json::array();
+  for (const MissingPiece& m : missing) {
+    const bool delta = !m.missing_parts.empty();
+    json* group = out.empty() ? nullptr : &out.back();
+    if (group && ((*group)["param"] != m.param ||
+                  (delta && group->value("source", std::string()) != m.source))) {
+      group = nullptr;
+    }
+    if (!group) {
+      json g = {{"param", m.param}, {"shards", json::array()}};
+      if (delta) {
+        g["source"] = m.source;
+        g["missing_parts"] = m.missing_parts;
+        g["parts"] = m.parts;
+      }
+      out.push_back(std::move(g));
+      group = &out.back();
+    }
+    json& ids = (*group)["shards"];
+    if (ids.empty() || ids.back() != m.shard) ids.push_back(m.shard);
+  }
+  return out;
+}
 
 // Per-source accounting of delta patch parts.
 struct PatchState {
@@ -67,6 +95,9 @@ struct ActiveTx {
   std::map<std::string, PatchState> patches;
   std::vector<uint64_t> epochs_at_begin;      // rollback: parameter write epochs
   std::vector<uint64_t> derived_epochs_at_begin;
+  std::vector<std::vector<std::string>> derived_restored_at_begin;
+  std::vector<uint64_t> first_write_epoch;    // rollback: per parameter, this tx's first write
+                                              // (0: not written)
   std::vector<BeforeImage> before;
   uint64_t begin_epoch = 0;
   // Audit counters.
@@ -123,6 +154,9 @@ class ParticipantImpl : public Participant {
     return Status::OK();
   }
   Status CheckWritable() const;
+  // A piece named by `source` as the pieces of the shards it is: param, shard, box and its
+  // slice of the bytes. Other pieces are appended as they are.
+  Status ResolveSource(const WritePiece& w, std::vector<WritePiece>* out) const;
   std::string Rank() const { return std::to_string(options_.rank); }
   // Appends pending write records plus `record` (if not null) with the new state.
   Status Log(json record, bool sync);
@@ -195,12 +229,24 @@ class ParticipantImpl : public Participant {
   Status SaveBefore(uint32_t param, size_t offset, size_t len);
   Status RestoreBefore();
   bool Serving() const;
-  // Live bytes may differ from the committed version: the durable flag, or a write of the
-  // active transaction whose record is still batched.
+  // Live bytes may differ from the committed version. Outside a transaction: the durable
+  // flag. Inside one this process knows exactly: dirty before it began, or it wrote (the
+  // journal, whose WRITE records are batched, conservatively says dirty from BEGIN on).
   bool DirtyLocked() const {
-    return journal_->state().value("dirty", false) || (active_ && active_->wrote);
+    if (active_) return active_->dirty_at_begin || active_->wrote;
+    return journal_->state().value("dirty", false);
   }
   void UpdateCoveragePeak();
+  // Every change of live bytes of parameter `p` calls this: it orders the write against
+  // refreshes (staleness) and remembers a rollback transaction's first write of `p`.
+  void NoteWritten(uint32_t p) {
+    param_epoch_[p] = ++epoch_;
+    if (active_ && !active_->first_write_epoch.empty() && active_->first_write_epoch[p] == 0) {
+      active_->first_write_epoch[p] = epoch_;
+    }
+  }
+  // After a restoring abort: the live bytes of every parameter are those at begin again.
+  void RestoreEpochs(const ActiveTx& tx);
 
   ParticipantOptions options_;
   ManifestPtr manifest_;
@@ -217,6 +263,9 @@ class ParticipantImpl : public Participant {
   uint64_t epoch_ = 0;
   std::vector<uint64_t> param_epoch_;    // epoch of the last write to each parameter
   std::vector<uint64_t> derived_epoch_;  // epoch of the last refresh of each derived state
+  // Per derived state: the sources a restoring abort put back under a copy the engine had
+  // recomputed from the aborted bytes (non-empty: stale until refreshed).
+  std::vector<std::vector<std::string>> derived_restored_;
   std::vector<JournalRecord> pending_;   // batched WRITE/PATCH/REFRESH records
   size_t coverage_peak_bytes_ = 0;
   // Chunk digests of the committed version, per parameter, when known in this process (set at
@@ -246,6 +295,7 @@ Status ParticipantImpl::Init() {
   for (const auto& p : params) hash_.emplace_back(static_cast<size_t>(p.num_bytes()));
   param_epoch_.assign(params.size(), 0);
   derived_epoch_.assign(manifest_->derived().size(), 0);
+  derived_restored_.assign(manifest_->derived().size(), {});
 
   JournalOptions jo;
   jo.env = options_.env;
@@ -280,6 +330,7 @@ Status ParticipantImpl::Init() {
       tx->vote_yes = true;
       tx->wrote = act.value("wrote", false);
       tx->interrupted = true;
+      tx->dirty_at_begin = true;  // this process never had the bytes the journal describes
       active_ = std::move(tx);
     } else {
       json out = {{"type", "OUTCOME"}, {"tx", act["tx"]}, {"decision", "abort"},
@@ -403,6 +454,8 @@ Status ParticipantImpl::Begin(const BeginRequest& req) {
   if (tx->req.rollback) {
     tx->epochs_at_begin = param_epoch_;
     tx->derived_epochs_at_begin = derived_epoch_;
+    tx->derived_restored_at_begin = derived_restored_;
+    tx->first_write_epoch.assign(manifest_->params().size(), 0);
   }
   tx->begin_epoch = epoch_;
   tx->t_begin = options_.env.clock->NowMicros();
@@ -411,7 +464,10 @@ Status ParticipantImpl::Begin(const BeginRequest& req) {
               {"modules", req.modules},  {"sources", req.sources},
               {"rollback", tx->req.rollback}, {"verify", VerifyModeName(req.verify)},
               {"fingerprint", manifest_->Fingerprint()},
-              {"kernel_identity", kernel_identity_}, {"ts", tx->t_begin}};
+              {"kernel_identity", kernel_identity_}, {"ts", tx->t_begin},
+              // Durably dirty from here to the decision: WRITE records are batched, so a reader
+              // of the journal cannot know whether live bytes changed (the OUTCOME says after).
+              {"dirty", true}};
   // Synced: the rank must be durably marked as in a transaction before any live byte changes.
   WTX_RETURN_IF_ERROR(Log(std::move(rec), true));
   coverage_peak_bytes_ = 0;
@@ -488,10 +544,89 @@ Status ParticipantImpl::CheckInScope(const ActiveTx& tx, uint32_t param) const {
   return Status::OK();
 }
 
-Status ParticipantImpl::Write(std::span<const WritePiece> pieces) {
+Status ParticipantImpl::ResolveSource(const WritePiece& w, std::vector<WritePiece>* out) const {
+  if (w.source.empty()) {
+    out->push_back(w);
+    return Status::OK();
+  }
+  const std::string what = "source '" + w.source + "'" +
+                           (w.param.empty() ? std::string() : " in '" + w.param + "'");
+  if (!w.shard.empty()) {
+    return Err(ErrorCode::kBadWrite, what + ": give either a shard or a source, not both");
+  }
+  if (!w.param.empty() && !manifest_->FindParam(w.param)) {
+    return Err(ErrorCode::kUnknownParam, "unknown parameter '" + w.param + "'");
+  }
+  std::vector<ShardRef> fed;
+  for (const ShardRef& ref : manifest_->ShardsOfSource(w.source)) {
+    if (w.param.empty() || manifest_->params()[ref.param].name == w.param) fed.push_back(ref);
+  }
+  if (fed.empty()) return Err(ErrorCode::kUnknownParam, "no shard fed by " + what);
+  auto piece = [&](const ShardRef& ref, Box box, const void* data, size_t bytes) {
+    const ParamSpec& p = manifest_->params()[ref.param];
+    WritePiece r;
+    r.param = p.name;
+    r.shard = p.shards[ref.shard].id;
+    r.box = std::move(box);
+    r.data = data;
+    r.bytes = bytes;
+    r.location = w.location;
+    out->push_back(std::move(r));
+  };
+  if (w.box) {
+    // The box restricts the write: it lies inside one shard the source feeds.
+    for (const ShardRef& ref : fed) {
+      if (BoxContains(manifest_->params()[ref.param].shards[ref.shard].box, *w.box)) {
+        piece(ref, *w.box, w.data, w.bytes);
+        return Status::OK();
+      }
+    }
+    const ParamSpec& p0 = manifest_->params()[fed[0].param];
+    if (w.box->size() != p0.shape.size()) {
+      piece(fed[0], *w.box, w.data, w.bytes);  // the shard's own checks name what is wrong
+      return Status::OK();
+    }
+    std::string boxes;
+    for (size_t k = 0; k < fed.size() && k < 4; ++k) {
+      const ParamSpec& p = manifest_->params()[fed[k].param];
+      boxes += std::string(k ? ", " : "") + "'" + p.name + "' shard '" +
+               p.shards[fed[k].shard].id + "' " + BoxToString(p.shards[fed[k].shard].box);
+    }
+    if (fed.size() > 4) boxes += ", ...";
+    return Err(ErrorCode::kOutOfRange, what + ": box " + BoxToString(*w.box) +
+                                           " lies outside what the source feeds (" + boxes + ")");
+  }
+  size_t want = 0;
+  for (const ShardRef& ref : fed) {
+    const ParamSpec& p = manifest_->params()[ref.param];
+    want += static_cast<size_t>(NumElements(p.shards[ref.shard].box)) * DTypeSize(p.dtype);
+  }
+  if (w.bytes != want || (want > 0 && w.data == nullptr)) {
+    return Err(ErrorCode::kBadWrite, what + ": " + std::to_string(w.bytes) + " bytes, expected " +
+                                         std::to_string(want) + " for the " +
+                                         std::to_string(fed.size()) + " shard(s) it feeds");
+  }
+  const uint8_t* data = static_cast<const uint8_t*>(w.data);
+  for (const ShardRef& ref : fed) {
+    const ParamSpec& p = manifest_->params()[ref.param];
+    const Box& box = p.shards[ref.shard].box;
+    const size_t n = static_cast<size_t>(NumElements(box)) * DTypeSize(p.dtype);
+    piece(ref, box, data, n);
+    data += n;
+  }
+  return Status::OK();
+}
+
+Status ParticipantImpl::Write(std::span<const WritePiece> given) {
   std::lock_guard<std::mutex> l(mu_);
   WTX_RETURN_IF_ERROR(CheckWritable());
   ActiveTx& tx = *active_;
+  std::span<const WritePiece> pieces = given;
+  std::vector<WritePiece> resolved;  // only when a piece names a source (no copies otherwise)
+  if (std::any_of(given.begin(), given.end(), [](const WritePiece& w) { return !w.source.empty(); })) {
+    for (const WritePiece& w : given) WTX_RETURN_IF_ERROR(ResolveSource(w, &resolved));
+    pieces = resolved;
+  }
   std::vector<PlannedRun> runs;
   std::vector<WriteRecord> records;
   std::vector<std::pair<uint32_t, uint32_t>> touched;
@@ -600,7 +735,7 @@ Status ParticipantImpl::Write(std::span<const WritePiece> pieces) {
       cov = std::make_unique<CoverageSet>(p.num_elements(), p.shape.empty() ? 0 : p.shape.back());
     }
     cov->Add(r.begin, r.len);
-    param_epoch_[r.param] = ++epoch_;
+    NoteWritten(r.param);
     tx.elements += r.len;
     tx.bytes += static_cast<int64_t>(len);
     tx.rows += p.shape.empty() ? 1 : std::max<int64_t>(1, r.len / p.shape.back());
@@ -881,7 +1016,7 @@ Status ParticipantImpl::PatchLocked(const PatchRequest& req) {
     }
   }
   for (uint32_t p : params_touched) {
-    param_epoch_[p] = ++epoch_;
+    NoteWritten(p);
     for (const ShardRef& ref : refs) {
       if (ref.param == p) tx.shards_touched.insert({ref.param, ref.shard});
     }
@@ -921,6 +1056,7 @@ Result<std::vector<std::string>> ParticipantImpl::Refresh(std::string_view name)
   std::vector<std::string> names;
   for (uint32_t d : targets) {
     derived_epoch_[d] = ++epoch_;
+    derived_restored_[d].clear();
     names.push_back(manifest_->derived()[d].name);
   }
   if (active_ && !names.empty()) {
@@ -930,6 +1066,37 @@ Result<std::vector<std::string>> ParticipantImpl::Refresh(std::string_view name)
   return names;
 }
 
+void ParticipantImpl::RestoreEpochs(const ActiveTx& tx) {
+  // The bytes of every parameter are back to those at begin, so are its write epochs: a derived
+  // state the transaction did not refresh has its standing of before the transaction.
+  for (uint32_t p = 0; p < param_epoch_.size(); ++p) {
+    if (param_epoch_[p] > tx.begin_epoch) param_epoch_[p] = tx.epochs_at_begin[p];
+  }
+  // A derived state refreshed in the transaction: its copy was recomputed from the live bytes
+  // at that refresh. If none of its sources had been written by then, those bytes are exactly
+  // the restored ones and the refresh stands. Otherwise the copy holds aborted bytes: stale
+  // until refreshed, naming the sources that were written before the refresh and restored.
+  // Nothing else changes: other derived states of the same sources keep their standing.
+  const auto& derived = manifest_->derived();
+  for (uint32_t d = 0; d < derived_epoch_.size(); ++d) {
+    if (derived_epoch_[d] <= tx.begin_epoch) continue;  // not refreshed in the transaction
+    std::vector<std::string> seen_aborted;
+    for (const auto& src : derived[d].sources) {
+      const uint64_t first = tx.first_write_epoch[*manifest_->FindParam(src)];
+      if (first != 0 && first < derived_epoch_[d]) seen_aborted.push_back(src);
+    }
+    if (seen_aborted.empty()) continue;
+    derived_epoch_[d] = tx.derived_epochs_at_begin[d];
+    std::vector<std::string>& restored = derived_restored_[d];
+    restored = tx.derived_restored_at_begin[d];
+    for (auto& src : seen_aborted) {
+      if (std::find(restored.begin(), restored.end(), src) == restored.end()) {
+        restored.push_back(std::move(src));
+      }
+    }
+  }
+}
+
 std::vector<StaleDerivedState> ParticipantImpl::StaleDerived() const {
   std::vector<StaleDerivedState> out;
   const auto& derived = manifest_->derived();
@@ -937,7 +1104,11 @@ std::vector<StaleDerivedState> ParticipantImpl::StaleDerived() const {
     StaleDerivedState s;
     for (const auto& src : derived[d].sources) {
       uint32_t p = *manifest_->FindParam(src);
-      if (param_epoch_[p] > derived_epoch_[d]) s.written_sources.push_back(src);
+      const auto& restored = derived_restored_[d];
+      if (param_epoch_[p] > derived_epoch_[d] ||
+          std::find(restored.begin(), restored.end(), src) != restored.end()) {
+        s.written_sources.push_back(src);
+      }
     }
     if (!s.written_sources.empty()) {
       s.name = derived[d].name;
@@ -950,9 +1121,11 @@ std::vector<StaleDerivedState> ParticipantImpl::StaleDerived() const {
 
 void ParticipantImpl::CollectMissing(Vote* vote) const {
   const ActiveTx& tx = *active_;
+  // Nothing is cut: every {param, shard} with a gap is named. A shard with many gap boxes is
+  // one piece (their bounding box, with the count), so the vote stays bounded by the manifest.
   auto add = [&](MissingPiece m) {
-    ++vote->missing_total;
-    if (vote->missing.size() < kMaxMissingReported) vote->missing.push_back(std::move(m));
+    vote->missing_total += static_cast<size_t>(m.boxes);
+    vote->missing.push_back(std::move(m));
   };
   const auto& params = manifest_->params();
   if (tx.req.kind == TxKind::kDelta) {
@@ -973,7 +1146,8 @@ void ParticipantImpl::CollectMissing(Vote* vote) const {
       if (missing_parts.empty()) continue;
       for (const ShardRef& ref : refs) {
         const ParamSpec& p = params[ref.param];
-        add({p.name, p.shards[ref.shard].id, p.shards[ref.shard].box, src, missing_parts, parts});
+        const ShardSpec& s = p.shards[ref.shard];
+        add({p.name, s.id, s.box, src, missing_parts, parts, 1, NumElements(s.box)});
       }
     }
     return;
@@ -985,7 +1159,7 @@ void ParticipantImpl::CollectMissing(Vote* vote) const {
     const ParamSpec& p = params[pi];
     for (const ShardSpec& s : p.shards) {
       if (!cov || cov->covered() == 0) {
-        add({p.name, s.id, s.box, s.source, {}, 0});
+        add({p.name, s.id, s.box, s.source, {}, 0, 1, NumElements(s.box)});
         continue;
       }
       std::vector<Box> gaps;
@@ -994,9 +1168,26 @@ void ParticipantImpl::CollectMissing(Vote* vote) const {
           FlatIntervalToBoxes(p.shape, gb, gb + gl, &gaps);
         });
       });
-      for (auto& g : MergeAdjacentBoxes(std::move(gaps))) {
-        add({p.name, s.id, std::move(g), s.source, {}, 0});
+      gaps = MergeAdjacentBoxes(std::move(gaps));
+      if (gaps.empty()) continue;
+      if (static_cast<int64_t>(gaps.size()) <= kMaxMissingBoxesPerShard) {
+        for (auto& g : gaps) {
+          const int64_t n = NumElements(g);
+          add({p.name, s.id, std::move(g), s.source, {}, 0, 1, n});
+        }
+        continue;
       }
+      Box bound = gaps[0];
+      int64_t elements = 0;
+      for (const Box& g : gaps) {
+        elements += NumElements(g);
+        for (size_t d = 0; d < bound.size(); ++d) {
+          bound[d].begin = std::min(bound[d].begin, g[d].begin);
+          bound[d].end = std::max(bound[d].end, g[d].end);
+        }
+      }
+      add({p.name, s.id, std::move(bound), s.source, {}, 0, static_cast<int64_t>(gaps.size()),
+           elements});
     }
   }
 }
@@ -1168,6 +1359,7 @@ Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
                             {"bytes", tx.bytes},
                             {"patched", tx.patched},
                             {"missing", vote.missing_total}}},
+              {"missing", MissingRecordJson(vote.missing)},
               {"timings_us", {{"first_write", tx.t_first_write ? tx.t_first_write - tx.t_begin : 0},
                               {"writes", tx.t_last_write ? tx.t_last_write - tx.t_first_write : 0},
                               {"prepare", t1 - t0}}},
@@ -1196,8 +1388,8 @@ Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::st
     return Err(ErrorCode::kVoteNo, "rank " + Rank() + ": commit of '" + tx.req.tx +
                                        "' which this rank did not vote yes on");
   }
-  const bool was_dirty = journal_->state().value("dirty", false);
-  bool dirty = was_dirty;
+  // The journal says dirty since BEGIN; what it was before is this transaction's to restore.
+  bool dirty = tx.dirty_at_begin;
   bool restored = false;
   std::string reason;
   switch (decision) {
@@ -1219,18 +1411,7 @@ Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::st
     case Decision::kAbort:
       if (tx.req.rollback && !tx.interrupted && tx.wrote) {
         WTX_RETURN_IF_ERROR(RestoreBefore());
-        for (uint32_t p = 0; p < param_epoch_.size(); ++p) {
-          if (param_epoch_[p] > tx.begin_epoch) param_epoch_[p] = tx.epochs_at_begin[p];
-        }
-        // Derived copies recomputed from the aborted bytes are now stale again.
-        for (uint32_t d = 0; d < derived_epoch_.size(); ++d) {
-          if (derived_epoch_[d] > tx.begin_epoch) {
-            derived_epoch_[d] = tx.derived_epochs_at_begin[d];
-            for (const auto& src : manifest_->derived()[d].sources) {
-              param_epoch_[*manifest_->FindParam(src)] = ++epoch_;
-            }
-          }
-        }
+        RestoreEpochs(tx);
         restored = true;
         dirty = tx.dirty_at_begin || tx.undeclared;
         reason = "before-images restored";

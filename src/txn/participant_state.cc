@@ -119,6 +119,9 @@ Status ParticipantReplay::ApplyUnchecked(const json& r) {
                    {"vote", nullptr},
                    {"digest", nullptr}};
     s["txs"] = s["txs"].get<int64_t>() + 1;
+    // Durably dirty from BEGIN to the decision (WRITE records are batched). A BEGIN record
+    // without the field (older journals) leaves the flag as it was.
+    if (auto d = r.find("dirty"); d != r.end()) s["dirty"] = d->get<bool>();
   } else if (type == "RESERVE") {
     // An in-place landing: the engine may change the region's bytes from now on.
     WTX_RETURN_IF_ERROR(need_active());

@@ -356,6 +356,7 @@ void Model::MarkWritten(int r, uint32_t param) {
     }
   }
   rk.tx->wrote = true;
+  rk.tx->written.insert(param);
   Dirty(rk);
 }
 
@@ -421,7 +422,18 @@ void Model::Refresh(int r, const std::string& name) {
     const bool target = name == "*" ? rk.stale[d] : m.derived()[d].name == name;
     if (!target) continue;
     rk.stale[d] = false;
-    if (rk.tx) rk.tx->refreshed.insert(d);
+    if (rk.tx) {
+      rk.tx->refreshed.insert(d);
+      bool from_written = false;
+      for (const auto& src : m.derived()[d].sources) {
+        from_written = from_written || rk.tx->written.count(*m.FindParam(src)) > 0;
+      }
+      if (from_written) {
+        rk.tx->refreshed_from_written.insert(d);
+      } else {
+        rk.tx->refreshed_from_written.erase(d);
+      }
+    }
   }
 }
 
@@ -434,7 +446,6 @@ void Model::Prepared(int r, ModelTx::Prep prep) {
 
 void Model::ApplyDecision(int r, const std::string& txid, ModelDecision::Kind kind) {
   ModelRank& rk = ranks_[r];
-  const Manifest& m = *manifests_[r];
   if (!rk.tx || rk.tx->id != txid) return;
   ModelTx& tx = *rk.tx;
   switch (kind) {
@@ -452,17 +463,11 @@ void Model::ApplyDecision(int r, const std::string& txid, ModelDecision::Kind ki
     case ModelDecision::Kind::kAbort:
       if (tx.rollback && !tx.interrupted && tx.wrote) {
         rk.live = tx.live_at_begin;
+        // The bytes are those of begin again: what was not refreshed has its standing of
+        // begin; a copy refreshed before any of its sources was written is of those very bytes
+        // (fresh); one refreshed after such a write holds aborted bytes (stale). Nothing else.
         rk.stale = tx.stale_at_begin;
-        // Derived copies recomputed from the aborted bytes are stale again, and so is every
-        // derived state that shares a source with them.
-        for (uint32_t d : tx.refreshed) {
-          for (const auto& src : m.derived()[d].sources) {
-            for (uint32_t e = 0; e < m.derived().size(); ++e) {
-              const auto& es = m.derived()[e].sources;
-              if (std::find(es.begin(), es.end(), src) != es.end()) rk.stale[e] = true;
-            }
-          }
-        }
+        for (uint32_t d : tx.refreshed) rk.stale[d] = tx.refreshed_from_written.count(d) > 0;
         rk.dirty = tx.dirty_at_begin;
       } else if (tx.wrote) {
         rk.dirty = Tri::kYes;

@@ -55,6 +55,10 @@ struct ModelTx {
   std::vector<std::vector<uint8_t>> live_at_begin;
   std::vector<bool> stale_at_begin;
   std::set<uint32_t> refreshed;                   // derived states refreshed during the tx
+  std::set<uint32_t> written;                     // parameters written during the tx
+  // Derived states whose last refresh in the tx came after a write of one of their sources in
+  // the tx: their copies hold bytes a restoring abort takes back.
+  std::set<uint32_t> refreshed_from_written;
   std::string kernel_at_begin;
   enum class Prep { kNone, kYes, kNo, kMaybe } prepared = Prep::kNone;  // durable vote
   std::string digest;                             // this rank's digest when it voted yes

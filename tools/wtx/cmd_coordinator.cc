@@ -141,6 +141,7 @@ int RunCoordinator(const CoordinatorArgs& a) {
 
   t.SetControlHandler([&](const std::string& m, const json& p) -> std::optional<Result<json>> {
     auto ok = [](json j) { return std::optional<Result<json>>(Result<json>(std::move(j))); };
+    if (Status s = sim::CheckControlParams(m, p); !s.ok()) return Result<json>(s);
     if (m == "begin") {
       auto req = net::BeginRequestFromJson(p.value("req", json()));
       if (!req.ok()) return Result<json>(req.status());

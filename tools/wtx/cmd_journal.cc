@@ -117,7 +117,9 @@ json StatusJson(const Journal& j) {
   out["rank"] = j.identity().rank;
   out["version"] = st.value("version", json());
   out["committed_tx"] = st.value("committed_tx", json());
-  out["dirty"] = st.value("dirty", false);
+  // From BEGIN to the decision the rank is dirty (the state says so since BEGIN records carry
+  // it; an older journal's BEGIN did not, hence the active transaction here too).
+  out["dirty"] = st.value("dirty", false) || act.is_object();
   out["loaded"] = st.value("loaded", false);
   out["active_tx"] = act.is_object() ? act["tx"] : json();
   out["in_doubt"] =

@@ -128,6 +128,7 @@ int RunRank(const RankArgs& a) {
     if (!chp.ok()) return FailRank(chp.status());
     auto handler = [&](const std::string& m, const json& q) -> std::optional<Result<json>> {
       auto ok = [](json j) { return std::optional<Result<json>>(Result<json>(std::move(j))); };
+      if (Status s = sim::CheckControlParams(m, q); !s.ok()) return Result<json>(s);
       if (m == "step") {
         auto st = sim::RankStepFromJson(q.at("step"));
         if (!st.ok()) return Result<json>(st.status());

@@ -1,0 +1,119 @@
+// Issue 12: what crosses the wire is bounded and strict. A vote names every missing
+// {param, shard} and still fits in one frame for a Kimi-K2-sized rank; every object of the
+// control protocol and of the codec refuses fields it does not know, naming them.
+#include <catch2/catch.hpp>
+
+#include "src/net/channel.h"
+#include "src/net/codec.h"
+#include "src/net/control_service.h"
+#include "tests/test_util.h"
+#include "wtx/participant.h"
+
+namespace wtx {
+namespace {
+
+using nlohmann::json;
+
+// 61 stacked-expert parameters of 2304 one-row shards each (~140k shards, as a Kimi-K2 rank's
+// expert weights), named as vLLM names them.
+ManifestPtr KimiSizedManifest() {
+  std::vector<ParamSpec> params;
+  for (int layer = 0; layer < 61; ++layer) {
+    ParamSpec p;
+    const std::string prefix = "model.layers." + std::to_string(layer) + ".mlp.experts.";
+    p.name = prefix + "w13_weight";
+    p.dtype = DType::kBF16;
+    p.shape = {2304, 2};
+    for (int k = 0; k < 2304; ++k) {
+      ShardSpec s;
+      const char* proj = k % 2 == 0 ? "gate_proj" : "up_proj";
+      s.id = std::to_string(k / 2) + "." + proj;
+      s.source = prefix + std::to_string(k / 2) + "." + proj + ".weight";
+      s.source_shape = {1, 2};
+      s.box = {{k, k + 1}, {0, 2}};
+      s.source_box = {{0, 1}, {0, 2}};
+      p.shards.push_back(std::move(s));
+    }
+    params.push_back(std::move(p));
+  }
+  return Manifest::Build(std::move(params), {}, {}).value();
+}
+
+TEST_CASE("KimiSizedVoteNamesEveryMissingShardAndFitsInOneFrame", "[net]") {
+  testing::TempDir d;
+  ManifestPtr m = KimiSizedManifest();
+  REQUIRE(m->TotalShards() == 61 * 2304);
+  ParticipantOptions o;
+  o.journal_dir = d.sub("rank-0");
+  auto p = Participant::Open(o, m);
+  REQUIRE(p.ok());
+  BeginRequest req;
+  req.tx = "t1";
+  REQUIRE(p.value()->Begin(req).ok());
+  auto vote = p.value()->Prepare("t1");  // nothing written: every shard is missing
+  REQUIRE(vote.ok());
+  CHECK(vote->missing.size() == m->TotalShards());
+  CHECK(vote->missing_total == m->TotalShards());
+  const std::vector<uint8_t> cbor = json::to_cbor(net::VoteToJson(vote.value()));
+  CAPTURE(cbor.size());
+  CHECK(cbor.size() < net::kDefaultMaxFrameBytes / 2);
+  auto back = net::VoteFromJson(json::from_cbor(cbor));
+  REQUIRE(back.ok());
+  REQUIRE(back->missing.size() == m->TotalShards());
+  CHECK(back->missing.back().param == "model.layers.60.mlp.experts.w13_weight");
+  CHECK(back->missing.back().shard == "1151.up_proj");
+}
+
+TEST_CASE("CodecRefusesUnknownFieldsNamingThem", "[net]") {
+  BeginRequest req;
+  req.tx = "t1";
+  json j = net::BeginRequestToJson(req);
+  j["rolback"] = true;
+  auto r = net::BeginRequestFromJson(j);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.status().message(), Catch::Contains("begin request.rolback: unknown field"));
+  CHECK_THAT(r.status().message(), Catch::Contains("did you mean 'rollback'"));
+
+  Vote v;
+  v.missing.push_back({"qkv", "k", {{0, 1}}, "k_proj", {}, 0, 1, 1});
+  json jv = net::VoteToJson(v);
+  jv["missing"][0]["shards"][0]["bxo"] = 1;
+  auto rv = net::VoteFromJson(jv);
+  REQUIRE_FALSE(rv.ok());
+  CHECK_THAT(rv.status().message(), Catch::Contains("bxo: unknown field"));
+
+  json st = net::RankStatusToJson(RankStatus{});
+  st["servng"] = true;
+  CHECK_FALSE(net::RankStatusFromJson(st).ok());
+}
+
+TEST_CASE("ControlRequestsWithUnknownFieldsAreRefused", "[net]") {
+  Status s = sim::CheckControlParams("commit", json{{"tx", "t1"}, {"txx", "t2"}});
+  CHECK(s.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("commit.txx: unknown field"));
+  CHECK(sim::CheckControlParams("commit", json{{"tx", "t1"}}).ok());
+  CHECK_FALSE(sim::CheckControlParams("status", json{{"verbose", true}}).ok());
+  CHECK_FALSE(sim::CheckControlParams("wait_ranks", json{{"ranks", {0}}, {"timeout", 5}}).ok());
+
+  auto st = sim::RankStepFromJson(
+      json{{"op", "write"}, {"param", "qkv"}, {"sahrd", "k"}, {"fill", "zeros"}});
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.status().message(), Catch::Contains("step.sahrd: unknown field"));
+
+  sim::Step step;
+  step.op = "write";
+  step.param = "qkv";
+  step.shard = "k";
+  step.box = Box{{0, 1}, {0, 2}};
+  auto round = sim::RankStepFromJson(sim::RankStepToJson(step));
+  REQUIRE(round.ok());
+  CHECK(round->shard == "k");
+
+  json outcome = sim::CommitOutcomeToJson(CommitOutcome{});
+  CHECK(sim::CommitOutcomeFromJson(outcome).ok());
+  outcome["decison"] = "commit";
+  CHECK_FALSE(sim::CommitOutcomeFromJson(outcome).ok());
+}
+
+}  // namespace
+}  // namespace wtx
