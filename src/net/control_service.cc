@@ -104,7 +104,7 @@ Result<BeginOutcome> BeginOutcomeFromJson(const json& j) {
     o.status = StatusFromJson(j.at("status"));
     for (const auto& e : j.at("errors")) {
       o.errors.push_back(
-          {static_cast<int>(JsonIntOrThrow(e.at("rank"), "errors[].rank", 0, kMaxRanks - 1)),
+          {static_cast<int>(JsonIntOrThrow(e.at("rank"), "errors[].rank", -1, kMaxRanks - 1)),
            StatusFromJson(e.at("status"))});
     }
     return o;
@@ -145,7 +145,7 @@ Result<CommitOutcome> CommitOutcomeFromJson(const json& j) {
     o.version = j.at("version").get<std::string>();
     for (const auto& v : j.at("votes")) {
       VoteReport r;
-      r.rank = static_cast<int>(JsonIntOrThrow(v.at("rank"), "votes[].rank", 0, kMaxRanks - 1));
+      r.rank = static_cast<int>(JsonIntOrThrow(v.at("rank"), "votes[].rank", -1, kMaxRanks - 1));
       const std::string kind = v.at("kind").get<std::string>();
       r.kind = kind == "yes"       ? VoteReport::Kind::kYes
                : kind == "no"      ? VoteReport::Kind::kNo
