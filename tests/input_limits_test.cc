@@ -174,7 +174,8 @@ TEST_CASE("RankRefusesAnOverflowingManifest") {
 TEST_CASE("PatchWithAbsurdPartCountIsRefused") {
   TempDir d;
   json sc = Scenario(OneParam({8}, "f32"));
-  sc["steps"].push_back({{"op", "begin"}, {"tx", "t2"}, {"kind", "delta"}, {"sources", {"w"}}});
+  sc["steps"].push_back(
+      {{"op", "begin"}, {"tx", "t2"}, {"kind", "delta"}, {"base", "$t1"}, {"sources", {"w"}}});
   sc["steps"].push_back({{"op", "patch"},
                          {"source", "w"},
                          {"indices", {1}},

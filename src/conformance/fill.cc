@@ -75,7 +75,8 @@ Result<FillSpec> ParseFill(const nlohmann::json& j, const std::string& where) {
       if (!i.is_number_integer()) {
         return Status::InvalidArgument(where + ".override.indices: expected integers");
       }
-      f.override_indices.insert(i.get<int64_t>());
+      WTX_ASSIGN_OR_RETURN(index, JsonInt(i, where + ".override.indices", INT64_MIN, INT64_MAX));
+      f.override_indices.insert(index);
     }
   }
   return f;

@@ -185,7 +185,10 @@ Result<Step> ParseStep(const json& s, int i, int ranks) {
             !r[1].is_number_integer()) {
           return Bad(where + ".box", "expected [[begin, end], ...] integers");
         }
-        box.push_back({r[0].get<int64_t>(), r[1].get<int64_t>()});
+        // int64 (2^64-1 would wrap to -1); whether it fits the parameter is the participant's.
+        WTX_ASSIGN_OR_RETURN(begin, JsonInt(r[0], where + ".box", INT64_MIN, INT64_MAX));
+        WTX_ASSIGN_OR_RETURN(end, JsonInt(r[1], where + ".box", INT64_MIN, INT64_MAX));
+        box.push_back({begin, end});
       }
       if (st.param == "*") return Bad(where + ".box", "a box needs a single param");
       st.box = std::move(box);
@@ -206,7 +209,8 @@ Result<Step> ParseStep(const json& s, int i, int ranks) {
     if (it == s.end() || !it->is_array()) return Bad(where + ".indices", "missing array");
     for (const auto& x : *it) {
       if (!x.is_number_integer()) return Bad(where + ".indices", "expected integers");
-      st.indices.push_back(x.get<int64_t>());
+      WTX_ASSIGN_OR_RETURN(index, JsonInt(x, where + ".indices", INT64_MIN, INT64_MAX));
+      st.indices.push_back(index);
     }
     if (!s.contains("fill")) return Bad(where + ".fill", "missing");
     WTX_ASSIGN_OR_RETURN(f, ParseFill(s["fill"], where + ".fill"));

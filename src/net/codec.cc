@@ -26,8 +26,9 @@ Result<T> Decode(const char* what, const json& j, Fn&& fn) {
 int64_t IntOrThrow(const json& v, const char* field, int64_t min, int64_t max) {
   return JsonIntOrThrow(v, field, min, max);
 }
+// A rank id, or -1 (the protocol structs' "no rank": a vote that never came).
 int RankOrThrow(const json& obj) {
-  return static_cast<int>(IntOrThrow(obj.at("rank"), "rank", 0, kMaxRanks - 1));
+  return static_cast<int>(IntOrThrow(obj.at("rank"), "rank", -1, kMaxRanks - 1));
 }
 
 json OptStr(const std::optional<std::string>& s) { return s ? json(*s) : json(); }

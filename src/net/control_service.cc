@@ -198,7 +198,7 @@ Result<CommitOutcome> CommitOutcomeFromJson(const json& j) {
       WTX_RETURN_IF_ERROR(
           CheckFields(v, "commit outcome.votes[]", {"rank", "kind", "vote", "status"}));
       VoteReport r;
-      r.rank = static_cast<int>(JsonIntOrThrow(v.at("rank"), "votes[].rank", 0, kMaxRanks - 1));
+      r.rank = static_cast<int>(JsonIntOrThrow(v.at("rank"), "votes[].rank", -1, kMaxRanks - 1));
       const std::string kind = v.at("kind").get<std::string>();
       r.kind = kind == "yes"       ? VoteReport::Kind::kYes
                : kind == "no"      ? VoteReport::Kind::kNo
