@@ -6,9 +6,10 @@
 // lies inside its tensor, the shards of a parameter are pairwise disjoint and together cover
 // it exactly, each shard's box and source_box have equal extents (the box may carry extra
 // leading extent-1 dimensions), every source tensor has one shape, modules and derived states
-// name existing parameters. Its Fingerprint() is canonical over names, dtypes, shapes, shard
-// ids, modules and derived states (not over per-rank source boxes), so all ranks of a TP group
-// agree on it.
+// name existing parameters. A padding shard (vLLM's padded vocabulary rows) has no source: it
+// is not indexed by source, and no transaction requires it to be written. Its Fingerprint() is
+// canonical over names, dtypes, shapes, shard ids, modules and derived states (not over per-rank
+// source boxes), so all ranks of a TP group agree on it.
 //
 // Thread-safety: a Manifest is immutable after construction; concurrent reads are safe.
 #pragma once
@@ -39,6 +40,9 @@ struct ShardSpec {
   Box box;                    // live coordinates
   Box source_box;             // source coordinates (the TP slice)
   bool packed = false;        // live bytes are not a translation of the source
+  // Live elements that no source feeds (vLLM's vocabulary padding rows): source, source_shape
+  // and source_box are empty; not required coverage; their bytes count in the version.
+  bool padding = false;
 };
 
 struct ParamSpec {
