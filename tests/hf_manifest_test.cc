@@ -1186,6 +1186,15 @@ TEST_CASE("Cli_ErrorsNameTheFieldAndExit2") {
   CliRun missing = RunWtx("manifest --hf-config /nonexistent/config.json");
   CHECK(missing.exit_code == 2);
 }
+
+// Runs `wtx args`, which must fail with exit 2 and `want` in its stderr.
+void CheckCliFails(const std::string& args, const std::string& want) {
+  CliRun r = RunWtx(args);
+  INFO("wtx " << args << ": " << r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(Contains(r.err, want));
+}
+
 TEST_CASE("Cli_ExpertParallelManifestAndSummary") {
   CliRun r = RunWtx("manifest --hf-config " + ConfigPath("tiny-mixtral") +
                     " --tp 2 --ep 2 --rank 1 --expert-placement round_robin");
@@ -1218,22 +1227,14 @@ TEST_CASE("Cli_ExpertParallelManifestAndSummary") {
 }
 
 TEST_CASE("Cli_ExpertParallelErrorsNameTheFlagAndExit2") {
-  CliRun ep3 = RunWtx("manifest --hf-config " + ConfigPath("mixtral-8x7b") + " --ep 3");
-  CHECK(ep3.exit_code == 2);
-  CHECK(Contains(ep3.err, "--ep 3 does not divide num_local_experts 8"));
-  CliRun dense = RunWtx("manifest --hf-config " + ConfigPath("qwen3-8b") + " --tp 2 --ep 2");
-  CHECK(dense.exit_code == 2);
-  CHECK(Contains(dense.err, "--ep 2: model_type 'qwen3' has no MoE layer"));
-  CliRun multiple = RunWtx("manifest --hf-config " + ConfigPath("tiny-mixtral") + " --tp 4 --ep 2");
-  CHECK(multiple.exit_code == 2);
-  CHECK(Contains(multiple.err, "--ep 2 is not a multiple of tp 4"));
-  CliRun placement = RunWtx("manifest --hf-config " + ConfigPath("tiny-mixtral") +
-                            " --ep 2 --expert-placement zigzag");
-  CHECK(placement.exit_code == 2);
-  CHECK(Contains(placement.err, "--expert-placement: unknown 'zigzag'"));
-  CliRun rank = RunWtx("manifest --hf-config " + ConfigPath("tiny-mixtral") + " --ep 2 --rank 2");
-  CHECK(rank.exit_code == 2);
-  CHECK(Contains(rank.err, "--rank 2 out of range for tp 1, ep 2"));
+  const std::string tiny = "manifest --hf-config " + ConfigPath("tiny-mixtral");
+  CheckCliFails("manifest --hf-config " + ConfigPath("mixtral-8x7b") + " --ep 3",
+                "--ep 3 does not divide num_local_experts 8");
+  CheckCliFails("manifest --hf-config " + ConfigPath("qwen3-8b") + " --tp 2 --ep 2",
+                "--ep 2: model_type 'qwen3' has no MoE layer");
+  CheckCliFails(tiny + " --tp 4 --ep 2", "--ep 2 is not a multiple of tp 4");
+  CheckCliFails(tiny + " --ep 2 --expert-placement zigzag", "--expert-placement: unknown 'zigzag'");
+  CheckCliFails(tiny + " --ep 2 --rank 2", "--rank 2 out of range for tp 1, ep 2");
 }
 
 TEST_CASE("Cli_SimRefusesEpInconsistentWithTheScenarioRanks") {
@@ -1263,11 +1264,8 @@ TEST_CASE("Cli_SimRefusesEpInconsistentWithTheScenarioRanks") {
                 {"steps", json::array()}}
                .dump();
     }
-    CliRun r = RunWtx("sim " + path);
+    CheckCliFails("sim " + path, k.want);
     fs::remove(path);
-    INFO(k.model << " ranks " << k.ranks << " tp " << k.tp << " ep " << k.ep << ": " << r.err);
-    CHECK(r.exit_code == 2);
-    CHECK(Contains(r.err, k.want));
   }
 }
 #endif  // WTX_BINARY

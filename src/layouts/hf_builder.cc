@@ -470,6 +470,18 @@ Status AddGqaAttention(Builder* b, const GqaAttention& a, int64_t layer) {
   return Status::OK();
 }
 
+Status AddRoutedMoeModule(Builder* b, int64_t layer, const std::string& module,
+                          const ExpertsSpec& spec) {
+  const DType dtype = b->format().dtype;
+  b->BeginModule(module);
+  b->AddReplicated("model.layers." + std::to_string(layer) + ".post_attention_layernorm.weight",
+                   {spec.hidden}, dtype);
+  b->AddReplicated(module + ".gate.weight", {spec.experts, spec.hidden}, dtype);
+  WTX_RETURN_IF_ERROR(b->AddExperts(module, spec));
+  b->AddModuleScalesDerived(module + ".fp8_scales");
+  return Status::OK();
+}
+
 Result<DecoderFrame> ReadDecoderFrame(const ConfigReader& c, const Builder& b) {
   // The vocabulary is checked by AddDecoder, after the family's own fields.
   DecoderFrame f;

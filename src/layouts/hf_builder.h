@@ -211,6 +211,13 @@ Result<GqaAttention> ReadGqaAttention(const ConfigReader& c, int tp);
 // q_norm / k_norm [head_dim] when qk_norm, and the fp8 scales' derived state.
 Status AddGqaAttention(Builder* b, const GqaAttention& a, int64_t layer);
 
+// A sparse MoE module `module` ("model.layers.N.mlp", "...block_sparse_moe") of decoder layer
+// `layer`: post_attention_layernorm, the replicated router `module.gate.weight` [E, H], the
+// routed experts, and the fp8 scales' derived state.
+// REQUIRES: b->CheckExperts(spec).ok()
+Status AddRoutedMoeModule(Builder* b, int64_t layer, const std::string& module,
+                          const ExpertsSpec& spec);
+
 // The frame of a llama-shaped decoder: attention, layer count, vocabulary, tied embeddings.
 struct DecoderFrame {
   GqaAttention attn;

@@ -39,16 +39,9 @@ Status BuildQwen3Moe(const ConfigReader& c, Builder* b) {
     WTX_RETURN_IF_ERROR(b->CheckExperts(spec));
   }
 
-  return AddDecoder(b, frame, [&](int64_t layer) -> Status {
+  return AddDecoder(b, frame, [&](int64_t layer) {
     if (!is_moe(layer)) return AddDenseMlpModule(b, layer, hidden, inter, false);
-    const std::string lp = "model.layers." + std::to_string(layer);
-    const std::string mlp = lp + ".mlp";
-    b->BeginModule(mlp);
-    b->AddReplicated(lp + ".post_attention_layernorm.weight", {hidden}, b->format().dtype);
-    b->AddReplicated(mlp + ".gate.weight", {experts, hidden}, b->format().dtype);
-    WTX_RETURN_IF_ERROR(b->AddExperts(mlp, spec));
-    b->AddModuleScalesDerived(mlp + ".fp8_scales");
-    return Status::OK();
+    return AddRoutedMoeModule(b, layer, "model.layers." + std::to_string(layer) + ".mlp", spec);
   });
 }
 
