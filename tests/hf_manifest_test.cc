@@ -36,15 +36,36 @@ json LoadConfig(const std::string& model) {
   return json::parse(in);
 }
 
+ManifestPtr Generate(const json& config, const HfManifestOptions& o) {
+  auto m = ManifestFromHfConfig(config, o);
+  INFO(m.status().ToString());
+  REQUIRE(m.ok());
+  return *m;
+}
+
 ManifestPtr Generate(const json& config, int tp, int rank, std::optional<DType> dtype) {
   HfManifestOptions o;
   o.tp = tp;
   o.rank = rank;
   o.dtype = dtype;
+  return Generate(config, o);
+}
+
+HfManifestOptions Ep(int tp, int ep, int rank, std::optional<DType> dtype = DType::kBF16,
+                     ExpertPlacement placement = ExpertPlacement::kLinear) {
+  HfManifestOptions o;
+  o.tp = tp;
+  o.ep = ep;
+  o.rank = rank;
+  o.dtype = dtype;
+  o.expert_placement = placement;
+  return o;
+}
+
+Status GenerateError(const json& config, const HfManifestOptions& o) {
   auto m = ManifestFromHfConfig(config, o);
-  INFO(m.status().ToString());
-  REQUIRE(m.ok());
-  return *m;
+  REQUIRE_FALSE(m.ok());
+  return m.status();
 }
 
 ManifestPtr Generate(const std::string& model, int tp = 1, int rank = 0,
@@ -112,6 +133,7 @@ class CoverageCheck {
     fingerprints_.insert(m.Fingerprint());
     for (const ParamSpec& p : m.params()) {
       for (const ShardSpec& s : p.shards) {
+        if (s.padding) continue;  // no source
         Cover& c = covers_[s.source];
         if (c.boxes.empty()) {
           c.shape = s.source_shape;
@@ -184,6 +206,7 @@ std::string CheckElementCoverage(const std::vector<ManifestPtr>& ranks,
   for (const auto& m : ranks) {
     for (const ParamSpec& p : m->params()) {
       for (const ShardSpec& s : p.shards) {
+        if (s.padding) continue;  // no source
         auto& c = counts[s.source];
         c.resize(NumElements(s.source_shape));
         ForEachFlatRun(s.source_shape, s.source_box, [&](int64_t begin, int64_t n) {
@@ -231,6 +254,53 @@ std::vector<ManifestPtr> AllRanks(const json& config, int tp, std::optional<DTyp
   std::vector<ManifestPtr> out;
   for (int r = 0; r < tp; ++r) out.push_back(Generate(config, tp, r, dtype));
   return out;
+}
+
+// Every rank of a (tp, ep) group.
+std::vector<ManifestPtr> AllRanks(const json& config, HfManifestOptions o) {
+  std::vector<ManifestPtr> out;
+  for (int r = 0; r < o.GroupSize(); ++r) {
+    o.rank = r;
+    out.push_back(Generate(config, o));
+  }
+  return out;
+}
+
+// Expected coverage multiplicity of any family's source over a group of (tp, ep): tensors
+// every rank loads whole once per rank; KV heads fewer than tp tp/kv times per replica;
+// tp-sliced tensors once per replica (dp = group / tp replicas of the attention and dense
+// layers); routed experts exactly once in the group with expert parallelism.
+std::function<int(const std::string&)> Multiplicity(int tp, int ep, int kv_heads) {
+  const int group = ep > 1 ? ep : tp;
+  const int dp = group / tp;
+  return [=](const std::string& s) {
+    if (EndsWith(s, "layernorm.weight") || s == "model.norm.weight" ||
+        EndsWith(s, ".gate.weight") || EndsWith(s, "e_score_correction_bias") ||
+        EndsWith(s, "q_norm.weight") || EndsWith(s, "k_norm.weight") || Contains(s, ".q_a_proj.") ||
+        Contains(s, ".kv_a_proj_with_mqa.")) {
+      return group;
+    }
+    if (ep > 1 && Contains(s, ".experts.") && !Contains(s, "shared_experts")) return 1;
+    if ((Contains(s, ".k_proj.") || Contains(s, ".v_proj.")) && kv_heads < tp) {
+      return dp * tp / kv_heads;
+    }
+    return dp;
+  };
+}
+
+// The source tensors named over all ranks, each with its element count.
+int64_t DistinctSourceElements(const std::vector<ManifestPtr>& ranks) {
+  std::unordered_map<std::string_view, int64_t> sources;
+  for (const auto& m : ranks) {
+    for (const ParamSpec& p : m->params()) {
+      for (const ShardSpec& s : p.shards) {
+        if (!s.padding) sources.emplace(s.source, NumElements(s.source_shape));
+      }
+    }
+  }
+  int64_t total = 0;
+  for (const auto& [name, n] : sources) total += n;
+  return total;
 }
 
 json WithFp8(json config, int block) {
@@ -556,7 +626,9 @@ TEST_CASE("UnknownModelTypeIsAnError") {
   config["model_type"] = "gpt2";
   const Status s = GenerateError(config, 1);
   CHECK(s.code() == ErrorCode::kInvalidArgument);
-  CHECK(s.message() == "model_type: unknown 'gpt2' (llama|qwen2|deepseek_v3|kimi_k2)");
+  CHECK(s.message() ==
+        "model_type: unknown 'gpt2' "
+        "(llama|mistral|qwen2|qwen3|qwen3_moe|mixtral|deepseek_v3|kimi_k2)");
   config.erase("model_type");
   CHECK(Contains(GenerateError(config, 1).message(), "model_type"));
 }
@@ -571,9 +643,6 @@ TEST_CASE("TpNotDividingHeadsIsAnError") {
   const json qwen = LoadConfig("qwen2.5-0.5b");
   CHECK(Contains(GenerateError(qwen, 7).message(), "num_key_value_heads 2 does not divide tp 7"));
   CHECK(GenerateError(qwen, 14).message() == "tp 14 does not divide intermediate_size 4864");
-  json odd_vocab = LoadConfig("tiny-llama");
-  odd_vocab["vocab_size"] = 255;
-  CHECK(GenerateError(odd_vocab, 2).message() == "tp 2 does not divide vocab_size 255");
   CHECK(Contains(GenerateError(qwen, 4).message(), "tp 4 does not divide num_attention_heads 14"));
 }
 
@@ -612,6 +681,423 @@ TEST_CASE("UnsupportedQuantizationIsAnErrorUnlessDtypeIsGiven") {
   config["quantization_config"] = {{"quant_method", "fp8"}};
   CHECK(Contains(GenerateError(config, 1, 0, std::nullopt).message(),
                  "quantization_config.weight_block_size"));
+}
+
+// ---- Qwen3, Qwen3-MoE, Mistral, Mixtral ----
+
+TEST_CASE("NewFamilies_TotalsMatchPublished") {
+  CHECK(Generate("qwen3-8b")->TotalElements() == 8190735360);
+  auto q4 = Generate("qwen3-4b");
+  CHECK(q4->TotalElements() == 4022468096);
+  CHECK_FALSE(q4->FindParam("lm_head.weight").has_value());  // tied embeddings
+  CHECK(Generate("qwen3-30b-a3b")->TotalElements() == 30532122624);
+  CHECK(Generate("mistral-7b")->TotalElements() == 7241732096);
+  CHECK(Generate("mixtral-8x7b")->TotalElements() == 46702792704);
+}
+
+TEST_CASE("Qwen3_8B_Tp2_QkNormsOfHeadDimAndFusedQkv") {
+  auto m = Generate("qwen3-8b", 2, 1);
+  const std::string a = "model.layers.7.self_attn";
+  CHECK(Param(*m, a + ".q_norm.weight").shape == Shape{128});
+  CHECK(Param(*m, a + ".k_norm.weight").shape == Shape{128});
+  CHECK(Shard(*m, a + ".q_norm.weight", "0").source == a + ".q_norm.weight");
+  CHECK(ModuleHas(*m, a, a + ".k_norm.weight"));
+  // 16 q heads + 4 k + 4 v heads of 128 rows; no biases without attention_bias.
+  CHECK(Param(*m, a + ".qkv_proj.weight").shape == Shape{3072, 4096});
+  CHECK(Shard(*m, a + ".qkv_proj.weight", "k").source_box == Box{{512, 1024}, {0, 4096}});
+  CHECK_FALSE(m->FindParam(a + ".qkv_proj.bias").has_value());
+  CHECK(Param(*m, "model.layers.7.mlp.gate_up_proj.weight").shape == Shape{12288, 4096});
+}
+
+TEST_CASE("Qwen3_HeadDimFromConfigDiffersFromHiddenOverHeads") {
+  // Qwen3-4B: hidden 2560 / 32 heads = 80, but head_dim is 128.
+  auto m = Generate("qwen3-4b");
+  CHECK(Param(*m, "model.layers.0.self_attn.qkv_proj.weight").shape ==
+        Shape{(32 + 8 + 8) * 128, 2560});
+  CHECK(Param(*m, "model.layers.0.self_attn.o_proj.weight").shape == Shape{2560, 32 * 128});
+  CHECK(Param(*m, "model.layers.0.self_attn.q_norm.weight").shape == Shape{128});
+}
+
+TEST_CASE("Qwen3Moe_30B_Tp4_RouterReplicatedExpertsStackedNoSharedExpert") {
+  auto m = Generate("qwen3-30b-a3b", 4, 2);
+  const std::string mlp = "model.layers.11.mlp";
+  CHECK(Param(*m, mlp + ".gate.weight").shape == Shape{128, 2048});
+  CHECK(Shard(*m, mlp + ".gate.weight", "0").source_box == Box{{0, 128}, {0, 2048}});
+  const std::string w13 = mlp + ".experts.w13_weight";
+  CHECK(Param(*m, w13).shape == Shape{128, 384, 2048});
+  CHECK(Shard(*m, w13, "e5.w1").source == mlp + ".experts.5.gate_proj.weight");
+  CHECK(Shard(*m, w13, "e5.w3").source == mlp + ".experts.5.up_proj.weight");
+  CHECK(Shard(*m, w13, "e5.w3").source_box == Box{{384, 576}, {0, 2048}});
+  CHECK(Param(*m, mlp + ".experts.w2_weight").shape == Shape{128, 2048, 192});
+  CHECK(Shard(*m, mlp + ".experts.w2_weight", "e127.w2").source ==
+        mlp + ".experts.127.down_proj.weight");
+  CHECK_FALSE(m->FindParam(mlp + ".shared_experts.gate_up_proj.weight").has_value());
+  CHECK_FALSE(m->FindParam(mlp + ".gate_up_proj.weight").has_value());
+  CHECK(Param(*m, "model.layers.11.self_attn.q_norm.weight").shape == Shape{128});
+  CHECK(ModuleHas(*m, mlp, w13));
+}
+
+TEST_CASE("Qwen3Moe_SparseStepAndMlpOnlyLayersChooseTheMoeLayers") {
+  json c = LoadConfig("tiny-qwen3-moe");  // 3 layers, decoder_sparse_step 2: layer 1 is MoE
+  auto m = Generate(c, 1, 0, DType::kBF16);
+  CHECK(Param(*m, "model.layers.0.mlp.gate_up_proj.weight").shape == Shape{256, 64});
+  CHECK(Param(*m, "model.layers.1.mlp.experts.w13_weight").shape == Shape{8, 64, 64});
+  CHECK(Param(*m, "model.layers.1.mlp.gate.weight").shape == Shape{8, 64});
+  CHECK_FALSE(m->FindParam("model.layers.1.mlp.gate_up_proj.weight").has_value());
+  CHECK(m->FindParam("model.layers.2.mlp.gate_up_proj.weight").has_value());
+  c["decoder_sparse_step"] = 1;
+  c["mlp_only_layers"] = {0, 2};
+  auto m2 = Generate(c, 1, 0, DType::kBF16);
+  CHECK(m2->FindParam("model.layers.0.mlp.gate_up_proj.weight").has_value());
+  CHECK(m2->FindParam("model.layers.1.mlp.experts.w2_weight").has_value());
+  CHECK(m2->FindParam("model.layers.2.mlp.gate_up_proj.weight").has_value());
+  c["mlp_only_layers"] = json::array();
+  auto m3 = Generate(c, 1, 0, DType::kBF16);
+  for (int l = 0; l < 3; ++l) {
+    CHECK(
+        m3->FindParam("model.layers." + std::to_string(l) + ".mlp.experts.w13_weight").has_value());
+  }
+}
+
+TEST_CASE("Mistral7B_IsTheLlamaLayout") {
+  auto m = Generate("mistral-7b", 4, 3);
+  auto llama_like = LoadConfig("mistral-7b");
+  llama_like["model_type"] = "llama";
+  CHECK(Generate(llama_like, 4, 3, DType::kBF16)->Fingerprint() == m->Fingerprint());
+  CHECK(Param(*m, "model.layers.31.self_attn.qkv_proj.weight").shape == Shape{1536, 4096});
+  CHECK(Shard(*m, "model.embed_tokens.weight", "0").source_box == Box{{24000, 32000}, {0, 4096}});
+}
+
+TEST_CASE("Mixtral8x7B_Tp2_BlockSparseMoeWithW1W2W3Sources") {
+  auto m = Generate("mixtral-8x7b", 2, 1);
+  const std::string moe = "model.layers.4.block_sparse_moe";
+  CHECK(Param(*m, moe + ".gate.weight").shape == Shape{8, 4096});
+  const std::string w13 = moe + ".experts.w13_weight";
+  CHECK(Param(*m, w13).shape == Shape{8, 14336, 4096});
+  CHECK(Shard(*m, w13, "e3.w1").source == moe + ".experts.3.w1.weight");
+  CHECK(Shard(*m, w13, "e3.w1").source_box == Box{{7168, 14336}, {0, 4096}});
+  CHECK(Shard(*m, w13, "e3.w3").source == moe + ".experts.3.w3.weight");
+  CHECK(Shard(*m, w13, "e3.w3").box == Box{{3, 4}, {7168, 14336}, {0, 4096}});
+  const std::string w2 = moe + ".experts.w2_weight";
+  CHECK(Param(*m, w2).shape == Shape{8, 4096, 7168});
+  CHECK(Shard(*m, w2, "e7.w2").source == moe + ".experts.7.w2.weight");
+  CHECK(Shard(*m, w2, "e7.w2").source_box == Box{{0, 4096}, {7168, 14336}});
+  CHECK(ModuleHas(*m, moe, "model.layers.4.post_attention_layernorm.weight"));
+  CHECK(ModuleHas(*m, moe, w13));
+  CHECK_FALSE(m->FindModule("model.layers.4.mlp").has_value());
+}
+
+// ---- dtype from the config ----
+
+TEST_CASE("DtypeFromTorchDtypeWhenNotGiven") {
+  const json mixtral = LoadConfig("tiny-mixtral");  // torch_dtype float16
+  auto f16 = Generate(mixtral, 1, 0, std::nullopt);
+  for (const ParamSpec& p : f16->params()) {
+    INFO(p.name);
+    CHECK(p.dtype == DType::kF16);
+  }
+  CHECK(Generate(mixtral, 1, 0, DType::kBF16)->params()[0].dtype == DType::kBF16);
+  json c = mixtral;
+  c["torch_dtype"] = "bfloat16";
+  CHECK(Generate(c, 1, 0, std::nullopt)->params()[0].dtype == DType::kBF16);
+  // vLLM's dtype=auto downcasts float32 checkpoints; absent reads as float32.
+  c["torch_dtype"] = "float32";
+  CHECK(Generate(c, 1, 0, std::nullopt)->params()[0].dtype == DType::kBF16);
+  c.erase("torch_dtype");
+  CHECK(Generate(c, 1, 0, std::nullopt)->params()[0].dtype == DType::kBF16);
+  c["dtype"] = "float16";  // the newer transformers name
+  CHECK(Generate(c, 1, 0, std::nullopt)->params()[0].dtype == DType::kF16);
+  c["torch_dtype"] = "int8";
+  CHECK(Contains(GenerateError(c, 1, 0, std::nullopt).message(), "torch_dtype: unsupported"));
+  // fp8 configs: quantized linears fp8, the rest torch_dtype.
+  json fp8 = WithFp8(LoadConfig("tiny-deepseek"), 8);
+  fp8["torch_dtype"] = "float16";
+  auto d = Generate(fp8, 1, 0, std::nullopt);
+  CHECK(Param(*d, "model.embed_tokens.weight").dtype == DType::kF16);
+  CHECK(Param(*d, "model.layers.1.mlp.experts.w13_weight").dtype == DType::kFP8E4M3);
+}
+
+// ---- Vocabulary padding ----
+
+TEST_CASE("VocabPaddedToMultipleOf64_PaddingShardsHaveNoSource") {
+  const json c = LoadConfig("tiny-qwen3-moe");  // vocab 250 -> 256
+  {
+    auto m = Generate(c, 1, 0, DType::kBF16);
+    const std::string e = "model.embed_tokens.weight";
+    CHECK(Param(*m, e).shape == Shape{256, 64});
+    CHECK(Shard(*m, e, "0").box == Box{{0, 250}, {0, 64}});
+    CHECK(Shard(*m, e, "0").source_shape == Shape{250, 64});
+    const ShardSpec& pad = Shard(*m, e, "pad");
+    CHECK(pad.padding);
+    CHECK(pad.source.empty());
+    CHECK(pad.box == Box{{250, 256}, {0, 64}});
+    CHECK(Shard(*m, "lm_head.weight", "pad").box == Box{{250, 256}, {0, 64}});
+    CHECK(m->ShardsOfSource(e).size() == 1);
+    CHECK(m->ShardsOfSource("").empty());
+  }
+  // tp 4: 64 rows per rank; rank 3 holds source rows [192, 250) and 6 padding rows, the other
+  // ranks an empty padding shard (same shard ids on every rank, so one fingerprint).
+  auto ranks = AllRanks(c, 4, DType::kBF16);
+  const std::string lm = "lm_head.weight";
+  CHECK(Param(*ranks[3], lm).shape == Shape{64, 64});
+  CHECK(Shard(*ranks[3], lm, "0").source_box == Box{{192, 250}, {0, 64}});
+  CHECK(Shard(*ranks[3], lm, "pad").box == Box{{58, 64}, {0, 64}});
+  CHECK(Shard(*ranks[1], lm, "0").source_box == Box{{64, 128}, {0, 64}});
+  CHECK(Shard(*ranks[1], lm, "pad").box == Box{{64, 64}, {0, 64}});
+  for (const auto& m : ranks) CHECK(m->Fingerprint() == ranks[0]->Fingerprint());
+  CHECK(CheckElementCoverage(ranks, Multiplicity(4, 1, 2)) == "");
+  // The padding layout round-trips through the manifest JSON.
+  const json j = ranks[3]->ToJson();
+  auto parsed = ParseManifest(j);
+  INFO(parsed.status().ToString());
+  REQUIRE(parsed.ok());
+  CHECK((*parsed)->Fingerprint() == ranks[3]->Fingerprint());
+  CHECK(Shard(**parsed, lm, "pad").padding);
+  // A vocabulary already a multiple of 64 has no padding shard.
+  CHECK_FALSE(Generate("tiny-llama", 2, 1)->FindShard(0, "pad").has_value());
+}
+
+TEST_CASE("TpNotDividingThePaddedVocabularyIsAnError") {
+  json c = LoadConfig("tiny-qwen3-moe");
+  c["num_attention_heads"] = 12;  // head_dim stays 32
+  c["num_key_value_heads"] = 3;
+  c["intermediate_size"] = 96;
+  c["moe_intermediate_size"] = 48;
+  CHECK(GenerateError(c, 3).message() ==
+        "tp 3 does not divide vocab_size 250 padded to 256 (vLLM pads the vocabulary to a "
+        "multiple of 64)");
+  json odd = LoadConfig("tiny-llama");
+  odd["vocab_size"] = 255;  // pads to 256: tp 2 and 4 divide it
+  CHECK(Param(*Generate(odd, 4, 3, DType::kBF16), "lm_head.weight").shape == Shape{64, 64});
+  CHECK(GenerateError(LoadConfig("llama-3.1-8b"), 6).message() ==
+        "tp 6 does not divide num_attention_heads 32");
+}
+
+TEST_CASE("PaddingShardJsonIsValidated") {
+  const json base = {{"params",
+                      {{{"name", "w"},
+                        {"dtype", "bf16"},
+                        {"shape", {4, 2}},
+                        {"shards",
+                         {{{"id", "0"},
+                           {"source", "w"},
+                           {"source_shape", {3, 2}},
+                           {"box", {{0, 3}, {0, 2}}},
+                           {"source_box", {{0, 3}, {0, 2}}}},
+                          {{"id", "pad"}, {"layout", "padding"}, {"box", {{3, 4}, {0, 2}}}}}}}}}};
+  auto ok = ParseManifest(base);
+  INFO(ok.status().ToString());
+  REQUIRE(ok.ok());
+  CHECK((*ok)->ShardsOfSource("w").size() == 1);
+  json with_source = base;
+  with_source["params"][0]["shards"][1]["source"] = "w";
+  CHECK(Contains(ParseManifest(with_source).status().message(),
+                 "params[0].shards[1].source: a padding shard has no source"));
+  json outside = base;
+  outside["params"][0]["shards"][1]["box"] = {{3, 5}, {0, 2}};
+  CHECK_FALSE(ParseManifest(outside).ok());
+  json gap = base;
+  gap["params"][0]["shards"].erase(1);
+  CHECK(Contains(ParseManifest(gap).status().message(), "cover 6 of 8 elements"));
+}
+
+// ---- Expert parallelism ----
+
+TEST_CASE("DeepseekV3_Fp8Tp8Ep8_WholeExpertsPerRank") {
+  auto m = Generate(LoadConfig("deepseek-v3"), Ep(8, 8, 1, std::nullopt));
+  const std::string mlp = "model.layers.3.mlp";
+  const std::string w13 = mlp + ".experts.w13_weight";
+  CHECK(Param(*m, w13).shape == Shape{32, 4096, 7168});
+  CHECK(Param(*m, w13).dtype == DType::kFP8E4M3);
+  CHECK(Param(*m, mlp + ".experts.w2_weight").shape == Shape{32, 7168, 2048});
+  CHECK(Param(*m, mlp + ".experts.w13_weight_scale_inv").shape == Shape{32, 32, 56});
+  CHECK(Param(*m, mlp + ".experts.w2_weight_scale_inv").shape == Shape{32, 56, 16});
+  // Rank 1 holds global experts 32..63 whole, in local slots 0..31.
+  CHECK(Shard(*m, w13, "e0.w1").source == mlp + ".experts.32.gate_proj.weight");
+  CHECK(Shard(*m, w13, "e0.w1").source_box == Box{{0, 2048}, {0, 7168}});
+  CHECK(Shard(*m, w13, "e0.w3").box == Box{{0, 1}, {2048, 4096}, {0, 7168}});
+  CHECK(Shard(*m, w13, "e31.w3").source == mlp + ".experts.63.up_proj.weight");
+  CHECK_FALSE(m->FindShard(*m->FindParam(w13), "e32.w1").has_value());
+  CHECK(Shard(*m, mlp + ".experts.w2_weight_scale_inv", "e5.w2").source ==
+        mlp + ".experts.37.down_proj.weight_scale_inv");
+  CHECK(Shard(*m, mlp + ".experts.w2_weight_scale_inv", "e5.w2").source_box ==
+        Box{{0, 56}, {0, 16}});
+  // Router and score bias replicated; shared experts and attention stay tp-sliced.
+  CHECK(Param(*m, mlp + ".gate.weight").shape == Shape{256, 7168});
+  CHECK(Param(*m, mlp + ".gate.e_score_correction_bias").shape == Shape{256});
+  CHECK(Param(*m, mlp + ".shared_experts.gate_up_proj.weight").shape == Shape{512, 7168});
+  CHECK(Param(*m, "model.layers.3.self_attn.q_b_proj.weight").shape == Shape{3072, 1536});
+  CHECK(Param(*m, "model.layers.2.mlp.gate_up_proj.weight").shape == Shape{4608, 7168});
+  CHECK(Generate(LoadConfig("deepseek-v3"), Ep(8, 8, 6, std::nullopt))->Fingerprint() ==
+        m->Fingerprint());
+}
+
+TEST_CASE("RoundRobinPlacementStridesExpertsOverTheGroup") {
+  auto m =
+      Generate(LoadConfig("mixtral-8x7b"), Ep(1, 4, 1, DType::kBF16, ExpertPlacement::kRoundRobin));
+  const std::string w13 = "model.layers.0.block_sparse_moe.experts.w13_weight";
+  CHECK(Param(*m, w13).shape == Shape{2, 2 * 14336, 4096});
+  CHECK(Shard(*m, w13, "e0.w1").source == "model.layers.0.block_sparse_moe.experts.1.w1.weight");
+  CHECK(Shard(*m, w13, "e1.w1").source == "model.layers.0.block_sparse_moe.experts.5.w1.weight");
+  auto linear = Generate(LoadConfig("mixtral-8x7b"), Ep(1, 4, 1));
+  CHECK(Shard(*linear, w13, "e1.w1").source ==
+        "model.layers.0.block_sparse_moe.experts.3.w1.weight");
+  CHECK(linear->Fingerprint() == m->Fingerprint());
+  CHECK(ExpertPlacementFromName("round_robin") == ExpertPlacement::kRoundRobin);
+  CHECK(ExpertPlacementName(ExpertPlacement::kLinear) == "linear");
+  CHECK_FALSE(ExpertPlacementFromName("random").has_value());
+}
+
+TEST_CASE("EpOverDataParallelReplicas_AttentionTpSlicedByRankModTp") {
+  // tp 2, ep 4: two data-parallel replicas of the attention, experts over all four ranks.
+  const json c = LoadConfig("tiny-qwen3-moe");
+  auto r3 = Generate(c, Ep(2, 4, 3));
+  auto r1 = Generate(c, Ep(2, 4, 1));
+  const std::string qkv = "model.layers.0.self_attn.qkv_proj.weight";
+  CHECK(Shard(*r3, qkv, "q").source_box == Shard(*r1, qkv, "q").source_box);
+  const std::string w13 = "model.layers.1.mlp.experts.w13_weight";
+  CHECK(Param(*r3, w13).shape == Shape{2, 64, 64});
+  CHECK(Shard(*r3, w13, "e0.w1").source == "model.layers.1.mlp.experts.6.gate_proj.weight");
+  CHECK(Shard(*r1, w13, "e1.w1").source == "model.layers.1.mlp.experts.3.gate_proj.weight");
+}
+
+TEST_CASE("EveryFamily_EveryValidTpEp_CoversEverySourceElementExactlyOnce") {
+  struct Model {
+    std::string name;
+    json config;
+    int kv_heads;
+    bool experts;
+  };
+  json qwen3 = LoadConfig("tiny-qwen3-moe");
+  qwen3["model_type"] = "qwen3";
+  json mistral = LoadConfig("tiny-llama");
+  mistral["model_type"] = "mistral";
+  mistral["vocab_size"] = 200;  // padded to 256
+  const std::vector<Model> models = {
+      {"tiny-llama", LoadConfig("tiny-llama"), 2, false},
+      {"tiny-qwen2", LoadConfig("tiny-qwen2"), 2, false},
+      {"qwen3 (tiny)", qwen3, 2, false},
+      {"mistral (tiny, padded vocab)", mistral, 2, false},
+      {"tiny-qwen3-moe", LoadConfig("tiny-qwen3-moe"), 2, true},
+      {"tiny-mixtral", LoadConfig("tiny-mixtral"), 2, true},
+      {"tiny-deepseek", LoadConfig("tiny-deepseek"), 4, true},
+      {"tiny-deepseek fp8 8x8", WithFp8(LoadConfig("tiny-deepseek"), 8), 4, true},
+  };
+  int groups = 0;
+  for (const Model& model : models) {
+    const std::optional<DType> dtype =
+        model.config.contains("quantization_config") ? std::nullopt : std::optional(DType::kBF16);
+    for (int tp : {1, 2, 4}) {
+      for (int ep : {1, 2, 4, 8}) {
+        if (ep > 1 && (!model.experts || ep % tp != 0)) continue;
+        if (model.name == "tiny-mixtral" && ep > 4) continue;  // 4 experts
+        for (auto placement : {ExpertPlacement::kLinear, ExpertPlacement::kRoundRobin}) {
+          if (ep == 1 && placement == ExpertPlacement::kRoundRobin) continue;
+          INFO(model.name << " tp " << tp << " ep " << ep << " " << ExpertPlacementName(placement));
+          auto ranks = AllRanks(model.config, Ep(tp, ep, 0, dtype, placement));
+          CHECK(CheckElementCoverage(ranks, Multiplicity(tp, ep, model.kv_heads)) == "");
+          for (const auto& m : ranks) CHECK(m->Fingerprint() == ranks[0]->Fingerprint());
+          ++groups;
+        }
+      }
+    }
+  }
+  // 4 dense models x 3 tp; 8-expert models: 7 + 7 + 5 (tp 1, 2, 4) (tp, ep, placement)
+  // groups each; tiny-mixtral (4 experts): 5 + 5 + 3.
+  CHECK(groups == 4 * 3 + 3 * 19 + 13);
+}
+
+TEST_CASE("FullSizeMoe_EveryValidTpEp_IntervalCoverageAndCheckpointTotal") {
+  struct Case {
+    std::string model;
+    int tp, ep;
+    int kv_heads;
+    int64_t total;
+  };
+  const std::vector<Case> cases = {
+      {"qwen3-30b-a3b", 1, 1, 4, 30532122624}, {"qwen3-30b-a3b", 4, 1, 4, 30532122624},
+      {"qwen3-30b-a3b", 8, 1, 4, 30532122624}, {"qwen3-30b-a3b", 4, 4, 4, 30532122624},
+      {"qwen3-30b-a3b", 2, 8, 4, 30532122624}, {"qwen3-30b-a3b", 8, 16, 4, 30532122624},
+      {"mixtral-8x7b", 2, 1, 8, 46702792704},  {"mixtral-8x7b", 8, 8, 8, 46702792704},
+      {"mixtral-8x7b", 2, 4, 8, 46702792704},  {"deepseek-v3", 8, 8, 128, 671026419200},
+      {"kimi-k2", 8, 16, 64, 1026408232448},
+  };
+  for (const Case& k : cases) {
+    INFO(k.model << " tp " << k.tp << " ep " << k.ep);
+    const json config = LoadConfig(k.model);
+    CoverageCheck cover;
+    std::vector<ManifestPtr> ranks;
+    for (int r = 0; r < (k.ep > 1 ? k.ep : k.tp); ++r) {
+      ranks.push_back(Generate(config, Ep(k.tp, k.ep, r)));
+      cover.AddRank(*ranks.back());
+    }
+    CHECK(cover.Check(Multiplicity(k.tp, k.ep, k.kv_heads)) == "");
+    CHECK(cover.distinct_fingerprints() == 1);
+    CHECK(cover.source_elements() == k.total);
+    CHECK(DistinctSourceElements(ranks) == k.total);
+  }
+  // fp8: weights and scale blocks of DeepSeek-V3 at tp 8 / ep 8.
+  const json ds = LoadConfig("deepseek-v3");
+  CoverageCheck fp8;
+  for (int r = 0; r < 8; ++r) fp8.AddRank(*Generate(ds, Ep(8, 8, r, std::nullopt)));
+  CHECK(fp8.Check(Multiplicity(8, 8, 128)) == "");
+  CHECK(fp8.distinct_fingerprints() == 1);
+}
+
+TEST_CASE("FullSizeDense_NewFamiliesCoveredAtEveryTp") {
+  for (const char* model : {"qwen3-8b", "mistral-7b"}) {
+    const json config = LoadConfig(model);
+    for (int tp : {1, 2, 4, 8}) {
+      INFO(model << " tp " << tp);
+      CoverageCheck cover;
+      for (int r = 0; r < tp; ++r) cover.AddRank(*Generate(config, tp, r, DType::kBF16));
+      CHECK(cover.Check(Multiplicity(tp, 1, 8)) == "");
+      CHECK(cover.distinct_fingerprints() == 1);
+    }
+  }
+}
+
+TEST_CASE("ExpertParallelBadInputNamesTheField") {
+  const json mixtral = LoadConfig("tiny-mixtral");  // 4 experts
+  CHECK(GenerateError(mixtral, Ep(1, 3, 0)).message() ==
+        "ep 3 does not divide num_local_experts 4");
+  CHECK(GenerateError(LoadConfig("deepseek-v3"), Ep(8, 24, 0)).message() ==
+        "ep 24 does not divide n_routed_experts 256");
+  CHECK(GenerateError(LoadConfig("qwen3-30b-a3b"), Ep(1, 3, 0)).message() ==
+        "ep 3 does not divide num_experts 128");
+  CHECK(GenerateError(LoadConfig("llama-3.1-8b"), Ep(2, 2, 0)).message() ==
+        "ep 2: model_type 'llama' has no MoE layer (expert parallelism needs experts)");
+  json dense = LoadConfig("tiny-qwen3-moe");
+  dense["mlp_only_layers"] = {0, 1, 2};
+  CHECK(Contains(GenerateError(dense, Ep(1, 2, 0)).message(), "ep 2: model_type 'qwen3_moe'"));
+  CHECK(Contains(GenerateError(mixtral, Ep(4, 2, 0)).message(), "ep 2 is not a multiple of tp 4"));
+  CHECK(GenerateError(mixtral, Ep(2, 4, 4)).message() ==
+        "rank 4 out of range for tp 2, ep 4 (0 <= rank < ep)");
+  CHECK(Contains(GenerateError(mixtral, Ep(1, 0, 0)).message(), "ep 0 must be >= 1"));
+  json few = LoadConfig("tiny-qwen3-moe");
+  few["num_experts"] = 2;
+  CHECK(GenerateError(few, 4).message() ==
+        "tp 4 exceeds num_experts 2 (vLLM refuses more tensor-parallel ranks than experts)");
+}
+
+TEST_CASE("NewFamiliesMissingFieldsAreNamed") {
+  struct Case {
+    const char* model;
+    const char* field;
+  };
+  for (const Case& k :
+       {Case{"tiny-qwen3-moe", "moe_intermediate_size"},
+        Case{"tiny-qwen3-moe", "intermediate_size"}, Case{"tiny-qwen3-moe", "num_hidden_layers"},
+        Case{"tiny-mixtral", "num_local_experts"}, Case{"tiny-mixtral", "intermediate_size"},
+        Case{"qwen3-8b", "vocab_size"}, Case{"mistral-7b", "hidden_size"}}) {
+    json c = LoadConfig(k.model);
+    c.erase(k.field);
+    INFO(k.model << " without " << k.field);
+    CHECK(GenerateError(c, 1).message() == std::string(k.field) + ": missing (a positive integer)");
+  }
+  json bad = LoadConfig("tiny-qwen3-moe");
+  bad["mlp_only_layers"] = "all";
+  CHECK(Contains(GenerateError(bad, 1).message(), "mlp_only_layers: expected an array"));
 }
 
 // ---- The CLI ----
@@ -696,9 +1182,91 @@ TEST_CASE("Cli_ErrorsNameTheFieldAndExit2") {
   CliRun unknown = RunWtx("manifest --hf-config " + path);
   std::filesystem::remove(path);
   CHECK(unknown.exit_code == 2);
-  CHECK(Contains(unknown.err, "model_type: unknown 'gpt2' (llama|qwen2|deepseek_v3|kimi_k2)"));
+  CHECK(Contains(unknown.err, "model_type: unknown 'gpt2' (llama|mistral|qwen2|qwen3|"));
   CliRun missing = RunWtx("manifest --hf-config /nonexistent/config.json");
   CHECK(missing.exit_code == 2);
+}
+
+// Runs `wtx args`, which must fail with exit 2 and `want` in its stderr.
+void CheckCliFails(const std::string& args, const std::string& want) {
+  CliRun r = RunWtx(args);
+  INFO("wtx " << args << ": " << r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(Contains(r.err, want));
+}
+
+TEST_CASE("Cli_ExpertParallelManifestAndSummary") {
+  CliRun r = RunWtx("manifest --hf-config " + ConfigPath("tiny-mixtral") +
+                    " --tp 2 --ep 2 --rank 1 --expert-placement round_robin");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json j = json::parse(r.out);
+  auto api =
+      Generate(LoadConfig("tiny-mixtral"), Ep(2, 2, 1, std::nullopt, ExpertPlacement::kRoundRobin));
+  CHECK(j.at("fingerprint") == api->Fingerprint());
+  auto parsed = ParseManifest(j);
+  REQUIRE(parsed.ok());
+  CHECK(Shard(**parsed, "model.layers.0.block_sparse_moe.experts.w13_weight", "e1.w1").source ==
+        "model.layers.0.block_sparse_moe.experts.3.w1.weight");
+
+  CliRun s = RunWtx("manifest --hf-config " + ConfigPath("deepseek-v3") +
+                    " --tp 8 --ep 8 --rank 1 --dtype bf16 --summary --json");
+  INFO(s.err);
+  REQUIRE(s.exit_code == 0);
+  const json sj = json::parse(s.out);
+  CHECK(sj.at("ranks") == 8);
+  CHECK(sj.at("ep") == 8);
+  CHECK(sj.at("checkpoint").at("params") == 671026419200);  // gathered over the 8 ranks
+  const int64_t per_rank = sj.at("per_rank").at("params");
+  CHECK(sj.at("total").at("params") == 8 * per_rank);
+  CliRun text = RunWtx("manifest --hf-config " + ConfigPath("tiny-qwen3-moe") +
+                       " --tp 2 --ep 4 --rank 3 --summary");
+  REQUIRE(text.exit_code == 0);
+  CHECK(Contains(text.out, "tp 2, ep 4 (linear), rank 3"));
+  CHECK(Contains(text.out, "all 4 ranks"));
+}
+
+TEST_CASE("Cli_ExpertParallelErrorsNameTheFlagAndExit2") {
+  const std::string tiny = "manifest --hf-config " + ConfigPath("tiny-mixtral");
+  CheckCliFails("manifest --hf-config " + ConfigPath("mixtral-8x7b") + " --ep 3",
+                "--ep 3 does not divide num_local_experts 8");
+  CheckCliFails("manifest --hf-config " + ConfigPath("qwen3-8b") + " --tp 2 --ep 2",
+                "--ep 2: model_type 'qwen3' has no MoE layer");
+  CheckCliFails(tiny + " --tp 4 --ep 2", "--ep 2 is not a multiple of tp 4");
+  CheckCliFails(tiny + " --ep 2 --expert-placement zigzag", "--expert-placement: unknown 'zigzag'");
+  CheckCliFails(tiny + " --ep 2 --rank 2", "--rank 2 out of range for tp 1, ep 2");
+}
+
+TEST_CASE("Cli_SimRefusesEpInconsistentWithTheScenarioRanks") {
+  namespace fs = std::filesystem;
+  struct Case {
+    int ranks;
+    const char* model;
+    int tp, ep;
+    const char* want;
+  };
+  const Case cases[] = {
+      {3, "tiny-mixtral", 2, 2, "model.ep: ep 2 does not divide ranks 3"},
+      {2, "tiny-mixtral", 2, 4, "model.ep: ep 4 does not divide ranks 2"},
+      {2, "tiny-mixtral", 2, 3, "model.ep: ep 3 is not a multiple of tp 2"},
+      {3, "tiny-mixtral", 1, 3, "model.ep"},  // 3 does not divide num_local_experts 4
+      {2, "tiny-llama", 1, 2, "model.ep"},    // no experts
+      {4, "tiny-qwen2", 3, 1, "model.tp: tp 3 does not divide ranks 4"},
+      {8, "tiny-qwen2", 8, 1, "tp 8 does not divide num_attention_heads 4"},
+  };
+  for (const Case& k : cases) {
+    const std::string path =
+        (fs::temp_directory_path() / ("wtx-ep-" + std::to_string(::getpid()) + ".json")).string();
+    {
+      std::ofstream f(path);
+      f << json{{"ranks", k.ranks},
+                {"model", {{"hf_config", ConfigPath(k.model)}, {"tp", k.tp}, {"ep", k.ep}}},
+                {"steps", json::array()}}
+               .dump();
+    }
+    CheckCliFails("sim " + path, k.want);
+    fs::remove(path);
+  }
 }
 #endif  // WTX_BINARY
 

@@ -9,9 +9,10 @@
 // name existing parameters, and no size can overflow: every parameter and source tensor has at
 // most kMaxTensorDims dimensions and kMaxTensorBytes bytes, all parameters together at most
 // kMaxManifestBytes (wtx/limits.h); a manifest beyond them is refused naming the parameter.
-// Its Fingerprint() is canonical over names, dtypes, shapes, shard
-// ids, modules and derived states (not over per-rank source boxes), so all ranks of a TP group
-// agree on it.
+// A padding shard (vLLM's padded vocabulary rows) has no source: it is not indexed by source,
+// and no transaction requires it to be written. Its Fingerprint() is canonical over names,
+// dtypes, shapes, shard ids, modules and derived states (not over per-rank source boxes), so all
+// ranks of a TP group agree on it.
 //
 // Thread-safety: a Manifest is immutable after construction; concurrent reads are safe.
 #pragma once
@@ -43,6 +44,9 @@ struct ShardSpec {
   Box box;                    // live coordinates
   Box source_box;             // source coordinates (the TP slice)
   bool packed = false;        // live bytes are not a translation of the source
+  // Live elements that no source feeds (vLLM's vocabulary padding rows): source, source_shape
+  // and source_box are empty; not required coverage; their bytes count in the version.
+  bool padding = false;
 };
 
 struct ParamSpec {

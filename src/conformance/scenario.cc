@@ -326,23 +326,50 @@ Result<Scenario> ParseScenario(const json& j, const std::string& base_dir) {
   ManifestPtr common;
   if (model.contains("hf_config")) {
     if (!model["hf_config"].is_string()) return Bad("model.hf_config", "expected a path");
-    auto tp_it = model.find("tp");
-    int tp = 1;
-    if (tp_it != model.end()) {
-      WTX_ASSIGN_OR_RETURN(t, JsonInt32(*tp_it, "model.tp", 1, kMaxRanks));
-      tp = t;
+    HfManifestOptions o;
+    for (const char* key : {"tp", "ep"}) {
+      auto it = model.find(key);
+      if (it == model.end()) continue;
+      WTX_ASSIGN_OR_RETURN(v, JsonInt32(*it, std::string("model.") + key, 1, kMaxRanks));
+      (std::string_view(key) == "tp" ? o.tp : o.ep) = v;
     }
-    if (sc.ranks % tp != 0) {
-      return Bad("model.tp", "tp " + std::to_string(tp) + " does not divide ranks " +
-                                 std::to_string(sc.ranks));
+    if (auto it = model.find("expert_placement"); it != model.end()) {
+      auto p = it->is_string() ? ExpertPlacementFromName(it->get<std::string>()) : std::nullopt;
+      if (!p) return Bad("model.expert_placement", "expected \"linear\" or \"round_robin\"");
+      o.expert_placement = *p;
+    }
+    // The ranks are replicas of one group: tp ranks, or with expert parallelism the ep = dp * tp
+    // ranks of vLLM's expert-parallel world.
+    if (o.ep > 1 && o.ep % o.tp != 0) {
+      return Bad("model.ep", "ep " + std::to_string(o.ep) + " is not a multiple of tp " +
+                                 std::to_string(o.tp) + " (ep = dp * tp)");
+    }
+    const int group = o.GroupSize();
+    if (sc.ranks % group != 0) {
+      const bool ep = o.ep > 1;
+      return Bad(ep ? "model.ep" : "model.tp",
+                 std::string(ep ? "ep " : "tp ") + std::to_string(group) +
+                     " does not divide ranks " + std::to_string(sc.ranks) +
+                     (ep ? " (tp " + std::to_string(o.tp) + " x dp " +
+                               std::to_string(group / o.tp) + " = ep ranks per replica)"
+                         : ""));
     }
     const std::string path = resolve(model["hf_config"].get<std::string>());
     for (int r = 0; r < sc.ranks; ++r) {
-      HfManifestOptions o;
-      o.tp = tp;
-      o.rank = r % tp;
+      o.rank = r % group;
       auto m = ManifestFromHfConfigFile(path, o);
-      if (!m.ok()) return Bad("model.hf_config", m.status().message());
+      if (!m.ok()) {
+        // Option errors name the scenario field ("model.ep: ep 3 does not divide ...").
+        const std::string& msg = m.status().message();
+        const size_t colon = msg.find(": ");
+        const std::string what = colon == std::string::npos ? msg : msg.substr(colon + 2);
+        for (const char* key : {"tp", "ep"}) {
+          if (what.rfind(std::string(key) + " ", 0) == 0) {
+            return Bad(std::string("model.") + key, msg);
+          }
+        }
+        return Bad("model.hf_config", msg);
+      }
       sc.manifests.push_back(m.value());
     }
   } else {

@@ -89,18 +89,22 @@ std::vector<uint8_t> FillBox(const Manifest& m, uint32_t pi, const Box& box, con
     }
     int64_t src_flat = 0;
     uint64_t h = 0;
-    if (k < p.shards.size()) {
-      const ShardSpec& s = p.shards[k];
-      const size_t extra = s.box.size() - s.source_box.size();
-      if (s.box.size() >= s.source_box.size()) {
-        for (size_t d = 0; d < s.source_box.size(); ++d) {
-          src_flat +=
-              (s.source_box[d].begin + idx[extra + d] - s.box[extra + d].begin) * src_strides[k][d];
+    if (k < p.shards.size() && p.shards[k].padding) {
+      std::memset(out, 0, esz);  // padding rows: zeros, as vLLM's loader leaves them
+    } else {
+      if (k < p.shards.size()) {
+        const ShardSpec& s = p.shards[k];
+        const size_t extra = s.box.size() - s.source_box.size();
+        if (s.box.size() >= s.source_box.size()) {
+          for (size_t d = 0; d < s.source_box.size(); ++d) {
+            src_flat += (s.source_box[d].begin + idx[extra + d] - s.box[extra + d].begin) *
+                        src_strides[k][d];
+          }
         }
+        h = src_hash[k];
       }
-      h = src_hash[k];
+      FillElement(fill, h, src_flat, p.dtype, out);
     }
-    FillElement(fill, h, src_flat, p.dtype, out);
     out += esz;
     for (size_t d = box.size(); d-- > 0;) {
       if (++idx[d] < box[d].end) break;

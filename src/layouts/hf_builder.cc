@@ -1,5 +1,6 @@
 #include "src/layouts/hf_builder.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace wtx::hf {
@@ -57,17 +58,38 @@ Result<std::string> ConfigReader::StringOr(const char* key, std::string dflt) co
   return it->get<std::string>();
 }
 
+Result<std::vector<int64_t>> ConfigReader::IntListOr(const char* key) const {
+  auto it = j_.find(key);
+  std::vector<int64_t> out;
+  if (it == j_.end() || it->is_null()) return out;
+  if (!it->is_array()) return FieldError(key, "expected an array of integers, got " + it->dump());
+  for (const auto& e : *it) {
+    if (!e.is_number_integer() || e.get<int64_t>() < 0) {
+      return FieldError(key, "expected integers >= 0, got " + e.dump());
+    }
+    out.push_back(e.get<int64_t>());
+  }
+  return out;
+}
+
+Status CheckTpAtMostExperts(int tp, int64_t experts, std::string_view field) {
+  if (tp <= experts) return Status::OK();
+  return Status::InvalidArgument("tp " + std::to_string(tp) + " exceeds " + std::string(field) +
+                                 " " + std::to_string(experts) +
+                                 " (vLLM refuses more tensor-parallel ranks than experts)");
+}
+
 Status CheckTpDivides(int tp, int64_t value, std::string_view field) {
   if (value % tp == 0) return Status::OK();
   return Status::InvalidArgument("tp " + std::to_string(tp) + " does not divide " +
                                  std::string(field) + " " + std::to_string(value));
 }
 
-Builder::Builder(int tp, int rank, WeightFormat format) : tp_(tp), rank_(rank), format_(format) {}
+Builder::Builder(Parallelism par, WeightFormat format) : par_(par), format_(format) {}
 
 Range Builder::TpSlice(int64_t extent) const {
-  const int64_t per = extent / tp_;
-  return {rank_ * per, (rank_ + 1) * per};
+  const int64_t per = extent / par_.tp;
+  return {par_.tp_rank * per, (par_.tp_rank + 1) * per};
 }
 
 void Builder::BeginModule(std::string name) {
@@ -95,16 +117,39 @@ void Builder::AddReplicated(std::string name, Shape shape, DType dtype) {
   p.shards.push_back(std::move(s));
 }
 
+Status Builder::CheckVocab(int64_t vocab) const {
+  const int64_t padded = PadVocab(vocab);
+  if (padded % par_.tp == 0) return Status::OK();
+  std::string m =
+      "tp " + std::to_string(par_.tp) + " does not divide vocab_size " + std::to_string(vocab);
+  if (padded != vocab) {
+    m += " padded to " + std::to_string(padded) + " (vLLM pads the vocabulary to a multiple of " +
+         std::to_string(kVocabPadding) + ")";
+  }
+  return Status::InvalidArgument(m);
+}
+
 void Builder::AddVocabParallel(std::string name, int64_t vocab, int64_t hidden) {
-  const Range rows = TpSlice(vocab);
+  const int64_t padded = PadVocab(vocab);
+  const int64_t per = padded / par_.tp;
+  // vLLM's shard of the padded vocabulary: rows [start, start + per), of which those below
+  // vocab come from the checkpoint and the rest are padding (zero-filled by its loader).
+  const int64_t start = std::min<int64_t>(par_.tp_rank * per, vocab);
+  const int64_t real = std::min<int64_t>(par_.tp_rank * per + per, vocab) - start;
   ShardSpec s;
   s.id = "0";
   s.source = name;
   s.source_shape = {vocab, hidden};
-  s.box = {{0, rows.extent()}, {0, hidden}};
-  s.source_box = {rows, {0, hidden}};
-  ParamSpec& p = NewParam(std::move(name), format_.dtype, {rows.extent(), hidden});
+  s.box = {{0, real}, {0, hidden}};
+  s.source_box = {{start, start + real}, {0, hidden}};
+  ParamSpec& p = NewParam(std::move(name), format_.dtype, {per, hidden});
   p.shards.push_back(std::move(s));
+  if (padded != vocab) {
+    ShardSpec& pad = p.shards.emplace_back();
+    pad.id = "pad";
+    pad.padding = true;
+    pad.box = {{real, per}, {0, hidden}};
+  }
 }
 
 Result<Range> Builder::BlockSlice(Range slice, int64_t extent, int64_t block,
@@ -114,7 +159,7 @@ Result<Range> Builder::BlockSlice(Range slice, int64_t extent, int64_t block,
         "quantization_config.weight_block_size: fp8 block " + std::to_string(block) +
         " does not align with " + std::string(dim) + " [" + std::to_string(slice.begin) + ", " +
         std::to_string(slice.end) + ") of " + std::string(source) + " held by rank " +
-        std::to_string(rank_) + " of tp " + std::to_string(tp_) +
+        std::to_string(par_.tp_rank) + " of tp " + std::to_string(par_.tp) +
         " (choose a tp whose slices are whole blocks, or a dtype to ignore quantization)");
   }
   return Range{slice.begin / block, CeilDiv(slice.end, block)};
@@ -205,22 +250,20 @@ namespace {
 // Appends the decimal digits of v.
 void AppendInt(std::string* s, int64_t v) { *s += std::to_string(v); }
 
-// The three checkpoint projections of one routed expert, in stacked-param order.
+// One routed expert's projection in a stacked parameter.
 struct ExpertProj {
-  const char* suffix;  // ".w1"
-  const char* source;  // ".gate_proj"
+  const char* suffix;  // shard id suffix: ".w1"
+  const char* source;  // checkpoint name after the expert id: ".gate_proj"
 };
-constexpr ExpertProj kW1{".w1", ".gate_proj"};
-constexpr ExpertProj kW3{".w3", ".up_proj"};
-constexpr ExpertProj kW2{".w2", ".down_proj"};
 
-// Shard of expert `e` of a stacked parameter: live box [[e, e+1], rows, cols].
-void AddExpertShard(ParamSpec* p, std::string_view experts_prefix, int64_t e,
+// Shard of local slot `slot` (global expert `e`) of a stacked parameter: live box
+// [[slot, slot+1], rows, cols].
+void AddExpertShard(ParamSpec* p, std::string_view experts_prefix, int64_t slot, int64_t e,
                     const ExpertProj& proj, std::string_view tensor, Shape source_shape, Range rows,
                     Range cols, Range src_rows, Range src_cols) {
   ShardSpec& s = p->shards.emplace_back();
   s.id = "e";
-  AppendInt(&s.id, e);
+  AppendInt(&s.id, slot);
   s.id += proj.suffix;
   s.source.reserve(experts_prefix.size() + 40);
   s.source = experts_prefix;
@@ -228,49 +271,76 @@ void AddExpertShard(ParamSpec* p, std::string_view experts_prefix, int64_t e,
   s.source += proj.source;
   s.source += tensor;
   s.source_shape = std::move(source_shape);
-  s.box = {{e, e + 1}, rows, cols};
+  s.box = {{slot, slot + 1}, rows, cols};
   s.source_box = {src_rows, src_cols};
 }
 
 }  // namespace
 
-Status Builder::AddExperts(std::string_view prefix, int64_t experts, int64_t hidden,
-                           int64_t intermediate) {
-  const Range islice = TpSlice(intermediate);
+Status Builder::CheckExperts(const ExpertsSpec& spec) const {
+  if (par_.ep > 1) {
+    if (spec.experts % par_.ep != 0) {
+      return Status::InvalidArgument("ep " + std::to_string(par_.ep) + " does not divide " +
+                                     std::string(spec.experts_field) + " " +
+                                     std::to_string(spec.experts));
+    }
+    return Status::OK();
+  }
+  return CheckTpDivides(par_.tp, spec.intermediate, spec.intermediate_field);
+}
+
+Status Builder::AddExperts(std::string_view prefix, const ExpertsSpec& spec) {
+  const int64_t hidden = spec.hidden, intermediate = spec.intermediate;
+  const bool ep = par_.ep > 1;
+  // With expert parallelism the MoE layer is not tensor-sliced (vLLM's moe tp = 1).
+  const Range islice = ep ? Range{0, intermediate} : TpSlice(intermediate);
   const int64_t it = islice.extent();
+  const int64_t local = ep ? spec.experts / par_.ep : spec.experts;
+  std::vector<int64_t> global(local);  // global expert id of each local slot
+  for (int64_t k = 0; k < local; ++k) {
+    if (!ep) {
+      global[k] = k;
+    } else if (par_.placement == ExpertPlacement::kRoundRobin) {
+      global[k] = par_.ep_rank + k * par_.ep;
+    } else {
+      global[k] = par_.ep_rank * local + k;
+    }
+  }
   const bool fp8 = format_.fp8.has_value();
-  std::string ep(prefix);
-  ep += ".experts.";  // checkpoint prefix of expert e: ep + e
+  const ExpertProj w1{".w1", spec.names.gate}, w3{".w3", spec.names.up}, w2{".w2", spec.names.down};
+  std::string ep_prefix(prefix);
+  ep_prefix += ".experts.";  // checkpoint prefix of expert e: ep_prefix + e
 
   Range ib_rows, ib_cols;  // scale blocks of the intermediate slice as rows (w13) / cols (w2)
   if (fp8) {
     const Fp8Block& blk = *format_.fp8;
-    std::string first = ep + "0.gate_proj.weight";
+    std::string first = ep_prefix + std::to_string(global[0]) + w1.source + ".weight";
     WTX_ASSIGN_OR_RETURN(r, BlockSlice(islice, intermediate, blk.n, first, "rows"));
-    first = ep + "0.down_proj.weight";
+    first = ep_prefix + std::to_string(global[0]) + w2.source + ".weight";
     WTX_ASSIGN_OR_RETURN(c, BlockSlice(islice, intermediate, blk.k, first, "columns"));
     ib_rows = r;
     ib_cols = c;
   }
+  has_experts_ = true;
 
   {
-    ParamSpec& w13 = NewParam(ep + "w13_weight", fp8 ? DType::kFP8E4M3 : format_.dtype,
-                              {experts, 2 * it, hidden});
-    w13.shards.reserve(2 * experts);
-    for (int64_t e = 0; e < experts; ++e) {
-      AddExpertShard(&w13, ep, e, kW1, ".weight", {intermediate, hidden}, {0, it}, {0, hidden},
-                     islice, {0, hidden});
-      AddExpertShard(&w13, ep, e, kW3, ".weight", {intermediate, hidden}, {it, 2 * it}, {0, hidden},
-                     islice, {0, hidden});
+    ParamSpec& w13 = NewParam(ep_prefix + "w13_weight", fp8 ? DType::kFP8E4M3 : format_.dtype,
+                              {local, 2 * it, hidden});
+    w13.shards.reserve(2 * local);
+    for (int64_t k = 0; k < local; ++k) {
+      AddExpertShard(&w13, ep_prefix, k, global[k], w1, ".weight", {intermediate, hidden}, {0, it},
+                     {0, hidden}, islice, {0, hidden});
+      AddExpertShard(&w13, ep_prefix, k, global[k], w3, ".weight", {intermediate, hidden},
+                     {it, 2 * it}, {0, hidden}, islice, {0, hidden});
     }
   }
   {
-    ParamSpec& w2 =
-        NewParam(ep + "w2_weight", fp8 ? DType::kFP8E4M3 : format_.dtype, {experts, hidden, it});
-    w2.shards.reserve(experts);
-    for (int64_t e = 0; e < experts; ++e) {
-      AddExpertShard(&w2, ep, e, kW2, ".weight", {hidden, intermediate}, {0, hidden}, {0, it},
-                     {0, hidden}, islice);
+    ParamSpec& w2p = NewParam(ep_prefix + "w2_weight", fp8 ? DType::kFP8E4M3 : format_.dtype,
+                              {local, hidden, it});
+    w2p.shards.reserve(local);
+    for (int64_t k = 0; k < local; ++k) {
+      AddExpertShard(&w2p, ep_prefix, k, global[k], w2, ".weight", {hidden, intermediate},
+                     {0, hidden}, {0, it}, {0, hidden}, islice);
     }
   }
   if (fp8) {
@@ -279,27 +349,27 @@ Status Builder::AddExperts(std::string_view prefix, int64_t experts, int64_t hid
     const int64_t hk = CeilDiv(hidden, blk.k);  // hidden as input columns of w1/w3
     const int64_t hn = CeilDiv(hidden, blk.n);  // hidden as output rows of w2
     {
-      std::string name = ep + "w13_weight_scale_inv";
+      std::string name = ep_prefix + "w13_weight_scale_inv";
       module_scales_.push_back(name);
-      ParamSpec& s13 = NewParam(std::move(name), DType::kF32, {experts, 2 * ib, hk});
-      s13.shards.reserve(2 * experts);
+      ParamSpec& s13 = NewParam(std::move(name), DType::kF32, {local, 2 * ib, hk});
+      s13.shards.reserve(2 * local);
       const Shape src{CeilDiv(intermediate, blk.n), hk};
-      for (int64_t e = 0; e < experts; ++e) {
-        AddExpertShard(&s13, ep, e, kW1, ".weight_scale_inv", src, {0, ib}, {0, hk}, ib_rows,
-                       {0, hk});
-        AddExpertShard(&s13, ep, e, kW3, ".weight_scale_inv", src, {ib, 2 * ib}, {0, hk}, ib_rows,
-                       {0, hk});
+      for (int64_t k = 0; k < local; ++k) {
+        AddExpertShard(&s13, ep_prefix, k, global[k], w1, ".weight_scale_inv", src, {0, ib},
+                       {0, hk}, ib_rows, {0, hk});
+        AddExpertShard(&s13, ep_prefix, k, global[k], w3, ".weight_scale_inv", src, {ib, 2 * ib},
+                       {0, hk}, ib_rows, {0, hk});
       }
     }
     {
-      std::string name = ep + "w2_weight_scale_inv";
+      std::string name = ep_prefix + "w2_weight_scale_inv";
       module_scales_.push_back(name);
-      ParamSpec& s2 = NewParam(std::move(name), DType::kF32, {experts, hn, ib_cols.extent()});
-      s2.shards.reserve(experts);
+      ParamSpec& s2 = NewParam(std::move(name), DType::kF32, {local, hn, ib_cols.extent()});
+      s2.shards.reserve(local);
       const Shape src{hn, CeilDiv(intermediate, blk.k)};
-      for (int64_t e = 0; e < experts; ++e) {
-        AddExpertShard(&s2, ep, e, kW2, ".weight_scale_inv", src, {0, hn}, {0, ib_cols.extent()},
-                       {0, hn}, ib_cols);
+      for (int64_t k = 0; k < local; ++k) {
+        AddExpertShard(&s2, ep_prefix, k, global[k], w2, ".weight_scale_inv", src, {0, hn},
+                       {0, ib_cols.extent()}, {0, hn}, ib_cols);
       }
     }
   }
@@ -327,10 +397,125 @@ Status AddGatedMlp(Builder* b, std::string_view prefix, int64_t hidden, int64_t 
   return b->AddLinear(p + ".down_proj", down, intermediate, islice, bias, /*quantized=*/true);
 }
 
+void AddEmbedding(Builder* b, int64_t vocab, int64_t hidden) {
+  b->BeginModule("model.embed_tokens");
+  b->AddVocabParallel("model.embed_tokens.weight", vocab, hidden);
+}
+
 void AddLmHead(Builder* b, int64_t hidden, int64_t vocab, bool tied, DType dtype) {
   b->BeginModule("lm_head");
   b->AddReplicated("model.norm.weight", {hidden}, dtype);
   if (!tied) b->AddVocabParallel("lm_head.weight", vocab, hidden);
+}
+
+Result<GqaAttention> ReadGqaAttention(const ConfigReader& c, int tp) {
+  GqaAttention a;
+  WTX_ASSIGN_OR_RETURN(hidden, c.PositiveInt("hidden_size"));
+  WTX_ASSIGN_OR_RETURN(heads, c.PositiveInt("num_attention_heads"));
+  WTX_ASSIGN_OR_RETURN(kv_heads, c.IntOr("num_key_value_heads", heads, 1));
+  WTX_ASSIGN_OR_RETURN(head_dim, c.OptionalPositiveInt("head_dim"));
+  if (!head_dim && hidden % heads != 0) {
+    return Status::InvalidArgument("head_dim: absent, and num_attention_heads " +
+                                   std::to_string(heads) + " does not divide hidden_size " +
+                                   std::to_string(hidden));
+  }
+  if (heads % kv_heads != 0) {
+    return Status::InvalidArgument("num_key_value_heads: " + std::to_string(kv_heads) +
+                                   " does not divide num_attention_heads " + std::to_string(heads));
+  }
+  WTX_RETURN_IF_ERROR(CheckTpDivides(tp, heads, "num_attention_heads"));
+  if (kv_heads >= tp) {
+    WTX_RETURN_IF_ERROR(CheckTpDivides(tp, kv_heads, "num_key_value_heads"));
+  } else if (tp % kv_heads != 0) {
+    return Status::InvalidArgument(
+        "num_key_value_heads " + std::to_string(kv_heads) + " does not divide tp " +
+        std::to_string(tp) + " (with fewer KV heads than tp, each head is replicated on tp / " +
+        "num_key_value_heads ranks)");
+  }
+  a.hidden = hidden;
+  a.heads = heads;
+  a.kv_heads = kv_heads;
+  a.head_dim = head_dim ? *head_dim : hidden / heads;
+  return a;
+}
+
+Status AddGqaAttention(Builder* b, const GqaAttention& a, int64_t layer) {
+  const int tp = b->tp();
+  const Range q_rows = b->TpSlice(a.heads * a.head_dim);
+  Range kv_rows;
+  if (a.kv_heads >= tp) {
+    kv_rows = b->TpSlice(a.kv_heads * a.head_dim);
+  } else {
+    const int64_t head = static_cast<int64_t>(b->rank()) * a.kv_heads / tp;
+    kv_rows = {head * a.head_dim, (head + 1) * a.head_dim};
+  }
+  const DType dtype = b->format().dtype;
+  const std::string lp = "model.layers." + std::to_string(layer);
+  const std::string attn = lp + ".self_attn";
+  b->BeginModule(attn);
+  b->AddReplicated(lp + ".input_layernorm.weight", {a.hidden}, dtype);
+  const LinearPart qkv[] = {{"q", attn + ".q_proj", a.heads * a.head_dim, q_rows},
+                            {"k", attn + ".k_proj", a.kv_heads * a.head_dim, kv_rows},
+                            {"v", attn + ".v_proj", a.kv_heads * a.head_dim, kv_rows}};
+  WTX_RETURN_IF_ERROR(b->AddLinear(attn + ".qkv_proj", qkv, a.hidden, {0, a.hidden}, a.qkv_bias,
+                                   /*quantized=*/true));
+  const LinearPart o[] = {{"0", attn + ".o_proj", a.hidden, {0, a.hidden}}};
+  WTX_RETURN_IF_ERROR(b->AddLinear(attn + ".o_proj", o, a.heads * a.head_dim, q_rows, a.o_bias,
+                                   /*quantized=*/true));
+  if (a.qk_norm) {
+    b->AddReplicated(attn + ".q_norm.weight", {a.head_dim}, dtype);
+    b->AddReplicated(attn + ".k_norm.weight", {a.head_dim}, dtype);
+  }
+  b->AddModuleScalesDerived(attn + ".fp8_scales");
+  return Status::OK();
+}
+
+Status AddRoutedMoeModule(Builder* b, int64_t layer, const std::string& module,
+                          const ExpertsSpec& spec) {
+  const DType dtype = b->format().dtype;
+  b->BeginModule(module);
+  b->AddReplicated("model.layers." + std::to_string(layer) + ".post_attention_layernorm.weight",
+                   {spec.hidden}, dtype);
+  b->AddReplicated(module + ".gate.weight", {spec.experts, spec.hidden}, dtype);
+  WTX_RETURN_IF_ERROR(b->AddExperts(module, spec));
+  b->AddModuleScalesDerived(module + ".fp8_scales");
+  return Status::OK();
+}
+
+Result<DecoderFrame> ReadDecoderFrame(const ConfigReader& c, const Builder& b) {
+  // The vocabulary is checked by AddDecoder, after the family's own fields.
+  DecoderFrame f;
+  WTX_ASSIGN_OR_RETURN(attn, ReadGqaAttention(c, b.tp()));
+  WTX_ASSIGN_OR_RETURN(layers, c.PositiveInt("num_hidden_layers"));
+  WTX_ASSIGN_OR_RETURN(vocab, c.PositiveInt("vocab_size"));
+  WTX_ASSIGN_OR_RETURN(tied, c.BoolOr("tie_word_embeddings", false));
+  f.attn = attn;
+  f.layers = layers;
+  f.vocab = vocab;
+  f.tied = tied;
+  return f;
+}
+
+Status AddDecoder(Builder* b, const DecoderFrame& f,
+                  const std::function<Status(int64_t layer)>& mlp) {
+  WTX_RETURN_IF_ERROR(b->CheckVocab(f.vocab));
+  AddEmbedding(b, f.vocab, f.attn.hidden);
+  for (int64_t layer = 0; layer < f.layers; ++layer) {
+    WTX_RETURN_IF_ERROR(AddGqaAttention(b, f.attn, layer));
+    WTX_RETURN_IF_ERROR(mlp(layer));
+  }
+  AddLmHead(b, f.attn.hidden, f.vocab, f.tied, b->format().dtype);
+  return Status::OK();
+}
+
+Status AddDenseMlpModule(Builder* b, int64_t layer, int64_t hidden, int64_t intermediate,
+                         bool bias) {
+  const std::string lp = "model.layers." + std::to_string(layer);
+  b->BeginModule(lp + ".mlp");
+  b->AddReplicated(lp + ".post_attention_layernorm.weight", {hidden}, b->format().dtype);
+  WTX_RETURN_IF_ERROR(AddGatedMlp(b, lp + ".mlp", hidden, intermediate, bias));
+  b->AddModuleScalesDerived(lp + ".mlp.fp8_scales");
+  return Status::OK();
 }
 
 Result<ManifestPtr> Builder::Finish() && {

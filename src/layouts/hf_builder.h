@@ -1,5 +1,5 @@
-// Internal machinery shared by the Hugging Face manifest generators (src/hf_*.cc): typed reads
-// of config.json fields, and a Builder that lays out one TP rank's parameters, shards, modules
+// Internal machinery shared by the Hugging Face manifest generators (src/layouts/hf_*.cc): typed
+// reads of config.json fields, and a Builder that lays out one rank's parameters, shards, modules
 // and derived states the way vLLM does (fused linears, stacked experts, TP slices, fp8 block
 // scales).
 //
@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -17,6 +18,7 @@
 
 #include "wtx/box.h"
 #include "wtx/dtype.h"
+#include "wtx/hf_manifest.h"
 #include "wtx/manifest.h"
 #include "wtx/status.h"
 
@@ -37,6 +39,8 @@ class ConfigReader {
   Result<bool> BoolOr(const char* key, bool dflt) const;
   // A string; absent or null gives `dflt`.
   Result<std::string> StringOr(const char* key, std::string dflt) const;
+  // An array of integers >= 0; absent or null gives an empty list.
+  Result<std::vector<int64_t>> IntListOr(const char* key) const;
 
  private:
   const nlohmann::json& j_;
@@ -64,14 +68,54 @@ struct LinearPart {
 
 // "tp 3 does not divide num_attention_heads 32" unless tp divides value.
 Status CheckTpDivides(int tp, int64_t value, std::string_view field);
+// "tp 16 exceeds num_experts 8 (...)" when tp > experts, which vLLM's Qwen3-MoE and DeepSeek
+// MoE blocks refuse.
+Status CheckTpAtMostExperts(int tp, int64_t experts, std::string_view field);
+
+// vLLM's pad_vocab_size: the vocabulary rounded up to a multiple of 64.
+constexpr int64_t kVocabPadding = 64;
+inline int64_t PadVocab(int64_t vocab) {
+  return (vocab + kVocabPadding - 1) / kVocabPadding * kVocabPadding;
+}
+
+// Where one rank sits: its tensor-parallel slice and, with expert parallelism (ep > 1), its
+// expert-parallel rank. vLLM's expert-parallel group is the dp x tp world (ep = dp * tp), so
+// ep_rank = rank and tp_rank = rank % tp.
+struct Parallelism {
+  int tp = 1;
+  int tp_rank = 0;
+  int ep = 1;  // 1: experts are tp-sliced on their intermediate dimension
+  int ep_rank = 0;
+  ExpertPlacement placement = ExpertPlacement::kLinear;
+};
+
+// Checkpoint names of a routed expert's three projections (after "<prefix>.experts.<e>").
+struct ExpertNames {
+  const char* gate = ".gate_proj";  // w1
+  const char* up = ".up_proj";      // w3
+  const char* down = ".down_proj";  // w2
+};
+
+// The routed experts of one MoE layer.
+struct ExpertsSpec {
+  int64_t experts = 0;
+  std::string_view experts_field;  // config field of the expert count, for errors
+  int64_t hidden = 0;
+  int64_t intermediate = 0;
+  std::string_view intermediate_field;
+  ExpertNames names;
+};
 
 class Builder {
  public:
-  Builder(int tp, int rank, WeightFormat format);
+  Builder(Parallelism par, WeightFormat format);
 
-  int tp() const { return tp_; }
-  int rank() const { return rank_; }
+  int tp() const { return par_.tp; }
+  int rank() const { return par_.tp_rank; }  // the tensor-parallel rank
+  int ep() const { return par_.ep; }
   const WeightFormat& format() const { return format_; }
+  // True once AddExperts has been called.
+  bool has_experts() const { return has_experts_; }
 
   // This rank's slice of `extent` split evenly over the group.
   // REQUIRES: tp() divides extent
@@ -83,8 +127,13 @@ class Builder {
   // A parameter loaded whole on every rank, its source being its own name.
   void AddReplicated(std::string name, Shape shape, DType dtype);
 
-  // A vocab-parallel embedding or lm_head: rows TpSlice(vocab) of the [vocab, hidden] source.
-  // REQUIRES: tp() divides vocab
+  // "tp 3 does not divide vocab_size 250 padded to 256 (...)" unless tp divides PadVocab(vocab).
+  Status CheckVocab(int64_t vocab) const;
+  // A vocab-parallel embedding or lm_head as vLLM's VocabParallelEmbedding: [PadVocab(vocab)/tp,
+  // hidden] rows; shard "0" holds this rank's rows of the [vocab, hidden] source, and, when the
+  // vocabulary is padded, shard "pad" (no source) the padding rows after them on every rank
+  // (empty on ranks without padding, so that all ranks have the same shard ids).
+  // REQUIRES: CheckVocab(vocab).ok()
   void AddVocabParallel(std::string name, int64_t vocab, int64_t hidden);
 
   // A linear layer `prefix` ("model.layers.0.self_attn.qkv_proj"): `prefix.weight` stacks the
@@ -95,12 +144,18 @@ class Builder {
   Status AddLinear(std::string_view prefix, std::span<const LinearPart> parts, int64_t in,
                    Range in_slice, bool bias, bool quantized);
 
-  // Routed experts of an MoE layer `prefix` ("model.layers.3.mlp"), stacked as vLLM's FusedMoE
-  // without expert parallelism: `prefix.experts.w13_weight` [E, 2*I/tp, H] (shards eE.w1 =
-  // gate_proj, eE.w3 = up_proj) and `prefix.experts.w2_weight` [E, H, I/tp] (eE.w2 =
-  // down_proj), plus their `*_weight_scale_inv` with an fp8 format.
-  // REQUIRES: tp() divides intermediate
-  Status AddExperts(std::string_view prefix, int64_t experts, int64_t hidden, int64_t intermediate);
+  // Errors for experts this group cannot lay out: ep not dividing the expert count, or (without
+  // expert parallelism) tp not dividing the intermediate size. Names the fields.
+  Status CheckExperts(const ExpertsSpec& spec) const;
+  // Routed experts of an MoE layer `prefix` ("model.layers.3.mlp"), stacked as vLLM's FusedMoE:
+  // `prefix.experts.w13_weight` [E_local, 2*I', H] (shards eK.w1 = gate, eK.w3 = up) and
+  // `prefix.experts.w2_weight` [E_local, H, I'] (eK.w2 = down), plus their `*_weight_scale_inv`
+  // with an fp8 format. Without expert parallelism E_local = E and I' = I/tp; with it the MoE
+  // layer is not tensor-sliced (I' = I) and the rank holds E/ep whole experts (linear: a
+  // contiguous block; round-robin: ep_rank, ep_rank + ep, ...). Shard ids name the local slot K
+  // (the same ids on every rank); the source names the global expert.
+  // REQUIRES: CheckExperts(spec).ok()
+  Status AddExperts(std::string_view prefix, const ExpertsSpec& spec);
 
   void AddDerived(std::string name, std::vector<std::string> sources, Phase phase);
   // With an fp8 format, adds derived state `name` (phase kernel) over the weight_scale_inv
@@ -115,9 +170,9 @@ class Builder {
   Result<Range> BlockSlice(Range slice, int64_t extent, int64_t block, std::string_view source,
                            std::string_view dim) const;
 
-  int tp_;
-  int rank_;
+  Parallelism par_;
   WeightFormat format_;
+  bool has_experts_ = false;
   std::vector<ParamSpec> params_;
   std::vector<ModuleSpec> modules_;
   std::vector<DerivedSpec> derived_;
@@ -130,8 +185,55 @@ class Builder {
 Status AddGatedMlp(Builder* b, std::string_view prefix, int64_t hidden, int64_t intermediate,
                    bool bias);
 
+// The opening module "model.embed_tokens": the vocab-parallel `model.embed_tokens.weight`.
+void AddEmbedding(Builder* b, int64_t vocab, int64_t hidden);
+
 // The closing module "lm_head": the replicated final norm `model.norm.weight` and, unless the
 // embedding is tied, the vocab-parallel `lm_head.weight`.
 void AddLmHead(Builder* b, int64_t hidden, int64_t vocab, bool tied, DType dtype);
+
+// Grouped-query attention as vLLM's LlamaAttention (llama, mistral, qwen2, qwen3, qwen3_moe,
+// mixtral): fused qkv_proj, o_proj, and Qwen3's per-head q_norm / k_norm.
+struct GqaAttention {
+  int64_t hidden = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  bool qkv_bias = false;
+  bool o_bias = false;
+  bool qk_norm = false;
+};
+// Reads hidden_size, num_attention_heads, num_key_value_heads (default: heads) and head_dim
+// (default: hidden / heads), and checks them against tp (KV heads replicated when fewer than
+// tp). Biases and norms are left false for the family to set.
+Result<GqaAttention> ReadGqaAttention(const ConfigReader& c, int tp);
+// The module `model.layers.N.self_attn`: input_layernorm, qkv_proj (q, k, v), o_proj,
+// q_norm / k_norm [head_dim] when qk_norm, and the fp8 scales' derived state.
+Status AddGqaAttention(Builder* b, const GqaAttention& a, int64_t layer);
+
+// A sparse MoE module `module` ("model.layers.N.mlp", "...block_sparse_moe") of decoder layer
+// `layer`: post_attention_layernorm, the replicated router `module.gate.weight` [E, H], the
+// routed experts, and the fp8 scales' derived state.
+// REQUIRES: b->CheckExperts(spec).ok()
+Status AddRoutedMoeModule(Builder* b, int64_t layer, const std::string& module,
+                          const ExpertsSpec& spec);
+
+// The frame of a llama-shaped decoder: attention, layer count, vocabulary, tied embeddings.
+struct DecoderFrame {
+  GqaAttention attn;
+  int64_t layers = 0;
+  int64_t vocab = 0;
+  bool tied = false;
+};
+// Reads ReadGqaAttention's fields, num_hidden_layers, vocab_size and tie_word_embeddings.
+Result<DecoderFrame> ReadDecoderFrame(const ConfigReader& c, const Builder& b);
+// Checks the (padded) vocabulary against tp, then lays out the embedding, per layer the
+// attention and `mlp(layer)` (which opens its own module), then the final norm and lm_head.
+Status AddDecoder(Builder* b, const DecoderFrame& f,
+                  const std::function<Status(int64_t layer)>& mlp);
+// The dense MLP module `model.layers.N.mlp` of a llama-shaped decoder: post_attention_layernorm
+// and the gated MLP (with biases when `bias`), plus the fp8 scales' derived state.
+Status AddDenseMlpModule(Builder* b, int64_t layer, int64_t hidden, int64_t intermediate,
+                         bool bias);
 
 }  // namespace wtx::hf

@@ -5,7 +5,7 @@
 
 namespace wtx::hf {
 
-Status BuildDeepseekV3Family(const ConfigReader& c, Builder* b) {
+Status BuildDeepseekV3(const ConfigReader& c, Builder* b) {
   WTX_ASSIGN_OR_RETURN(hidden, c.PositiveInt("hidden_size"));
   WTX_ASSIGN_OR_RETURN(layers, c.PositiveInt("num_hidden_layers"));
   WTX_ASSIGN_OR_RETURN(heads, c.PositiveInt("num_attention_heads"));
@@ -42,8 +42,17 @@ Status BuildDeepseekV3Family(const ConfigReader& c, Builder* b) {
   const int tp = b->tp();
   WTX_RETURN_IF_ERROR(CheckTpDivides(tp, heads, "num_attention_heads"));
   if (any_dense) WTX_RETURN_IF_ERROR(CheckTpDivides(tp, inter, "intermediate_size"));
-  if (any_moe) WTX_RETURN_IF_ERROR(CheckTpDivides(tp, moe_inter, "moe_intermediate_size"));
-  WTX_RETURN_IF_ERROR(CheckTpDivides(tp, vocab, "vocab_size"));
+  ExpertsSpec experts;
+  if (any_moe) {
+    experts = {*routed_experts, "n_routed_experts", hidden, moe_inter, "moe_intermediate_size", {}};
+    WTX_RETURN_IF_ERROR(CheckTpAtMostExperts(tp, *routed_experts, "n_routed_experts"));
+    WTX_RETURN_IF_ERROR(b->CheckExperts(experts));
+    if (shared_experts > 0) {
+      WTX_RETURN_IF_ERROR(CheckTpDivides(tp, moe_inter * shared_experts,
+                                         "moe_intermediate_size * n_shared_experts"));
+    }
+  }
+  WTX_RETURN_IF_ERROR(b->CheckVocab(vocab));
 
   const DType dtype = b->format().dtype;
   const bool fp8 = b->format().fp8.has_value();
@@ -53,8 +62,7 @@ Status BuildDeepseekV3Family(const ConfigReader& c, Builder* b) {
   const Range kv_b_rows = b->TpSlice(heads * (nope_dim + v_dim));
   const Range o_cols = b->TpSlice(heads * v_dim);
 
-  b->BeginModule("model.embed_tokens");
-  b->AddVocabParallel("model.embed_tokens.weight", vocab, hidden);
+  AddEmbedding(b, vocab, hidden);
 
   for (int64_t layer = 0; layer < layers; ++layer) {
     const std::string lp = "model.layers." + std::to_string(layer);
@@ -103,12 +111,11 @@ Status BuildDeepseekV3Family(const ConfigReader& c, Builder* b) {
         // vLLM keeps the routing bias in f32 whatever the model dtype.
         b->AddReplicated(mlp + ".gate.e_score_correction_bias", {*routed_experts}, DType::kF32);
       }
-      WTX_RETURN_IF_ERROR(b->AddExperts(mlp, *routed_experts, hidden, moe_inter));
+      WTX_RETURN_IF_ERROR(b->AddExperts(mlp, experts));
       if (shared_experts > 0) {
-        const int64_t shared_inter = moe_inter * shared_experts;
+        // Shared experts are a plain tp-sliced MLP, with or without expert parallelism.
         WTX_RETURN_IF_ERROR(
-            CheckTpDivides(tp, shared_inter, "moe_intermediate_size * n_shared_experts"));
-        WTX_RETURN_IF_ERROR(AddGatedMlp(b, mlp + ".shared_experts", hidden, shared_inter, false));
+            AddGatedMlp(b, mlp + ".shared_experts", hidden, moe_inter * shared_experts, false));
       }
     } else {
       WTX_RETURN_IF_ERROR(AddGatedMlp(b, mlp, hidden, inter, false));

@@ -1,20 +1,37 @@
-// Internal: the model families of ManifestFromHfConfig. Each reads its fields from a
-// config.json and lays out one TP rank into a Builder; errors name the config field.
+// Internal: the model families of ManifestFromHfConfig, one builder per config.json model_type.
+// Each reads its fields from a config.json and lays out one rank into a Builder; errors name the
+// config field.
 //
-// Thread-safety: pure functions over their arguments.
+// Adding a family: a file src/layouts/hf_<family>.cc defining
+// `Status Build<Family>(const ConfigReader&, Builder*)` in namespace wtx::hf, and one line
+// `WTX_HF_FAMILY("<model_type>", Build<Family>)` in src/layouts/hf_families.inc (the build picks
+// up src/layouts/hf_*.cc by itself). docs/manifest.md walks through an example.
+//
+// Thread-safety: pure functions over their arguments; the registry is immutable.
 #pragma once
+
+#include <span>
+#include <string_view>
 
 #include "src/layouts/hf_builder.h"
 
 namespace wtx::hf {
 
-// llama and qwen2: fused qkv_proj (q/k/v, with bias for qwen2 or attention_bias), o_proj,
-// gate_up_proj, down_proj, vocab-parallel embed_tokens and lm_head (none when tied).
-Status BuildLlamaFamily(const ConfigReader& config, bool qwen2, Builder* b);
+using FamilyBuilder = Status (*)(const ConfigReader& config, Builder* b);
 
-// deepseek_v3 and kimi_k2: MLA attention (fused_qkv_a_proj, q_b_proj, kv_b_proj with derived
-// W_UK_T / W_UV), dense MLP below first_k_dense_replace, MoE above (router, stacked routed
-// experts, shared experts). The multi-token-prediction layers are not part of the model.
-Status BuildDeepseekV3Family(const ConfigReader& config, Builder* b);
+// Declares every registered builder.
+#define WTX_HF_FAMILY(model_type, builder) Status builder(const ConfigReader& config, Builder* b);
+#include "src/layouts/hf_families.inc"
+#undef WTX_HF_FAMILY
+
+struct Family {
+  std::string_view model_type;
+  FamilyBuilder build;
+};
+
+// Every registered family, in hf_families.inc order.
+std::span<const Family> Families();
+// The family of `model_type`, or null.
+const Family* FindFamily(std::string_view model_type);
 
 }  // namespace wtx::hf

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -45,6 +46,23 @@ Result<hf::Fp8Block> Fp8BlockFromConfig(const json& q) {
   return hf::Fp8Block{(*it)[0].get<int64_t>(), (*it)[1].get<int64_t>()};
 }
 
+// The unquantized dtype of a config without --dtype: its torch_dtype (or "dtype", the name
+// newer transformers write), as vLLM's dtype=auto: bfloat16 and float16 as they are, float32
+// (and a missing field, which vLLM reads as float32) downcast to bf16 as vLLM does on GPUs.
+Result<DType> ConfigDType(const json& config) {
+  for (const char* key : {"torch_dtype", "dtype"}) {
+    auto it = config.find(key);
+    if (it == config.end() || it->is_null()) continue;
+    const std::string v = it->is_string() ? it->get<std::string>() : std::string();
+    if (v == "bfloat16") return DType::kBF16;
+    if (v == "float16") return DType::kF16;
+    if (v == "float32" || v == "auto") return DType::kBF16;
+    return Status::InvalidArgument(std::string(key) + ": unsupported " + it->dump() +
+                                   " (bfloat16|float16|float32; pass a dtype to override)");
+  }
+  return DType::kBF16;
+}
+
 Result<hf::WeightFormat> ResolveFormat(const json& config, const std::optional<DType>& dtype) {
   auto q = config.find("quantization_config");
   const bool has_quant = q != config.end() && !q->is_null();
@@ -53,10 +71,11 @@ Result<hf::WeightFormat> ResolveFormat(const json& config, const std::optional<D
     f.dtype = *dtype;  // an explicit dtype ignores the checkpoint's quantization
     return f;
   }
+  WTX_ASSIGN_OR_RETURN(base, ConfigDType(config));
+  f.dtype = base;
   if (dtype || has_quant) {
     // fp8: requested explicitly (block from the config if it has one, else 128x128) or by the
     // config's quantization_config.
-    f.dtype = DType::kBF16;
     if (has_quant) {
       auto block = Fp8BlockFromConfig(*q);
       if (!block.ok() && !dtype) return block.status();
@@ -68,36 +87,77 @@ Result<hf::WeightFormat> ResolveFormat(const json& config, const std::optional<D
   return f;
 }
 
+std::string ModelTypeList() {
+  std::string out;
+  for (const hf::Family& f : hf::Families()) {
+    if (!out.empty()) out += '|';
+    out += f.model_type;
+  }
+  return out;
+}
+
+Status CheckParallelism(const HfManifestOptions& o) {
+  if (o.tp < 1) return Status::InvalidArgument("tp " + std::to_string(o.tp) + " must be >= 1");
+  if (o.ep < 1) return Status::InvalidArgument("ep " + std::to_string(o.ep) + " must be >= 1");
+  if (o.ep > 1 && o.ep % o.tp != 0) {
+    return Status::InvalidArgument(
+        "ep " + std::to_string(o.ep) + " is not a multiple of tp " + std::to_string(o.tp) +
+        " (vLLM's expert-parallel group is the data-parallel x tensor-parallel world: ep = dp * "
+        "tp)");
+  }
+  const int group = o.GroupSize();
+  if (o.rank < 0 || o.rank >= group) {
+    return Status::InvalidArgument(
+        "rank " + std::to_string(o.rank) + " out of range for tp " + std::to_string(o.tp) +
+        (o.ep > 1 ? ", ep " + std::to_string(o.ep) + " (0 <= rank < ep)" : " (0 <= rank < tp)"));
+  }
+  return Status::OK();
+}
+
 }  // namespace
+
+std::string_view ExpertPlacementName(ExpertPlacement p) {
+  return p == ExpertPlacement::kRoundRobin ? "round_robin" : "linear";
+}
+
+std::optional<ExpertPlacement> ExpertPlacementFromName(std::string_view name) {
+  if (name == "linear") return ExpertPlacement::kLinear;
+  if (name == "round_robin") return ExpertPlacement::kRoundRobin;
+  return std::nullopt;
+}
+
+std::vector<std::string> HfModelTypes() {
+  std::vector<std::string> out;
+  for (const hf::Family& f : hf::Families()) out.emplace_back(f.model_type);
+  return out;
+}
 
 Result<ManifestPtr> ManifestFromHfConfig(const json& config, const HfManifestOptions& options) {
   if (!config.is_object()) return Status::InvalidArgument("config: expected a JSON object");
-  if (options.tp < 1) {
-    return Status::InvalidArgument("tp " + std::to_string(options.tp) + " must be >= 1");
-  }
-  if (options.rank < 0 || options.rank >= options.tp) {
-    return Status::InvalidArgument("rank " + std::to_string(options.rank) +
-                                   " out of range for tp " + std::to_string(options.tp) +
-                                   " (0 <= rank < tp)");
-  }
+  WTX_RETURN_IF_ERROR(CheckParallelism(options));
   auto mt = config.find("model_type");
   if (mt == config.end() || !mt->is_string()) {
     return Status::InvalidArgument("model_type: missing or not a string");
   }
   const std::string& model_type = mt->get_ref<const std::string&>();
-  const bool llama = model_type == "llama", qwen2 = model_type == "qwen2";
-  const bool deepseek = model_type == "deepseek_v3" || model_type == "kimi_k2";
-  if (!llama && !qwen2 && !deepseek) {
-    return Status::InvalidArgument("model_type: unknown '" + model_type +
-                                   "' (llama|qwen2|deepseek_v3|kimi_k2)");
+  const hf::Family* family = hf::FindFamily(model_type);
+  if (!family) {
+    return Status::InvalidArgument("model_type: unknown '" + model_type + "' (" + ModelTypeList() +
+                                   ")");
   }
   WTX_ASSIGN_OR_RETURN(format, ResolveFormat(config, options.dtype));
-  hf::Builder builder(options.tp, options.rank, format);
-  const hf::ConfigReader reader(config);
-  if (deepseek) {
-    WTX_RETURN_IF_ERROR(hf::BuildDeepseekV3Family(reader, &builder));
-  } else {
-    WTX_RETURN_IF_ERROR(hf::BuildLlamaFamily(reader, qwen2, &builder));
+  hf::Parallelism par;
+  par.tp = options.tp;
+  par.tp_rank = options.rank % options.tp;
+  par.ep = options.ep;
+  par.ep_rank = options.ep > 1 ? options.rank : 0;
+  par.placement = options.expert_placement;
+  hf::Builder builder(par, format);
+  WTX_RETURN_IF_ERROR(family->build(hf::ConfigReader(config), &builder));
+  if (options.ep > 1 && !builder.has_experts()) {
+    return Status::InvalidArgument("ep " + std::to_string(options.ep) + ": model_type '" +
+                                   model_type +
+                                   "' has no MoE layer (expert parallelism needs experts)");
   }
   return std::move(builder).Finish();
 }

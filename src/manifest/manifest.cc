@@ -69,6 +69,17 @@ Status ValidateTensorSize(const Shape& shape, DType dtype, const char* kind,
 // Checks one shard against its parameter.
 Status ValidateShard(const ParamSpec& p, const ShardSpec& s, const std::string& where) {
   if (s.id.empty()) return Invalid(where + ".id", "empty shard id");
+  if (s.padding) {
+    if (!s.source.empty() || !s.source_shape.empty() || !s.source_box.empty()) {
+      return Invalid(where + ".source", "a padding shard has no source");
+    }
+    if (s.packed) return Invalid(where + ".layout", "a padding shard cannot be packed");
+    if (!BoxInsideShape(s.box, p.shape)) {
+      return Invalid(where + ".box", "box " + BoxToString(s.box) + " lies outside shape " +
+                                         ShapeToString(p.shape) + " of " + p.name);
+    }
+    return Status::OK();
+  }
   if (s.source.empty()) return Invalid(where + ".source", "empty source name");
   for (int64_t d : s.source_shape) {
     if (d < 0) return Invalid(where + ".source_shape", "negative extent");
@@ -210,6 +221,19 @@ Result<ShardSpec> ParseShard(const json& j, const std::string& where) {
   WTX_RETURN_IF_ERROR(
       CheckFields(j, where, {"id", "source", "source_shape", "box", "source_box", "layout"}));
   ShardSpec s;
+  if (auto it = j.find("layout"); it != j.end() && it->is_string() && *it == "padding") {
+    // Rows no source feeds: an id and a live box only.
+    for (const char* key : {"source", "source_shape", "source_box"}) {
+      if (j.contains(key)) return Invalid(where + "." + key, "a padding shard has no source");
+    }
+    WTX_ASSIGN_OR_RETURN(pid, ParseString(j, "id", where));
+    s.id = std::move(pid);
+    if (!j.contains("box")) return Invalid(where + ".box", "missing");
+    WTX_ASSIGN_OR_RETURN(pbox, ParseBox(j["box"], where + ".box"));
+    s.box = std::move(pbox);
+    s.padding = true;
+    return s;
+  }
   WTX_ASSIGN_OR_RETURN(id, ParseString(j, "id", where));
   WTX_ASSIGN_OR_RETURN(source, ParseString(j, "source", where));
   s.id = std::move(id);
@@ -229,7 +253,7 @@ Result<ShardSpec> ParseShard(const json& j, const std::string& where) {
     if (l == "packed") {
       s.packed = true;
     } else if (l != "translate") {
-      return Invalid(where + ".layout", "unknown layout '" + l + "' (packed|translate)");
+      return Invalid(where + ".layout", "unknown layout '" + l + "' (packed|translate|padding)");
     }
   }
   return s;
@@ -298,6 +322,7 @@ Status Manifest::Index() {
         const std::string sw = where + ".shards[" + std::to_string(k) + "]";
         return Invalid(sw + ".id", "duplicate shard id '" + s.id + "' in " + p.name);
       }
+      if (s.padding) continue;  // no source to index
       auto& refs = source_index_[s.source];
       if (!refs.empty()) {
         const std::string sw = where + ".shards[" + std::to_string(k) + "]";
@@ -453,6 +478,10 @@ json Manifest::ToJson() const {
     json jp = {{"name", p.name}, {"dtype", DTypeName(p.dtype)}, {"shape", p.shape}};
     json sh = json::array();
     for (const auto& s : p.shards) {
+      if (s.padding) {
+        sh.push_back({{"id", s.id}, {"layout", "padding"}, {"box", BoxJson(s.box)}});
+        continue;
+      }
       json js = {{"id", s.id},
                  {"source", s.source},
                  {"source_shape", s.source_shape},

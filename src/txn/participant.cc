@@ -1158,6 +1158,8 @@ void ParticipantImpl::CollectMissing(Vote* vote) const {
     if (cov && cov->complete()) continue;
     const ParamSpec& p = params[pi];
     for (const ShardSpec& s : p.shards) {
+      // Padding rows have no source and keep what the engine put there: never required.
+      if (s.padding || BoxIsEmpty(s.box)) continue;
       if (!cov || cov->covered() == 0) {
         add({p.name, s.id, s.box, s.source, {}, 0, 1, NumElements(s.box)});
         continue;

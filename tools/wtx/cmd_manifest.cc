@@ -23,6 +23,8 @@ struct ManifestArgs {
   std::string hf_config;
   int tp = 1;
   int rank = 0;
+  int ep = 1;
+  std::string expert_placement = "linear";
   std::string dtype;
   bool json = false;
   bool summary = false;
@@ -31,7 +33,9 @@ struct ManifestArgs {
 // The library names options as the API does ("tp 3 ..."); on the command line they are flags.
 std::string CliMessage(const Status& s) {
   const std::string& m = s.message();
-  if (m.rfind("tp ", 0) == 0 || m.rfind("rank ", 0) == 0) return "--" + m;
+  if (m.rfind("tp ", 0) == 0 || m.rfind("rank ", 0) == 0 || m.rfind("ep ", 0) == 0) {
+    return "--" + m;
+  }
   return m;
 }
 
@@ -75,34 +79,61 @@ std::string SummaryLine(const std::string& label, const ManifestSummary& s) {
   return o.str();
 }
 
-int PrintSummary(const Manifest& m, const ManifestArgs& a, const std::string& model_type) {
-  const ManifestSummary rank = Summarize(m);
-  // Every rank of the group has the same parameter shapes and dtypes (one fingerprint), so the
-  // group's total is tp times one rank's.
-  ManifestSummary total;
-  total.params = rank.params * a.tp;
-  total.bytes = rank.bytes * a.tp;
-  total.tensors = rank.tensors * a.tp;
-  total.shards = rank.shards * a.tp;
-  // The checkpoint: every source tensor once, at the dtype of the parameter it feeds.
+// The checkpoint as the whole group reads it: every source tensor once, at the dtype of the
+// parameter it feeds. Without expert parallelism every rank names every source (only the
+// boxes differ), so one rank suffices; with it, each rank names only its own experts.
+Result<ManifestSummary> CheckpointSummary(const Manifest& m, const nlohmann::json& config,
+                                          const HfManifestOptions& options) {
   ManifestSummary ckpt;
-  std::unordered_set<std::string_view> seen;
-  std::map<std::string, size_t> dtypes;
-  for (const ParamSpec& p : m.params()) {
-    ++dtypes[std::string(DTypeName(p.dtype))];
-    for (const ShardSpec& s : p.shards) {
-      if (!seen.insert(s.source).second) continue;
-      const int64_t n = NumElements(s.source_shape);
-      ckpt.params += n;
-      ckpt.bytes += n * static_cast<int64_t>(DTypeSize(p.dtype));
-      ++ckpt.tensors;
+  std::unordered_set<std::string> seen;
+  auto add = [&](const Manifest& r) {
+    for (const ParamSpec& p : r.params()) {
+      for (const ShardSpec& s : p.shards) {
+        if (s.padding || !seen.insert(s.source).second) continue;
+        const int64_t n = NumElements(s.source_shape);
+        ckpt.params += n;
+        ckpt.bytes += n * static_cast<int64_t>(DTypeSize(p.dtype));
+        ++ckpt.tensors;
+      }
+    }
+  };
+  add(m);
+  if (options.ep > 1) {
+    for (int r = 0; r < options.ep; ++r) {
+      if (r == options.rank) continue;
+      HfManifestOptions o = options;
+      o.rank = r;
+      WTX_ASSIGN_OR_RETURN(other, ManifestFromHfConfig(config, o));
+      add(*other);
     }
   }
+  return ckpt;
+}
+
+int PrintSummary(const Manifest& m, const ManifestArgs& a, const nlohmann::json& config,
+                 const HfManifestOptions& options) {
+  const std::string model_type = config.value("model_type", "");
+  const ManifestSummary rank = Summarize(m);
+  // Every rank of the group has the same parameter shapes and dtypes (one fingerprint), so the
+  // group's total is its size times one rank's.
+  const int group = options.GroupSize();
+  ManifestSummary total;
+  total.params = rank.params * group;
+  total.bytes = rank.bytes * group;
+  total.tensors = rank.tensors * group;
+  total.shards = rank.shards * group;
+  auto ckpt_or = CheckpointSummary(m, config, options);
+  if (!ckpt_or.ok()) return Fail(CliMessage(ckpt_or.status()));
+  const ManifestSummary& ckpt = *ckpt_or;
+  std::map<std::string, size_t> dtypes;
+  for (const ParamSpec& p : m.params()) ++dtypes[std::string(DTypeName(p.dtype))];
   if (a.json) {
     json out = {{"hf_config", a.hf_config},
                 {"model_type", model_type},
                 {"tp", a.tp},
+                {"ep", a.ep},
                 {"rank", a.rank},
+                {"ranks", group},
                 {"fingerprint", m.Fingerprint()},
                 {"dtypes", dtypes},
                 {"per_rank", SummaryJson(rank)},
@@ -113,7 +144,10 @@ int PrintSummary(const Manifest& m, const ManifestArgs& a, const std::string& mo
     return 0;
   }
   std::ostringstream o;
-  o << model_type << " (" << a.hf_config << "), tp " << a.tp << ", rank " << a.rank << "\n";
+  o << model_type << " (" << a.hf_config << "), tp " << a.tp;
+  if (a.ep > 1)
+    o << ", ep " << a.ep << " (" << ExpertPlacementName(options.expert_placement) << ")";
+  o << ", rank " << a.rank << "\n";
   o << Pad("fingerprint") << m.Fingerprint() << "\n";
   o << Pad("dtypes");
   bool first = true;
@@ -123,7 +157,7 @@ int PrintSummary(const Manifest& m, const ManifestArgs& a, const std::string& mo
   }
   o << " tensors\n";
   o << SummaryLine(Pad("rank " + std::to_string(a.rank)), rank);
-  o << SummaryLine(Pad("all " + std::to_string(a.tp) + " ranks"), total);
+  o << SummaryLine(Pad("all " + std::to_string(group) + " ranks"), total);
   o << Pad("checkpoint") << Grouped(ckpt.params) << " params, " << Grouped(ckpt.bytes) << " bytes ("
     << GiB(ckpt.bytes) << "), " << Grouped(static_cast<int64_t>(ckpt.tensors))
     << " source tensors (each once)\n";
@@ -135,6 +169,12 @@ int RunManifest(const ManifestArgs& a) {
   HfManifestOptions options;
   options.tp = a.tp;
   options.rank = a.rank;
+  options.ep = a.ep;
+  auto placement = ExpertPlacementFromName(a.expert_placement);
+  if (!placement) {
+    return Fail("--expert-placement: unknown '" + a.expert_placement + "' (linear|round_robin)");
+  }
+  options.expert_placement = *placement;
   if (!a.dtype.empty()) {
     auto dt = DTypeFromName(a.dtype);
     if (!dt || (*dt != DType::kBF16 && *dt != DType::kF16 && *dt != DType::kF32)) {
@@ -150,7 +190,7 @@ int RunManifest(const ManifestArgs& a) {
   if (config.is_discarded()) return Fail("--hf-config: '" + a.hf_config + "' is not valid JSON");
   auto m = ManifestFromHfConfig(config, options);
   if (!m.ok()) return Fail(CliMessage(m.status()));
-  if (a.summary) return PrintSummary(**m, a, config.value("model_type", ""));
+  if (a.summary) return PrintSummary(**m, a, config, options);
   json out = (*m)->ToJson();
   out["fingerprint"] = (*m)->Fingerprint();
   std::cout << out.dump() << "\n";
@@ -162,18 +202,28 @@ int RunManifest(const ManifestArgs& a) {
 void RegisterManifestCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<ManifestArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "manifest", "Print one TP rank's manifest generated from a Hugging Face config.json");
-  cmd->add_option("--hf-config", args->hf_config, "config.json (llama|qwen2|deepseek_v3|kimi_k2)")
-      ->required();
+      "manifest", "Print one rank's manifest generated from a Hugging Face config.json");
+  std::string types;
+  for (const std::string& t : HfModelTypes()) types += (types.empty() ? "" : "|") + t;
+  cmd->add_option("--hf-config", args->hf_config, "config.json (" + types + ")")->required();
   cmd->add_option("--tp", args->tp, "tensor-parallel degree")
       ->check(RankCountRange())
       ->capture_default_str();
-  cmd->add_option("--rank", args->rank, "rank in the TP group, 0 <= rank < tp")
+  cmd->add_option("--ep", args->ep,
+                  "expert-parallel degree (vLLM --enable-expert-parallel: ep = dp * tp ranks, "
+                  "each holding num_experts / ep whole experts)")
+      ->check(RankCountRange())
+      ->capture_default_str();
+  cmd->add_option("--expert-placement", args->expert_placement,
+                  "linear|round_robin: which experts an expert-parallel rank holds")
+      ->capture_default_str();
+  cmd->add_option("--rank", args->rank, "rank in the group, 0 <= rank < tp (ep with --ep)")
       ->check(RankIdRange())
       ->capture_default_str();
   cmd->add_option("--dtype", args->dtype,
                   "bf16|f16|f32: store every weight so, ignoring quantization_config (default: "
-                  "bf16, fp8 block-quantized linears when the config says so)");
+                  "the config's torch_dtype, fp8 block-quantized linears when the config says "
+                  "so)");
   cmd->add_flag("--json", args->json, "JSON output (the default without --summary)");
   cmd->add_flag("--summary", args->summary,
                 "parameter counts and bytes of this rank, of all ranks and of the checkpoint");

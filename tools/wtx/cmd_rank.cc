@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -42,6 +43,7 @@ struct RankArgs {
   std::string manifest;
   std::string hf_config;
   int tp = 1;
+  int ep = 1;
   std::string kernel_identity;
   size_t rollback_budget_bytes = size_t{1} << 30;
   std::string control;
@@ -65,7 +67,8 @@ Result<ManifestPtr> LoadManifest(const RankArgs& a) {
   }
   HfManifestOptions o;
   o.tp = a.tp;
-  o.rank = a.rank % a.tp;
+  o.ep = a.ep;
+  o.rank = a.rank % std::max(1, o.GroupSize());
   return ManifestFromHfConfigFile(a.hf_config, o);
 }
 
@@ -212,6 +215,9 @@ void RegisterRankCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--manifest", a->manifest, "Manifest JSON of this rank");
   cmd->add_option("--hf-config", a->hf_config, "Hugging Face config.json (with --tp)");
   cmd->add_option("--tp", a->tp, "Tensor-parallel degree (with --hf-config)")
+      ->check(RankCountRange());
+  cmd->add_option("--ep", a->ep,
+                  "Expert-parallel degree (with --hf-config; a multiple of --tp, see manifest.md)")
       ->check(RankCountRange());
   cmd->add_option("--kernel-identity", a->kernel_identity, "Attention/GEMM backends identity");
   cmd->add_option("--rollback-budget-bytes", a->rollback_budget_bytes,

@@ -1,0 +1,48 @@
+// qwen3_moe layout (vLLM Qwen3MoeForCausalLM): qwen3 attention (q_norm / k_norm); decoder layer
+// N is MoE when N is not in mlp_only_layers, num_experts > 0 and (N + 1) % decoder_sparse_step
+// == 0, with a replicated router `mlp.gate.weight` [E, H] and stacked experts, no shared
+// expert; the other layers have the dense gated MLP of intermediate_size.
+#include <algorithm>
+
+#include "src/layouts/hf_families.h"
+
+namespace wtx::hf {
+
+Status BuildQwen3Moe(const ConfigReader& c, Builder* b) {
+  WTX_ASSIGN_OR_RETURN(frame, ReadDecoderFrame(c, *b));
+  WTX_ASSIGN_OR_RETURN(attention_bias, c.BoolOr("attention_bias", false));
+  WTX_ASSIGN_OR_RETURN(experts, c.IntOr("num_experts", 0, 0));
+  WTX_ASSIGN_OR_RETURN(sparse_step, c.IntOr("decoder_sparse_step", 1, 1));
+  WTX_ASSIGN_OR_RETURN(mlp_only, c.IntListOr("mlp_only_layers"));
+  frame.attn.qkv_bias = attention_bias;
+  frame.attn.qk_norm = true;
+  const int64_t hidden = frame.attn.hidden;
+
+  auto is_moe = [&](int64_t layer) {
+    return experts > 0 && (layer + 1) % sparse_step == 0 &&
+           std::find(mlp_only.begin(), mlp_only.end(), layer) == mlp_only.end();
+  };
+  bool any_dense = false, any_moe = false;
+  for (int64_t l = 0; l < frame.layers; ++l) (is_moe(l) ? any_moe : any_dense) = true;
+
+  int64_t inter = 0;
+  if (any_dense) {
+    WTX_ASSIGN_OR_RETURN(i, c.PositiveInt("intermediate_size"));
+    WTX_RETURN_IF_ERROR(CheckTpDivides(b->tp(), i, "intermediate_size"));
+    inter = i;
+  }
+  ExpertsSpec spec;
+  if (any_moe) {
+    WTX_ASSIGN_OR_RETURN(i, c.PositiveInt("moe_intermediate_size"));
+    spec = {experts, "num_experts", hidden, i, "moe_intermediate_size", {}};
+    WTX_RETURN_IF_ERROR(CheckTpAtMostExperts(b->tp(), experts, "num_experts"));
+    WTX_RETURN_IF_ERROR(b->CheckExperts(spec));
+  }
+
+  return AddDecoder(b, frame, [&](int64_t layer) {
+    if (!is_moe(layer)) return AddDenseMlpModule(b, layer, hidden, inter, false);
+    return AddRoutedMoeModule(b, layer, "model.layers." + std::to_string(layer) + ".mlp", spec);
+  });
+}
+
+}  // namespace wtx::hf
