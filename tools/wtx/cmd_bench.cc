@@ -68,6 +68,7 @@ const Figure kFigures[] = {
     {"synced_writes_per_tx_coordinator", "<= 1", [](double v) { return v <= 1; }},
     {"replay_records_per_s", ">= 1e6", [](double v) { return v >= 1e6; }},
     {"journal_vs_rocksdb", ">= 0.80", [](double v) { return v >= 0.80; }},
+    {"load_vs_read", ">= 0.80", [](double v) { return v >= 0.80; }},
 };
 
 std::string Num(double v) {
@@ -104,6 +105,11 @@ std::string Baseline(const std::string& name, const json& d) {
   if (name == "replay") {
     return "raw RocksDB scan " + g("rocksdb_scan_records_per_s") + " records/s over " +
            d.value("records", json(0)).dump() + " records";
+  }
+  if (name == "load") {
+    return "read() of the files " + g("read_ms") + " ms (" + g("read_gb_per_s") +
+           " GB/s), wtx load " + g("load_ms") + " ms for " + d.value("bytes", json(0)).dump() +
+           " bytes";
   }
   if (name == "journal") {
     return "raw RocksDB " + g("rocksdb_records_per_s") + " records/s, journal " +
@@ -147,13 +153,14 @@ int RunBench(BenchArgs a) {
       {"update", bench::BenchUpdate},     {"hash", bench::BenchHash},
       {"coverage", bench::BenchCoverage}, {"syncs", bench::BenchSyncs},
       {"replay", bench::BenchReplay},     {"journal", bench::BenchJournal},
+      {"load", bench::BenchLoad},
   };
   for (const auto& name : a.only) {
     bool known = false;
     for (const auto& [n, fn] : all) known = known || n == name;
     if (!known) {
       std::cerr << "wtx bench: --only: unknown measurement '" << name
-                << "' (update, hash, coverage, syncs, replay, journal)\n";
+                << "' (update, hash, coverage, syncs, replay, journal, load)\n";
       return 2;
     }
   }
@@ -196,6 +203,7 @@ int RunBench(BenchArgs a) {
   pick("hash", "xxh3_gb_per_s", "xxh3_gb_per_s");
   pick("replay", "rocksdb_scan_records_per_s", "rocksdb_scan_records_per_s");
   pick("journal", "rocksdb_records_per_s", "rocksdb_put_records_per_s");
+  pick("load", "read_gb_per_s", "checkpoint_read_gb_per_s");
   out["baselines"] = baselines;
   out["details"] = details;
   out["machine"] = bench::MachineInfo();
@@ -255,7 +263,8 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
                   "existing directory for the journals (default: the system temp directory); "
                   "fsync costs are those of its filesystem");
   cmd->add_option("--only", a->only,
-                  "run only these measurements: update, hash, coverage, syncs, replay, journal")
+                  "run only these measurements: update, hash, coverage, syncs, replay, journal, "
+                  "load")
       ->delimiter(',');
   cmd->add_flag("--json", a->json, "print one JSON object with every figure and detail");
   cmd->add_flag("--quick", a->quick, "small sizes: a smoke test of a few seconds");
