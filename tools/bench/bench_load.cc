@@ -11,25 +11,13 @@
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_util.h"
 #include "wtx/hf_manifest.h"
+#include "wtx/safetensors.h"
 
 namespace wtx::bench {
 
 using nlohmann::json;
 
 namespace {
-
-std::string StDTypeName(DType d) {
-  switch (d) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kFP8E4M3: return "F8_E4M3";
-    case DType::kI8: return "I8";
-    case DType::kU8: return "U8";
-    case DType::kI32: return "I32";
-  }
-  return "?";
-}
 
 // Writes every source tensor of the model (tp 1 manifest) into `shards` safetensors files with
 // an index, with pattern bytes. Returns the file paths.
@@ -58,7 +46,7 @@ Result<std::vector<std::string>> WriteModelCheckpoint(const Manifest& m, const s
     const size_t first = k * per, last = std::min(ts.size(), (k + 1) * per);
     for (size_t i = first; i < last; ++i) {
       const uint64_t n = static_cast<uint64_t>(NumElements(ts[i].shape)) * DTypeSize(ts[i].dtype);
-      header[ts[i].name] = {{"dtype", StDTypeName(ts[i].dtype)},
+      header[ts[i].name] = {{"dtype", SafetensorsDTypeName(ts[i].dtype)},
                             {"shape", ts[i].shape},
                             {"data_offsets", {off, off + n}}};
       weight_map[ts[i].name] = name;
