@@ -90,19 +90,6 @@ std::map<std::string, Source> SourcesOf(const std::vector<ManifestPtr>& ms, uint
   return out;
 }
 
-std::string StName(DType d) {
-  switch (d) {
-    case DType::kF32: return "F32";
-    case DType::kBF16: return "BF16";
-    case DType::kF16: return "F16";
-    case DType::kFP8E4M3: return "F8_E4M3";
-    case DType::kI8: return "I8";
-    case DType::kU8: return "U8";
-    case DType::kI32: return "I32";
-  }
-  return "?";
-}
-
 std::string FileBytes(const json& header, const std::string& data) {
   std::string h = header.dump();
   std::string out(8, '\0');
@@ -129,7 +116,7 @@ void WriteCheckpoint(const std::string& dir, const std::map<std::string, Source>
                                          : "model-" + std::to_string(k + 1) + ".safetensors";
     for (size_t i = k * per; i < std::min(all.size(), (k + 1) * per); ++i) {
       const Source& s = *all[i];
-      header[s.name] = {{"dtype", StName(s.dtype)},
+      header[s.name] = {{"dtype", SafetensorsDTypeName(s.dtype)},
                         {"shape", s.shape},
                         {"data_offsets", {data.size(), data.size() + s.bytes.size()}}};
       data.append(reinterpret_cast<const char*>(s.bytes.data()), s.bytes.size());

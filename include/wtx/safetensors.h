@@ -58,6 +58,8 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t> file,
 
 // DType of a safetensors dtype name ("BF16" -> kBF16); kInvalidArgument for others.
 Result<DType> DTypeFromSafetensorsName(std::string_view name);
+// The safetensors name of `dtype` ("BF16").
+std::string_view SafetensorsDTypeName(DType dtype);
 
 // A tensor of an open checkpoint.
 struct CheckpointTensor {

@@ -44,6 +44,13 @@ Result<DType> DTypeFromSafetensorsName(std::string_view name) {
                                  "' (BF16, F16, F32, F8_E4M3, I8, U8, I32)");
 }
 
+std::string_view SafetensorsDTypeName(DType dtype) {
+  for (const auto& d : kStDTypes) {
+    if (d.dtype == dtype) return d.name;
+  }
+  return "?";
+}
+
 Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t> file,
                                                  std::string_view file_label) {
   if (file.size() < 8) {

@@ -675,6 +675,15 @@ class Runner {
     }
     out["error"] = ErrorCodeName(o.status.code());
     out["message"] = o.status.message();
+    if (o.status.code() == ErrorCode::kVersionMismatch) {
+      // Every rank voted yes: the failing ranks are those whose digest is not the expected one.
+      const auto& want = resolved.commit_options.expect_rank_digests;
+      for (const auto& v : o.votes) {
+        if (want.size() != o.votes.size() || v.vote.digest != want[static_cast<size_t>(v.rank)]) {
+          failing.push_back(v.rank);
+        }
+      }
+    }
     out["ranks"] = failing;
   }
 

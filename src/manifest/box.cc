@@ -139,28 +139,38 @@ void ForEachFlatRun(const Shape& shape, const Box& box,
 
 namespace wtx {
 
-void CopyBoxOut(const Shape& shape, const Box& box, size_t elem_size, const void* src,
-                void* dst) {
+namespace {
+
+// Copies between the box of a row-major tensor and a dense buffer: out of the tensor when
+// `out`, into it otherwise.
+void CopyBox(const Shape& shape, const Box& box, size_t elem_size, const void* src, void* dst,
+             bool out) {
   if (NumElements(box) == 0) return;
   const uint8_t* s = static_cast<const uint8_t*>(src);
   uint8_t* d = static_cast<uint8_t*>(dst);
   ForEachFlatRun(shape, box, [&](int64_t b, int64_t len) {
     const size_t n = static_cast<size_t>(len) * elem_size;
-    std::memcpy(d, s + static_cast<size_t>(b) * elem_size, n);
-    d += n;
+    const size_t at = static_cast<size_t>(b) * elem_size;
+    if (out) {
+      std::memcpy(d, s + at, n);
+      d += n;
+    } else {
+      std::memcpy(d + at, s, n);
+      s += n;
+    }
   });
+}
+
+}  // namespace
+
+void CopyBoxOut(const Shape& shape, const Box& box, size_t elem_size, const void* src,
+                void* dst) {
+  CopyBox(shape, box, elem_size, src, dst, /*out=*/true);
 }
 
 void CopyBoxIn(const Shape& shape, const Box& box, size_t elem_size, const void* src,
                void* dst) {
-  if (NumElements(box) == 0) return;
-  const uint8_t* s = static_cast<const uint8_t*>(src);
-  uint8_t* d = static_cast<uint8_t*>(dst);
-  ForEachFlatRun(shape, box, [&](int64_t b, int64_t len) {
-    const size_t n = static_cast<size_t>(len) * elem_size;
-    std::memcpy(d + static_cast<size_t>(b) * elem_size, s, n);
-    s += n;
-  });
+  CopyBox(shape, box, elem_size, src, dst, /*out=*/false);
 }
 
 }  // namespace wtx

@@ -73,6 +73,12 @@ Result<nlohmann::json> BenchJournal(const BenchOptions& options);
 // XXH3_64bits pass over the same bytes (its cost: lower is better). Keys: those two, details.
 Result<nlohmann::json> BenchLanding(const BenchOptions& options);
 
+// load_vs_read: `wtx load` (checkpoint_load.h: open + validate, fresh participants and
+// journals, every rank reads its slices by source name, 2PC commit) of a safetensors checkpoint
+// of the model (tp 1, written under the scratch dir, page cache warm) against read() of the same
+// files into fresh memory. Keys: load_vs_read, details.
+Result<nlohmann::json> BenchLoad(const BenchOptions& options);
+
 // {"cores", "cpu", "memory_bytes", "loadavg"} of this machine.
 nlohmann::json MachineInfo();
 

@@ -70,6 +70,7 @@ const Figure kFigures[] = {
     {"journal_vs_rocksdb", ">= 0.80", [](double v) { return v >= 0.80; }},
     {"landed_update_vs_memcpy", ">= 0.90", [](double v) { return v >= 0.90; }},
     {"verify_all_vs_xxh3", "<= 1.10", [](double v) { return v <= 1.10; }},
+    {"load_vs_read", ">= 0.80", [](double v) { return v >= 0.80; }},
 };
 
 std::string Num(double v) {
@@ -111,6 +112,11 @@ std::string Baseline(const std::string& name, const json& d) {
     return "memcpy " + g("memcpy_ms") + " ms, landed update " + g("landed_update_ms") +
            " ms; xxh3 " + g("xxh3_ms") + " ms, verify all " + g("verify_all_ms") + " ms for " +
            d.value("bytes", json(0)).dump() + " bytes";
+  }
+  if (name == "load") {
+    return "read() of the files " + g("read_ms") + " ms (" + g("read_gb_per_s") +
+           " GB/s), wtx load " + g("load_ms") + " ms for " + d.value("bytes", json(0)).dump() +
+           " bytes";
   }
   if (name == "journal") {
     return "raw RocksDB " + g("rocksdb_records_per_s") + " records/s, journal " +
@@ -155,13 +161,14 @@ int RunBench(BenchArgs a) {
       {"coverage", bench::BenchCoverage}, {"syncs", bench::BenchSyncs},
       {"replay", bench::BenchReplay},     {"journal", bench::BenchJournal},
       {"landing", bench::BenchLanding},
+      {"load", bench::BenchLoad},
   };
   for (const auto& name : a.only) {
     bool known = false;
     for (const auto& [n, fn] : all) known = known || n == name;
     if (!known) {
       std::cerr << "wtx bench: --only: unknown measurement '" << name
-                << "' (update, hash, coverage, syncs, replay, journal, landing)\n";
+                << "' (update, hash, coverage, syncs, replay, journal, landing, load)\n";
       return 2;
     }
   }
@@ -204,6 +211,7 @@ int RunBench(BenchArgs a) {
   pick("hash", "xxh3_gb_per_s", "xxh3_gb_per_s");
   pick("replay", "rocksdb_scan_records_per_s", "rocksdb_scan_records_per_s");
   pick("journal", "rocksdb_records_per_s", "rocksdb_put_records_per_s");
+  pick("load", "read_gb_per_s", "checkpoint_read_gb_per_s");
   out["baselines"] = baselines;
   out["details"] = details;
   out["machine"] = bench::MachineInfo();
@@ -264,7 +272,7 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
                   "fsync costs are those of its filesystem");
   cmd->add_option("--only", a->only,
                   "run only these measurements: update, hash, coverage, syncs, replay, journal, "
-                  "landing")
+                  "landing, load")
       ->delimiter(',');
   cmd->add_flag("--json", a->json, "print one JSON object with every figure and detail");
   cmd->add_flag("--quick", a->quick, "small sizes: a smoke test of a few seconds");

@@ -1,0 +1,171 @@
+// load_vs_read: `wtx load` of a safetensors checkpoint against reading the same files.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "src/checkpoint/checkpoint_load.h"
+#include "src/conformance/simulator.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/bench_util.h"
+#include "wtx/hf_manifest.h"
+#include "wtx/safetensors.h"
+
+namespace wtx::bench {
+
+using nlohmann::json;
+
+namespace {
+
+// Writes every source tensor of the model (tp 1 manifest) into `shards` safetensors files with
+// an index, with pattern bytes. Returns the file paths.
+Result<std::vector<std::string>> WriteModelCheckpoint(const Manifest& m, const std::string& dir,
+                                                      int shards) {
+  struct T {
+    std::string name;
+    Shape shape;
+    DType dtype;
+  };
+  std::vector<T> ts;
+  std::set<std::string> seen;
+  for (const ParamSpec& p : m.params()) {
+    for (const ShardSpec& s : p.shards) {
+      if (seen.insert(s.source).second) ts.push_back({s.source, s.source_shape, p.dtype});
+    }
+  }
+  std::vector<std::string> files;
+  json weight_map = json::object();
+  const size_t per = (ts.size() + shards - 1) / shards;
+  std::vector<uint8_t> chunk;
+  for (int k = 0; k < shards; ++k) {
+    const std::string name = "model-" + std::to_string(k + 1) + ".safetensors";
+    json header = json::object();
+    uint64_t off = 0;
+    const size_t first = k * per, last = std::min(ts.size(), (k + 1) * per);
+    for (size_t i = first; i < last; ++i) {
+      const uint64_t n = static_cast<uint64_t>(NumElements(ts[i].shape)) * DTypeSize(ts[i].dtype);
+      header[ts[i].name] = {{"dtype", SafetensorsDTypeName(ts[i].dtype)},
+                            {"shape", ts[i].shape},
+                            {"data_offsets", {off, off + n}}};
+      weight_map[ts[i].name] = name;
+      off += n;
+    }
+    std::string h = header.dump();
+    std::ofstream out(dir + "/" + name, std::ios::binary);
+    uint64_t hn = h.size();
+    for (int b = 0; b < 8; ++b) out.put(static_cast<char>((hn >> (8 * b)) & 0xff));
+    out << h;
+    for (size_t i = first; i < last; ++i) {
+      chunk.resize(static_cast<size_t>(NumElements(ts[i].shape)) * DTypeSize(ts[i].dtype));
+      FillPattern(chunk.data(), chunk.size(), i + 1);
+      out.write(reinterpret_cast<const char*>(chunk.data()),
+                static_cast<std::streamsize>(chunk.size()));
+    }
+    if (!out) return Status::IOError(dir + "/" + name + ": cannot write");
+    files.push_back(dir + "/" + name);
+  }
+  std::ofstream(dir + "/model.safetensors.index.json") << json{{"weight_map", weight_map}}.dump();
+  return files;
+}
+
+// Reads every file whole with read() into `dst` (laid end to end). Returns the bytes read.
+Result<size_t> ReadFiles(const std::vector<std::string>& files, uint8_t* dst, size_t cap) {
+  size_t total = 0;
+  for (const std::string& f : files) {
+    int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::IOError(f + ": cannot open");
+    while (true) {
+      const size_t want = std::min<size_t>(cap - total, size_t{16} << 20);
+      if (want == 0) break;
+      const ssize_t n = ::read(fd, dst + total, want);
+      if (n < 0) {
+        ::close(fd);
+        return Status::IOError(f + ": read failed");
+      }
+      if (n == 0) break;
+      total += static_cast<size_t>(n);
+    }
+    ::close(fd);
+  }
+  return total;
+}
+
+}  // namespace
+
+Result<json> BenchLoad(const BenchOptions& o) {
+  WTX_ASSIGN_OR_RETURN(dir, ScratchDir::Make(o.scratch_dir, "load"));
+  HfManifestOptions ho;
+  WTX_ASSIGN_OR_RETURN(manifest, ManifestFromHfConfigFile(o.model, ho));
+  const std::string ckpt = dir.path() + "/checkpoint";
+  std::filesystem::create_directories(ckpt);
+  WTX_ASSIGN_OR_RETURN(files, WriteModelCheckpoint(*manifest, ckpt, o.quick ? 2 : 4));
+  size_t file_bytes = 0;
+  for (const auto& f : files) file_bytes += std::filesystem::file_size(f);
+  Progress(o, "load: checkpoint of " + o.model + " written: " + std::to_string(files.size()) +
+                  " files, " + std::to_string(file_bytes) + " bytes");
+  CheckpointLoadRequest req;
+  req.checkpoint = ckpt;
+  req.hf_config = o.model;
+  req.tp = 1;
+  int run_id = 0;
+  // One `wtx load`: plan (open, validate) + begin + every rank reads its slices + commit, with
+  // fresh participants and journals, as the command does.
+  auto load = [&]() -> Result<std::string> {
+    WTX_ASSIGN_OR_RETURN(plan, PlanCheckpointLoad(req));
+    sim::SimOptions so;
+    so.journal_dir = dir.path() + "/journals-" + std::to_string(run_id++);
+    WTX_ASSIGN_OR_RETURN(run, sim::RunScenario(plan.scenario, so));
+    json out = CheckpointLoadOutput(plan, run);
+    std::error_code ec;
+    std::filesystem::remove_all(so.journal_dir, ec);
+    if (out["outcome"] != "committed") {
+      return Status::IOError("load did not commit: " + out.dump());
+    }
+    return out["version"].get<std::string>();
+  };
+  // Reading the files into fresh memory (the loader's destination is fresh too: the live
+  // buffers of new participants).
+  auto read = [&]() -> Result<size_t> {
+    Buffer buf(file_bytes, /*zeroed=*/true);
+    if (!buf.data()) return Status::IOError("cannot allocate " + std::to_string(file_bytes));
+    return ReadFiles(files, buf.data(), file_bytes);
+  };
+  // Warm-up: page cache and allocator.
+  WTX_ASSIGN_OR_RETURN(version, load());
+  WTX_ASSIGN_OR_RETURN(n0, read());
+  if (n0 != file_bytes) return Status::IOError("short read of the checkpoint");
+  const int rounds = o.quick ? 3 : 7;
+  std::vector<double> t_load, t_read;
+  for (int r = 0; r < rounds; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      const double t0 = NowSeconds();
+      if ((r + k) % 2 == 0) {
+        WTX_ASSIGN_OR_RETURN(v, load());
+        t_load.push_back(NowSeconds() - t0);
+        if (v != version) return Status::IOError("load version changed between rounds");
+      } else {
+        WTX_ASSIGN_OR_RETURN(n, read());
+        t_read.push_back(NowSeconds() - t0);
+        if (n != file_bytes) return Status::IOError("short read of the checkpoint");
+      }
+    }
+  }
+  const double tl = Median(t_load), tr = Median(t_read);
+  Progress(o, "load: wtx load " + std::to_string(tl * 1e3) + " ms, read " +
+                  std::to_string(tr * 1e3) + " ms over " + std::to_string(file_bytes) + " bytes");
+  const double gb = static_cast<double>(file_bytes) / 1e9;
+  return json{{"load_vs_read", tr / tl},
+              {"details",
+               {{"bytes", file_bytes},
+                {"files", files.size()},
+                {"rounds", rounds},
+                {"version", version},
+                {"load_ms", tl * 1e3},
+                {"load_gb_per_s", gb / tl},
+                {"read_ms", tr * 1e3},
+                {"read_gb_per_s", gb / tr}}}};
+}
+
+}  // namespace wtx::bench
