@@ -19,6 +19,7 @@
 #include "py_common.h"
 #include "src/net/message_transport.h"
 #include "wtx/coordinator.h"
+#include "wtx/expected_version.h"
 #include "wtx/hf_manifest.h"
 #include "wtx/inproc_transport.h"
 #include "wtx/live_verify.h"
@@ -269,6 +270,23 @@ void WriteMany(PyParticipant& self, py::list pieces) {
     out.push_back(MakePiece(self, t[0].cast<std::string>(), t[1], shard, t[3]));
   }
   WritePieces(self, out);
+}
+
+// The full source tensor; this rank writes its slices of it (Participant::WriteSource).
+int WriteSource(PyParticipant& self, const std::string& source, py::object tensor) {
+  Participant& p = self.get();
+  const Manifest& m = *self.manifest;
+  const auto& refs = m.ShardsOfSource(source);
+  if (refs.empty()) return 0;  // this rank holds none of it: nothing to check or write
+  const std::string what = "source tensor '" + source + "'";
+  TensorInfo t = InspectTensor(tensor, what);
+  CheckHostTensor(t, m.params()[refs[0].param].dtype, *m.SourceShape(source), what);
+  Result<int> r = Status::IOError("unset");
+  {
+    py::gil_scoped_release nogil;
+    r = p.WriteSource(source, reinterpret_cast<const void*>(t.ptr), t.bytes);
+  }
+  return Unwrap(std::move(r));
 }
 
 std::vector<int64_t> IndicesFromPy(py::handle obj, const std::string& what) {
@@ -577,12 +595,17 @@ void Begin(PyCoordinator& self, const std::string& tx, const std::string& kind,
   if (!o.status.ok()) Raise(o.status, BeginErrorsToPy(o));
 }
 
-py::dict Commit(PyCoordinator& self, const std::string& tx) {
+py::dict Commit(PyCoordinator& self, const std::string& tx,
+               std::optional<std::string> expect_version,
+               std::optional<std::vector<std::string>> expect_rank_digests) {
   Coordinator& c = self.get();
+  CommitOptions opts;
+  opts.expect_version = std::move(expect_version);
+  if (expect_rank_digests) opts.expect_rank_digests = std::move(*expect_rank_digests);
   CommitOutcome o;
   {
     py::gil_scoped_release nogil;
-    o = c.Commit(tx);
+    o = c.Commit(tx, opts);
   }
   // Misuse (no such transaction, decided already) is an error; a decision is an outcome.
   if (!o.decision && o.status.code() != ErrorCode::kCrashed) Raise(o.status);
@@ -600,6 +623,35 @@ py::dict Abort(PyCoordinator& self, const std::string& tx) {
   py::dict d;
   d["outcome"] = "aborted";
   d["tx"] = tx;
+  return d;
+}
+
+// -------------------------------------------------------------------------- Expected version
+
+// What a full transaction writing exactly `sources` ({name: full tensor}) must commit.
+py::dict ExpectedVersionOf(const std::vector<PyManifest>& manifests, py::dict sources) {
+  std::vector<const Manifest*> ms;
+  for (const PyManifest& m : manifests) ms.push_back(m.m.get());
+  std::vector<SourceTensor> st;
+  for (auto item : sources) {
+    const std::string name = py::str(item.first);
+    TensorInfo t = InspectTensor(item.second, "source tensor '" + name + "'");
+    if (t.device != "cpu" || !t.contiguous || !t.dtype) {
+      Raise(Status(ErrorCode::kBadWrite, "source tensor '" + name +
+                                             "' must be a contiguous cpu tensor of a wtx dtype"));
+    }
+    st.push_back(SourceTensor{name, t.shape, *t.dtype, reinterpret_cast<const void*>(t.ptr),
+                              t.bytes});
+  }
+  Result<ExpectedVersion> r = Status::IOError("unset");
+  {
+    py::gil_scoped_release nogil;
+    r = ComputeExpectedVersion(ms, st);
+  }
+  ExpectedVersion ev = Unwrap(std::move(r));
+  py::dict d;
+  d["version"] = ev.version;
+  d["rank_digests"] = ev.rank_digests;
   return d;
 }
 
@@ -682,6 +734,9 @@ void DefineModule(py::module_& m) {
            py::arg("shard") = py::none(), py::arg("box") = py::none())
       .def("write_many", &WriteMany, py::arg("pieces"),
            "Writes [(param, tensor, shard, box), ...] at once: all are checked before any lands.")
+      .def("write_source", &WriteSource, py::arg("source"), py::arg("tensor"),
+           "Writes every shard this rank holds of `source` from the full source tensor; "
+           "returns the number of shards written (0: this rank holds none).")
       .def("patch", &Patch, py::arg("source"), py::arg("indices"), py::arg("values"),
            py::kw_only(), py::arg("part") = std::make_pair(0, 1))
       .def(
@@ -756,7 +811,10 @@ void DefineModule(py::module_& m) {
            py::arg("base") = py::none(), py::arg("modules") = py::none(),
            py::arg("sources") = py::none(), py::arg("rollback") = false,
            py::arg("verify") = "touched")
-      .def("commit", &Commit, py::arg("tx"))
+      .def("commit", &Commit, py::arg("tx"), py::kw_only(),
+           py::arg("expect_version") = py::none(), py::arg("expect_rank_digests") = py::none(),
+           "Prepares everywhere and decides. With expect_version (wtx.expected_version), a "
+           "commit whose combined version differs aborts with E_VERSION_MISMATCH.")
       .def("abort", &Abort, py::arg("tx"))
       .def("recover",
            [](PyCoordinator& self) {
@@ -805,6 +863,9 @@ void DefineModule(py::module_& m) {
         c.reset();
       });
 
+  m.def("expected_version", &ExpectedVersionOf, py::arg("manifests"), py::arg("sources"),
+        "The version a full transaction writing exactly `sources` ({name: full tensor}) into "
+        "ranks with these manifests must commit: {version, rank_digests}.");
   m.def("history", &History, py::arg("journal_dir"),
         "The journal's transactions, oldest first (dicts: tx, kind, base, outcome, version, "
         "reason, timings_us, ...).");

@@ -238,3 +238,39 @@ def test_UnknownTransactionIsAnError(tmp_path, tiny_llama_config):
     with pytest.raises(wtx.Error) as e:
         c.begin("tx", kind="sideways")
     assert "kind" in e.value.message
+
+
+def test_ExpectedVersionCommitsWhatWasSentAndRefusesOtherBytes(tmp_path, tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    sources = hf_sources(ms)
+    expected = wtx.expected_version(ms, sources)
+    assert len(expected["rank_digests"]) == 2
+    c.begin("tx1")
+    for p in ps:
+        for name, t in sources.items():
+            assert p.write_source(name, t) >= 1
+    out = c.commit("tx1", expect_version=expected["version"],
+                   expect_rank_digests=expected["rank_digests"])
+    assert out["outcome"] == "committed" and out["version"] == expected["version"]
+    # Rank 1 receives one corrupted tensor: the commit aborts instead of serving it.
+    c.begin("tx2")
+    bad = "model.layers.1.mlp.down_proj.weight"
+    for r, p in enumerate(ps):
+        for name, t in sources.items():
+            p.write_source(name, t + 1 if (r == 1 and name == bad) else t)
+    out = c.commit("tx2", expect_version=expected["version"],
+                   expect_rank_digests=expected["rank_digests"])
+    assert out["outcome"] == "aborted"
+    assert out["error"]["code"] == "E_VERSION_MISMATCH" and "1" in out["error"]["message"]
+
+
+def test_WriteSourceOfASourceThisRankDoesNotHoldWritesNothing(tmp_path, tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    c.begin("tx1")
+    assert ps[0].write_source("not.a.tensor", torch.zeros([2])) == 0
+    qkv = ms[0].source_shards("model.layers.0.self_attn.k_proj.weight")
+    assert [s["id"] for s in qkv] == ["k"]
+    src = torch.zeros(qkv[0]["source_shape"], dtype=torch.float32)
+    with pytest.raises(wtx.Error) as e:
+        ps[0].write_source("model.layers.0.self_attn.k_proj.weight", src)
+    assert e.value.code == "E_BAD_WRITE" and "k_proj" in e.value.message
