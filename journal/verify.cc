@@ -86,8 +86,8 @@ std::optional<JournalIdentity> IdentityFromDirName(const std::string& dir) {
   return std::nullopt;
 }
 
-VerifyReport VerifyJournalDir(const std::string& dir, const VerifyOptions& options) {
-  VerifyReport rep;
+JournalCheckReport VerifyJournalDir(const std::string& dir, const VerifyOptions& options) {
+  JournalCheckReport rep;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     rep.status = Status(ErrorCode::kNotFound, "no journal directory " + dir);

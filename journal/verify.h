@@ -46,7 +46,7 @@ struct VerifyOptions {
   bool strict = false;
 };
 
-struct VerifyReport {
+struct JournalCheckReport {
   // OK; kJournalCorrupt naming what is wrong; kNotFound when `dir` holds no journal at all.
   Status status;
   std::vector<std::string> warnings;  // problems that are not corruption (a torn unsynced tail)
@@ -57,7 +57,7 @@ struct VerifyReport {
   bool torn_tail = false;
 };
 
-VerifyReport VerifyJournalDir(const std::string& dir, const VerifyOptions& options = {});
+JournalCheckReport VerifyJournalDir(const std::string& dir, const VerifyOptions& options = {});
 
 // The identity a directory name implies: "rank-N" -> participant N, "coordinator" ->
 // coordinator; nullopt for any other name.

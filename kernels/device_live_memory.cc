@@ -14,9 +14,17 @@ namespace {
 
 class ReferenceDeviceLiveMemory : public LiveMemory {
  public:
+  // Owned, zeroed buffers.
   explicit ReferenceDeviceLiveMemory(const Manifest& m) {
-    for (const auto& p : m.params()) bufs_.emplace_back(static_cast<size_t>(p.num_bytes()), 0);
+    for (const auto& p : m.params()) {
+      owned_.emplace_back(static_cast<size_t>(p.num_bytes()), 0);
+      bufs_.emplace_back(owned_.back().data(), owned_.back().size());
+    }
   }
+  // Borrowed buffers (the caller's "device tensors"), left as they are.
+  explicit ReferenceDeviceLiveMemory(std::vector<std::span<uint8_t>> spans)
+      : bufs_(std::move(spans)) {}
+
   std::span<uint8_t> Param(uint32_t) override { return {}; }  // not host-addressable
   void Discard() override {
     for (auto& b : bufs_) std::fill(b.begin(), b.end(), 0);
@@ -26,7 +34,7 @@ class ReferenceDeviceLiveMemory : public LiveMemory {
 
   Status Store(uint32_t i, size_t offset, const void* src, size_t len) override {
     WTX_RETURN_IF_ERROR(CheckRange(i, offset, len, "store"));
-    if (len > 0) std::memcpy(bufs_[i].data() + offset, src, len);
+    if (len > 0) std::memmove(bufs_[i].data() + offset, src, len);
     return Status::OK();
   }
   Status Load(uint32_t i, size_t offset, void* dst, size_t len) override {
@@ -50,6 +58,17 @@ class ReferenceDeviceLiveMemory : public LiveMemory {
     ChunkDigestsRef(bufs_[i].data() + begin, bytes, out);
     return Status::OK();
   }
+  uint64_t DeviceAddress(uint32_t i) override {
+    return reinterpret_cast<uint64_t>(bufs_[i].data());
+  }
+  // The reference "device" is host memory: device-to-device is memmove.
+  Status StoreFromDevice(uint32_t i, size_t offset, const void* src, size_t len) override {
+    return Store(i, offset, src, len);
+  }
+  Status CopyDeviceToHost(const void* src, void* dst, size_t len) override {
+    if (len > 0) std::memcpy(dst, src, len);
+    return Status::OK();
+  }
 
  private:
   Status CheckRange(uint32_t i, size_t offset, size_t len, const char* what) const {
@@ -62,7 +81,8 @@ class ReferenceDeviceLiveMemory : public LiveMemory {
     }
     return Status::OK();
   }
-  std::vector<std::vector<uint8_t>> bufs_;
+  std::vector<std::vector<uint8_t>> owned_;
+  std::vector<std::span<uint8_t>> bufs_;
 };
 
 }  // namespace
@@ -71,11 +91,42 @@ std::unique_ptr<LiveMemory> NewReferenceDeviceLiveMemory(const Manifest& manifes
   return std::make_unique<ReferenceDeviceLiveMemory>(manifest);
 }
 
+Result<std::unique_ptr<LiveMemory>> NewBorrowedReferenceDeviceLiveMemory(
+    const Manifest& manifest, std::vector<std::span<uint8_t>> spans) {
+  const auto& params = manifest.params();
+  if (spans.size() != params.size()) {
+    return Status::InvalidArgument(std::to_string(spans.size()) + " buffers for " +
+                                   std::to_string(params.size()) + " parameters");
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (spans[i].size() != static_cast<size_t>(params[i].num_bytes())) {
+      return Status::InvalidArgument("buffer of '" + params[i].name + "' has " +
+                                     std::to_string(spans[i].size()) + " bytes, expected " +
+                                     std::to_string(params[i].num_bytes()));
+    }
+  }
+  return std::unique_ptr<LiveMemory>(
+      std::make_unique<ReferenceDeviceLiveMemory>(std::move(spans)));
+}
+
 #ifndef WTX_HAVE_CUDA
-Result<std::unique_ptr<LiveMemory>> NewDeviceLiveMemory(const Manifest&) {
+namespace {
+Status NoCuda() {
   return Status::Error(ErrorCode::kInvalidArgument,
                        "device live memory needs the CUDA kernels: this build has none (nvcc "
                        "not found or -DWTX_ENABLE_CUDA=OFF)");
+}
+}  // namespace
+
+Result<std::unique_ptr<LiveMemory>> NewDeviceLiveMemory(const Manifest&,
+                                                        DeviceLiveMemoryOptions) {
+  return NoCuda();
+}
+
+Result<std::unique_ptr<LiveMemory>> NewBorrowedDeviceLiveMemory(const Manifest&,
+                                                                std::vector<DeviceSpan>,
+                                                                DeviceLiveMemoryOptions) {
+  return NoCuda();
 }
 #endif
 

@@ -128,9 +128,10 @@ __global__ void CombineKernel(const uint64_t* digests, size_t n, uint64_t* out) 
   CooperativeHash64(reinterpret_cast<const uint8_t*>(digests), n * sizeof(uint64_t), s_secret, out);
 }
 
-Status LaunchChunkDigests(const void* dev, size_t bytes, uint64_t* dev_out, size_t chunks) {
+Status LaunchChunkDigests(const void* dev, size_t bytes, uint64_t* dev_out, size_t chunks,
+                          cudaStream_t stream = nullptr) {
   if (chunks == 0) return Status::OK();
-  ChunkDigestKernel<<<static_cast<unsigned>(chunks), kHashThreads>>>(
+  ChunkDigestKernel<<<static_cast<unsigned>(chunks), kHashThreads, 0, stream>>>(
       static_cast<const uint8_t*>(dev), bytes, dev_out);
   WTX_CUDA_TRY(cudaGetLastError());
   return Status::OK();
@@ -176,18 +177,19 @@ __global__ void RestoreKernel(T* param, const int64_t* idx, size_t count, const 
 }
 
 Status ValidateIndices(const int64_t* dev_indices, size_t count, size_t param_bytes,
-                       size_t elem_size) {
+                       size_t elem_size, cudaStream_t stream) {
   if (count == 0) return Status::OK();
   const int64_t elems = static_cast<int64_t>(param_bytes / elem_size);
   DeviceBuffer<unsigned long long> flags;
   WTX_RETURN_IF_ERROR(flags.Allocate(2));
   const unsigned long long init[2] = {0, ~0ULL};
-  WTX_CUDA_TRY(cudaMemcpy(flags.get(), init, sizeof init, cudaMemcpyHostToDevice));
-  ValidateIndicesKernel<<<GridFor(count, 256), 256>>>(dev_indices, count, elems, flags.get(),
-                                                      flags.get() + 1);
+  WTX_CUDA_TRY(cudaMemcpyAsync(flags.get(), init, sizeof init, cudaMemcpyHostToDevice, stream));
+  ValidateIndicesKernel<<<GridFor(count, 256), 256, 0, stream>>>(dev_indices, count, elems,
+                                                                 flags.get(), flags.get() + 1);
   WTX_CUDA_TRY(cudaGetLastError());
   unsigned long long out[2];
-  WTX_CUDA_TRY(cudaMemcpy(out, flags.get(), sizeof out, cudaMemcpyDeviceToHost));
+  WTX_CUDA_TRY(cudaMemcpyAsync(out, flags.get(), sizeof out, cudaMemcpyDeviceToHost, stream));
+  WTX_CUDA_TRY(cudaStreamSynchronize(stream));
   if (out[0] != 0) {
     int64_t v = 0;
     WTX_CUDA_TRY(cudaMemcpy(&v, dev_indices + out[1], sizeof v, cudaMemcpyDeviceToHost));
@@ -214,14 +216,15 @@ Status CheckElemAndAlignment(size_t elem_size, std::initializer_list<const void*
 
 template <typename T>
 void LaunchScatter(void* param, const int64_t* idx, size_t count, const void* values,
-                   void* before) {
-  ScatterKernel<T><<<GridFor(count, 256), 256>>>(
+                   void* before, cudaStream_t stream) {
+  ScatterKernel<T><<<GridFor(count, 256), 256, 0, stream>>>(
       static_cast<T*>(param), idx, count, static_cast<const T*>(values), static_cast<T*>(before));
 }
 
 template <typename T>
-void LaunchRestore(void* param, const int64_t* idx, size_t count, const void* before) {
-  RestoreKernel<T><<<GridFor(count, 256), 256>>>(static_cast<T*>(param), idx, count,
+void LaunchRestore(void* param, const int64_t* idx, size_t count, const void* before,
+                   cudaStream_t stream) {
+  RestoreKernel<T><<<GridFor(count, 256), 256, 0, stream>>>(static_cast<T*>(param), idx, count,
                                                  static_cast<const T*>(before));
 }
 
@@ -286,13 +289,16 @@ Status GpuProbe() {
   return Status::OK();
 }
 
-Status GpuChunkDigests(const void* dev, size_t bytes, uint64_t* host_out) {
+Status GpuChunkDigests(const void* dev, size_t bytes, uint64_t* host_out, void* stream_ptr) {
   const size_t chunks = NumChunks(bytes);
   if (chunks == 0) return Status::OK();
+  auto stream = static_cast<cudaStream_t>(stream_ptr);
   DeviceBuffer<uint64_t> out;
   WTX_RETURN_IF_ERROR(out.Allocate(chunks));
-  WTX_RETURN_IF_ERROR(LaunchChunkDigests(dev, bytes, out.get(), chunks));
-  WTX_CUDA_TRY(cudaMemcpy(host_out, out.get(), chunks * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  WTX_RETURN_IF_ERROR(LaunchChunkDigests(dev, bytes, out.get(), chunks, stream));
+  WTX_CUDA_TRY(cudaMemcpyAsync(host_out, out.get(), chunks * sizeof(uint64_t),
+                               cudaMemcpyDeviceToHost, stream));
+  WTX_CUDA_TRY(cudaStreamSynchronize(stream));
   return Status::OK();
 }
 
@@ -311,7 +317,8 @@ Result<uint64_t> GpuParamDigest(const void* dev, size_t bytes) {
 
 Status GpuScatter(void* dev_param, size_t param_bytes, const int64_t* dev_indices, size_t count,
                   const void* dev_values, size_t elem_size, void* dev_before,
-                  size_t before_capacity) {
+                  size_t before_capacity, void* stream_ptr) {
+  auto stream = static_cast<cudaStream_t>(stream_ptr);
   WTX_RETURN_IF_ERROR(CheckElemAndAlignment(elem_size, {dev_param, dev_values, dev_before}));
   const size_t need = count * elem_size;
   if (dev_before != nullptr && need > before_capacity) {
@@ -319,48 +326,49 @@ Status GpuScatter(void* dev_param, size_t param_bytes, const int64_t* dev_indice
                          "scatter: before-image needs " + std::to_string(need) +
                              " bytes, buffer holds " + std::to_string(before_capacity));
   }
-  WTX_RETURN_IF_ERROR(ValidateIndices(dev_indices, count, param_bytes, elem_size));
+  WTX_RETURN_IF_ERROR(ValidateIndices(dev_indices, count, param_bytes, elem_size, stream));
   if (count == 0) return Status::OK();
   switch (elem_size) {
     case 1:
-      LaunchScatter<uint8_t>(dev_param, dev_indices, count, dev_values, dev_before);
+      LaunchScatter<uint8_t>(dev_param, dev_indices, count, dev_values, dev_before, stream);
       break;
     case 2:
-      LaunchScatter<uint16_t>(dev_param, dev_indices, count, dev_values, dev_before);
+      LaunchScatter<uint16_t>(dev_param, dev_indices, count, dev_values, dev_before, stream);
       break;
     case 4:
-      LaunchScatter<uint32_t>(dev_param, dev_indices, count, dev_values, dev_before);
+      LaunchScatter<uint32_t>(dev_param, dev_indices, count, dev_values, dev_before, stream);
       break;
     default:
-      LaunchScatter<uint64_t>(dev_param, dev_indices, count, dev_values, dev_before);
+      LaunchScatter<uint64_t>(dev_param, dev_indices, count, dev_values, dev_before, stream);
       break;
   }
   WTX_CUDA_TRY(cudaGetLastError());
-  WTX_CUDA_TRY(cudaDeviceSynchronize());
+  WTX_CUDA_TRY(cudaStreamSynchronize(stream));
   return Status::OK();
 }
 
 Status GpuRestore(void* dev_param, size_t param_bytes, const int64_t* dev_indices, size_t count,
-                  const void* dev_before, size_t elem_size) {
+                  const void* dev_before, size_t elem_size, void* stream_ptr) {
+  auto stream = static_cast<cudaStream_t>(stream_ptr);
   WTX_RETURN_IF_ERROR(CheckElemAndAlignment(elem_size, {dev_param, dev_before}));
-  WTX_RETURN_IF_ERROR(ValidateIndices(dev_indices, count, param_bytes, elem_size));
+  WTX_RETURN_IF_ERROR(ValidateIndices(dev_indices, count, param_bytes, elem_size, stream));
   if (count == 0) return Status::OK();
   switch (elem_size) {
     case 1:
-      LaunchRestore<uint8_t>(dev_param, dev_indices, count, dev_before);
+      LaunchRestore<uint8_t>(dev_param, dev_indices, count, dev_before, stream);
       break;
     case 2:
-      LaunchRestore<uint16_t>(dev_param, dev_indices, count, dev_before);
+      LaunchRestore<uint16_t>(dev_param, dev_indices, count, dev_before, stream);
       break;
     case 4:
-      LaunchRestore<uint32_t>(dev_param, dev_indices, count, dev_before);
+      LaunchRestore<uint32_t>(dev_param, dev_indices, count, dev_before, stream);
       break;
     default:
-      LaunchRestore<uint64_t>(dev_param, dev_indices, count, dev_before);
+      LaunchRestore<uint64_t>(dev_param, dev_indices, count, dev_before, stream);
       break;
   }
   WTX_CUDA_TRY(cudaGetLastError());
-  WTX_CUDA_TRY(cudaDeviceSynchronize());
+  WTX_CUDA_TRY(cudaStreamSynchronize(stream));
   return Status::OK();
 }
 

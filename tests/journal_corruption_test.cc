@@ -362,7 +362,7 @@ TEST_CASE("EveryFlippedWalByteIsDetected") {
     const std::string dir = s.path() + "/rank-0";
     fs::copy(base.path, dir, fs::copy_options::recursive);
     Flip(dir + "/" + wal_name, off);
-    VerifyReport rep = VerifyJournalDir(dir);
+    JournalCheckReport rep = VerifyJournalDir(dir);
     INFO("offset " << off << " of " << size);
     CHECK(rep.status.code() == ErrorCode::kJournalCorrupt);
     ++checked;
@@ -383,7 +383,7 @@ TEST_CASE("EveryFlippedSstContentByteIsDetected") {
     const std::string dir = s.path() + "/rank-0";
     fs::copy(base.path, dir, fs::copy_options::recursive);
     Flip(dir + "/" + sst_name, off);
-    VerifyReport rep = VerifyJournalDir(dir);
+    JournalCheckReport rep = VerifyJournalDir(dir);
     INFO("offset " << off << " of " << covered);
     CHECK(rep.status.code() == ErrorCode::kJournalCorrupt);
     ++checked;

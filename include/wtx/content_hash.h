@@ -65,6 +65,8 @@ class ParamHashCache {
   using ChunkDigestFn = std::function<Status(size_t first, size_t count, uint64_t* out)>;
   Result<uint64_t> Digest(const ChunkDigestFn& compute);
   size_t touched_chunks() const { return touched_count_; }
+  // The cached chunk digests; exact for the live bytes only when touched_chunks() == 0.
+  std::span<const uint64_t> chunk_digests() const { return chunks_; }
   size_t num_chunks() const { return chunks_.size(); }
 
  private:

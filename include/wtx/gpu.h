@@ -25,7 +25,7 @@
 // duplicate wins is unspecified.
 //
 // Device pointers are plain CUDA device pointers (cudaMalloc or an engine's allocator); every
-// Gpu* call is synchronous on the legacy default stream and returns IOError naming the CUDA
+// Gpu* call is synchronous on the legacy default stream, or on the stream given to it, and returns IOError naming the CUDA
 // error when a CUDA call fails, or when no device is present.
 //
 // Thread-safety: the functions share no state; concurrent calls on distinct buffers are safe.
@@ -71,14 +71,16 @@ Result<ScanCounts> VerifyScanRef(const void* data, size_t bytes, DType dtype, si
 // OK when a CUDA device is usable; otherwise the reason (no driver, no device, ...).
 Status GpuProbe();
 // `dev`: device pointer to `bytes` bytes.
-Status GpuChunkDigests(const void* dev, size_t bytes, uint64_t* host_out);
+// `stream` (a cudaStream_t; null: the legacy default stream) orders the kernels and copies of
+// the calls that take one; they synchronize that stream before returning.
+Status GpuChunkDigests(const void* dev, size_t bytes, uint64_t* host_out, void* stream = nullptr);
 Result<uint64_t> GpuParamDigest(const void* dev, size_t bytes);
 // All pointers are device pointers; dev_before may be null (no before-image).
 Status GpuScatter(void* dev_param, size_t param_bytes, const int64_t* dev_indices, size_t count,
                   const void* dev_values, size_t elem_size, void* dev_before,
-                  size_t before_capacity);
+                  size_t before_capacity, void* stream = nullptr);
 Status GpuRestore(void* dev_param, size_t param_bytes, const int64_t* dev_indices, size_t count,
-                  const void* dev_before, size_t elem_size);
+                  const void* dev_before, size_t elem_size, void* stream = nullptr);
 Result<ScanCounts> GpuVerifyScan(const void* dev, size_t bytes, DType dtype, size_t row_elems);
 
 }  // namespace wtx

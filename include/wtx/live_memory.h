@@ -55,11 +55,25 @@ class LiveMemory {
   // out[k] = chunk digest (content_hash.h) of chunk first + k of parameter `index`, k < count.
   // REQUIRES: the chunks exist.
   virtual Status ChunkDigests(uint32_t index, size_t first, size_t count, uint64_t* out);
+
+  // ---- Device sources (in-place landings, device-to-device writes) ----
+  // Device address of parameter `index`'s first byte (what an engine writes to in place); 0
+  // for host memory. The reference device backend returns the host address of its hidden
+  // buffer (the CPU stands in for the device).
+  virtual uint64_t DeviceAddress(uint32_t /*index*/) { return 0; }
+  // Bytes [offset, offset + len) of parameter `index` = `len` bytes at device address `src`
+  // (device-to-device, ordered on the backend's stream). Host memory: InvalidArgument.
+  // REQUIRES: offset + len <= Size(index)
+  virtual Status StoreFromDevice(uint32_t index, size_t offset, const void* src, size_t len);
+  // `dst` (host) = `len` bytes at device address `src` (index/value arrays given on the
+  // device). Host memory: InvalidArgument.
+  virtual Status CopyDeviceToHost(const void* src, void* dst, size_t len);
 };
 
 // Zero-initialized host buffers owned by the LiveMemory.
 std::unique_ptr<LiveMemory> NewHostLiveMemory(const Manifest& manifest);
-// Borrowed buffers; spans[i].size() must equal the parameter's byte size (checked).
+// Borrowed buffers; spans[i].size() must equal the parameter's byte size (checked). Their
+// contents are left as they are (never zeroed at creation or at a participant's Open).
 Result<std::unique_ptr<LiveMemory>> NewBorrowedLiveMemory(const Manifest& manifest,
                                                           std::vector<std::span<uint8_t>> spans);
 

@@ -12,6 +12,32 @@
 //  * Serving is allowed only when loaded, clean, committed, not in doubt, and no derived
 //    state is stale.
 //  * Every failing call returns its error and changes nothing.
+//  * Live memory is never zeroed at Open: borrowed bytes (the engine's own tensors) are left as
+//    they are; only participant-owned buffers start zeroed. Either way the rank starts
+//    loaded=false; Reattach() brings borrowed bytes that survived a restart back to serving.
+//
+// In-place landings (Reserve / Landed): the engine fills a region of its live tensor itself
+// (an NCCL broadcast into the tensor, a CUDA-IPC copy, an RDMA write) instead of handing the
+// bytes to Write.
+//  * Before the first byte of the region changes, the engine calls Reserve(region) and waits
+//    for it to return OK. Reserve checks the region exactly like a Write (scope, range, overlap
+//    with what this transaction already wrote or reserved: E_DUPLICATE_WRITE), saves
+//    before-images when the transaction has rollback, marks the region's hash chunks touched
+//    and makes the rank dirty (durably: the synced BEGIN record already makes an interrupted
+//    transaction dirty on recovery). It returns where to write: one Reservation per parameter
+//    (host address and/or device address of the parameter's first byte, and the resolved live
+//    box). On error nothing was reserved and the engine must not write.
+//  * Between Reserve and Landed the engine may write the reserved bytes any number of times,
+//    in any order, from any thread or stream; it must not write outside them. Other wtx calls
+//    (Write, Patch, more Reserves) may interleave. The bytes are not read by wtx until
+//    Prepare, which rehashes every touched chunk from live memory, so the transfer must be
+//    complete (stream synchronized) before Landed is called.
+//  * Landed(region), with the region as reserved, records the region as coverage. A region
+//    reserved but never landed is E_COVERAGE_INCOMPLETE at prepare, naming it.
+//  * Abort: with rollback the before-images are restored (whatever the engine had written);
+//    without, the rank stays dirty (its bytes are mixed) until a full commit.
+//  * Delta transactions land patches only through Patch; Reserve on a shard whose packed layout
+//    is not a translation of the source is E_LAYOUT_MISMATCH; a delta Reserve is E_OUT_OF_SCOPE.
 //
 // Thread-safety: all methods are safe to call from several threads; calls are serialized by
 // an internal mutex.
@@ -59,6 +85,10 @@ struct ParticipantOptions {
   bool benchmark_coverage_only = false;
 };
 
+// Where a caller's buffer is: host memory, or device memory on the live memory's device (for
+// the reference device backend: host memory standing in for device memory).
+enum class BufferLocation { kHost, kDevice };
+
 // One write: bytes for a box of a parameter, in the parameter's dtype, row-major over the box.
 struct WritePiece {
   std::string param;
@@ -66,6 +96,8 @@ struct WritePiece {
   std::optional<Box> box;   // live coordinates; default: the shard's box, or the whole param
   const void* data = nullptr;
   size_t bytes = 0;
+  // kDevice: `data` is a device address; the copy is device-to-device (device live memory only).
+  BufferLocation location = BufferLocation::kHost;
 };
 
 // Part `part` of `parts` of a sparse patch of `source`, at flat indices in source
@@ -78,12 +110,56 @@ struct PatchRequest {
   size_t value_bytes = 0;
   int part = 0;
   int parts = 1;
+  // kDevice: the array is in device memory (device live memory only). Device indices are
+  // copied to the host for the checks (range, duplicates, source-to-live translation).
+  BufferLocation indices_location = BufferLocation::kHost;
+  BufferLocation values_location = BufferLocation::kHost;
+};
+
+// A region the engine fills itself (Reserve/Landed), in live coordinates.
+struct LandingRegion {
+  std::string param;       // parameter name (required unless `source` is given)
+  std::string shard;       // optional shard id of `param`
+  std::string source;      // optional: every shard this rank holds of this source tensor
+  std::optional<Box> box;  // optional sub-box (live coordinates of `param`; requires `param`)
+};
+
+// Where to write one reserved box.
+struct Reservation {
+  std::string param;
+  std::string shard;        // the named shard, or empty when the box was given by param/box
+  Box box;                  // resolved live box
+  uint32_t param_index = 0; // manifest order
+  void* host = nullptr;     // host address of the parameter's first byte, or null (device)
+  uint64_t device_ptr = 0;  // device address of the parameter's first byte, or 0 (host)
+  size_t param_bytes = 0;   // byte size of the whole parameter
+};
+
+// One run of hash chunks of a parameter whose live bytes differ from the committed digests.
+struct ChunkDifference {
+  std::string param;
+  size_t first_chunk = 0;  // chunks of kHashChunkBytes (content_hash.h)
+  size_t chunks = 0;
+  Box box;                 // live elements those chunks hold (the bounding box of the run)
+};
+
+// What Verify / Reattach / a verify-all prepare found.
+struct VerifyReport {
+  bool ok = false;          // comparable and every chunk matches
+  bool comparable = false;  // committed chunk digests (or digest) were available to compare
+  std::vector<std::string> params;        // parameters with differing bytes (manifest order)
+  std::vector<Box> boxes;                 // differences[i].box, for each difference
+  std::vector<ChunkDifference> differences;
+  size_t chunks_checked = 0;
+  size_t chunks_differing = 0;
+  std::string message;      // one line for humans, naming what differs
 };
 
 class Participant {
  public:
   // Opens (creating if needed) the journal and recovers: a prepared transaction without an
-  // outcome is in doubt; an unprepared one is aborted; live bytes start zeroed (loaded=false).
+  // outcome is in doubt; an unprepared one is aborted. Live bytes are not touched (borrowed
+  // memory keeps its contents; owned buffers start zeroed); the rank starts loaded=false.
   static Result<std::unique_ptr<Participant>> Open(ParticipantOptions options,
                                                    ManifestPtr manifest);
   virtual ~Participant() = default;
@@ -108,6 +184,23 @@ class Participant {
   virtual Result<int> WriteSource(std::string_view source, const void* data, size_t bytes) = 0;
   // The engine recomputed derived state `name` ("*": every stale one). Returns the names.
   virtual Result<std::vector<std::string>> Refresh(std::string_view name) = 0;
+  // In-place landings: see the file comment. E_NO_TX without a transaction.
+  virtual Result<std::vector<Reservation>> Reserve(const LandingRegion& region) = 0;
+  // `region` exactly as passed to Reserve. Landing twice, or a region never reserved, is
+  // E_BAD_WRITE naming it.
+  virtual Status Landed(const LandingRegion& region) = 0;
+  // On-demand verifier (no transaction may be active: E_TX_ACTIVE): rehashes every chunk of
+  // the live bytes (one XXH3 pass) and compares it with the committed chunk digests. A
+  // difference on a clean rank makes it durably dirty (stops serving until a full commit) and
+  // is reported, naming params and chunks, in an OK result with ok == false. A rank that is
+  // dirty, or never committed, is reported not comparable.
+  virtual Result<VerifyReport> Verify() = 0;
+  // After reopening over live bytes that survived the restart (borrowed memory): compares them
+  // with the committed chunk digests stored in the journal; an exact match marks the rank
+  // loaded and clean (durably, a REATTACH record), so it serves again without a reload.
+  // Otherwise it stays loaded=false and the report names what differs. Refused while a
+  // transaction is active or in doubt (E_TX_ACTIVE).
+  virtual Result<VerifyReport> Reattach() = 0;
   virtual void SetKernelIdentity(std::string identity) = 0;
   // Local checks, version digest, PREPARED (synced before a yes), vote.
   virtual Result<Vote> Prepare(std::string_view tx) = 0;

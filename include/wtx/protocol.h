@@ -19,6 +19,17 @@ enum class TxKind { kFull, kPartial, kDelta };
 std::string_view TxKindName(TxKind kind);
 std::optional<TxKind> TxKindFromName(std::string_view name);
 
+// What prepare hashes (DESIGN.md, docs/protocol.md "Verification"):
+//  * kTouched: only the hash chunks this transaction wrote, patched or reserved are rehashed
+//    from live memory; every other chunk keeps its cached digest. Cheap, but a byte changed
+//    behind wtx's back (an undeclared write) goes unseen.
+//  * kAll: every chunk of the rank is rehashed (one XXH3 pass over the live bytes) and each
+//    chunk the transaction did not touch is compared with the committed chunk digest; any
+//    difference votes no with E_UNDECLARED_WRITE and makes the rank durably dirty.
+enum class VerifyMode { kTouched, kAll };
+std::string_view VerifyModeName(VerifyMode mode);  // "touched", "all"
+std::optional<VerifyMode> VerifyModeFromName(std::string_view name);
+
 struct BeginRequest {
   std::string tx;
   TxKind kind = TxKind::kFull;
@@ -26,6 +37,7 @@ struct BeginRequest {
   std::vector<std::string> modules;  // partial: the modules in scope
   std::vector<std::string> sources;  // delta: the source tensors patched
   bool rollback = false;             // partial/delta: keep before-images, abort restores
+  VerifyMode verify = VerifyMode::kTouched;  // what prepare rehashes and compares
 };
 
 // One gap in required coverage.

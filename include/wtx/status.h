@@ -46,6 +46,7 @@ enum class ErrorCode {
   kBudgetExceeded,
   // Protocol errors added later (kept at the end so that codes stay stable).
   kVersionMismatch,
+  kUndeclaredWrite,  // E_UNDECLARED_WRITE: live bytes changed without a declared write
 };
 
 // "E_BASE_MISMATCH", ... for protocol codes; "INVALID_ARGUMENT", ... for the others.

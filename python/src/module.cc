@@ -19,6 +19,7 @@
 #include "py_common.h"
 #include "src/net/message_transport.h"
 #include "wtx/coordinator.h"
+#include "wtx/device_live_memory.h"
 #include "wtx/expected_version.h"
 #include "wtx/hf_manifest.h"
 #include "wtx/inproc_transport.h"
@@ -122,6 +123,7 @@ struct PyParticipant {
   std::string journal_dir;
   int rank = 0;
   py::dict tensors;  // borrowed live tensors, kept alive as long as the participant
+  bool device = false;  // the borrowed tensors are CUDA tensors (device live memory)
   std::unique_ptr<CrashPoints> crash;
 
   Participant& get() const {
@@ -160,6 +162,8 @@ std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir,
       }
     }
     std::vector<std::span<uint8_t>> spans;
+    std::vector<DeviceSpan> device_spans;
+    std::string first_device;
     for (const ParamSpec& ps : man.params()) {
       if (!tensors->contains(ps.name)) {
         Raise(Status(ErrorCode::kBadWrite,
@@ -169,15 +173,37 @@ std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir,
       py::object t = (*tensors)[py::str(ps.name)];
       const std::string what = "live tensor '" + ps.name + "'";
       TensorInfo info = InspectTensor(t, what);
-      if (info.device != "cpu") {
-        Raise(Status(ErrorCode::kBadWrite,
-                     what + " is on " + info.device +
-                         "; borrowed live tensors must be host (cpu) tensors in this build"));
+      if (first_device.empty()) first_device = info.device;
+      if (info.device != first_device) {
+        Raise(Status(ErrorCode::kBadWrite, what + " is on " + info.device +
+                                               ", the other live tensors on " + first_device));
       }
-      CheckHostTensor(info, ps.dtype, ps.shape, what);
-      spans.emplace_back(reinterpret_cast<uint8_t*>(info.ptr), info.bytes);
+      const bool cuda = info.device.rfind("cuda", 0) == 0;
+      if (!cuda && info.device != "cpu") {
+        Raise(Status(ErrorCode::kBadWrite, what + " is on " + info.device +
+                                               "; live tensors must be cpu or cuda tensors"));
+      }
+      CheckTensor(info, ps.dtype, ps.shape, what, /*allow_cuda=*/true);
+      if (cuda) {
+        device_spans.push_back(DeviceSpan{static_cast<uint64_t>(info.ptr), info.bytes});
+      } else {
+        spans.emplace_back(reinterpret_cast<uint8_t*>(info.ptr), info.bytes);
+      }
     }
-    o.memory = Unwrap(NewBorrowedLiveMemory(man, std::move(spans)));
+    if (!device_spans.empty()) {
+      // The engine's current stream orders every copy and kernel wtx issues.
+      DeviceLiveMemoryOptions dopts;
+      py::object dev = (*tensors)[py::str(man.params()[0].name)].attr("device");
+      dopts.stream = reinterpret_cast<void*>(py::module_::import("torch")
+                                                 .attr("cuda")
+                                                 .attr("current_stream")(dev)
+                                                 .attr("cuda_stream")
+                                                 .cast<uintptr_t>());
+      o.memory = Unwrap(NewBorrowedDeviceLiveMemory(man, std::move(device_spans), dopts));
+      out->device = true;
+    } else {
+      o.memory = Unwrap(NewBorrowedLiveMemory(man, std::move(spans)));
+    }
     out->tensors = *tensors;
   }
   std::unique_ptr<Participant> p;
@@ -232,8 +258,9 @@ WritePiece MakePiece(const PyParticipant& self, const std::string& param, py::ha
   const std::string what =
       "tensor for '" + param + "'" + (shard && !shard->empty() ? " shard " + *shard : "");
   TensorInfo t = InspectTensor(tensor, what);
-  CheckHostTensor(t, m.params()[*pi].dtype, Extents(target), what);
+  CheckTensor(t, m.params()[*pi].dtype, Extents(target), what, /*allow_cuda=*/self.device);
   WritePiece piece;
+  if (t.device != "cpu") piece.location = BufferLocation::kDevice;
   piece.param = param;
   piece.shard = shard.value_or("");
   piece.box = box;
@@ -365,6 +392,90 @@ py::dict VerifyLiveToPy(PyParticipant& self) {
   d["dirty"] = rep.committed.dirty;
   d["message"] = rep.message;
   return d;
+}
+
+// ------------------------------------------------------------------------- In-place landings
+
+LandingRegion RegionFromPy(const std::optional<std::string>& param,
+                           const std::optional<std::string>& shard, py::handle box,
+                           const std::optional<std::string>& source, const char* call) {
+  LandingRegion r;
+  r.param = param.value_or("");
+  r.shard = shard.value_or("");
+  r.source = source.value_or("");
+  if (!box.is_none()) r.box = BoxFromPy(box, std::string(call) + " " + r.param + ": box");
+  return r;
+}
+
+py::list Reserve(PyParticipant& self, std::optional<std::string> param,
+                 std::optional<std::string> shard, py::object box,
+                 std::optional<std::string> source) {
+  Participant& p = self.get();
+  const LandingRegion region = RegionFromPy(param, shard, box, source, "reserve");
+  Result<std::vector<Reservation>> r = Status::IOError("unset");
+  {
+    py::gil_scoped_release nogil;
+    r = p.Reserve(region);
+  }
+  py::list out;
+  for (const Reservation& v : Unwrap(std::move(r))) {
+    const ParamSpec& ps = self.manifest->params()[v.param_index];
+    py::dict d;
+    d["param"] = v.param;
+    d["shard"] = v.shard;
+    d["box"] = BoxToPy(v.box);
+    d["dtype"] = std::string(DTypeName(ps.dtype));
+    d["shape"] = ps.shape;
+    d["host"] = reinterpret_cast<uintptr_t>(v.host);
+    d["device_ptr"] = v.device_ptr;
+    d["param_bytes"] = v.param_bytes;
+    out.append(d);
+  }
+  return out;
+}
+
+void Landed(PyParticipant& self, std::optional<std::string> param,
+            std::optional<std::string> shard, py::object box, std::optional<std::string> source) {
+  Participant& p = self.get();
+  const LandingRegion region = RegionFromPy(param, shard, box, source, "landed");
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = p.Landed(region);
+  }
+  Check(s);
+}
+
+py::dict VerifyReportToPy(const VerifyReport& r) {
+  py::dict d;
+  d["ok"] = r.ok;
+  d["comparable"] = r.comparable;
+  d["params"] = r.params;
+  py::list diffs;
+  for (const ChunkDifference& c : r.differences) {
+    py::dict e;
+    e["param"] = c.param;
+    e["first_chunk"] = c.first_chunk;
+    e["chunks"] = c.chunks;
+    e["box"] = BoxToPy(c.box);
+    diffs.append(e);
+  }
+  d["differences"] = diffs;
+  d["chunks_checked"] = r.chunks_checked;
+  d["chunks_differing"] = r.chunks_differing;
+  d["message"] = r.message;
+  return d;
+}
+
+template <typename Fn>
+py::dict RunVerify(PyParticipant& self, Fn fn) {
+  Participant& p = self.get();
+  Result<VerifyReport> r = Status::IOError("unset");
+  {
+    py::gil_scoped_release nogil;
+    r = fn(p);
+  }
+  return VerifyReportToPy(Unwrap(std::move(r)));
 }
 
 // ------------------------------------------------------------------------------- Coordinator
@@ -574,10 +685,10 @@ BeginRequest MakeBegin(const std::string& tx, const std::string& kind,
   req.modules = modules.value_or(std::vector<std::string>{});
   req.sources = sources.value_or(std::vector<std::string>{});
   req.rollback = rollback;
-  if (verify != "touched") {
-    Raise(Status::InvalidArgument("begin: verify='" + verify +
-                                  "' is not supported by this build (only 'touched')"));
-  }
+  auto mode = VerifyModeFromName(verify);
+  if (!mode) Raise(Status::InvalidArgument("begin: verify must be touched or all, not '" +
+                                          verify + "'"));
+  req.verify = *mode;
   return req;
 }
 
@@ -752,7 +863,20 @@ void DefineModule(py::module_& m) {
           },
           py::arg("name") = "*")
       .def("status", [](PyParticipant& self) { return StatusToPy(self.get().status()); })
-      .def("verify", &VerifyLiveToPy)
+      .def("_reserve", &Reserve, py::arg("param") = py::none(), py::arg("shard") = py::none(),
+           py::arg("box") = py::none(), py::arg("source") = py::none())
+      .def("_landed", &Landed, py::arg("param") = py::none(), py::arg("shard") = py::none(),
+           py::arg("box") = py::none(), py::arg("source") = py::none())
+      .def("verify", [](PyParticipant& self) {
+             return RunVerify(self, [](Participant& p) { return p.Verify(); });
+           },
+           "Rehashes every chunk of the live bytes and compares them with the committed chunk "
+           "digests; a difference makes a clean rank dirty and is named in the report.")
+      .def("reattach", [](PyParticipant& self) {
+             return RunVerify(self, [](Participant& p) { return p.Reattach(); });
+           },
+           "After reopening over surviving borrowed tensors: an exact match with the committed "
+           "chunk digests makes the rank serve again without a reload.")
       .def("set_kernel_identity",
            [](PyParticipant& self, std::string id) { self.get().SetKernelIdentity(std::move(id)); })
       .def("describe",

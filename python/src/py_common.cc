@@ -148,9 +148,9 @@ TensorInfo InspectTensor(py::handle obj, const std::string& what) {
   return t;
 }
 
-void CheckHostTensor(const TensorInfo& t, DType dtype, const Shape& shape,
-                     const std::string& what) {
-  if (t.device != "cpu") {
+void CheckTensor(const TensorInfo& t, DType dtype, const Shape& shape, const std::string& what,
+                 bool allow_cuda) {
+  if (t.device != "cpu" && !(allow_cuda && t.device.rfind("cuda", 0) == 0)) {
     Raise(Status(ErrorCode::kBadWrite,
                  what + " is on " + t.device +
                      "; this wtx build reads host (cpu) tensors only (copy it with .cpu())"));

@@ -19,3 +19,53 @@ __all__ = ["Coordinator", "Error", "Manifest", "Participant", "expected_version"
 def slice_source(tensor, source_box):
     """The part of a full source tensor that `source_box` ([[begin, end], ...]) selects."""
     return tensor[tuple(slice(b, e) for b, e in source_box)]
+
+
+_TORCH_DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16",
+                 "fp8_e4m3": "float8_e4m3fn", "i8": "int8", "u8": "uint8", "i32": "int32"}
+
+
+def _live_view(self, r):
+    """A torch view of reservation `r`'s box in the live tensor."""
+    import torch
+
+    t = self.tensors.get(r["param"]) if self.tensors else None
+    if t is None:  # participant-owned host buffers
+        if not r["host"]:
+            raise Error("INVALID_ARGUMENT",
+                        f"reserve {r['param']}: live memory is not host-addressable; write to "
+                        f"device_ptr {r['device_ptr']:#x} instead")
+        import ctypes
+
+        raw = (ctypes.c_uint8 * r["param_bytes"]).from_address(r["host"])
+        t = torch.frombuffer(raw, dtype=torch.uint8).view(
+            getattr(torch, _TORCH_DTYPES[r["dtype"]])).reshape(r["shape"])
+    return t[tuple(slice(b, e) for b, e in r["box"])]
+
+
+def _reserve(self, param, shard=None, box=None):
+    """Reserves a region of `param` (a shard, a box, or all of it) for an in-place landing and
+    returns the torch view of the live tensor to fill (e.g. dist.recv(view, src)). Call
+    landed() with the same arguments once the bytes are complete."""
+    rs = self._reserve(param=param, shard=shard, box=box)
+    return _live_view(self, rs[0])
+
+
+def _reserve_source(self, source):
+    """Reserves every shard this rank holds of `source`: [{param, shard, box, view, ...}]."""
+    return [dict(r, view=_live_view(self, r)) for r in self._reserve(source=source)]
+
+
+def _landed(self, param, shard=None, box=None):
+    """The region reserved with the same arguments is complete: it counts as written."""
+    self._landed(param=param, shard=shard, box=box)
+
+
+def _landed_source(self, source):
+    self._landed(source=source)
+
+
+Participant.reserve = _reserve
+Participant.reserve_source = _reserve_source
+Participant.landed = _landed
+Participant.landed_source = _landed_source

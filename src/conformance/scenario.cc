@@ -126,7 +126,13 @@ Result<Step> ParseStep(const json& s, int i, int ranks) {
       if (!r->is_boolean()) return Bad(where + ".rollback", "expected a boolean");
       st.begin.rollback = r->get<bool>();
     }
-  } else if (op == "write") {
+    if (auto v = s.find("verify"); v != s.end()) {
+      auto mode = v->is_string() ? VerifyModeFromName(v->get<std::string>()) : std::nullopt;
+      if (!mode) return Bad(where + ".verify", "expected \"touched\" or \"all\"");
+      st.begin.verify = *mode;
+    }
+  } else if (op == "write" || op == "reserve" || op == "land" || op == "poke") {
+    // reserve / land / poke address a region exactly as write does; reserve has no fill.
     WTX_ASSIGN_OR_RETURN(t, ParseTarget(s, where, ranks));
     st.target = t;
     WTX_ASSIGN_OR_RETURN(param, Str(s, "param", where, false));
@@ -155,9 +161,13 @@ Result<Step> ParseStep(const json& s, int i, int ranks) {
       if (st.param == "*") return Bad(where + ".box", "a box needs a single param");
       st.box = std::move(box);
     }
-    if (!s.contains("fill")) return Bad(where + ".fill", "missing");
-    WTX_ASSIGN_OR_RETURN(f, ParseFill(s["fill"], where + ".fill"));
-    st.fill = std::move(f);
+    if (op == "reserve") {
+      if (s.contains("fill")) return Bad(where + ".fill", "a reserve writes nothing (use land)");
+    } else {
+      if (!s.contains("fill")) return Bad(where + ".fill", "missing");
+      WTX_ASSIGN_OR_RETURN(f, ParseFill(s["fill"], where + ".fill"));
+      st.fill = std::move(f);
+    }
   } else if (op == "patch") {
     WTX_ASSIGN_OR_RETURN(t, ParseTarget(s, where, ranks));
     st.target = t;
@@ -236,8 +246,8 @@ Result<Step> ParseStep(const json& s, int i, int ranks) {
     st.crash = c;
   } else {
     return Bad(where + ".op", "unknown op '" + op +
-                                  "' (begin|write|patch|refresh|set_kernel_identity|commit|abort|"
-                                  "crash|restart)");
+                                  "' (begin|write|reserve|land|poke|patch|refresh|"
+                                  "set_kernel_identity|commit|abort|crash|restart)");
   }
   return st;
 }

@@ -1,5 +1,6 @@
 #include "src/conformance/simulator.h"
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -190,6 +191,108 @@ Status DoWrite(const Step& st, const std::optional<BeginRequest>& scope, Partici
     }
   }
   return p.Write(pieces);
+}
+
+// The regions a reserve/land/poke step names, as Reserve would take them: one per source,
+// per parameter of "*", or the single param/shard/box.
+std::vector<LandingRegion> StepRegions(const Step& st, const std::optional<BeginRequest>& scope,
+                                       const Manifest& m) {
+  std::vector<LandingRegion> out;
+  if (!st.source.empty()) {
+    LandingRegion r;
+    r.source = st.source;
+    if (st.param != "*") r.param = st.param;
+    r.box = st.box;
+    out.push_back(std::move(r));
+  } else if (st.param == "*") {
+    for (uint32_t pi : StarParams(m, scope)) out.push_back({m.params()[pi].name, "", "", {}});
+  } else {
+    out.push_back({st.param, st.shard, "", st.box});
+  }
+  return out;
+}
+
+// The engine's own copy into live memory, bypassing the participant: into the host bytes
+// when the memory is host-addressable, else through the backend's raw Store (the engine's
+// host-to-device copy).
+Status EngineCopy(Participant& p, uint32_t pi, const Box& box, const FillSpec& fill) {
+  const Manifest& m = p.manifest();
+  const ParamSpec& ps = m.params()[pi];
+  const std::vector<uint8_t> bytes = FillBox(m, pi, box, fill);
+  const size_t esz = DTypeSize(ps.dtype);
+  LiveMemory& mem = p.memory();
+  const uint8_t* src = bytes.data();
+  Status st;
+  ForEachFlatRun(ps.shape, box, [&](int64_t b, int64_t len) {
+    const size_t off = static_cast<size_t>(b) * esz, n = static_cast<size_t>(len) * esz;
+    if (st.ok()) st = mem.Store(pi, off, src, n);
+    src += n;
+  });
+  return st;
+}
+
+// land: Reserve, the engine writes `fill` into the live tensor itself, Landed.
+Status DoLand(const Step& st, const std::optional<BeginRequest>& scope, Participant& p,
+              bool land) {
+  const Manifest& m = p.manifest();
+  for (const LandingRegion& region : StepRegions(st, scope, m)) {
+    auto res = p.Reserve(region);
+    if (!res.ok()) return res.status();
+    if (!land) continue;
+    for (const Reservation& r : res.value()) {
+      const ParamSpec& ps = m.params()[r.param_index];
+      if (r.host != nullptr) {  // write through the returned address, as an engine would
+        const std::vector<uint8_t> bytes = FillBox(m, r.param_index, r.box, st.fill);
+        const size_t esz = DTypeSize(ps.dtype);
+        const uint8_t* src = bytes.data();
+        ForEachFlatRun(ps.shape, r.box, [&](int64_t b, int64_t len) {
+          std::memcpy(static_cast<uint8_t*>(r.host) + b * esz, src, len * esz);
+          src += len * esz;
+        });
+      } else {
+        WTX_RETURN_IF_ERROR(EngineCopy(p, r.param_index, r.box, st.fill));
+      }
+    }
+    WTX_RETURN_IF_ERROR(p.Landed(region));
+  }
+  return Status::OK();
+}
+
+// poke: the bytes of a region change and wtx is not told (an undeclared write).
+Status DoPoke(const Step& st, Participant& p) {
+  const Manifest& m = p.manifest();
+  for (const LandingRegion& region : StepRegions(st, std::nullopt, m)) {
+    std::vector<std::pair<uint32_t, Box>> boxes;
+    if (!region.source.empty()) {
+      for (const auto& ref : m.ShardsOfSource(region.source)) {
+        const ParamSpec& ps = m.params()[ref.param];
+        if (!region.param.empty() && ps.name != region.param) continue;
+        boxes.emplace_back(ref.param, region.box ? *region.box : ps.shards[ref.shard].box);
+      }
+      if (boxes.empty()) {
+        return Status(ErrorCode::kUnknownParam, "poke: no shard fed by source '" + region.source + "'");
+      }
+    } else {
+      auto pi = m.FindParam(region.param);
+      if (!pi) return Status(ErrorCode::kUnknownParam, "poke: unknown parameter '" + region.param + "'");
+      const ParamSpec& ps = m.params()[*pi];
+      std::optional<uint32_t> si;
+      if (!region.shard.empty() && !(si = m.FindShard(*pi, region.shard))) {
+        return Status(ErrorCode::kUnknownParam,
+                      "poke: parameter '" + region.param + "' has no shard '" + region.shard + "'");
+      }
+      boxes.emplace_back(*pi, region.box ? *region.box : si ? ps.shards[*si].box : WholeBox(ps.shape));
+    }
+    for (const auto& [pi, box] : boxes) {
+      const ParamSpec& ps = m.params()[pi];
+      if (!BoxInsideShape(box, ps.shape) || BoxIsEmpty(box)) {
+        return Status(ErrorCode::kOutOfRange, "poke: box " + BoxToString(box) +
+                                                  " lies outside '" + ps.name + "'");
+      }
+      WTX_RETURN_IF_ERROR(EngineCopy(p, pi, box, st.fill));
+    }
+  }
+  return Status::OK();
 }
 
 Status DoPatch(const Step& st, Participant& p) {
@@ -419,7 +522,8 @@ class Runner {
   void RunStep(const Step& st, json& out) {
     if (st.op == "begin") return DoBegin(st, out);
     if (st.op == "write" || st.op == "patch" || st.op == "refresh" ||
-        st.op == "set_kernel_identity" || st.op == "load_checkpoint") {
+        st.op == "set_kernel_identity" || st.op == "load_checkpoint" || st.op == "reserve" ||
+        st.op == "land" || st.op == "poke") {
       return ForRanks(st, out);
     }
     if (st.op == "commit") return DoCommit(st, out);
@@ -677,6 +781,9 @@ class Runner {
 Status ApplyRankStep(const Step& st, const std::optional<BeginRequest>& scope, Participant& p) {
   if (st.op == "write") return DoWrite(st, scope, p);
   if (st.op == "patch") return DoPatch(st, p);
+  if (st.op == "reserve") return DoLand(st, scope, p, false);
+  if (st.op == "land") return DoLand(st, scope, p, true);
+  if (st.op == "poke") return DoPoke(st, p);
   if (st.op == "refresh") return p.Refresh(st.derived).status();
   if (st.op == "load_checkpoint") {  // `wtx load`: value is the checkpoint's path
     auto c = SafetensorsCheckpoint::Open(st.value);

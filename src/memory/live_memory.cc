@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "wtx/content_hash.h"
 
@@ -45,6 +46,17 @@ Status LiveMemory::ChunkDigests(uint32_t index, size_t first, size_t count, uint
     out[k] = ChunkDigest(b.data() + off, std::min(kHashChunkBytes, b.size() - off));
   }
   return Status::OK();
+}
+
+Status LiveMemory::StoreFromDevice(uint32_t index, size_t, const void*, size_t) {
+  return Status::InvalidArgument("parameter " + std::to_string(index) +
+                                 ": a device source needs device live memory (this rank's live "
+                                 "bytes are host memory)");
+}
+
+Status LiveMemory::CopyDeviceToHost(const void*, void*, size_t) {
+  return Status::InvalidArgument(
+      "a device array needs device live memory (this rank's live bytes are host memory)");
 }
 
 namespace {

@@ -66,7 +66,8 @@ Result<Box> BoxFromJson(const json& j) {
 
 json BeginRequestToJson(const BeginRequest& r) {
   return {{"tx", r.tx},           {"kind", TxKindName(r.kind)}, {"base", r.base},
-          {"modules", r.modules}, {"sources", r.sources},       {"rollback", r.rollback}};
+          {"modules", r.modules}, {"sources", r.sources},       {"rollback", r.rollback},
+          {"verify", VerifyModeName(r.verify)}};
 }
 
 Result<BeginRequest> BeginRequestFromJson(const json& j) {
@@ -80,6 +81,10 @@ Result<BeginRequest> BeginRequestFromJson(const json& j) {
     r.modules = j.at("modules").get<std::vector<std::string>>();
     r.sources = j.at("sources").get<std::vector<std::string>>();
     r.rollback = j.at("rollback").get<bool>();
+    // Absent from older peers: the default.
+    auto verify = VerifyModeFromName(j.value("verify", std::string("touched")));
+    if (!verify) return Status::InvalidArgument("begin request: unknown verify mode");
+    r.verify = *verify;
     return r;
   });
 }
@@ -156,6 +161,22 @@ Result<RankDescription> RankDescriptionFromJson(const json& j) {
     d.kernel_identity = j.at("kernel_identity").get<std::string>();
     return d;
   });
+}
+
+json VerifyReportToJson(const VerifyReport& r) {
+  json diffs = json::array();
+  for (const auto& d : r.differences) {
+    diffs.push_back({{"param", d.param},
+                     {"chunks", {d.first_chunk, d.first_chunk + d.chunks}},
+                     {"box", BoxToJson(d.box)}});
+  }
+  return {{"ok", r.ok},
+          {"comparable", r.comparable},
+          {"params", r.params},
+          {"differences", std::move(diffs)},
+          {"chunks_checked", r.chunks_checked},
+          {"chunks_differing", r.chunks_differing},
+          {"message", r.message}};
 }
 
 json RankStatusToJson(const RankStatus& s) {

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "wtx/participant.h"
+
 #include "wtx/protocol.h"
 #include "wtx/status.h"
 
@@ -26,6 +28,9 @@ nlohmann::json RankDescriptionToJson(const RankDescription& d);
 Result<RankDescription> RankDescriptionFromJson(const nlohmann::json& j);
 
 nlohmann::json RankStatusToJson(const RankStatus& s);
+// {ok, comparable, params, differences: [{param, chunks: [first, end), box}], chunks_checked,
+//  chunks_differing, message}
+nlohmann::json VerifyReportToJson(const VerifyReport& r);
 Result<RankStatus> RankStatusFromJson(const nlohmann::json& j);
 
 // {"code": "E_DIRTY", "message": "..."}; an unknown code decodes as kIOError.

@@ -59,7 +59,9 @@ Result<Step> RankStepFromJson(const json& j) {
     Step st;
     st.op = j.at("op").get<std::string>();
     st.index = j.value("index", 0);
-    st.param = j.value("param", st.op == "write" ? std::string("*") : std::string());
+    const bool region_op = st.op == "write" || st.op == "reserve" || st.op == "land" ||
+                           st.op == "poke";
+    st.param = j.value("param", region_op ? std::string("*") : std::string());
     st.shard = j.value("shard", std::string());
     st.source = j.value("source", std::string());
     WTX_ASSIGN_OR_RETURN(fill, ParseFill(j.value("fill", json("zeros")), "step.fill"));

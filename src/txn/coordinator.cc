@@ -229,7 +229,7 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
   }
   const int64_t t0 = options_.env.clock->NowMicros();
   const int n = transport_->num_ranks();
-  bool any_no = false, any_missing = false, any_wrote = false, all_unknown = true;
+  bool any_no = false, any_undeclared = false, any_missing = false, any_wrote = false, all_unknown = true;
   std::vector<std::string> digests(n);
   for (int r = 0; r < n; ++r) {
     VoteReport rep;
@@ -245,6 +245,9 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
       rep.vote = v.value();
       rep.kind = rep.vote.yes ? VoteReport::Kind::kYes : VoteReport::Kind::kNo;
       any_no = any_no || !rep.vote.yes;
+      // Undeclared changes make a would-be noop an abort: the rank's bytes are not what the
+      // committed version says.
+      for (ErrorCode e : rep.vote.errors) any_undeclared = any_undeclared || e == ErrorCode::kUndeclaredWrite;
       any_wrote = any_wrote || rep.vote.wrote;
       all_unknown = all_unknown && rep.vote.error == ErrorCode::kNoTx;
       digests[r] = rep.vote.digest;
@@ -260,7 +263,7 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
   e.tx = tx;
   Status expected = Status::OK();
   if (!any_no && !any_missing) expected = CheckExpectedVersion(opts, digests);
-  if (!any_missing && !any_wrote && expected.ok()) {
+  if (!any_missing && !any_wrote && !any_undeclared && expected.ok()) {
     e.decision = Decision::kNoop;
     e.reason = "nothing was written";
   } else if (any_no) {

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -37,6 +38,14 @@ struct BeforeImage {
   std::string bytes;
 };
 
+// One in-place landing of the active transaction (Reserve .. Landed).
+struct Landing {
+  std::string name;  // for messages: "'w' shard 's0' box [[0, 4]]"
+  std::string source;  // delta: the source the landing stands for
+  std::vector<std::pair<uint32_t, std::pair<int64_t, int64_t>>> runs;  // param, (flat begin, len)
+  bool landed = false;
+};
+
 struct ActiveTx {
   BeginRequest req;
   std::vector<bool> in_scope;                 // partial: per parameter
@@ -47,7 +56,11 @@ struct ActiveTx {
   bool vote_yes = false;
   bool interrupted = false;                   // recovered after a restart: bytes lost
   bool dirty_at_begin = false;
+  bool undeclared = false;                    // verify all found undeclared changes
   std::vector<std::unique_ptr<CoverageSet>> coverage;
+  std::vector<std::unique_ptr<CoverageSet>> reserved;  // elements reserved for landings
+  std::map<std::string, Landing> landings;             // by RegionKey
+  std::vector<std::vector<bool>> declared_chunks;      // per param: hash chunks this tx changed
   std::map<std::string, PatchState> patches;
   std::vector<uint64_t> epochs_at_begin;      // rollback: parameter write epochs
   std::vector<uint64_t> derived_epochs_at_begin;
@@ -79,6 +92,10 @@ class ParticipantImpl : public Participant {
   Status Patch(const PatchRequest& req) override;
   Result<int> WriteSource(std::string_view source, const void* data, size_t bytes) override;
   Result<std::vector<std::string>> Refresh(std::string_view name) override;
+  Result<std::vector<Reservation>> Reserve(const LandingRegion& region) override;
+  Status Landed(const LandingRegion& region) override;
+  Result<VerifyReport> Verify() override;
+  Result<VerifyReport> Reattach() override;
   void SetKernelIdentity(std::string identity) override {
     std::lock_guard<std::mutex> l(mu_);
     kernel_identity_ = std::move(identity);
@@ -129,7 +146,49 @@ class ParticipantImpl : public Participant {
   }
   void TouchBytes(uint32_t param, size_t offset, size_t len) {
     hash_[param].Touch(offset, len);
+    DeclareBytes(param, offset, len);
   }
+  // The active transaction changes bytes [offset, offset + len) of `param` (verify all skips
+  // their chunks when comparing with the committed digests).
+  void DeclareBytes(uint32_t param, size_t offset, size_t len) {
+    if (!active_ || len == 0) return;
+    auto& d = active_->declared_chunks[param];
+    if (d.empty()) d.assign(hash_[param].num_chunks(), false);
+    const size_t last = std::min((offset + len - 1) / kHashChunkBytes, d.size() - 1);
+    for (size_t c = offset / kHashChunkBytes; c <= last; ++c) d[c] = true;
+  }
+  struct Target {
+    uint32_t param;
+    std::optional<uint32_t> shard;
+    Box box;
+    std::string where;  // "'w' shard 's0'"
+  };
+  // Resolves and checks a box of a parameter or shard (unknown names, dimensions, emptiness,
+  // range): what a write and a reservation share.
+  // `scope(param)` runs after the names resolve, before the box checks.
+  Result<Target> ResolveBox(const std::string& param, const std::string& shard,
+                            const std::optional<Box>& box,
+                            const std::function<Status(uint32_t)>& scope) const;
+  Status CheckInScope(const ActiveTx& tx, uint32_t param) const;
+  // Elements this transaction already wrote or reserved.
+  static bool OverlapsDeclared(const ActiveTx& tx, uint32_t param, int64_t begin, int64_t len) {
+    const auto& c = tx.coverage[param];
+    const auto& r = tx.reserved[param];
+    return (c && c->Overlaps(begin, len)) || (r && r->Overlaps(begin, len));
+  }
+  Status PatchLocked(const PatchRequest& req);
+  // Rehashes every chunk of the live bytes, installs the digests in the hash caches and, when
+  // `committed` is not null, compares the chunks `tx` did not declare (all when tx is null)
+  // with it. Fills *report (comparable = committed != null).
+  Status VerifyLiveLocked(const ActiveTx* tx, const std::vector<std::vector<uint64_t>>* committed,
+                          VerifyReport* report);
+  // Logs (synced) that undeclared changes were found: the rank is durably dirty.
+  Status LogUndeclared(const VerifyReport& report);
+  // The committed chunk digests: in memory since the last commit, else from the journal's
+  // CHUNKS record of the committed transaction. Also returns that transaction's PREPARED
+  // digest. nullopt chunks: none stored (a journal from before CHUNKS records).
+  Status LoadCommitted(std::optional<std::vector<std::vector<uint64_t>>>* chunks,
+                       std::string* rank_digest);
   Status SaveBefore(uint32_t param, size_t offset, size_t len);
   Status RestoreBefore();
   bool Serving() const;
@@ -157,6 +216,10 @@ class ParticipantImpl : public Participant {
   std::vector<uint64_t> derived_epoch_;  // epoch of the last refresh of each derived state
   std::vector<JournalRecord> pending_;   // batched WRITE/PATCH/REFRESH records
   size_t coverage_peak_bytes_ = 0;
+  // Chunk digests of the committed version, per parameter, when known in this process (set at
+  // commit and by Reattach; empty otherwise).
+  std::vector<std::vector<uint64_t>> committed_chunks_;
+  bool committed_chunks_known_ = false;
 };
 
 Status ParticipantImpl::Init() {
@@ -317,6 +380,8 @@ Status ParticipantImpl::Begin(const BeginRequest& req) {
   tx->kernel_identity_at_begin = kernel_identity_;
   tx->dirty_at_begin = journal_->state().value("dirty", false);
   tx->coverage.resize(manifest_->params().size());
+  tx->reserved.resize(manifest_->params().size());
+  tx->declared_chunks.resize(manifest_->params().size());
   if (req.kind == TxKind::kPartial) {
     tx->in_scope.assign(manifest_->params().size(), false);
     for (const auto& m : req.modules) {
@@ -335,7 +400,8 @@ Status ParticipantImpl::Begin(const BeginRequest& req) {
   json rec = {{"type", "BEGIN"},         {"tx", req.tx},
               {"kind", TxKindName(req.kind)}, {"base", req.base.empty() ? json() : json(req.base)},
               {"modules", req.modules},  {"sources", req.sources},
-              {"rollback", tx->req.rollback}, {"fingerprint", manifest_->Fingerprint()},
+              {"rollback", tx->req.rollback}, {"verify", VerifyModeName(req.verify)},
+              {"fingerprint", manifest_->Fingerprint()},
               {"kernel_identity", kernel_identity_}, {"ts", tx->t_begin}};
   // Synced: the rank must be durably marked as in a transaction before any live byte changes.
   WTX_RETURN_IF_ERROR(Log(std::move(rec), true));
@@ -360,8 +426,58 @@ struct PlannedRun {
   int64_t begin;  // flat element index
   int64_t len;
   const uint8_t* src;
+  bool device;  // src is a device address
 };
 }  // namespace
+
+Result<ParticipantImpl::Target> ParticipantImpl::ResolveBox(const std::string& param,
+                                                            const std::string& shard,
+                                                            const std::optional<Box>& box,
+                                                            const std::function<Status(uint32_t)>& scope) const {
+  auto pi = manifest_->FindParam(param);
+  if (!pi) return Err(ErrorCode::kUnknownParam, "unknown parameter '" + param + "'");
+  const ParamSpec& p = manifest_->params()[*pi];
+  Target t;
+  t.param = *pi;
+  if (!shard.empty()) {
+    t.shard = manifest_->FindShard(*pi, shard);
+    if (!t.shard) {
+      return Err(ErrorCode::kUnknownParam, "parameter '" + p.name + "' has no shard '" + shard + "'");
+    }
+  }
+  WTX_RETURN_IF_ERROR(scope(*pi));
+  t.box = box ? *box : (t.shard ? p.shards[*t.shard].box : WholeBox(p.shape));
+  t.where = "'" + p.name + "'" + (t.shard ? " shard '" + shard + "'" : "");
+  if (t.box.size() != p.shape.size()) {
+    return Err(ErrorCode::kBadWrite, t.where + ": box " + BoxToString(t.box) + " has " +
+                                         std::to_string(t.box.size()) + " dimensions, the "
+                                         "parameter has " + std::to_string(p.shape.size()));
+  }
+  for (const auto& r : t.box) {
+    if (r.begin >= r.end && !p.shape.empty()) {
+      return Err(ErrorCode::kBadWrite, t.where + ": empty or inverted box " + BoxToString(t.box));
+    }
+  }
+  if (!BoxInsideShape(t.box, p.shape)) {
+    return Err(ErrorCode::kOutOfRange,
+               t.where + ": box " + BoxToString(t.box) + " lies outside the parameter");
+  }
+  if (t.shard && !BoxContains(p.shards[*t.shard].box, t.box)) {
+    return Err(ErrorCode::kOutOfRange, t.where + ": box " + BoxToString(t.box) +
+                                           " lies outside the shard's box " +
+                                           BoxToString(p.shards[*t.shard].box));
+  }
+  return t;
+}
+
+Status ParticipantImpl::CheckInScope(const ActiveTx& tx, uint32_t param) const {
+  if (tx.req.kind == TxKind::kPartial && !tx.in_scope[param]) {
+    return Err(ErrorCode::kOutOfScope, "'" + manifest_->params()[param].name +
+                                           "' is not in the modules of partial transaction '" +
+                                           tx.req.tx + "'");
+  }
+  return Status::OK();
+}
 
 Status ParticipantImpl::Write(std::span<const WritePiece> pieces) {
   std::lock_guard<std::mutex> l(mu_);
@@ -371,45 +487,22 @@ Status ParticipantImpl::Write(std::span<const WritePiece> pieces) {
   std::vector<WriteRecord> records;
   std::vector<std::pair<uint32_t, uint32_t>> touched;
   for (const WritePiece& w : pieces) {
-    auto pi = manifest_->FindParam(w.param);
-    if (!pi) return Err(ErrorCode::kUnknownParam, "unknown parameter '" + w.param + "'");
-    const ParamSpec& p = manifest_->params()[*pi];
-    std::optional<uint32_t> si;
-    if (!w.shard.empty()) {
-      si = manifest_->FindShard(*pi, w.shard);
-      if (!si) {
-        return Err(ErrorCode::kUnknownParam,
-                   "parameter '" + p.name + "' has no shard '" + w.shard + "'");
-      }
-    }
-    if (tx.req.kind == TxKind::kDelta) {
-      return Err(ErrorCode::kOutOfScope, "'" + p.name + "': transaction '" + tx.req.tx +
-                                             "' is a delta; it takes patches, not writes");
-    }
-    if (tx.req.kind == TxKind::kPartial && !tx.in_scope[*pi]) {
-      return Err(ErrorCode::kOutOfScope, "'" + p.name + "' is not in the modules of partial "
-                                         "transaction '" + tx.req.tx + "'");
-    }
-    Box box = w.box ? *w.box : (si ? p.shards[*si].box : WholeBox(p.shape));
-    const std::string where = "'" + p.name + "'" + (si ? " shard '" + w.shard + "'" : "");
-    if (box.size() != p.shape.size()) {
-      return Err(ErrorCode::kBadWrite, where + ": box " + BoxToString(box) + " has " +
-                                           std::to_string(box.size()) + " dimensions, the "
-                                           "parameter has " + std::to_string(p.shape.size()));
-    }
-    for (const auto& r : box) {
-      if (r.begin >= r.end && !p.shape.empty()) {
-        return Err(ErrorCode::kBadWrite, where + ": empty or inverted box " + BoxToString(box));
-      }
-    }
-    if (!BoxInsideShape(box, p.shape)) {
-      return Err(ErrorCode::kOutOfRange,
-                 where + ": box " + BoxToString(box) + " lies outside the parameter");
-    }
-    if (si && !BoxContains(p.shards[*si].box, box)) {
-      return Err(ErrorCode::kOutOfRange, where + ": box " + BoxToString(box) +
-                                             " lies outside the shard's box " +
-                                             BoxToString(p.shards[*si].box));
+    WTX_ASSIGN_OR_RETURN(target, ResolveBox(w.param, w.shard, w.box, [&](uint32_t param) {
+                           if (tx.req.kind == TxKind::kDelta) {
+                             return Err(ErrorCode::kOutOfScope,
+                                        "'" + w.param + "': transaction '" + tx.req.tx +
+                                            "' is a delta; it takes patches, not writes");
+                           }
+                           return CheckInScope(tx, param);
+                         }));
+    const uint32_t pi = target.param;
+    const std::optional<uint32_t>& si = target.shard;
+    const ParamSpec& p = manifest_->params()[pi];
+    const Box& box = target.box;
+    const std::string& where = target.where;
+    if (w.location == BufferLocation::kDevice && host_memory_) {
+      return Status::InvalidArgument(where + ": a write from device memory needs device live "
+                                     "memory (this rank's live bytes are host memory)");
     }
     const size_t esz = DTypeSize(p.dtype);
     const size_t want = static_cast<size_t>(NumElements(box)) * esz;
@@ -421,16 +514,16 @@ Status ParticipantImpl::Write(std::span<const WritePiece> pieces) {
     }
     const uint8_t* src = static_cast<const uint8_t*>(w.data);
     const size_t first_run = runs.size();
+    const bool device = w.location == BufferLocation::kDevice;
     ForEachFlatRun(p.shape, box, [&](int64_t b, int64_t len) {
-      runs.push_back({*pi, b, len, src});
+      runs.push_back({pi, b, len, src, device});
       src += static_cast<size_t>(len) * esz;
     });
     for (size_t k = first_run; k < runs.size(); ++k) {
-      const auto& cov = tx.coverage[*pi];
-      if (cov && cov->Overlaps(runs[k].begin, runs[k].len)) {
+      if (OverlapsDeclared(tx, pi, runs[k].begin, runs[k].len)) {
         return Err(ErrorCode::kDuplicateWrite,
                    where + ": box " + BoxToString(box) +
-                       " overlaps elements this transaction already wrote");
+                       " overlaps elements this transaction already wrote or reserved");
       }
     }
     WriteRecord rec;
@@ -442,12 +535,12 @@ Status ParticipantImpl::Write(std::span<const WritePiece> pieces) {
     std::vector<std::string>& shard_ids = rec.shards;
     if (si) {  // a named shard: no scan (stacked experts have hundreds of shards)
       shard_ids.push_back(p.shards[*si].id);
-      touched.emplace_back(*pi, *si);
+      touched.emplace_back(pi, *si);
     } else {
       for (uint32_t k = 0; k < p.shards.size(); ++k) {
         if (Overlaps(p.shards[k].box, box)) {
           shard_ids.push_back(p.shards[k].id);
-          touched.emplace_back(*pi, k);
+          touched.emplace_back(pi, k);
         }
       }
     }
@@ -479,9 +572,14 @@ Status ParticipantImpl::Write(std::span<const WritePiece> pieces) {
     if (tx.req.rollback) WTX_RETURN_IF_ERROR(SaveBefore(r.param, off, len));
     if (options_.benchmark_coverage_only) {
       // nothing lands
+    } else if (r.device) {
+      Status st = memory_->StoreFromDevice(r.param, off, r.src, len);
+      if (!st.ok()) return MemoryFailed(st);
+      TouchBytes(r.param, off, len);
     } else if (host_memory_) {
       // Whole hash chunks are hashed in the same pass as the copy; prepare rehashes the rest.
       hash_[r.param].CopyIn(memory_->Param(r.param), off, r.src, len);
+      DeclareBytes(r.param, off, len);
     } else {
       // A device: the bytes go over, prepare hashes the touched chunks there.
       Status st = memory_->Store(r.param, off, r.src, len);
@@ -596,6 +694,38 @@ Status ParticipantImpl::RestoreBefore() {
 Status ParticipantImpl::Patch(const PatchRequest& req) {
   std::lock_guard<std::mutex> l(mu_);
   WTX_RETURN_IF_ERROR(CheckWritable());
+  const bool dev_idx = req.indices_location == BufferLocation::kDevice;
+  const bool dev_val = req.values_location == BufferLocation::kDevice;
+  if (!dev_idx && !dev_val) return PatchLocked(req);
+  if (host_memory_) {
+    return Status::InvalidArgument("patch of '" + req.source + "': index/value arrays in device "
+                                   "memory need device live memory (this rank's live bytes are "
+                                   "host memory)");
+  }
+  // The checks (range, duplicates, source-to-live translation) run on the host: bring the
+  // device arrays over once, then patch as from host memory (the scatter goes back in one
+  // kernel launch per parameter).
+  PatchRequest host = req;
+  std::vector<int64_t> indices;
+  std::string values;
+  if (dev_idx) {
+    indices.resize(req.indices.size());
+    Status st = memory_->CopyDeviceToHost(req.indices.data(), indices.data(),
+                                          indices.size() * sizeof(int64_t));
+    if (!st.ok()) return MemoryFailed(st);
+    host.indices = indices;
+  }
+  if (dev_val && req.values != nullptr) {
+    values.resize(req.value_bytes);
+    Status st = memory_->CopyDeviceToHost(req.values, values.data(), values.size());
+    if (!st.ok()) return MemoryFailed(st);
+    host.values = values.data();
+  }
+  host.indices_location = host.values_location = BufferLocation::kHost;
+  return PatchLocked(host);
+}
+
+Status ParticipantImpl::PatchLocked(const PatchRequest& req) {
   ActiveTx& tx = *active_;
   const std::string where = "patch of '" + req.source + "' part [" + std::to_string(req.part) +
                             ", " + std::to_string(req.parts) + "]";
@@ -610,6 +740,13 @@ Status ParticipantImpl::Patch(const PatchRequest& req) {
   }
   if (req.parts < 1 || req.part < 0 || req.part >= req.parts) {
     return Err(ErrorCode::kBadWrite, where + ": part must satisfy 0 <= k < n");
+  }
+  for (const auto& [key, landing] : tx.landings) {
+    if (landing.source == req.source) {
+      return Err(ErrorCode::kDuplicateWrite,
+                 where + ": the source is landed in place by this transaction (" + landing.name +
+                     ")");
+    }
   }
   const auto& refs = manifest_->ShardsOfSource(req.source);
   if (refs.empty()) return Status::OK();  // this rank holds none of the source
@@ -851,7 +988,13 @@ void ParticipantImpl::CollectMissing(Vote* vote) const {
 void ParticipantImpl::LocalChecks(Vote* vote) const {
   const ActiveTx& tx = *active_;
   CollectMissing(vote);
-  if (vote->missing_total > 0) vote->errors.push_back(ErrorCode::kCoverageIncomplete);
+  std::string unlanded;
+  for (const auto& [key, landing] : tx.landings) {
+    if (!landing.landed) unlanded += (unlanded.empty() ? "" : ", ") + landing.name;
+  }
+  if (vote->missing_total > 0 || !unlanded.empty()) {
+    vote->errors.push_back(ErrorCode::kCoverageIncomplete);
+  }
   vote->stale = StaleDerived();
   if (!vote->stale.empty()) vote->errors.push_back(ErrorCode::kStaleDerived);
   if (kernel_identity_ != tx.kernel_identity_at_begin) {
@@ -862,6 +1005,7 @@ void ParticipantImpl::LocalChecks(Vote* vote) const {
   vote->error = vote->errors.front();
   std::string msg = "rank " + Rank() + ":";
   if (vote->missing_total) msg += " " + std::to_string(vote->missing_total) + " piece(s) missing;";
+  if (!unlanded.empty()) msg += " reserved but never landed: " + unlanded + ";";
   if (!vote->stale.empty()) msg += " " + std::to_string(vote->stale.size()) + " stale derived;";
   if (kernel_identity_ != tx.kernel_identity_at_begin) {
     msg += " kernel identity changed from '" + tx.kernel_identity_at_begin + "' to '" +
@@ -948,10 +1092,46 @@ Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
   const int64_t t0 = options_.env.clock->NowMicros();
   vote.wrote = tx.wrote;
   LocalChecks(&vote);
+  VerifyReport verified;
+  if (tx.req.verify == VerifyMode::kAll && !tx.interrupted) {
+    // Every chunk from live memory; the undeclared ones compared with the committed version
+    // when the rank was clean, loaded and committed at begin (otherwise nothing to compare).
+    const bool comparable = !tx.dirty_at_begin && loaded_ && committed_chunks_known_;
+    WTX_RETURN_IF_ERROR(
+        VerifyLiveLocked(&tx, comparable ? &committed_chunks_ : nullptr, &verified));
+    if (comparable && !verified.ok) {
+      vote.errors.insert(vote.errors.begin(), ErrorCode::kUndeclaredWrite);
+      vote.error = ErrorCode::kUndeclaredWrite;
+      vote.yes = false;
+      // One "rank N:" prefix for both findings.
+      const std::string prefix = "rank " + Rank() + ":";
+      std::string rest = vote.message;
+      if (rest.rfind(prefix, 0) == 0) rest = rest.substr(prefix.size());
+      vote.message = verified.message + (rest.empty() ? "" : ";" + rest);
+      WTX_RETURN_IF_ERROR(LogUndeclared(verified));
+      tx.undeclared = true;
+    }
+  }
   if (vote.yes) {
     auto digest = DigestLocked();
     if (!digest.ok()) return digest.status();
     vote.digest = std::move(digest).value();
+    // The chunk digests behind this yes, for Reattach after a restart (same batch as PREPARED).
+    const auto& params = manifest_->params();
+    json counts = json::array();
+    std::vector<uint8_t> blob;
+    for (uint32_t i = 0; i < params.size(); ++i) {
+      auto d = hash_[i].chunk_digests();
+      counts.push_back(d.size());
+      for (uint64_t v : d) {
+        for (int b = 0; b < 8; ++b) blob.push_back(static_cast<uint8_t>(v >> (8 * b)));
+      }
+    }
+    pending_.emplace_back(json{{"type", "CHUNKS"},
+                               {"tx", tx.req.tx},
+                               {"chunk_bytes", kHashChunkBytes},
+                               {"counts", std::move(counts)},
+                               {"digests", json::binary(std::move(blob))}});
   }
   const int64_t t1 = options_.env.clock->NowMicros();
   if (CrashAt("before_prepare_logged")) {
@@ -1011,6 +1191,14 @@ Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::st
       // kept its bytes throughout.
       dirty = tx.interrupted || (tx.req.kind != TxKind::kFull && tx.dirty_at_begin);
       if (!tx.interrupted && tx.req.kind == TxKind::kFull) loaded_ = true;
+      committed_chunks_known_ = !tx.interrupted;
+      committed_chunks_.clear();
+      if (committed_chunks_known_) {
+        // Exact: prepare rehashed every touched chunk and nothing changed since.
+        for (const auto& h : hash_) {
+          committed_chunks_.emplace_back(h.chunk_digests().begin(), h.chunk_digests().end());
+        }
+      }
       break;
     case Decision::kAbort:
       if (tx.req.rollback && !tx.interrupted && tx.wrote) {
@@ -1028,7 +1216,7 @@ Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::st
           }
         }
         restored = true;
-        dirty = tx.dirty_at_begin;
+        dirty = tx.dirty_at_begin || tx.undeclared;
         reason = "before-images restored";
       } else if (tx.wrote) {
         dirty = true;
@@ -1090,6 +1278,440 @@ RankStatus ParticipantImpl::status() const {
   for (const auto& d : StaleDerived()) s.stale_derived.push_back(d.name);
   s.serving = Serving();
   return s;
+}
+
+namespace {
+
+std::string RegionKey(const LandingRegion& r) {
+  return r.param + '\x1f' + r.shard + '\x1f' + r.source + '\x1f' +
+         (r.box ? BoxToString(*r.box) : std::string("-"));
+}
+
+std::string RegionName(const LandingRegion& r) {
+  std::string s;
+  if (!r.param.empty()) s += "'" + r.param + "'";
+  if (!r.shard.empty()) s += " shard '" + r.shard + "'";
+  if (!r.source.empty()) s += (s.empty() ? "" : " ") + std::string("source '") + r.source + "'";
+  if (r.box) s += " box " + BoxToString(*r.box);
+  return s.empty() ? std::string("(empty region)") : s;
+}
+
+}  // namespace
+
+Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& region) {
+  std::lock_guard<std::mutex> l(mu_);
+  WTX_RETURN_IF_ERROR(CheckWritable());
+  ActiveTx& tx = *active_;
+  const std::string name = RegionName(region);
+  const std::string key = RegionKey(region);
+  if (tx.landings.count(key)) {
+    return Err(ErrorCode::kDuplicateWrite, "reserve " + name + ": already reserved by transaction '" +
+                                               tx.req.tx + "'");
+  }
+  const bool delta = tx.req.kind == TxKind::kDelta;
+  std::vector<Target> targets;
+  if (!region.source.empty()) {
+    if (region.box && region.param.empty()) {
+      return Err(ErrorCode::kBadWrite, "reserve " + name + ": a box needs its parameter");
+    }
+    if (delta && !tx.sources.count(region.source)) {
+      return Err(ErrorCode::kOutOfScope, "reserve " + name + ": source not declared by delta "
+                                         "transaction '" + tx.req.tx + "'");
+    }
+    if (delta && tx.patches.count(region.source)) {
+      return Err(ErrorCode::kDuplicateWrite, "reserve " + name + ": the source was already "
+                                             "patched by transaction '" + tx.req.tx + "'");
+    }
+    const auto& refs = manifest_->ShardsOfSource(region.source);
+    if (refs.empty() && !delta && !manifest_->SourceShape(region.source)) {
+      return Err(ErrorCode::kUnknownParam, "reserve " + name + ": unknown source");
+    }
+    for (const ShardRef& ref : refs) {
+      const ParamSpec& p = manifest_->params()[ref.param];
+      const ShardSpec& sh = p.shards[ref.shard];
+      if (!region.param.empty() && region.param != p.name) continue;
+      if (!region.shard.empty() && region.shard != sh.id) continue;
+      if (delta && sh.packed) {
+        return Err(ErrorCode::kLayoutMismatch,
+                   "reserve " + name + ": shard '" + sh.id + "' of '" + p.name +
+                       "' has a packed layout that is not a translation of the source; a delta "
+                       "cannot be landed in place there");
+      }
+      WTX_ASSIGN_OR_RETURN(t, ResolveBox(p.name, sh.id, region.box, [&](uint32_t param) {
+                             return CheckInScope(tx, param);
+                           }));
+      targets.push_back(std::move(t));
+    }
+  } else {
+    if (region.param.empty()) {
+      return Err(ErrorCode::kBadWrite, "reserve: the region names neither a parameter nor a source");
+    }
+    WTX_ASSIGN_OR_RETURN(t, ResolveBox(region.param, region.shard, region.box, [&](uint32_t param) {
+                           if (delta) {
+                             return Err(ErrorCode::kOutOfScope,
+                                        "reserve " + name + ": transaction '" + tx.req.tx +
+                                            "' is a delta; land a delta in place by source");
+                           }
+                           return CheckInScope(tx, param);
+                         }));
+    targets.push_back(std::move(t));
+  }
+  // Runs, checked against what this transaction already wrote or reserved, and each other.
+  Landing landing;
+  landing.name = name;
+  if (delta) landing.source = region.source;
+  for (const Target& t : targets) {
+    const ParamSpec& p = manifest_->params()[t.param];
+    ForEachFlatRun(p.shape, t.box, [&](int64_t b, int64_t len) {
+      landing.runs.push_back({t.param, {b, len}});
+    });
+  }
+  for (const auto& [param, run] : landing.runs) {
+    if (OverlapsDeclared(tx, param, run.first, run.second)) {
+      return Err(ErrorCode::kDuplicateWrite, "reserve " + name + ": overlaps elements of '" +
+                                                 manifest_->params()[param].name +
+                                                 "' this transaction already wrote or reserved");
+    }
+  }
+  {
+    auto sorted = landing.runs;
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t i = 1; i < sorted.size(); ++i) {
+      if (sorted[i - 1].first == sorted[i].first &&
+          sorted[i - 1].second.first + sorted[i - 1].second.second > sorted[i].second.first) {
+        return Err(ErrorCode::kDuplicateWrite, "reserve " + name + ": the region's shards overlap");
+      }
+    }
+  }
+  // Everything checked. Before the engine changes a byte: before-images, touched chunks.
+  const int64_t now = options_.env.clock->NowMicros();
+  if (!tx.wrote) tx.t_first_write = now;
+  tx.t_last_write = now;
+  for (const auto& [param, run] : landing.runs) {
+    const ParamSpec& p = manifest_->params()[param];
+    const size_t esz = DTypeSize(p.dtype);
+    const size_t off = static_cast<size_t>(run.first) * esz;
+    const size_t len = static_cast<size_t>(run.second) * esz;
+    if (tx.req.rollback) WTX_RETURN_IF_ERROR(SaveBefore(param, off, len));
+    TouchBytes(param, off, len);
+    auto& res = tx.reserved[param];
+    if (!res) {
+      res = std::make_unique<CoverageSet>(p.num_elements(), p.shape.empty() ? 0 : p.shape.back());
+    }
+    res->Add(run.first, run.second);
+    param_epoch_[param] = ++epoch_;
+  }
+  std::vector<Reservation> out;
+  json shards = json::array();
+  for (const Target& t : targets) {
+    const ParamSpec& p = manifest_->params()[t.param];
+    Reservation r;
+    r.param = p.name;
+    r.shard = t.shard ? p.shards[*t.shard].id : std::string();
+    r.box = t.box;
+    r.param_index = t.param;
+    r.host = host_memory_ ? memory_->Param(t.param).data() : nullptr;
+    r.device_ptr = host_memory_ ? 0 : memory_->DeviceAddress(t.param);
+    r.param_bytes = static_cast<size_t>(p.num_bytes());
+    if (t.shard) {
+      tx.shards_touched.insert({t.param, *t.shard});
+    } else {
+      for (uint32_t k = 0; k < p.shards.size(); ++k) {
+        if (Overlaps(p.shards[k].box, t.box)) tx.shards_touched.insert({t.param, k});
+      }
+    }
+    shards.push_back({{"param", p.name}, {"shard", r.shard}, {"box", json::array()}});
+    for (const auto& rg : t.box) shards.back()["box"].push_back({rg.begin, rg.end});
+    out.push_back(std::move(r));
+  }
+  tx.wrote = true;
+  tx.landings.emplace(key, std::move(landing));
+  UpdateCoveragePeak();
+  // The rank is durably dirty already: the synced BEGIN makes an interrupted transaction dirty
+  // on recovery, and tx.wrote makes it dirty now. The record is for the history.
+  pending_.emplace_back(json{{"type", "RESERVE"}, {"tx", tx.req.tx}, {"region", name},
+                            {"boxes", std::move(shards)}, {"ts", now}});
+  WTX_RETURN_IF_ERROR(FlushPending());
+  return out;
+}
+
+Status ParticipantImpl::Landed(const LandingRegion& region) {
+  std::lock_guard<std::mutex> l(mu_);
+  WTX_RETURN_IF_ERROR(CheckWritable());
+  ActiveTx& tx = *active_;
+  const std::string name = RegionName(region);
+  auto it = tx.landings.find(RegionKey(region));
+  if (it == tx.landings.end()) {
+    return Err(ErrorCode::kBadWrite, "landed " + name + ": this region was not reserved in "
+                                     "transaction '" + tx.req.tx + "' (report exactly the "
+                                     "region passed to Reserve)");
+  }
+  Landing& landing = it->second;
+  if (landing.landed) {
+    return Err(ErrorCode::kDuplicateWrite, "landed " + name + ": already landed in transaction '" +
+                                               tx.req.tx + "'");
+  }
+  for (const auto& [param, run] : landing.runs) {
+    const ParamSpec& p = manifest_->params()[param];
+    auto& cov = tx.coverage[param];
+    if (!cov) {
+      cov = std::make_unique<CoverageSet>(p.num_elements(), p.shape.empty() ? 0 : p.shape.back());
+    }
+    cov->Add(run.first, run.second);
+    tx.elements += run.second;
+    tx.bytes += static_cast<int64_t>(static_cast<size_t>(run.second) * DTypeSize(p.dtype));
+    tx.rows += p.shape.empty() ? 1 : std::max<int64_t>(1, run.second / p.shape.back());
+  }
+  if (!landing.source.empty()) {  // a delta source landed whole: all its parts arrived
+    PatchState& acc = tx.patches[landing.source];
+    acc.parts = 1;
+    acc.got.assign(1, true);
+  }
+  landing.landed = true;
+  tx.pieces += 1;
+  tx.t_last_write = options_.env.clock->NowMicros();
+  UpdateCoveragePeak();
+  pending_.emplace_back(
+      json{{"type", "LANDED"}, {"tx", tx.req.tx}, {"region", name}, {"ts", tx.t_last_write}});
+  if (pending_.size() >= kWriteRecordBatch) return FlushPending();
+  return Status::OK();
+}
+
+Status ParticipantImpl::VerifyLiveLocked(const ActiveTx* tx,
+                                         const std::vector<std::vector<uint64_t>>* committed,
+                                         VerifyReport* report) {
+  const auto& params = manifest_->params();
+  report->comparable = committed != nullptr;
+  std::vector<uint64_t> fresh;
+  for (uint32_t i = 0; i < params.size(); ++i) {
+    const size_t bytes = memory_->Size(i);
+    const size_t n = hash_[i].num_chunks();
+    fresh.resize(n);
+    if (host_memory_) {
+      const uint8_t* base = memory_->Param(i).data();
+      for (size_t c = 0; c < n; ++c) {
+        const size_t off = c * kHashChunkBytes;
+        fresh[c] = ChunkDigest(base + off, std::min(kHashChunkBytes, bytes - off));
+      }
+    } else if (n > 0) {
+      Status s = memory_->ChunkDigests(i, 0, n, fresh.data());
+      if (!s.ok()) return MemoryFailed(s);
+    }
+    report->chunks_checked += n;
+    const std::vector<bool>* declared =
+        tx && !tx->declared_chunks[i].empty() ? &tx->declared_chunks[i] : nullptr;
+    bool param_differs = false;
+    for (size_t c = 0; c < n; ++c) {
+      const bool differs = committed && !(declared && (*declared)[c]) &&
+                           ((*committed)[i].size() != n || (*committed)[i][c] != fresh[c]);
+      hash_[i].SetChunkDigest(c, fresh[c]);
+      if (!differs) continue;
+      ++report->chunks_differing;
+      param_differs = true;
+      auto& diffs = report->differences;
+      if (!diffs.empty() && diffs.back().param == params[i].name &&
+          diffs.back().first_chunk + diffs.back().chunks == c) {
+        ++diffs.back().chunks;
+      } else {
+        diffs.push_back({params[i].name, c, 1, {}});
+      }
+    }
+    if (param_differs) report->params.push_back(params[i].name);
+  }
+  // Boxes: the elements each run of differing chunks holds (bounding box of the flat range).
+  for (auto& d : report->differences) {
+    const ParamSpec& p = params[*manifest_->FindParam(d.param)];
+    const int64_t esz = static_cast<int64_t>(DTypeSize(p.dtype));
+    const int64_t b = static_cast<int64_t>(d.first_chunk * kHashChunkBytes) / esz;
+    const int64_t e = std::min<int64_t>(
+        p.num_elements(), (static_cast<int64_t>((d.first_chunk + d.chunks) * kHashChunkBytes) +
+                           esz - 1) / esz);
+    std::vector<Box> boxes;
+    if (e > b) FlatIntervalToBoxes(p.shape, b, e, &boxes);
+    if (!boxes.empty()) {
+      Box bb = boxes.front();
+      for (const Box& x : boxes) {
+        for (size_t k = 0; k < bb.size(); ++k) {
+          bb[k].begin = std::min(bb[k].begin, x[k].begin);
+          bb[k].end = std::max(bb[k].end, x[k].end);
+        }
+      }
+      d.box = std::move(bb);
+    }
+    report->boxes.push_back(d.box);
+  }
+  report->ok = report->comparable && report->chunks_differing == 0;
+  if (!report->comparable) {
+    report->message = "rank " + Rank() + ": no committed chunk digests to compare with";
+  } else if (report->ok) {
+    report->message = "rank " + Rank() + ": " + std::to_string(report->chunks_checked) +
+                      " chunk(s) match the committed version";
+  } else {
+    std::string m = "rank " + Rank() + ": live bytes changed without a declared write in " +
+                    std::to_string(report->chunks_differing) + " chunk(s) of";
+    size_t shown = 0;
+    for (const auto& d : report->differences) {
+      if (shown++ == 8) {
+        m += " ...";
+        break;
+      }
+      m += " '" + d.param + "' chunks [" + std::to_string(d.first_chunk) + ", " +
+           std::to_string(d.first_chunk + d.chunks) + ") box " + BoxToString(d.box) + ";";
+    }
+    if (m.back() == ';') m.pop_back();
+    report->message = m;
+  }
+  return Status::OK();
+}
+
+Status ParticipantImpl::LogUndeclared(const VerifyReport& report) {
+  json diffs = json::array();
+  for (size_t k = 0; k < report.differences.size() && k < kMaxMissingReported; ++k) {
+    const auto& d = report.differences[k];
+    diffs.push_back({{"param", d.param}, {"chunks", {d.first_chunk, d.first_chunk + d.chunks}}});
+  }
+  json rec = {{"type", "UNDECLARED"},
+              {"tx", active_ ? json(active_->req.tx) : json()},
+              {"params", report.params},
+              {"chunks", report.chunks_differing},
+              {"differences", std::move(diffs)},
+              {"ts", options_.env.clock->NowMicros()}};
+  return Log(std::move(rec), true);  // synced: durably dirty before anyone is told
+}
+
+Status ParticipantImpl::LoadCommitted(std::optional<std::vector<std::vector<uint64_t>>>* chunks,
+                                      std::string* rank_digest) {
+  const json& st = journal_->state();
+  if (st["committed_tx"].is_null()) return Status::OK();
+  const std::string committed = st["committed_tx"].get<std::string>();
+  const auto& params = manifest_->params();
+  Status bad;
+  Status s = journal_->ForEachRecordRef([&](const RecordRef& r) -> Status {
+    if (!r.json) return Status::OK();
+    const json& rec = *r.json;
+    if (!rec.is_object() || rec.value("tx", json()) != committed) return Status::OK();
+    const std::string type = rec.value("type", std::string());
+    if (type == "PREPARED" && rec.value("vote", json()) == "yes" && rec["digest"].is_string()) {
+      *rank_digest = rec["digest"].get<std::string>();
+    } else if (type == "CHUNKS") {
+      const json& counts = rec.value("counts", json());
+      const json& blob = rec.value("digests", json());
+      if (!counts.is_array() || counts.size() != params.size() || !blob.is_binary()) {
+        bad = Status::Corruption("CHUNKS record of '" + committed + "' does not match the manifest");
+        return Status::OK();
+      }
+      const auto& bytes = blob.get_binary();
+      std::vector<std::vector<uint64_t>> out(params.size());
+      size_t pos = 0;
+      for (size_t i = 0; i < params.size(); ++i) {
+        const size_t n = counts[i].is_number_unsigned() ? counts[i].get<size_t>() : SIZE_MAX;
+        if (n != hash_[i].num_chunks() || bytes.size() - pos < n * 8) {
+          bad = Status::Corruption("CHUNKS record of '" + committed + "': '" + params[i].name +
+                                   "' has the wrong number of chunk digests");
+          return Status::OK();
+        }
+        out[i].resize(n);
+        for (size_t c = 0; c < n; ++c, pos += 8) {
+          uint64_t v = 0;
+          for (int b = 7; b >= 0; --b) v = (v << 8) | bytes[pos + b];
+          out[i][c] = v;
+        }
+      }
+      *chunks = std::move(out);
+      bad = Status::OK();
+    }
+    return Status::OK();
+  });
+  WTX_RETURN_IF_ERROR(s);
+  return bad;
+}
+
+Result<VerifyReport> ParticipantImpl::Verify() {
+  std::lock_guard<std::mutex> l(mu_);
+  WTX_RETURN_IF_ERROR(CheckAlive());
+  if (active_) {
+    return Err(ErrorCode::kTxActive, "rank " + Rank() + ": verify: transaction '" +
+                                         active_->req.tx + "' is active; verify between "
+                                         "transactions (or begin with verify all)");
+  }
+  const json& st = journal_->state();
+  VerifyReport rep;
+  std::string why;
+  if (st["version"].is_null()) {
+    why = "never committed";
+  } else if (!loaded_) {
+    why = "not loaded (after a restart: Reattach)";
+  } else if (st.value("dirty", false)) {
+    why = "dirty (its bytes are expected to differ from the committed version)";
+  } else if (!committed_chunks_known_) {
+    std::optional<std::vector<std::vector<uint64_t>>> chunks;
+    std::string digest;
+    WTX_RETURN_IF_ERROR(LoadCommitted(&chunks, &digest));
+    if (chunks) {
+      committed_chunks_ = std::move(*chunks);
+      committed_chunks_known_ = true;
+    } else {
+      why = "no committed chunk digests stored (journal written by an older wtx)";
+    }
+  }
+  WTX_RETURN_IF_ERROR(VerifyLiveLocked(nullptr, why.empty() ? &committed_chunks_ : nullptr, &rep));
+  if (!why.empty()) {
+    rep.message = "rank " + Rank() + ": not comparable: " + why;
+    return rep;
+  }
+  if (!rep.ok) WTX_RETURN_IF_ERROR(LogUndeclared(rep));
+  return rep;
+}
+
+Result<VerifyReport> ParticipantImpl::Reattach() {
+  std::lock_guard<std::mutex> l(mu_);
+  WTX_RETURN_IF_ERROR(CheckAlive());
+  if (active_) {
+    return Err(ErrorCode::kTxActive,
+               "rank " + Rank() + ": reattach: transaction '" + active_->req.tx + "' is " +
+                   (active_->prepared ? "in doubt; resolve it first" : "active"));
+  }
+  VerifyReport rep;
+  const json& st = journal_->state();
+  if (st["version"].is_null()) {
+    rep.message = "rank " + Rank() + ": not comparable: never committed, nothing to reattach to";
+    return rep;
+  }
+  std::optional<std::vector<std::vector<uint64_t>>> chunks;
+  std::string committed_digest;
+  WTX_RETURN_IF_ERROR(LoadCommitted(&chunks, &committed_digest));
+  if (chunks) {
+    WTX_RETURN_IF_ERROR(VerifyLiveLocked(nullptr, &*chunks, &rep));
+  } else {
+    // A journal from before CHUNKS records: the rank digest alone says match or not.
+    WTX_RETURN_IF_ERROR(VerifyLiveLocked(nullptr, nullptr, &rep));
+    if (committed_digest.empty()) {
+      rep.message = "rank " + Rank() + ": not comparable: the committed digest is not in the journal";
+      return rep;
+    }
+    auto live = DigestLocked();
+    if (!live.ok()) return live.status();
+    rep.comparable = true;
+    rep.ok = live.value() == committed_digest;
+    rep.message = "rank " + Rank() + (rep.ok ? ": live bytes match the committed digest"
+                                             : ": live bytes differ from the committed digest "
+                                               "(no chunk digests stored to say where)");
+  }
+  if (!rep.ok) {
+    rep.message += "; stays loaded=false";
+    return rep;
+  }
+  WTX_RETURN_IF_ERROR(Log(json{{"type", "REATTACH"},
+                               {"committed_tx", st["committed_tx"]},
+                               {"chunks", rep.chunks_checked},
+                               {"ts", options_.env.clock->NowMicros()}},
+                          true));
+  loaded_ = true;
+  if (chunks) {
+    committed_chunks_ = std::move(*chunks);
+    committed_chunks_known_ = true;
+  }
+  return rep;
 }
 
 }  // namespace

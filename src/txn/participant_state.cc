@@ -119,6 +119,23 @@ Status ParticipantReplay::ApplyUnchecked(const json& r) {
                    {"vote", nullptr},
                    {"digest", nullptr}};
     s["txs"] = s["txs"].get<int64_t>() + 1;
+  } else if (type == "RESERVE") {
+    // An in-place landing: the engine may change the region's bytes from now on.
+    WTX_RETURN_IF_ERROR(need_active());
+    s["active"]["wrote"] = true;
+    s["dirty"] = true;
+  } else if (type == "LANDED" || type == "CHUNKS") {
+    // LANDED: coverage bookkeeping; CHUNKS: the chunk digests behind a yes vote (read back by
+    // Reattach). Neither changes the state.
+    WTX_RETURN_IF_ERROR(need_active());
+  } else if (type == "UNDECLARED") {
+    // The verifier found live bytes that changed without a declared write.
+    s["dirty"] = true;
+  } else if (type == "REATTACH") {
+    if (!s["active"].is_null()) return Status::Corruption("REATTACH while a transaction is active");
+    // The live bytes that survived a restart equal the committed version, chunk for chunk.
+    s["dirty"] = false;
+    s["loaded"] = true;
   } else if (type == "WRITE" || type == "PATCH") {
     WTX_RETURN_IF_ERROR(need_active());
     if (r.value("applied", int64_t{1}) > 0) {

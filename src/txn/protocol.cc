@@ -21,6 +21,16 @@ std::optional<TxKind> TxKindFromName(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view VerifyModeName(VerifyMode mode) {
+  return mode == VerifyMode::kAll ? "all" : "touched";
+}
+
+std::optional<VerifyMode> VerifyModeFromName(std::string_view name) {
+  if (name == "touched") return VerifyMode::kTouched;
+  if (name == "all") return VerifyMode::kAll;
+  return std::nullopt;
+}
+
 std::string_view DecisionName(Decision d) {
   switch (d) {
     case Decision::kCommit:

@@ -33,6 +33,7 @@ constexpr CodeName kNames[] = {
     {ErrorCode::kNotFound, "NOT_FOUND"},
     {ErrorCode::kBudgetExceeded, "E_ROLLBACK_BUDGET"},
     {ErrorCode::kVersionMismatch, "E_VERSION_MISMATCH"},
+    {ErrorCode::kUndeclaredWrite, "E_UNDECLARED_WRITE"},
 };
 
 }  // namespace

@@ -65,6 +65,14 @@ Result<nlohmann::json> BenchReplay(const BenchOptions& options);
 // options. Keys: journal_vs_rocksdb, details.
 Result<nlohmann::json> BenchJournal(const BenchOptions& options);
 
+// landed_update_vs_memcpy: a full transaction of the model landed in place (per parameter
+// Reserve, the engine's own memcpy into the returned address, Landed; prepare rehashes every
+// reserved chunk from live memory; 2PC commit) against memcpy of the same bytes into the same
+// live buffers (higher is better). verify_all_vs_xxh3: Participant::Verify() (every chunk
+// rehashed and compared with the committed chunk digests) on the clean rank against one
+// XXH3_64bits pass over the same bytes (its cost: lower is better). Keys: those two, details.
+Result<nlohmann::json> BenchLanding(const BenchOptions& options);
+
 // {"cores", "cpu", "memory_bytes", "loadavg"} of this machine.
 nlohmann::json MachineInfo();
 

@@ -344,7 +344,7 @@ void Script::CheckCrashedJournal(const std::string& dir) {
   // A crash is not corruption: `wtx check` on the journal a crash left behind may warn (a torn
   // unsynced tail, a lost watermark) but must not fail. (Sampled: it costs a journal open.)
   if (!Chance(0.2)) return;
-  VerifyReport v = VerifyJournalDir(dir);
+  JournalCheckReport v = VerifyJournalDir(dir);
   ++rep_.journals_verified;
   Expect(v.status.ok(), "wtx check reports the journal a crash left in " + dir +
                             " as corrupt: " + v.status.ToString());
@@ -1388,7 +1388,7 @@ void Script::FinalCheck() {
   for (const auto& d : dirs) {
     VerifyOptions vo;
     vo.strict = true;  // closed cleanly: not even a warning
-    VerifyReport v = VerifyJournalDir(d, vo);
+    JournalCheckReport v = VerifyJournalDir(d, vo);
     ++rep_.journals_verified;
     Expect(v.status.ok(), "wtx check --strict fails on " + d +
                               " after recovery and a clean "

@@ -68,6 +68,8 @@ const Figure kFigures[] = {
     {"synced_writes_per_tx_coordinator", "<= 1", [](double v) { return v <= 1; }},
     {"replay_records_per_s", ">= 1e6", [](double v) { return v >= 1e6; }},
     {"journal_vs_rocksdb", ">= 0.80", [](double v) { return v >= 0.80; }},
+    {"landed_update_vs_memcpy", ">= 0.90", [](double v) { return v >= 0.90; }},
+    {"verify_all_vs_xxh3", "<= 1.10", [](double v) { return v <= 1.10; }},
 };
 
 std::string Num(double v) {
@@ -104,6 +106,11 @@ std::string Baseline(const std::string& name, const json& d) {
   if (name == "replay") {
     return "raw RocksDB scan " + g("rocksdb_scan_records_per_s") + " records/s over " +
            d.value("records", json(0)).dump() + " records";
+  }
+  if (name == "landing") {
+    return "memcpy " + g("memcpy_ms") + " ms, landed update " + g("landed_update_ms") +
+           " ms; xxh3 " + g("xxh3_ms") + " ms, verify all " + g("verify_all_ms") + " ms for " +
+           d.value("bytes", json(0)).dump() + " bytes";
   }
   if (name == "journal") {
     return "raw RocksDB " + g("rocksdb_records_per_s") + " records/s, journal " +
@@ -147,13 +154,14 @@ int RunBench(BenchArgs a) {
       {"update", bench::BenchUpdate},     {"hash", bench::BenchHash},
       {"coverage", bench::BenchCoverage}, {"syncs", bench::BenchSyncs},
       {"replay", bench::BenchReplay},     {"journal", bench::BenchJournal},
+      {"landing", bench::BenchLanding},
   };
   for (const auto& name : a.only) {
     bool known = false;
     for (const auto& [n, fn] : all) known = known || n == name;
     if (!known) {
       std::cerr << "wtx bench: --only: unknown measurement '" << name
-                << "' (update, hash, coverage, syncs, replay, journal)\n";
+                << "' (update, hash, coverage, syncs, replay, journal, landing)\n";
       return 2;
     }
   }
@@ -255,7 +263,8 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
                   "existing directory for the journals (default: the system temp directory); "
                   "fsync costs are those of its filesystem");
   cmd->add_option("--only", a->only,
-                  "run only these measurements: update, hash, coverage, syncs, replay, journal")
+                  "run only these measurements: update, hash, coverage, syncs, replay, journal, "
+                  "landing")
       ->delimiter(',');
   cmd->add_flag("--json", a->json, "print one JSON object with every figure and detail");
   cmd->add_flag("--quick", a->quick, "small sizes: a smoke test of a few seconds");

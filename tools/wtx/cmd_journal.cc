@@ -48,7 +48,7 @@ std::string Short(const json& v) {
 
 // Loads and verifies; every reader goes through this so that corruption is never printed.
 Result<std::unique_ptr<Journal>> OpenChecked(const std::string& dir, const std::string& cmd) {
-  VerifyReport rep = VerifyJournalDir(dir);
+  JournalCheckReport rep = VerifyJournalDir(dir);
   if (!rep.status.ok()) return rep.status;
   for (const auto& w : rep.warnings) std::cerr << "wtx " << cmd << ": warning: " << w << "\n";
   auto j = OpenReadOnly(dir);
@@ -159,7 +159,7 @@ int Check(const std::string& dir, int expect_rank, bool expect_coordinator, bool
   o.strict = strict;
   if (expect_coordinator) o.expect = JournalIdentity{"coordinator", -1};
   if (expect_rank >= 0) o.expect = JournalIdentity{"participant", expect_rank};
-  VerifyReport rep = VerifyJournalDir(dir, o);
+  JournalCheckReport rep = VerifyJournalDir(dir, o);
   if (!rep.status.ok()) return Refuse("check", rep.status);
   for (const auto& w : rep.warnings) std::cerr << "wtx check: warning: " << w << "\n";
   const JournalIdentity& id = rep.identity;

@@ -132,6 +132,11 @@ int RunRank(const RankArgs& a) {
         return ok(json::object());
       }
       if (m == "status") return ok(net::RankStatusToJson(p.status()));
+      if (m == "verify" || m == "reattach") {  // Participant::Verify / Reattach on this rank
+        auto r = m == "verify" ? p.Verify() : p.Reattach();
+        if (!r.ok()) return Result<json>(r.status());
+        return ok(net::VerifyReportToJson(r.value()));
+      }
       if (m == "wait_resolved") {
         RankAgentState s;
         const bool done = ag.WaitResolved(milliseconds(q.at("timeout_ms").get<int64_t>()), &s);

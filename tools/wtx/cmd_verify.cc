@@ -5,8 +5,15 @@
 // journaled in the PREPARED record of its committed transaction (include/wtx/live_verify.h).
 // The journal is opened read-only (safe beside a running process).
 //
+// `wtx verify --rank HOST:PORT --secret-file F`: the same question asked of a running rank
+// (`wtx rank --control HOST:PORT`): it runs Participant::Verify() on its live bytes (every
+// chunk rehashed and compared with the committed chunk digests; differences are named by
+// parameter, chunk range and box, and make the rank durably dirty). `--reattach` runs
+// Participant::Reattach() instead (after a wtx restart over surviving engine memory).
+//
 // Exit codes: 0 match, 1 mismatch (bytes changed outside a transaction), 2 not comparable
-// (never committed, or dirty), 3 error (unreadable journal, image or manifest).
+// (never committed, or dirty), 3 error (unreadable journal, image or manifest; rank
+// unreachable).
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -14,6 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "src/net/control.h"
+#include "src/net/control_service.h"
 #include "tools/wtx/commands.h"
 #include "wtx/live_verify.h"
 
@@ -25,6 +34,9 @@ struct VerifyArgs {
   std::string dir;
   std::string image;
   std::string manifest;
+  std::string rank;  // HOST:PORT of a rank's control port
+  std::string secret_file;
+  bool reattach = false;
   bool json = false;
 };
 
@@ -36,11 +48,42 @@ Result<std::string> ReadFile(const std::string& path) {
   return s;
 }
 
+int RunVerifyRank(const VerifyArgs& a) {
+  auto fail = [](const Status& s) {
+    std::cerr << "wtx verify: " << s.ToString() << "\n";
+    return 3;
+  };
+  auto secret = net::ReadSecretFile(a.secret_file);
+  if (!secret.ok()) return fail(secret.status());
+  auto hp = net::ParseHostPort(a.rank);
+  if (!hp.ok()) return fail(Status::InvalidArgument("--rank: " + hp.status().message()));
+  auto c = net::ControlClient::Connect(hp->first, hp->second, secret.value(), net::NetOptions(),
+                                       "control");
+  if (!c.ok()) return fail(c.status());
+  auto r = c.value()->Call(a.reattach ? "reattach" : "verify", nlohmann::json::object(),
+                           std::chrono::minutes(10));
+  if (!r.ok()) return fail(r.status());
+  const nlohmann::json& rep = r.value();
+  if (a.json) {
+    std::cout << rep.dump(2) << "\n";
+  } else {
+    std::cout << rep.value("message", std::string()) << "\n";
+  }
+  if (!rep.value("comparable", false)) return 2;
+  return rep.value("ok", false) ? 0 : 1;
+}
+
 int RunVerify(const VerifyArgs& a) {
   auto fail = [](const Status& s) {
     std::cerr << "wtx verify: " << s.ToString() << "\n";
     return 3;
   };
+  if (!a.rank.empty()) return RunVerifyRank(a);
+  if (a.reattach) return fail(Status::InvalidArgument("--reattach needs --rank"));
+  if (a.dir.empty() || a.image.empty() || a.manifest.empty()) {
+    return fail(Status::InvalidArgument(
+        "give a journal DIR with --image and --manifest, or a running rank with --rank"));
+  }
   auto mtext = ReadFile(a.manifest);
   if (!mtext.ok()) return fail(mtext.status());
   auto manifest = ParseManifestText(mtext.value());
@@ -74,12 +117,18 @@ int RunVerify(const VerifyArgs& a) {
 void RegisterVerifyCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<VerifyArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "verify", "Check a live image of a rank against its committed version (journal DIR)");
-  cmd->add_option("dir", args->dir, "the rank's journal directory")->required();
+      "verify",
+      "Check a rank's live bytes against its committed version: a running rank (--rank), or a "
+      "live image and the journal DIR");
+  cmd->add_option("dir", args->dir, "the rank's journal directory (offline, with --image)");
   cmd->add_option("--image", args->image,
-                  "live image: every parameter's bytes, manifest order (DumpLiveImage)")
-      ->required();
-  cmd->add_option("--manifest", args->manifest, "the rank's manifest (JSON)")->required();
+                  "live image: every parameter's bytes, manifest order (DumpLiveImage)");
+  cmd->add_option("--manifest", args->manifest, "the rank's manifest (JSON)");
+  cmd->add_option("--rank", args->rank,
+                  "HOST:PORT: the control port of a running `wtx rank`; runs its verifier");
+  cmd->add_option("--secret-file", args->secret_file, "with --rank: the shared secret file");
+  cmd->add_flag("--reattach", args->reattach,
+                "with --rank: Reattach (verify, and serve again on an exact match)");
   cmd->add_flag("--json", args->json, "JSON output");
   cmd->callback([args, exit_code] { *exit_code = RunVerify(*args); });
 }

@@ -1,0 +1,488 @@
+// In-place landings (Reserve/Landed), the verifier (verify all, Verify) and Reattach, through
+// the public Participant API. Run on host memory and again on the reference device backend
+// (CTest prefix "device.", WTX_TEST_MEMORY=reference-device).
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cstring>
+
+#include "tests/test_util.h"
+#include "wtx/content_hash.h"
+#include "wtx/device_live_memory.h"
+
+using namespace wtx;
+using namespace wtx::testing;
+
+namespace {
+
+BeginRequest Req(const std::string& tx, TxKind kind, std::string base = "",
+                 std::vector<std::string> modules = {}, std::vector<std::string> sources = {},
+                 bool rollback = false, VerifyMode verify = VerifyMode::kTouched) {
+  BeginRequest b;
+  b.tx = tx;
+  b.kind = kind;
+  b.base = std::move(base);
+  b.modules = std::move(modules);
+  b.sources = std::move(sources);
+  b.rollback = rollback;
+  b.verify = verify;
+  return b;
+}
+
+bool DeviceRun() {
+  const char* name = std::getenv("WTX_TEST_MEMORY");
+  return name != nullptr && std::string(name) == "reference-device";
+}
+
+// The engine's own copy of `bytes` (row-major over r.box) into the reserved destination,
+// through the address Reserve returned (the reference device's address is a host address).
+void EngineCopy(const Manifest& m, const Reservation& r, const std::vector<uint8_t>& bytes) {
+  const ParamSpec& p = m.params()[r.param_index];
+  const size_t esz = DTypeSize(p.dtype);
+  auto* base = r.host ? static_cast<uint8_t*>(r.host) : reinterpret_cast<uint8_t*>(r.device_ptr);
+  REQUIRE(base != nullptr);
+  const uint8_t* src = bytes.data();
+  ForEachFlatRun(p.shape, r.box, [&](int64_t b, int64_t len) {
+    std::memcpy(base + b * esz, src, len * esz);
+    src += len * esz;
+  });
+}
+
+// Reserve, copy Pattern(seed) in, Landed.
+Status Land(Participant& p, const LandingRegion& region, uint32_t seed) {
+  auto res = p.Reserve(region);
+  if (!res.ok()) return res.status();
+  for (const Reservation& r : res.value()) {
+    EngineCopy(p.manifest(), r, Pattern(p.manifest(), r.param, r.box, seed));
+  }
+  return p.Landed(region);
+}
+
+Status LandAll(Participant& p, uint32_t seed) {
+  for (const auto& ps : p.manifest().params()) {
+    WTX_RETURN_IF_ERROR(Land(p, {ps.name, "", "", std::nullopt}, seed));
+  }
+  return Status::OK();
+}
+
+// An undeclared write: bytes change in live memory, the participant is not told.
+void Poke(Participant& p, const std::string& param, size_t offset, uint8_t value) {
+  const uint32_t i = *p.manifest().FindParam(param);
+  REQUIRE(p.memory().Store(i, offset, &value, 1).ok());
+}
+
+// A cluster whose ranks' live bytes are buffers the test owns (an engine's tensors): they
+// survive a participant restart, as in an engine process that outlived wtx.
+struct Borrowed {
+  explicit Borrowed(const Manifest& m) {
+    for (const auto& p : m.params()) bufs.emplace_back(static_cast<size_t>(p.num_bytes()), 0xAB);
+  }
+  std::shared_ptr<LiveMemory> Memory(const Manifest& m) {
+    std::vector<std::span<uint8_t>> spans;
+    for (auto& b : bufs) spans.emplace_back(b.data(), b.size());
+    auto mem = DeviceRun() ? NewBorrowedReferenceDeviceLiveMemory(m, spans)
+                           : NewBorrowedLiveMemory(m, spans);
+    REQUIRE(mem.ok());
+    return std::shared_ptr<LiveMemory>(std::move(mem).value());
+  }
+  std::vector<std::vector<uint8_t>> bufs;
+};
+
+}  // namespace
+
+TEST_CASE("LandedFullUpdateCommitsTheSameVersionAsWritingTheSameBytes") {
+  Cluster c(2, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 3).status.ok());
+  const std::string written = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kFull)).status.ok());
+  for (int r = 0; r < 2; ++r) REQUIRE(LandAll(c.rank(r), 3).ok());
+  REQUIRE(c.RefreshAll().ok());
+  CommitOutcome o = c.coordinator().Commit("t2");
+  REQUIRE(o.status.ok());
+  CHECK(o.decision == Decision::kCommit);
+  CHECK(o.version == written);
+  CHECK(c.rank(0).status().serving);
+  CHECK(c.rank(1).RecomputeDigest().value() == c.rank(0).RecomputeDigest().value());
+}
+
+TEST_CASE("PrepareRehashesLandedChunksFromLiveMemory") {
+  // The engine may rewrite the reserved bytes until Landed; the version is what is live then.
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  const std::string v1 = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kPartial, v1, {"rest"})).status.ok());
+  LandingRegion norm{"norm", "", "", std::nullopt};
+  auto res = c.rank(0).Reserve(norm);
+  REQUIRE(res.ok());
+  REQUIRE(res->size() == 1);
+  CHECK(res->front().box == WholeBox({8}));
+  CHECK(res->front().param_bytes == 32);
+  CHECK(c.rank(0).status().dirty);  // dirty before the first byte changes
+  CHECK_FALSE(c.rank(0).status().serving);
+  EngineCopy(c.manifest(), res->front(), Pattern(c.manifest(), "norm", WholeBox({8}), 9));
+  EngineCopy(c.manifest(), res->front(), Pattern(c.manifest(), "norm", WholeBox({8}), 5));
+  REQUIRE(c.rank(0).Landed(norm).ok());
+  REQUIRE(Land(c.rank(0), {"packed", "", "", std::nullopt}, 5).ok());
+  CommitOutcome o = c.coordinator().Commit("t2");
+  REQUIRE(o.decision == Decision::kCommit);
+  // Writing the same final bytes through Write gives the same version.
+  Cluster w(1, SmallManifest());
+  REQUIRE(w.FullCommit("t1", 1).status.ok());
+  REQUIRE(w.coordinator().Begin(Req("t2", TxKind::kPartial, v1, {"rest"})).status.ok());
+  for (const char* name : {"norm", "packed"}) {
+    const ParamSpec& ps = w.manifest().params()[*w.manifest().FindParam(name)];
+    auto bytes = Pattern(w.manifest(), name, WholeBox(ps.shape), 5);
+    WritePiece piece{name, "", std::nullopt, bytes.data(), bytes.size()};
+    REQUIRE(w.rank(0).Write({&piece, 1}).ok());
+  }
+  CommitOutcome ow = w.coordinator().Commit("t2");
+  REQUIRE(ow.decision == Decision::kCommit);
+  CHECK(ow.version == o.version);
+}
+
+TEST_CASE("ReserveIsCheckedExactlyLikeAWrite") {
+  Cluster c(1, SmallManifest());
+  LandingRegion norm{"norm", "", "", std::nullopt};
+  CHECK(c.rank(0).Reserve(norm).status().code() == ErrorCode::kNoTx);
+  CHECK(c.rank(0).Landed(norm).code() == ErrorCode::kNoTx);
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  const std::string v1 = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kPartial, v1, {"attn"})).status.ok());
+  Participant& p = c.rank(0);
+  // Scope, names, range.
+  CHECK(p.Reserve(norm).status().code() == ErrorCode::kOutOfScope);
+  CHECK(p.Reserve({"nope", "", "", std::nullopt}).status().code() == ErrorCode::kUnknownParam);
+  CHECK(p.Reserve({"qkv", "x", "", std::nullopt}).status().code() == ErrorCode::kUnknownParam);
+  auto out = p.Reserve({"qkv", "", "", Box{{30, 40}, {0, 8}}});
+  CHECK(out.status().code() == ErrorCode::kOutOfRange);
+  CHECK(out.status().message().find("qkv") != std::string::npos);
+  CHECK(p.Reserve({"qkv", "k", "", Box{{0, 4}, {0, 8}}}).status().code() == ErrorCode::kOutOfRange);
+  CHECK(p.Reserve({"qkv", "", "", Box{{4, 2}, {0, 8}}}).status().code() == ErrorCode::kBadWrite);
+  CHECK(p.Reserve({"", "", "", std::nullopt}).status().code() == ErrorCode::kBadWrite);
+  CHECK_FALSE(p.status().dirty);  // refused reservations change nothing
+  // Overlap with what the transaction wrote or reserved, both ways.
+  auto q = Pattern(c.manifest(), "qkv", Box{{0, 16}, {0, 8}}, 2);
+  WritePiece wq{"qkv", "q", std::nullopt, q.data(), q.size()};
+  REQUIRE(p.Write({&wq, 1}).ok());
+  auto dup = p.Reserve({"qkv", "", "", Box{{8, 20}, {0, 8}}});
+  CHECK(dup.status().code() == ErrorCode::kDuplicateWrite);
+  REQUIRE(p.Reserve({"qkv", "k", "", std::nullopt}).ok());
+  CHECK(p.Reserve({"qkv", "k", "", std::nullopt}).status().code() == ErrorCode::kDuplicateWrite);
+  CHECK(p.Reserve({"qkv", "", "k_proj", std::nullopt}).status().code() ==
+        ErrorCode::kDuplicateWrite);
+  auto k = Pattern(c.manifest(), "qkv", Box{{16, 24}, {0, 8}}, 2);
+  WritePiece wk{"qkv", "k", std::nullopt, k.data(), k.size()};
+  CHECK(p.Write({&wk, 1}).code() == ErrorCode::kDuplicateWrite);
+}
+
+TEST_CASE("LandingTwiceOrARegionNeverReservedIsRefused") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  const std::string v1 = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kPartial, v1, {"rest"})).status.ok());
+  Participant& p = c.rank(0);
+  LandingRegion norm{"norm", "", "", std::nullopt};
+  Status never = p.Landed(norm);
+  CHECK(never.code() == ErrorCode::kBadWrite);
+  CHECK(never.message().find("not reserved") != std::string::npos);
+  REQUIRE(p.Reserve(norm).ok());
+  // Landed names the region exactly as reserved.
+  CHECK(p.Landed({"norm", "", "", Box{{0, 8}}}).code() == ErrorCode::kBadWrite);
+  REQUIRE(p.Landed(norm).ok());
+  Status twice = p.Landed(norm);
+  CHECK(twice.code() == ErrorCode::kDuplicateWrite);
+  CHECK(twice.message().find("already landed") != std::string::npos);
+}
+
+TEST_CASE("ReservedButNeverLandedIsCoverageIncompleteNamingIt") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  const std::string v1 = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kPartial, v1, {"rest"})).status.ok());
+  REQUIRE(Land(c.rank(0), {"packed", "", "", std::nullopt}, 2).ok());
+  REQUIRE(c.rank(0).Reserve({"norm", "", "", Box{{0, 8}}}).ok());
+  CommitOutcome o = c.coordinator().Commit("t2");
+  CHECK(o.decision == Decision::kAbort);
+  REQUIRE(o.votes.size() == 1);
+  const Vote& v = o.votes[0].vote;
+  CHECK(v.error == ErrorCode::kCoverageIncomplete);
+  CHECK(v.message.find("reserved but never landed: 'norm' box [[0, 8]]") != std::string::npos);
+  REQUIRE_FALSE(v.missing.empty());
+  CHECK(v.missing[0].param == "norm");
+  CHECK(c.rank(0).status().dirty);  // no rollback: the bytes may be mixed
+}
+
+TEST_CASE("AbortWithRollbackRestoresWhatTheEngineLanded") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  const std::string v1 = c.coordinator().CommittedVersion("t1").value();
+  const auto before = LiveBytes(c.rank(0).memory(), *c.manifest().FindParam("qkv"));
+  REQUIRE(c.coordinator()
+              .Begin(Req("t2", TxKind::kPartial, v1, {"attn"}, {}, /*rollback=*/true))
+              .status.ok());
+  REQUIRE(Land(c.rank(0), {"qkv", "", "", std::nullopt}, 8).ok());
+  CHECK(LiveBytes(c.rank(0).memory(), *c.manifest().FindParam("qkv")) != before);
+  REQUIRE(c.coordinator().Abort("t2").status.ok());
+  CHECK(LiveBytes(c.rank(0).memory(), *c.manifest().FindParam("qkv")) == before);
+  CHECK_FALSE(c.rank(0).status().dirty);
+  CHECK(c.rank(0).status().serving);
+  CHECK(c.rank(0).RecomputeDigest().ok());
+  auto rep = c.rank(0).Verify();
+  REQUIRE(rep.ok());
+  CHECK(rep->ok);
+}
+
+TEST_CASE("DeltaLandsInPlaceBySourceButNotOnAPackedLayout") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  const std::string v1 = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.coordinator()
+              .Begin(Req("t2", TxKind::kDelta, v1, {}, {"packed_src", "k_proj"}))
+              .status.ok());
+  auto packed = c.rank(0).Reserve({"", "", "packed_src", std::nullopt});
+  CHECK(packed.status().code() == ErrorCode::kLayoutMismatch);
+  CHECK(packed.status().message().find("packed") != std::string::npos);
+  CHECK(c.rank(0).Reserve({"qkv", "", "", std::nullopt}).status().code() ==
+        ErrorCode::kOutOfScope);
+  CHECK(c.rank(0).Reserve({"", "", "q_proj", std::nullopt}).status().code() ==
+        ErrorCode::kOutOfScope);
+  REQUIRE(Land(c.rank(0), {"", "", "k_proj", std::nullopt}, 4).ok());
+  // The landed source counts as all its parts; a patch of it now would land twice.
+  std::vector<int64_t> idx{1};
+  uint16_t val = 7;
+  PatchRequest pr{"k_proj", idx, &val, 2, 0, 1};
+  CHECK(c.rank(0).Patch(pr).code() == ErrorCode::kDuplicateWrite);
+  // packed_src got nothing (its reservation was refused): missing.
+  CommitOutcome o = c.coordinator().Commit("t2");
+  CHECK(o.decision == Decision::kAbort);
+  CHECK(o.votes[0].vote.error == ErrorCode::kCoverageIncomplete);
+  bool packed_missing = false, k_missing = false;
+  for (const auto& m : o.votes[0].vote.missing) {
+    packed_missing = packed_missing || m.source == "packed_src";
+    k_missing = k_missing || m.source == "k_proj";
+  }
+  CHECK(packed_missing);
+  CHECK_FALSE(k_missing);
+}
+
+TEST_CASE("VerifyAllCatchesAnUndeclaredWriteInAWouldBeNoop") {
+  // The headline: a clean serving rank, the engine writes into its own tensor during a
+  // transaction, commit. Verify all: abort, E_UNDECLARED_WRITE, dirty, not serving.
+  Cluster c(2, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  const std::string v1 = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kFull, "", {}, {}, false, VerifyMode::kAll))
+              .status.ok());
+  Poke(c.rank(0), "kv_b", 3, 0x5A);
+  CommitOutcome o = c.coordinator().Commit("t2");
+  CHECK(o.decision == Decision::kAbort);
+  CHECK(o.status.code() == ErrorCode::kVoteNo);
+  const Vote& v = o.votes[0].vote;
+  CHECK_FALSE(v.yes);
+  CHECK(v.error == ErrorCode::kUndeclaredWrite);
+  CHECK(v.message.find("'kv_b'") != std::string::npos);
+  CHECK(c.rank(0).status().dirty);
+  CHECK_FALSE(c.rank(0).status().serving);
+  CHECK(c.rank(1).status().serving);  // rank 1's bytes are what was committed
+  // Durable: the rank is still dirty after a restart, and refuses a partial on top.
+  c.Kill(0, /*power_loss=*/true);
+  REQUIRE(c.Restart(0).ok());
+  CHECK(c.rank(0).status().dirty);
+  BeginOutcome b = c.coordinator().Begin(Req("t3", TxKind::kPartial, v1, {"attn"}));
+  CHECK(b.status.code() == ErrorCode::kDirty);
+  // Only a full commit cleans it.
+  REQUIRE(c.FullCommit("t4", 1).status.ok());
+  CHECK(c.rank(0).status().serving);
+}
+
+TEST_CASE("UndeclaredWriteKeepsTheRankDirtyEvenIfRollbackRestoresTheDeclaredBytes") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  const std::string v1 = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.coordinator()
+              .Begin(Req("t2", TxKind::kPartial, v1, {"attn"}, {}, true, VerifyMode::kAll))
+              .status.ok());
+  REQUIRE(Land(c.rank(0), {"qkv", "", "", std::nullopt}, 2).ok());
+  REQUIRE(Land(c.rank(0), {"kv_b", "", "", std::nullopt}, 2).ok());
+  Poke(c.rank(0), "norm", 0, 0x11);  // outside the scope: undeclared
+  REQUIRE(c.RefreshAll().ok());
+  CommitOutcome o = c.coordinator().Commit("t2");
+  CHECK(o.decision == Decision::kAbort);
+  CHECK(o.votes[0].vote.error == ErrorCode::kUndeclaredWrite);
+  CHECK(o.votes[0].vote.message.find("'norm'") != std::string::npos);
+  CHECK(c.rank(0).status().dirty);
+  CHECK_FALSE(c.rank(0).status().serving);
+}
+
+TEST_CASE("TouchedModeDoesNotSeeAnUndeclaredWrite") {
+  // Documented gap of the default mode: the write goes unseen (noop, still serving).
+  Cluster c(1, SmallManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kFull)).status.ok());
+  Poke(c.rank(0), "kv_b", 3, 0x5A);
+  CommitOutcome o = c.coordinator().Commit("t2");
+  CHECK(o.decision == Decision::kNoop);
+  CHECK(c.rank(0).status().serving);
+  // The on-demand verifier finds it.
+  auto rep = c.rank(0).Verify();
+  REQUIRE(rep.ok());
+  CHECK_FALSE(rep->ok);
+  CHECK(c.rank(0).status().dirty);
+}
+
+TEST_CASE("VerifyOnDemandNamesParamsChunksAndBoxes") {
+  Cluster c(1, SmallManifest());
+  auto never = c.rank(0).Verify();
+  REQUIRE(never.ok());
+  CHECK_FALSE(never->comparable);
+  CHECK(never->message.find("never committed") != std::string::npos);
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  auto clean = c.rank(0).Verify();
+  REQUIRE(clean.ok());
+  CHECK(clean->ok);
+  CHECK(clean->comparable);
+  CHECK(clean->chunks_checked == c.manifest().params().size());  // one chunk each here
+  CHECK(clean->chunks_differing == 0);
+  CHECK(c.rank(0).status().serving);
+  Poke(c.rank(0), "qkv", 2 * 8 * 2 + 1, 0x77);  // row 2 of qkv (bf16 [32, 8])
+  auto bad = c.rank(0).Verify();
+  REQUIRE(bad.ok());
+  CHECK_FALSE(bad->ok);
+  CHECK(bad->params == std::vector<std::string>{"qkv"});
+  REQUIRE(bad->differences.size() == 1);
+  CHECK(bad->differences[0].first_chunk == 0);
+  CHECK(bad->differences[0].chunks == 1);
+  CHECK(bad->boxes[0] == Box{{0, 32}, {0, 8}});
+  CHECK(c.rank(0).status().dirty);
+  CHECK_FALSE(c.rank(0).status().serving);
+  // A dirty rank is not comparable; during a transaction Verify is refused.
+  auto dirty = c.rank(0).Verify();
+  REQUIRE(dirty.ok());
+  CHECK_FALSE(dirty->comparable);
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kFull)).status.ok());
+  CHECK(c.rank(0).Verify().status().code() == ErrorCode::kTxActive);
+}
+
+TEST_CASE("BorrowedMemoryIsNotZeroedAtOpen") {
+  auto m = SmallManifest();
+  Borrowed engine(*m);
+  Cluster c(1, m);
+  c.SetMemoryFactory([&](const Manifest& mm) { return engine.Memory(mm); });
+  REQUIRE(c.Restart(0).ok());
+  for (const auto& b : engine.bufs) {
+    CHECK(std::all_of(b.begin(), b.end(), [](uint8_t x) { return x == 0xAB; }));
+  }
+  CHECK(LiveBytes(c.rank(0).memory(), 0)[0] == 0xAB);
+  CHECK_FALSE(c.rank(0).status().loaded);
+}
+
+TEST_CASE("ReattachOverSurvivingBytesServesAgainDurably") {
+  auto m = SmallManifest();
+  Borrowed engine(*m);
+  Cluster c(1, m);
+  c.SetMemoryFactory([&](const Manifest& mm) { return engine.Memory(mm); });
+  REQUIRE(c.Restart(0).ok());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  const std::string v1 = c.coordinator().CommittedVersion("t1").value();
+  c.Kill(0, /*power_loss=*/false);  // wtx restarts, the engine (and its tensors) survive
+  REQUIRE(c.Restart(0).ok());
+  CHECK_FALSE(c.rank(0).status().loaded);
+  CHECK_FALSE(c.rank(0).status().serving);
+  auto rep = c.rank(0).Reattach();
+  REQUIRE(rep.ok());
+  CHECK(rep->ok);
+  CHECK(rep->chunks_checked == m->params().size());
+  CHECK(c.rank(0).status().loaded);
+  CHECK_FALSE(c.rank(0).status().dirty);
+  CHECK(c.rank(0).status().serving);
+  CHECK(c.rank(0).status().version == v1);
+  // A partial update builds on it.
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kPartial, v1, {"rest"})).status.ok());
+  REQUIRE(c.coordinator().Abort("t2").status.ok());
+  // Durable: after a power loss the journal still says clean; Reattach again is enough.
+  c.Kill(0, /*power_loss=*/true);
+  REQUIRE(c.Restart(0).ok());
+  auto again = c.rank(0).Reattach();
+  REQUIRE(again.ok());
+  CHECK(again->ok);
+  CHECK(c.rank(0).status().serving);
+}
+
+TEST_CASE("ReattachWithChangedBytesStaysUnloadedNamingThem") {
+  auto m = SmallManifest();
+  Borrowed engine(*m);
+  Cluster c(1, m);
+  c.SetMemoryFactory([&](const Manifest& mm) { return engine.Memory(mm); });
+  REQUIRE(c.Restart(0).ok());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  c.Kill(0, false);
+  engine.bufs[*m->FindParam("norm")][5] ^= 0xFF;  // changed while wtx was down
+  REQUIRE(c.Restart(0).ok());
+  auto rep = c.rank(0).Reattach();
+  REQUIRE(rep.ok());
+  CHECK_FALSE(rep->ok);
+  CHECK(rep->comparable);
+  CHECK(rep->params == std::vector<std::string>{"norm"});
+  CHECK(rep->message.find("'norm'") != std::string::npos);
+  CHECK_FALSE(c.rank(0).status().loaded);
+  CHECK_FALSE(c.rank(0).status().serving);
+  // Never committed / in a transaction: nothing to reattach to, or refused.
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kFull)).status.ok());
+  CHECK(c.rank(0).Reattach().status().code() == ErrorCode::kTxActive);
+}
+
+TEST_CASE("ReattachWithoutACommitIsNotComparable") {
+  Cluster c(1, SmallManifest());
+  auto rep = c.rank(0).Reattach();
+  REQUIRE(rep.ok());
+  CHECK_FALSE(rep->comparable);
+  CHECK_FALSE(c.rank(0).status().loaded);
+}
+
+TEST_CASE("WritesAndPatchesFromDeviceMemory") {
+  auto m = SmallManifest();
+  // Reference device live memory: "device" pointers are host addresses the backend copies from.
+  Cluster dev(1, m);
+  dev.SetMemoryFactory([](const Manifest& mm) {
+    return std::shared_ptr<LiveMemory>(NewReferenceDeviceLiveMemory(mm));
+  });
+  REQUIRE(dev.Restart(0).ok());
+  Cluster host(1, m);
+  host.SetMemoryFactory([](const Manifest&) { return nullptr; });
+  REQUIRE(host.Restart(0).ok());
+  for (Cluster* c : {&dev, &host}) {
+    REQUIRE(c->coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
+    for (const auto& ps : m->params()) {
+      auto bytes = Pattern(*m, ps.name, WholeBox(ps.shape), 4);
+      WritePiece w{ps.name, "", std::nullopt, bytes.data(), bytes.size()};
+      if (c == &dev) w.location = BufferLocation::kDevice;
+      REQUIRE(c->rank(0).Write({&w, 1}).ok());
+    }
+    REQUIRE(c->RefreshAll().ok());
+    REQUIRE(c->coordinator().Commit("t1").decision == Decision::kCommit);
+  }
+  CHECK(dev.coordinator().CommittedVersion("t1") == host.coordinator().CommittedVersion("t1"));
+  // Host live memory refuses a device source, changing nothing.
+  REQUIRE(host.coordinator().Begin(Req("t2", TxKind::kFull)).status.ok());
+  uint8_t byte[32] = {};
+  WritePiece w{"norm", "", std::nullopt, byte, 32};
+  w.location = BufferLocation::kDevice;
+  CHECK(host.rank(0).Write({&w, 1}).code() == ErrorCode::kInvalidArgument);
+  CHECK_FALSE(host.rank(0).status().dirty);
+  REQUIRE(host.coordinator().Abort("t2").status.ok());
+  // Scatter with the index and value arrays on the device side.
+  const std::string v1 = dev.coordinator().CommittedVersion("t1").value();
+  for (Cluster* c : {&dev, &host}) {
+    REQUIRE(c->coordinator().Begin(Req("t3", TxKind::kDelta, v1, {}, {"k_proj"})).status.ok());
+    std::vector<int64_t> idx{0, 9, 63};
+    std::vector<uint16_t> vals{1, 2, 3};
+    PatchRequest pr{"k_proj", idx, vals.data(), vals.size() * 2, 0, 1};
+    if (c == &dev) {
+      pr.indices_location = BufferLocation::kDevice;
+      pr.values_location = BufferLocation::kDevice;
+    }
+    REQUIRE(c->rank(0).Patch(pr).ok());
+    REQUIRE(c->RefreshAll().ok());
+    REQUIRE(c->coordinator().Commit("t3").decision == Decision::kCommit);
+  }
+  CHECK(dev.coordinator().CommittedVersion("t3") == host.coordinator().CommittedVersion("t3"));
+}
