@@ -23,7 +23,6 @@
 #include "wtx/expected_version.h"
 #include "wtx/hf_manifest.h"
 #include "wtx/inproc_transport.h"
-#include "wtx/live_verify.h"
 #include "wtx/participant.h"
 
 namespace wtx::python {
@@ -31,6 +30,14 @@ namespace wtx::python {
 using nlohmann::json;
 
 namespace {
+
+// Runs fn() with the GIL released (copies, hashing, journal syncs, the protocol) and returns
+// its result; the caller raises on failure with the GIL held again.
+template <typename Fn>
+auto WithoutGil(Fn&& fn) {
+  py::gil_scoped_release nogil;
+  return fn();
+}
 
 // ---------------------------------------------------------------------------------- Manifest
 
@@ -122,20 +129,19 @@ struct PyParticipant {
   ManifestPtr manifest;
   std::string journal_dir;
   int rank = 0;
-  py::dict tensors;  // borrowed live tensors, kept alive as long as the participant
+  py::dict tensors;     // borrowed live tensors, kept alive as long as the participant
   bool device = false;  // the borrowed tensors are CUDA tensors (device live memory)
   std::unique_ptr<CrashPoints> crash;
 
   Participant& get() const {
-    if (!p) Raise(Status::InvalidArgument("participant of rank " + std::to_string(rank) +
-                                          " is closed"));
+    if (!p)
+      Raise(Status::InvalidArgument("participant of rank " + std::to_string(rank) + " is closed"));
     return *p;
   }
 };
 
-std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir,
-                                               const PyManifest& m, int rank,
-                                               std::optional<py::dict> tensors,
+std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir, const PyManifest& m,
+                                               int rank, std::optional<py::dict> tensors,
                                                const std::string& kernel_identity,
                                                size_t rollback_budget_bytes,
                                                std::optional<std::string> test_crash_at) {
@@ -206,17 +212,7 @@ std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir,
     }
     out->tensors = *tensors;
   }
-  std::unique_ptr<Participant> p;
-  {
-    py::gil_scoped_release nogil;
-    auto r = Participant::Open(std::move(o), m.m);
-    if (!r.ok()) {
-      py::gil_scoped_acquire gil;
-      Raise(r.status());
-    }
-    p = std::move(r).value();
-  }
-  out->p = std::move(p);
+  out->p = Unwrap(WithoutGil([&] { return Participant::Open(std::move(o), m.m); }));
   return out;
 }
 
@@ -251,8 +247,8 @@ WritePiece MakePiece(const PyParticipant& self, const std::string& param, py::ha
   std::optional<Box> box;
   if (!box_obj.is_none()) box = BoxFromPy(box_obj, "write " + param + ": box");
   if (box && !BoxInsideShape(*box, m.params()[*pi].shape)) {
-    Raise(Status(ErrorCode::kOutOfRange, "write " + param + ": box " + BoxToString(*box) +
-                                             " is outside the parameter"));
+    Raise(Status(ErrorCode::kOutOfRange,
+                 "write " + param + ": box " + BoxToString(*box) + " is outside the parameter"));
   }
   const Box target = TargetBox(m, *pi, shard, box);
   const std::string what =
@@ -271,12 +267,7 @@ WritePiece MakePiece(const PyParticipant& self, const std::string& param, py::ha
 
 void WritePieces(PyParticipant& self, const std::vector<WritePiece>& pieces) {
   Participant& p = self.get();
-  Status s;
-  {
-    py::gil_scoped_release nogil;
-    s = p.Write(pieces);
-  }
-  Check(s);
+  Check(WithoutGil([&] { return p.Write(pieces); }));
 }
 
 void Write(PyParticipant& self, const std::string& param, py::object tensor,
@@ -308,11 +299,8 @@ int WriteSource(PyParticipant& self, const std::string& source, py::object tenso
   const std::string what = "source tensor '" + source + "'";
   TensorInfo t = InspectTensor(tensor, what);
   CheckHostTensor(t, m.params()[refs[0].param].dtype, *m.SourceShape(source), what);
-  Result<int> r = Status::IOError("unset");
-  {
-    py::gil_scoped_release nogil;
-    r = p.WriteSource(source, reinterpret_cast<const void*>(t.ptr), t.bytes);
-  }
+  auto r = WithoutGil(
+      [&] { return p.WriteSource(source, reinterpret_cast<const void*>(t.ptr), t.bytes); });
   return Unwrap(std::move(r));
 }
 
@@ -351,12 +339,7 @@ void Patch(PyParticipant& self, const std::string& source, py::object indices, p
   req.value_bytes = t.bytes;
   req.part = part.first;
   req.parts = part.second;
-  Status s;
-  {
-    py::gil_scoped_release nogil;
-    s = p.Patch(req);
-  }
-  Check(s);
+  Check(WithoutGil([&] { return p.Patch(req); }));
 }
 
 py::dict StatusToPy(const RankStatus& s) {
@@ -370,27 +353,6 @@ py::dict StatusToPy(const RankStatus& s) {
   d["in_doubt"] = s.in_doubt ? py::object(py::str(*s.in_doubt)) : py::none();
   d["active_tx"] = s.active_tx ? py::object(py::str(*s.active_tx)) : py::none();
   d["stale_derived"] = s.stale_derived;
-  return d;
-}
-
-py::dict VerifyLiveToPy(PyParticipant& self) {
-  Participant& p = self.get();
-  Result<LiveVerifyReport> r = Status::IOError("unset");
-  {
-    py::gil_scoped_release nogil;
-    r = VerifyLive(p, self.journal_dir);
-  }
-  LiveVerifyReport rep = Unwrap(std::move(r));
-  py::dict d;
-  d["ok"] = rep.match;
-  d["comparable"] = rep.comparable;
-  d["match"] = rep.match;
-  d["live_digest"] = rep.live_digest;
-  d["committed_digest"] = rep.committed.rank_digest;
-  d["committed_tx"] = rep.committed.committed_tx;
-  d["version"] = rep.committed.version;
-  d["dirty"] = rep.committed.dirty;
-  d["message"] = rep.message;
   return d;
 }
 
@@ -412,11 +374,7 @@ py::list Reserve(PyParticipant& self, std::optional<std::string> param,
                  std::optional<std::string> source) {
   Participant& p = self.get();
   const LandingRegion region = RegionFromPy(param, shard, box, source, "reserve");
-  Result<std::vector<Reservation>> r = Status::IOError("unset");
-  {
-    py::gil_scoped_release nogil;
-    r = p.Reserve(region);
-  }
+  auto r = WithoutGil([&] { return p.Reserve(region); });
   py::list out;
   for (const Reservation& v : Unwrap(std::move(r))) {
     const ParamSpec& ps = self.manifest->params()[v.param_index];
@@ -434,16 +392,11 @@ py::list Reserve(PyParticipant& self, std::optional<std::string> param,
   return out;
 }
 
-void Landed(PyParticipant& self, std::optional<std::string> param,
-            std::optional<std::string> shard, py::object box, std::optional<std::string> source) {
+void Landed(PyParticipant& self, std::optional<std::string> param, std::optional<std::string> shard,
+            py::object box, std::optional<std::string> source) {
   Participant& p = self.get();
   const LandingRegion region = RegionFromPy(param, shard, box, source, "landed");
-  Status s;
-  {
-    py::gil_scoped_release nogil;
-    s = p.Landed(region);
-  }
-  Check(s);
+  Check(WithoutGil([&] { return p.Landed(region); }));
 }
 
 py::dict VerifyReportToPy(const VerifyReport& r) {
@@ -470,11 +423,7 @@ py::dict VerifyReportToPy(const VerifyReport& r) {
 template <typename Fn>
 py::dict RunVerify(PyParticipant& self, Fn fn) {
   Participant& p = self.get();
-  Result<VerifyReport> r = Status::IOError("unset");
-  {
-    py::gil_scoped_release nogil;
-    r = fn(p);
-  }
+  auto r = WithoutGil([&] { return fn(p); });
   return VerifyReportToPy(Unwrap(std::move(r)));
 }
 
@@ -547,9 +496,15 @@ py::dict OutcomeToPy(const CommitOutcome& o) {
   std::string outcome = "in_doubt";  // the coordinator died before a decision was known
   if (o.decision) {
     switch (*o.decision) {
-      case Decision::kCommit: outcome = "committed"; break;
-      case Decision::kNoop: outcome = "noop"; break;
-      case Decision::kAbort: outcome = "aborted"; break;
+      case Decision::kCommit:
+        outcome = "committed";
+        break;
+      case Decision::kNoop:
+        outcome = "noop";
+        break;
+      case Decision::kAbort:
+        outcome = "aborted";
+        break;
     }
   }
   d["outcome"] = outcome;
@@ -588,9 +543,8 @@ net::MessageCarrier PyCarrier(py::function fn) {
       py::object r = (*shared)(rank, py::bytes(req), timeout.count() / 1000.0);
       return std::string(r.cast<py::bytes>());
     } catch (py::error_already_set& e) {
-      const bool timeout_error =
-          e.value() && py::hasattr(e.value(), "code") &&
-          py::str(e.value().attr("code")).cast<std::string>() == "E_TIMEOUT";
+      const bool timeout_error = e.value() && py::hasattr(e.value(), "code") &&
+                                 py::str(e.value().attr("code")).cast<std::string>() == "E_TIMEOUT";
       return Status(timeout_error ? ErrorCode::kTimeout : ErrorCode::kCrashed, e.what());
     } catch (const std::exception& e) {
       return Status(ErrorCode::kCrashed, e.what());
@@ -625,11 +579,7 @@ CoordinatorOptions CoordOptions(PyCoordinator& self, const std::string& dir,
 }
 
 std::unique_ptr<Coordinator> OpenCoordinator(const CoordinatorOptions& o, Transport* t) {
-  Result<std::unique_ptr<Coordinator>> r = Status::IOError("unset");
-  {
-    py::gil_scoped_release nogil;
-    r = Coordinator::Open(o, t);
-  }
+  auto r = WithoutGil([&] { return Coordinator::Open(o, t); });
   return Unwrap(std::move(r));
 }
 
@@ -678,16 +628,17 @@ BeginRequest MakeBegin(const std::string& tx, const std::string& kind,
   BeginRequest req;
   req.tx = tx;
   auto k = TxKindFromName(kind);
-  if (!k) Raise(Status::InvalidArgument("begin: kind must be full, partial or delta, not '" +
-                                        kind + "'"));
+  if (!k)
+    Raise(
+        Status::InvalidArgument("begin: kind must be full, partial or delta, not '" + kind + "'"));
   req.kind = *k;
   req.base = base.value_or("");
   req.modules = modules.value_or(std::vector<std::string>{});
   req.sources = sources.value_or(std::vector<std::string>{});
   req.rollback = rollback;
   auto mode = VerifyModeFromName(verify);
-  if (!mode) Raise(Status::InvalidArgument("begin: verify must be touched or all, not '" +
-                                          verify + "'"));
+  if (!mode)
+    Raise(Status::InvalidArgument("begin: verify must be touched or all, not '" + verify + "'"));
   req.verify = *mode;
   return req;
 }
@@ -698,26 +649,18 @@ void Begin(PyCoordinator& self, const std::string& tx, const std::string& kind,
            const std::string& verify) {
   BeginRequest req = MakeBegin(tx, kind, base, modules, sources, rollback, verify);
   Coordinator& c = self.get();
-  BeginOutcome o;
-  {
-    py::gil_scoped_release nogil;
-    o = c.Begin(req);
-  }
+  const BeginOutcome o = WithoutGil([&] { return c.Begin(req); });
   if (!o.status.ok()) Raise(o.status, BeginErrorsToPy(o));
 }
 
 py::dict Commit(PyCoordinator& self, const std::string& tx,
-               std::optional<std::string> expect_version,
-               std::optional<std::vector<std::string>> expect_rank_digests) {
+                std::optional<std::string> expect_version,
+                std::optional<std::vector<std::string>> expect_rank_digests) {
   Coordinator& c = self.get();
   CommitOptions opts;
   opts.expect_version = std::move(expect_version);
   if (expect_rank_digests) opts.expect_rank_digests = std::move(*expect_rank_digests);
-  CommitOutcome o;
-  {
-    py::gil_scoped_release nogil;
-    o = c.Commit(tx, opts);
-  }
+  const CommitOutcome o = WithoutGil([&] { return c.Commit(tx, opts); });
   // Misuse (no such transaction, decided already) is an error; a decision is an outcome.
   if (!o.decision && o.status.code() != ErrorCode::kCrashed) Raise(o.status);
   return OutcomeToPy(o);
@@ -725,11 +668,7 @@ py::dict Commit(PyCoordinator& self, const std::string& tx,
 
 py::dict Abort(PyCoordinator& self, const std::string& tx) {
   Coordinator& c = self.get();
-  BeginOutcome o;
-  {
-    py::gil_scoped_release nogil;
-    o = c.Abort(tx);
-  }
+  const BeginOutcome o = WithoutGil([&] { return c.Abort(tx); });
   if (!o.status.ok()) Raise(o.status, BeginErrorsToPy(o));
   py::dict d;
   d["outcome"] = "aborted";
@@ -748,17 +687,13 @@ py::dict ExpectedVersionOf(const std::vector<PyManifest>& manifests, py::dict so
     const std::string name = py::str(item.first);
     TensorInfo t = InspectTensor(item.second, "source tensor '" + name + "'");
     if (t.device != "cpu" || !t.contiguous || !t.dtype) {
-      Raise(Status(ErrorCode::kBadWrite, "source tensor '" + name +
-                                             "' must be a contiguous cpu tensor of a wtx dtype"));
+      Raise(Status(ErrorCode::kBadWrite,
+                   "source tensor '" + name + "' must be a contiguous cpu tensor of a wtx dtype"));
     }
-    st.push_back(SourceTensor{name, t.shape, *t.dtype, reinterpret_cast<const void*>(t.ptr),
-                              t.bytes});
+    st.push_back(
+        SourceTensor{name, t.shape, *t.dtype, reinterpret_cast<const void*>(t.ptr), t.bytes});
   }
-  Result<ExpectedVersion> r = Status::IOError("unset");
-  {
-    py::gil_scoped_release nogil;
-    r = ComputeExpectedVersion(ms, st);
-  }
+  auto r = WithoutGil([&] { return ComputeExpectedVersion(ms, st); });
   ExpectedVersion ev = Unwrap(std::move(r));
   py::dict d;
   d["version"] = ev.version;
@@ -769,22 +704,16 @@ py::dict ExpectedVersionOf(const std::vector<PyManifest>& manifests, py::dict so
 // ----------------------------------------------------------------------------------- History
 
 py::list History(const std::string& dir) {
-  std::vector<json> entries;
-  {
-    py::gil_scoped_release nogil;
+  auto h = WithoutGil([&]() -> Result<std::vector<json>> {
     JournalOptions o;
     o.read_only = true;
     o.create_if_missing = false;
     auto j = Journal::Open(dir, o);
-    Result<std::vector<json>> h = j.ok() ? ReadHistory(*j.value()) : Result<std::vector<json>>(j.status());
-    if (!h.ok()) {
-      py::gil_scoped_acquire gil;
-      Raise(h.status());
-    }
-    entries = std::move(h).value();
-  }
+    if (!j.ok()) return j.status();
+    return ReadHistory(*j.value());
+  });
   py::list out;
-  for (const json& e : entries) out.append(ToPy(e));
+  for (const json& e : Unwrap(std::move(h))) out.append(ToPy(e));
   return out;
 }
 
@@ -808,7 +737,8 @@ void DefineModule(py::module_& m) {
       .def_property_readonly("modules",
                              [](const PyManifest& self) {
                                py::dict d;
-                               for (const auto& mod : self.m->modules()) d[py::str(mod.name)] = mod.params;
+                               for (const auto& mod : self.m->modules())
+                                 d[py::str(mod.name)] = mod.params;
                                return d;
                              })
       .def(
@@ -832,14 +762,14 @@ void DefineModule(py::module_& m) {
       });
 
   py::class_<PyParticipant, std::shared_ptr<PyParticipant>>(m, "Participant")
-      .def_static("open", &OpenParticipant, py::arg("journal_dir"), py::arg("manifest"),
-                  py::kw_only(), py::arg("rank") = 0, py::arg("tensors") = py::none(),
-                  py::arg("kernel_identity") = "",
-                  py::arg("rollback_budget_bytes") = size_t{1} << 30,
-                  py::arg("test_crash_at") = py::none())
+      .def_static(
+          "open", &OpenParticipant, py::arg("journal_dir"), py::arg("manifest"), py::kw_only(),
+          py::arg("rank") = 0, py::arg("tensors") = py::none(), py::arg("kernel_identity") = "",
+          py::arg("rollback_budget_bytes") = size_t{1} << 30, py::arg("test_crash_at") = py::none())
       .def_property_readonly("rank", [](const PyParticipant& s) { return s.rank; })
       .def_property_readonly("journal_dir", [](const PyParticipant& s) { return s.journal_dir; })
-      .def_property_readonly("manifest", [](const PyParticipant& s) { return PyManifest{s.manifest}; })
+      .def_property_readonly("manifest",
+                             [](const PyParticipant& s) { return PyManifest{s.manifest}; })
       .def_property_readonly("tensors", [](const PyParticipant& s) { return s.tensors; })
       .def("write", &Write, py::arg("param"), py::arg("tensor"), py::kw_only(),
            py::arg("shard") = py::none(), py::arg("box") = py::none())
@@ -848,17 +778,13 @@ void DefineModule(py::module_& m) {
       .def("write_source", &WriteSource, py::arg("source"), py::arg("tensor"),
            "Writes every shard this rank holds of `source` from the full source tensor; "
            "returns the number of shards written (0: this rank holds none).")
-      .def("patch", &Patch, py::arg("source"), py::arg("indices"), py::arg("values"),
-           py::kw_only(), py::arg("part") = std::make_pair(0, 1))
+      .def("patch", &Patch, py::arg("source"), py::arg("indices"), py::arg("values"), py::kw_only(),
+           py::arg("part") = std::make_pair(0, 1))
       .def(
           "refresh",
           [](PyParticipant& self, const std::string& name) {
             Participant& p = self.get();
-            Result<std::vector<std::string>> r = Status::IOError("unset");
-            {
-              py::gil_scoped_release nogil;
-              r = p.Refresh(name);
-            }
+            auto r = WithoutGil([&] { return p.Refresh(name); });
             return Unwrap(std::move(r));
           },
           py::arg("name") = "*")
@@ -867,16 +793,20 @@ void DefineModule(py::module_& m) {
            py::arg("box") = py::none(), py::arg("source") = py::none())
       .def("_landed", &Landed, py::arg("param") = py::none(), py::arg("shard") = py::none(),
            py::arg("box") = py::none(), py::arg("source") = py::none())
-      .def("verify", [](PyParticipant& self) {
-             return RunVerify(self, [](Participant& p) { return p.Verify(); });
-           },
-           "Rehashes every chunk of the live bytes and compares them with the committed chunk "
-           "digests; a difference makes a clean rank dirty and is named in the report.")
-      .def("reattach", [](PyParticipant& self) {
-             return RunVerify(self, [](Participant& p) { return p.Reattach(); });
-           },
-           "After reopening over surviving borrowed tensors: an exact match with the committed "
-           "chunk digests makes the rank serve again without a reload.")
+      .def(
+          "verify",
+          [](PyParticipant& self) {
+            return RunVerify(self, [](Participant& p) { return p.Verify(); });
+          },
+          "Rehashes every chunk of the live bytes and compares them with the committed chunk "
+          "digests; a difference makes a clean rank dirty and is named in the report.")
+      .def(
+          "reattach",
+          [](PyParticipant& self) {
+            return RunVerify(self, [](Participant& p) { return p.Reattach(); });
+          },
+          "After reopening over surviving borrowed tensors: an exact match with the committed "
+          "chunk digests makes the rank serve again without a reload.")
       .def("set_kernel_identity",
            [](PyParticipant& self, std::string id) { self.get().SetKernelIdentity(std::move(id)); })
       .def("describe",
@@ -893,12 +823,7 @@ void DefineModule(py::module_& m) {
           [](PyParticipant& self, py::bytes request) {
             Participant& p = self.get();
             std::string req = request;
-            std::string reply;
-            {
-              py::gil_scoped_release nogil;
-              reply = net::ServeEncodedRequest(p, req);
-            }
-            return py::bytes(reply);
+            return py::bytes(WithoutGil([&] { return net::ServeEncodedRequest(p, req); }));
           },
           py::arg("request"),
           "Answers one encoded coordinator request (wtx.torch_dist carries them).")
@@ -907,12 +832,7 @@ void DefineModule(py::module_& m) {
           [](PyParticipant& self, py::function oracle) {
             Participant& p = self.get();
             PyOracle o(std::move(oracle));
-            Status s;
-            {
-              py::gil_scoped_release nogil;
-              s = p.ResolveInDoubt(o);
-            }
-            Check(s);
+            Check(WithoutGil([&] { return p.ResolveInDoubt(o); }));
           },
           py::arg("oracle"),
           "If in doubt, asks oracle(tx) -> (decision, version) and applies the answer.")
@@ -935,30 +855,21 @@ void DefineModule(py::module_& m) {
            py::arg("base") = py::none(), py::arg("modules") = py::none(),
            py::arg("sources") = py::none(), py::arg("rollback") = false,
            py::arg("verify") = "touched")
-      .def("commit", &Commit, py::arg("tx"), py::kw_only(),
-           py::arg("expect_version") = py::none(), py::arg("expect_rank_digests") = py::none(),
+      .def("commit", &Commit, py::arg("tx"), py::kw_only(), py::arg("expect_version") = py::none(),
+           py::arg("expect_rank_digests") = py::none(),
            "Prepares everywhere and decides. With expect_version (wtx.expected_version), a "
            "commit whose combined version differs aborts with E_VERSION_MISMATCH.")
       .def("abort", &Abort, py::arg("tx"))
       .def("recover",
            [](PyCoordinator& self) {
              Coordinator& c = self.get();
-             Status s;
-             {
-               py::gil_scoped_release nogil;
-               s = c.Recover();
-             }
-             Check(s);
+             Check(WithoutGil([&] { return c.Recover(); }));
            })
       .def(
           "query_decision",
           [](PyCoordinator& self, const std::string& tx) {
             Coordinator& c = self.get();
-            Result<std::pair<Decision, std::string>> r = Status::IOError("unset");
-            {
-              py::gil_scoped_release nogil;
-              r = c.QueryDecision(tx);
-            }
+            auto r = WithoutGil([&] { return c.QueryDecision(tx); });
             auto d = Unwrap(std::move(r));
             return py::make_tuple(std::string(DecisionName(d.first)), d.second);
           },

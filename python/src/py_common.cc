@@ -122,8 +122,8 @@ TensorInfo InspectTensor(py::handle obj, const std::string& what) {
       for (py::handle d : obj.attr("shape")) t.shape.push_back(d.cast<int64_t>());
       t.contiguous = obj.attr("is_contiguous")().cast<bool>();
       t.ptr = obj.attr("data_ptr")().cast<uintptr_t>();
-      t.bytes = static_cast<size_t>(NumElements(t.shape)) *
-                obj.attr("element_size")().cast<size_t>();
+      t.bytes =
+          static_cast<size_t>(NumElements(t.shape)) * obj.attr("element_size")().cast<size_t>();
     } catch (const py::error_already_set& e) {
       Raise(Status(ErrorCode::kBadWrite, what + ": not a readable tensor: " + e.what()));
     }
@@ -156,16 +156,16 @@ void CheckTensor(const TensorInfo& t, DType dtype, const Shape& shape, const std
                      "; this wtx build reads host (cpu) tensors only (copy it with .cpu())"));
   }
   if (!t.dtype || *t.dtype != dtype) {
-    Raise(Status(ErrorCode::kBadWrite, what + " has dtype " + t.dtype_name + ", expected " +
-                                           DTypeLabel(dtype)));
+    Raise(Status(ErrorCode::kBadWrite,
+                 what + " has dtype " + t.dtype_name + ", expected " + DTypeLabel(dtype)));
   }
   if (DropLeadingOnes(t.shape) != DropLeadingOnes(shape)) {
-    Raise(Status(ErrorCode::kBadWrite, what + " has shape " + ShapeString(t.shape) +
-                                           ", expected " + ShapeString(shape)));
+    Raise(Status(ErrorCode::kBadWrite,
+                 what + " has shape " + ShapeString(t.shape) + ", expected " + ShapeString(shape)));
   }
   if (!t.contiguous) {
-    Raise(Status(ErrorCode::kBadWrite,
-                 what + " is not contiguous (call .contiguous() on it first)"));
+    Raise(
+        Status(ErrorCode::kBadWrite, what + " is not contiguous (call .contiguous() on it first)"));
   }
 }
 

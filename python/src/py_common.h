@@ -9,8 +9,8 @@
 #include <optional>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <pybind11/pybind11.h>
+#include <nlohmann/json.hpp>
 
 #include "wtx/box.h"
 #include "wtx/dtype.h"
