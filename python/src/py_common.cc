@@ -16,7 +16,10 @@ py::object& ErrorType() {
 
 std::string ShapeString(const Shape& s) {
   std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(s[i]);
+  }
   return out + "]";
 }
 
