@@ -19,9 +19,10 @@
 #include "py_common.h"
 #include "src/net/message_transport.h"
 #include "wtx/coordinator.h"
+#include "wtx/device_live_memory.h"
+#include "wtx/expected_version.h"
 #include "wtx/hf_manifest.h"
 #include "wtx/inproc_transport.h"
-#include "wtx/live_verify.h"
 #include "wtx/participant.h"
 
 namespace wtx::python {
@@ -29,6 +30,14 @@ namespace wtx::python {
 using nlohmann::json;
 
 namespace {
+
+// Runs fn() with the GIL released (copies, hashing, journal syncs, the protocol) and returns
+// its result; the caller raises on failure with the GIL held again.
+template <typename Fn>
+auto WithoutGil(Fn&& fn) {
+  py::gil_scoped_release nogil;
+  return fn();
+}
 
 // ---------------------------------------------------------------------------------- Manifest
 
@@ -120,19 +129,19 @@ struct PyParticipant {
   ManifestPtr manifest;
   std::string journal_dir;
   int rank = 0;
-  py::dict tensors;  // borrowed live tensors, kept alive as long as the participant
+  py::dict tensors;     // borrowed live tensors, kept alive as long as the participant
+  bool device = false;  // the borrowed tensors are CUDA tensors (device live memory)
   std::unique_ptr<CrashPoints> crash;
 
   Participant& get() const {
-    if (!p) Raise(Status::InvalidArgument("participant of rank " + std::to_string(rank) +
-                                          " is closed"));
+    if (!p)
+      Raise(Status::InvalidArgument("participant of rank " + std::to_string(rank) + " is closed"));
     return *p;
   }
 };
 
-std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir,
-                                               const PyManifest& m, int rank,
-                                               std::optional<py::dict> tensors,
+std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir, const PyManifest& m,
+                                               int rank, std::optional<py::dict> tensors,
                                                const std::string& kernel_identity,
                                                size_t rollback_budget_bytes,
                                                std::optional<std::string> test_crash_at) {
@@ -159,6 +168,8 @@ std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir,
       }
     }
     std::vector<std::span<uint8_t>> spans;
+    std::vector<DeviceSpan> device_spans;
+    std::string first_device;
     for (const ParamSpec& ps : man.params()) {
       if (!tensors->contains(ps.name)) {
         Raise(Status(ErrorCode::kBadWrite,
@@ -168,28 +179,40 @@ std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir,
       py::object t = (*tensors)[py::str(ps.name)];
       const std::string what = "live tensor '" + ps.name + "'";
       TensorInfo info = InspectTensor(t, what);
-      if (info.device != "cpu") {
-        Raise(Status(ErrorCode::kBadWrite,
-                     what + " is on " + info.device +
-                         "; borrowed live tensors must be host (cpu) tensors in this build"));
+      if (first_device.empty()) first_device = info.device;
+      if (info.device != first_device) {
+        Raise(Status(ErrorCode::kBadWrite, what + " is on " + info.device +
+                                               ", the other live tensors on " + first_device));
       }
-      CheckHostTensor(info, ps.dtype, ps.shape, what);
-      spans.emplace_back(reinterpret_cast<uint8_t*>(info.ptr), info.bytes);
+      const bool cuda = info.device.rfind("cuda", 0) == 0;
+      if (!cuda && info.device != "cpu") {
+        Raise(Status(ErrorCode::kBadWrite, what + " is on " + info.device +
+                                               "; live tensors must be cpu or cuda tensors"));
+      }
+      CheckTensor(info, ps.dtype, ps.shape, what, /*allow_cuda=*/true);
+      if (cuda) {
+        device_spans.push_back(DeviceSpan{static_cast<uint64_t>(info.ptr), info.bytes});
+      } else {
+        spans.emplace_back(reinterpret_cast<uint8_t*>(info.ptr), info.bytes);
+      }
     }
-    o.memory = Unwrap(NewBorrowedLiveMemory(man, std::move(spans)));
+    if (!device_spans.empty()) {
+      // The engine's current stream orders every copy and kernel wtx issues.
+      DeviceLiveMemoryOptions dopts;
+      py::object dev = (*tensors)[py::str(man.params()[0].name)].attr("device");
+      dopts.stream = reinterpret_cast<void*>(py::module_::import("torch")
+                                                 .attr("cuda")
+                                                 .attr("current_stream")(dev)
+                                                 .attr("cuda_stream")
+                                                 .cast<uintptr_t>());
+      o.memory = Unwrap(NewBorrowedDeviceLiveMemory(man, std::move(device_spans), dopts));
+      out->device = true;
+    } else {
+      o.memory = Unwrap(NewBorrowedLiveMemory(man, std::move(spans)));
+    }
     out->tensors = *tensors;
   }
-  std::unique_ptr<Participant> p;
-  {
-    py::gil_scoped_release nogil;
-    auto r = Participant::Open(std::move(o), m.m);
-    if (!r.ok()) {
-      py::gil_scoped_acquire gil;
-      Raise(r.status());
-    }
-    p = std::move(r).value();
-  }
-  out->p = std::move(p);
+  out->p = Unwrap(WithoutGil([&] { return Participant::Open(std::move(o), m.m); }));
   return out;
 }
 
@@ -224,15 +247,16 @@ WritePiece MakePiece(const PyParticipant& self, const std::string& param, py::ha
   std::optional<Box> box;
   if (!box_obj.is_none()) box = BoxFromPy(box_obj, "write " + param + ": box");
   if (box && !BoxInsideShape(*box, m.params()[*pi].shape)) {
-    Raise(Status(ErrorCode::kOutOfRange, "write " + param + ": box " + BoxToString(*box) +
-                                             " is outside the parameter"));
+    Raise(Status(ErrorCode::kOutOfRange,
+                 "write " + param + ": box " + BoxToString(*box) + " is outside the parameter"));
   }
   const Box target = TargetBox(m, *pi, shard, box);
   const std::string what =
       "tensor for '" + param + "'" + (shard && !shard->empty() ? " shard " + *shard : "");
   TensorInfo t = InspectTensor(tensor, what);
-  CheckHostTensor(t, m.params()[*pi].dtype, Extents(target), what);
+  CheckTensor(t, m.params()[*pi].dtype, Extents(target), what, /*allow_cuda=*/self.device);
   WritePiece piece;
+  if (t.device != "cpu") piece.location = BufferLocation::kDevice;
   piece.param = param;
   piece.shard = shard.value_or("");
   piece.box = box;
@@ -243,12 +267,7 @@ WritePiece MakePiece(const PyParticipant& self, const std::string& param, py::ha
 
 void WritePieces(PyParticipant& self, const std::vector<WritePiece>& pieces) {
   Participant& p = self.get();
-  Status s;
-  {
-    py::gil_scoped_release nogil;
-    s = p.Write(pieces);
-  }
-  Check(s);
+  Check(WithoutGil([&] { return p.Write(pieces); }));
 }
 
 void Write(PyParticipant& self, const std::string& param, py::object tensor,
@@ -269,6 +288,20 @@ void WriteMany(PyParticipant& self, py::list pieces) {
     out.push_back(MakePiece(self, t[0].cast<std::string>(), t[1], shard, t[3]));
   }
   WritePieces(self, out);
+}
+
+// The full source tensor; this rank writes its slices of it (Participant::WriteSource).
+int WriteSource(PyParticipant& self, const std::string& source, py::object tensor) {
+  Participant& p = self.get();
+  const Manifest& m = *self.manifest;
+  const auto& refs = m.ShardsOfSource(source);
+  if (refs.empty()) return 0;  // this rank holds none of it: nothing to check or write
+  const std::string what = "source tensor '" + source + "'";
+  TensorInfo t = InspectTensor(tensor, what);
+  CheckHostTensor(t, m.params()[refs[0].param].dtype, *m.SourceShape(source), what);
+  auto r = WithoutGil(
+      [&] { return p.WriteSource(source, reinterpret_cast<const void*>(t.ptr), t.bytes); });
+  return Unwrap(std::move(r));
 }
 
 std::vector<int64_t> IndicesFromPy(py::handle obj, const std::string& what) {
@@ -306,12 +339,7 @@ void Patch(PyParticipant& self, const std::string& source, py::object indices, p
   req.value_bytes = t.bytes;
   req.part = part.first;
   req.parts = part.second;
-  Status s;
-  {
-    py::gil_scoped_release nogil;
-    s = p.Patch(req);
-  }
-  Check(s);
+  Check(WithoutGil([&] { return p.Patch(req); }));
 }
 
 py::dict StatusToPy(const RankStatus& s) {
@@ -328,25 +356,75 @@ py::dict StatusToPy(const RankStatus& s) {
   return d;
 }
 
-py::dict VerifyLiveToPy(PyParticipant& self) {
+// ------------------------------------------------------------------------- In-place landings
+
+LandingRegion RegionFromPy(const std::optional<std::string>& param,
+                           const std::optional<std::string>& shard, py::handle box,
+                           const std::optional<std::string>& source, const char* call) {
+  LandingRegion r;
+  r.param = param.value_or("");
+  r.shard = shard.value_or("");
+  r.source = source.value_or("");
+  if (!box.is_none()) r.box = BoxFromPy(box, std::string(call) + " " + r.param + ": box");
+  return r;
+}
+
+py::list Reserve(PyParticipant& self, std::optional<std::string> param,
+                 std::optional<std::string> shard, py::object box,
+                 std::optional<std::string> source) {
   Participant& p = self.get();
-  Result<LiveVerifyReport> r = Status::IOError("unset");
-  {
-    py::gil_scoped_release nogil;
-    r = VerifyLive(p, self.journal_dir);
+  const LandingRegion region = RegionFromPy(param, shard, box, source, "reserve");
+  auto r = WithoutGil([&] { return p.Reserve(region); });
+  py::list out;
+  for (const Reservation& v : Unwrap(std::move(r))) {
+    const ParamSpec& ps = self.manifest->params()[v.param_index];
+    py::dict d;
+    d["param"] = v.param;
+    d["shard"] = v.shard;
+    d["box"] = BoxToPy(v.box);
+    d["dtype"] = std::string(DTypeName(ps.dtype));
+    d["shape"] = ps.shape;
+    d["host"] = reinterpret_cast<uintptr_t>(v.host);
+    d["device_ptr"] = v.device_ptr;
+    d["param_bytes"] = v.param_bytes;
+    out.append(d);
   }
-  LiveVerifyReport rep = Unwrap(std::move(r));
+  return out;
+}
+
+void Landed(PyParticipant& self, std::optional<std::string> param, std::optional<std::string> shard,
+            py::object box, std::optional<std::string> source) {
+  Participant& p = self.get();
+  const LandingRegion region = RegionFromPy(param, shard, box, source, "landed");
+  Check(WithoutGil([&] { return p.Landed(region); }));
+}
+
+py::dict VerifyReportToPy(const VerifyReport& r) {
   py::dict d;
-  d["ok"] = rep.match;
-  d["comparable"] = rep.comparable;
-  d["match"] = rep.match;
-  d["live_digest"] = rep.live_digest;
-  d["committed_digest"] = rep.committed.rank_digest;
-  d["committed_tx"] = rep.committed.committed_tx;
-  d["version"] = rep.committed.version;
-  d["dirty"] = rep.committed.dirty;
-  d["message"] = rep.message;
+  d["ok"] = r.ok;
+  d["comparable"] = r.comparable;
+  d["params"] = r.params;
+  py::list diffs;
+  for (const ChunkDifference& c : r.differences) {
+    py::dict e;
+    e["param"] = c.param;
+    e["first_chunk"] = c.first_chunk;
+    e["chunks"] = c.chunks;
+    e["box"] = BoxToPy(c.box);
+    diffs.append(e);
+  }
+  d["differences"] = diffs;
+  d["chunks_checked"] = r.chunks_checked;
+  d["chunks_differing"] = r.chunks_differing;
+  d["message"] = r.message;
   return d;
+}
+
+template <typename Fn>
+py::dict RunVerify(PyParticipant& self, Fn fn) {
+  Participant& p = self.get();
+  auto r = WithoutGil([&] { return fn(p); });
+  return VerifyReportToPy(Unwrap(std::move(r)));
 }
 
 // ------------------------------------------------------------------------------- Coordinator
@@ -418,9 +496,15 @@ py::dict OutcomeToPy(const CommitOutcome& o) {
   std::string outcome = "in_doubt";  // the coordinator died before a decision was known
   if (o.decision) {
     switch (*o.decision) {
-      case Decision::kCommit: outcome = "committed"; break;
-      case Decision::kNoop: outcome = "noop"; break;
-      case Decision::kAbort: outcome = "aborted"; break;
+      case Decision::kCommit:
+        outcome = "committed";
+        break;
+      case Decision::kNoop:
+        outcome = "noop";
+        break;
+      case Decision::kAbort:
+        outcome = "aborted";
+        break;
     }
   }
   d["outcome"] = outcome;
@@ -459,9 +543,8 @@ net::MessageCarrier PyCarrier(py::function fn) {
       py::object r = (*shared)(rank, py::bytes(req), timeout.count() / 1000.0);
       return std::string(r.cast<py::bytes>());
     } catch (py::error_already_set& e) {
-      const bool timeout_error =
-          e.value() && py::hasattr(e.value(), "code") &&
-          py::str(e.value().attr("code")).cast<std::string>() == "E_TIMEOUT";
+      const bool timeout_error = e.value() && py::hasattr(e.value(), "code") &&
+                                 py::str(e.value().attr("code")).cast<std::string>() == "E_TIMEOUT";
       return Status(timeout_error ? ErrorCode::kTimeout : ErrorCode::kCrashed, e.what());
     } catch (const std::exception& e) {
       return Status(ErrorCode::kCrashed, e.what());
@@ -496,11 +579,7 @@ CoordinatorOptions CoordOptions(PyCoordinator& self, const std::string& dir,
 }
 
 std::unique_ptr<Coordinator> OpenCoordinator(const CoordinatorOptions& o, Transport* t) {
-  Result<std::unique_ptr<Coordinator>> r = Status::IOError("unset");
-  {
-    py::gil_scoped_release nogil;
-    r = Coordinator::Open(o, t);
-  }
+  auto r = WithoutGil([&] { return Coordinator::Open(o, t); });
   return Unwrap(std::move(r));
 }
 
@@ -549,17 +628,18 @@ BeginRequest MakeBegin(const std::string& tx, const std::string& kind,
   BeginRequest req;
   req.tx = tx;
   auto k = TxKindFromName(kind);
-  if (!k) Raise(Status::InvalidArgument("begin: kind must be full, partial or delta, not '" +
-                                        kind + "'"));
+  if (!k)
+    Raise(
+        Status::InvalidArgument("begin: kind must be full, partial or delta, not '" + kind + "'"));
   req.kind = *k;
   req.base = base.value_or("");
   req.modules = modules.value_or(std::vector<std::string>{});
   req.sources = sources.value_or(std::vector<std::string>{});
   req.rollback = rollback;
-  if (verify != "touched") {
-    Raise(Status::InvalidArgument("begin: verify='" + verify +
-                                  "' is not supported by this build (only 'touched')"));
-  }
+  auto mode = VerifyModeFromName(verify);
+  if (!mode)
+    Raise(Status::InvalidArgument("begin: verify must be touched or all, not '" + verify + "'"));
+  req.verify = *mode;
   return req;
 }
 
@@ -569,21 +649,18 @@ void Begin(PyCoordinator& self, const std::string& tx, const std::string& kind,
            const std::string& verify) {
   BeginRequest req = MakeBegin(tx, kind, base, modules, sources, rollback, verify);
   Coordinator& c = self.get();
-  BeginOutcome o;
-  {
-    py::gil_scoped_release nogil;
-    o = c.Begin(req);
-  }
+  const BeginOutcome o = WithoutGil([&] { return c.Begin(req); });
   if (!o.status.ok()) Raise(o.status, BeginErrorsToPy(o));
 }
 
-py::dict Commit(PyCoordinator& self, const std::string& tx) {
+py::dict Commit(PyCoordinator& self, const std::string& tx,
+                std::optional<std::string> expect_version,
+                std::optional<std::vector<std::string>> expect_rank_digests) {
   Coordinator& c = self.get();
-  CommitOutcome o;
-  {
-    py::gil_scoped_release nogil;
-    o = c.Commit(tx);
-  }
+  CommitOptions opts;
+  opts.expect_version = std::move(expect_version);
+  if (expect_rank_digests) opts.expect_rank_digests = std::move(*expect_rank_digests);
+  const CommitOutcome o = WithoutGil([&] { return c.Commit(tx, opts); });
   // Misuse (no such transaction, decided already) is an error; a decision is an outcome.
   if (!o.decision && o.status.code() != ErrorCode::kCrashed) Raise(o.status);
   return OutcomeToPy(o);
@@ -591,11 +668,7 @@ py::dict Commit(PyCoordinator& self, const std::string& tx) {
 
 py::dict Abort(PyCoordinator& self, const std::string& tx) {
   Coordinator& c = self.get();
-  BeginOutcome o;
-  {
-    py::gil_scoped_release nogil;
-    o = c.Abort(tx);
-  }
+  const BeginOutcome o = WithoutGil([&] { return c.Abort(tx); });
   if (!o.status.ok()) Raise(o.status, BeginErrorsToPy(o));
   py::dict d;
   d["outcome"] = "aborted";
@@ -603,25 +676,44 @@ py::dict Abort(PyCoordinator& self, const std::string& tx) {
   return d;
 }
 
+// -------------------------------------------------------------------------- Expected version
+
+// What a full transaction writing exactly `sources` ({name: full tensor}) must commit.
+py::dict ExpectedVersionOf(const std::vector<PyManifest>& manifests, py::dict sources) {
+  std::vector<const Manifest*> ms;
+  for (const PyManifest& m : manifests) ms.push_back(m.m.get());
+  std::vector<SourceTensor> st;
+  for (auto item : sources) {
+    const std::string name = py::str(item.first);
+    TensorInfo t = InspectTensor(item.second, "source tensor '" + name + "'");
+    if (t.device != "cpu" || !t.contiguous || !t.dtype) {
+      Raise(Status(ErrorCode::kBadWrite,
+                   "source tensor '" + name + "' must be a contiguous cpu tensor of a wtx dtype"));
+    }
+    st.push_back(
+        SourceTensor{name, t.shape, *t.dtype, reinterpret_cast<const void*>(t.ptr), t.bytes});
+  }
+  auto r = WithoutGil([&] { return ComputeExpectedVersion(ms, st); });
+  ExpectedVersion ev = Unwrap(std::move(r));
+  py::dict d;
+  d["version"] = ev.version;
+  d["rank_digests"] = ev.rank_digests;
+  return d;
+}
+
 // ----------------------------------------------------------------------------------- History
 
 py::list History(const std::string& dir) {
-  std::vector<json> entries;
-  {
-    py::gil_scoped_release nogil;
+  auto h = WithoutGil([&]() -> Result<std::vector<json>> {
     JournalOptions o;
     o.read_only = true;
     o.create_if_missing = false;
     auto j = Journal::Open(dir, o);
-    Result<std::vector<json>> h = j.ok() ? ReadHistory(*j.value()) : Result<std::vector<json>>(j.status());
-    if (!h.ok()) {
-      py::gil_scoped_acquire gil;
-      Raise(h.status());
-    }
-    entries = std::move(h).value();
-  }
+    if (!j.ok()) return j.status();
+    return ReadHistory(*j.value());
+  });
   py::list out;
-  for (const json& e : entries) out.append(ToPy(e));
+  for (const json& e : Unwrap(std::move(h))) out.append(ToPy(e));
   return out;
 }
 
@@ -645,7 +737,8 @@ void DefineModule(py::module_& m) {
       .def_property_readonly("modules",
                              [](const PyManifest& self) {
                                py::dict d;
-                               for (const auto& mod : self.m->modules()) d[py::str(mod.name)] = mod.params;
+                               for (const auto& mod : self.m->modules())
+                                 d[py::str(mod.name)] = mod.params;
                                return d;
                              })
       .def(
@@ -669,35 +762,51 @@ void DefineModule(py::module_& m) {
       });
 
   py::class_<PyParticipant, std::shared_ptr<PyParticipant>>(m, "Participant")
-      .def_static("open", &OpenParticipant, py::arg("journal_dir"), py::arg("manifest"),
-                  py::kw_only(), py::arg("rank") = 0, py::arg("tensors") = py::none(),
-                  py::arg("kernel_identity") = "",
-                  py::arg("rollback_budget_bytes") = size_t{1} << 30,
-                  py::arg("test_crash_at") = py::none())
+      .def_static(
+          "open", &OpenParticipant, py::arg("journal_dir"), py::arg("manifest"), py::kw_only(),
+          py::arg("rank") = 0, py::arg("tensors") = py::none(), py::arg("kernel_identity") = "",
+          py::arg("rollback_budget_bytes") = size_t{1} << 30, py::arg("test_crash_at") = py::none())
       .def_property_readonly("rank", [](const PyParticipant& s) { return s.rank; })
       .def_property_readonly("journal_dir", [](const PyParticipant& s) { return s.journal_dir; })
-      .def_property_readonly("manifest", [](const PyParticipant& s) { return PyManifest{s.manifest}; })
+      .def_property_readonly("manifest",
+                             [](const PyParticipant& s) { return PyManifest{s.manifest}; })
       .def_property_readonly("tensors", [](const PyParticipant& s) { return s.tensors; })
       .def("write", &Write, py::arg("param"), py::arg("tensor"), py::kw_only(),
            py::arg("shard") = py::none(), py::arg("box") = py::none())
       .def("write_many", &WriteMany, py::arg("pieces"),
            "Writes [(param, tensor, shard, box), ...] at once: all are checked before any lands.")
-      .def("patch", &Patch, py::arg("source"), py::arg("indices"), py::arg("values"),
-           py::kw_only(), py::arg("part") = std::make_pair(0, 1))
+      .def("write_source", &WriteSource, py::arg("source"), py::arg("tensor"),
+           "Writes every shard this rank holds of `source` from the full source tensor; "
+           "returns the number of shards written (0: this rank holds none).")
+      .def("patch", &Patch, py::arg("source"), py::arg("indices"), py::arg("values"), py::kw_only(),
+           py::arg("part") = std::make_pair(0, 1))
       .def(
           "refresh",
           [](PyParticipant& self, const std::string& name) {
             Participant& p = self.get();
-            Result<std::vector<std::string>> r = Status::IOError("unset");
-            {
-              py::gil_scoped_release nogil;
-              r = p.Refresh(name);
-            }
+            auto r = WithoutGil([&] { return p.Refresh(name); });
             return Unwrap(std::move(r));
           },
           py::arg("name") = "*")
       .def("status", [](PyParticipant& self) { return StatusToPy(self.get().status()); })
-      .def("verify", &VerifyLiveToPy)
+      .def("_reserve", &Reserve, py::arg("param") = py::none(), py::arg("shard") = py::none(),
+           py::arg("box") = py::none(), py::arg("source") = py::none())
+      .def("_landed", &Landed, py::arg("param") = py::none(), py::arg("shard") = py::none(),
+           py::arg("box") = py::none(), py::arg("source") = py::none())
+      .def(
+          "verify",
+          [](PyParticipant& self) {
+            return RunVerify(self, [](Participant& p) { return p.Verify(); });
+          },
+          "Rehashes every chunk of the live bytes and compares them with the committed chunk "
+          "digests; a difference makes a clean rank dirty and is named in the report.")
+      .def(
+          "reattach",
+          [](PyParticipant& self) {
+            return RunVerify(self, [](Participant& p) { return p.Reattach(); });
+          },
+          "After reopening over surviving borrowed tensors: an exact match with the committed "
+          "chunk digests makes the rank serve again without a reload.")
       .def("set_kernel_identity",
            [](PyParticipant& self, std::string id) { self.get().SetKernelIdentity(std::move(id)); })
       .def("describe",
@@ -714,12 +823,7 @@ void DefineModule(py::module_& m) {
           [](PyParticipant& self, py::bytes request) {
             Participant& p = self.get();
             std::string req = request;
-            std::string reply;
-            {
-              py::gil_scoped_release nogil;
-              reply = net::ServeEncodedRequest(p, req);
-            }
-            return py::bytes(reply);
+            return py::bytes(WithoutGil([&] { return net::ServeEncodedRequest(p, req); }));
           },
           py::arg("request"),
           "Answers one encoded coordinator request (wtx.torch_dist carries them).")
@@ -728,12 +832,7 @@ void DefineModule(py::module_& m) {
           [](PyParticipant& self, py::function oracle) {
             Participant& p = self.get();
             PyOracle o(std::move(oracle));
-            Status s;
-            {
-              py::gil_scoped_release nogil;
-              s = p.ResolveInDoubt(o);
-            }
-            Check(s);
+            Check(WithoutGil([&] { return p.ResolveInDoubt(o); }));
           },
           py::arg("oracle"),
           "If in doubt, asks oracle(tx) -> (decision, version) and applies the answer.")
@@ -756,27 +855,21 @@ void DefineModule(py::module_& m) {
            py::arg("base") = py::none(), py::arg("modules") = py::none(),
            py::arg("sources") = py::none(), py::arg("rollback") = false,
            py::arg("verify") = "touched")
-      .def("commit", &Commit, py::arg("tx"))
+      .def("commit", &Commit, py::arg("tx"), py::kw_only(), py::arg("expect_version") = py::none(),
+           py::arg("expect_rank_digests") = py::none(),
+           "Prepares everywhere and decides. With expect_version (wtx.expected_version), a "
+           "commit whose combined version differs aborts with E_VERSION_MISMATCH.")
       .def("abort", &Abort, py::arg("tx"))
       .def("recover",
            [](PyCoordinator& self) {
              Coordinator& c = self.get();
-             Status s;
-             {
-               py::gil_scoped_release nogil;
-               s = c.Recover();
-             }
-             Check(s);
+             Check(WithoutGil([&] { return c.Recover(); }));
            })
       .def(
           "query_decision",
           [](PyCoordinator& self, const std::string& tx) {
             Coordinator& c = self.get();
-            Result<std::pair<Decision, std::string>> r = Status::IOError("unset");
-            {
-              py::gil_scoped_release nogil;
-              r = c.QueryDecision(tx);
-            }
+            auto r = WithoutGil([&] { return c.QueryDecision(tx); });
             auto d = Unwrap(std::move(r));
             return py::make_tuple(std::string(DecisionName(d.first)), d.second);
           },
@@ -805,6 +898,9 @@ void DefineModule(py::module_& m) {
         c.reset();
       });
 
+  m.def("expected_version", &ExpectedVersionOf, py::arg("manifests"), py::arg("sources"),
+        "The version a full transaction writing exactly `sources` ({name: full tensor}) into "
+        "ranks with these manifests must commit: {version, rank_digests}.");
   m.def("history", &History, py::arg("journal_dir"),
         "The journal's transactions, oldest first (dicts: tx, kind, base, outcome, version, "
         "reason, timings_us, ...).");

@@ -16,7 +16,10 @@ py::object& ErrorType() {
 
 std::string ShapeString(const Shape& s) {
   std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(s[i]);
+  }
   return out + "]";
 }
 
@@ -122,8 +125,8 @@ TensorInfo InspectTensor(py::handle obj, const std::string& what) {
       for (py::handle d : obj.attr("shape")) t.shape.push_back(d.cast<int64_t>());
       t.contiguous = obj.attr("is_contiguous")().cast<bool>();
       t.ptr = obj.attr("data_ptr")().cast<uintptr_t>();
-      t.bytes = static_cast<size_t>(NumElements(t.shape)) *
-                obj.attr("element_size")().cast<size_t>();
+      t.bytes =
+          static_cast<size_t>(NumElements(t.shape)) * obj.attr("element_size")().cast<size_t>();
     } catch (const py::error_already_set& e) {
       Raise(Status(ErrorCode::kBadWrite, what + ": not a readable tensor: " + e.what()));
     }
@@ -148,24 +151,24 @@ TensorInfo InspectTensor(py::handle obj, const std::string& what) {
   return t;
 }
 
-void CheckHostTensor(const TensorInfo& t, DType dtype, const Shape& shape,
-                     const std::string& what) {
-  if (t.device != "cpu") {
+void CheckTensor(const TensorInfo& t, DType dtype, const Shape& shape, const std::string& what,
+                 bool allow_cuda) {
+  if (t.device != "cpu" && !(allow_cuda && t.device.rfind("cuda", 0) == 0)) {
     Raise(Status(ErrorCode::kBadWrite,
                  what + " is on " + t.device +
                      "; this wtx build reads host (cpu) tensors only (copy it with .cpu())"));
   }
   if (!t.dtype || *t.dtype != dtype) {
-    Raise(Status(ErrorCode::kBadWrite, what + " has dtype " + t.dtype_name + ", expected " +
-                                           DTypeLabel(dtype)));
+    Raise(Status(ErrorCode::kBadWrite,
+                 what + " has dtype " + t.dtype_name + ", expected " + DTypeLabel(dtype)));
   }
   if (DropLeadingOnes(t.shape) != DropLeadingOnes(shape)) {
-    Raise(Status(ErrorCode::kBadWrite, what + " has shape " + ShapeString(t.shape) +
-                                           ", expected " + ShapeString(shape)));
+    Raise(Status(ErrorCode::kBadWrite,
+                 what + " has shape " + ShapeString(t.shape) + ", expected " + ShapeString(shape)));
   }
   if (!t.contiguous) {
-    Raise(Status(ErrorCode::kBadWrite,
-                 what + " is not contiguous (call .contiguous() on it first)"));
+    Raise(
+        Status(ErrorCode::kBadWrite, what + " is not contiguous (call .contiguous() on it first)"));
   }
 }
 

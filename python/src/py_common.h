@@ -9,8 +9,8 @@
 #include <optional>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <pybind11/pybind11.h>
+#include <nlohmann/json.hpp>
 
 #include "wtx/box.h"
 #include "wtx/dtype.h"
@@ -58,9 +58,13 @@ struct TensorInfo {
 // objects through the buffer protocol. Anything else is E_BAD_WRITE naming `what`.
 TensorInfo InspectTensor(py::handle obj, const std::string& what);
 
-// E_BAD_WRITE naming `what` unless `t` is a contiguous host tensor of `dtype` whose shape is
-// `shape` (leading extent-1 dimensions of either side ignored).
-void CheckHostTensor(const TensorInfo& t, DType dtype, const Shape& shape,
-                     const std::string& what);
+// E_BAD_WRITE naming `what` unless `t` is a contiguous host tensor (or, with allow_cuda, a
+// CUDA tensor) of `dtype` whose shape is `shape` (leading extent-1 dimensions ignored).
+void CheckTensor(const TensorInfo& t, DType dtype, const Shape& shape, const std::string& what,
+                 bool allow_cuda);
+inline void CheckHostTensor(const TensorInfo& t, DType dtype, const Shape& shape,
+                            const std::string& what) {
+  CheckTensor(t, dtype, shape, what, /*allow_cuda=*/false);
+}
 
 }  // namespace wtx::python

@@ -10,9 +10,10 @@ See docs/python.md. `wtx.torch_dist` runs the same protocol over a torch.distrib
 group; `wtx.vllm` is a worker extension with vLLM's weight-transfer call names.
 """
 
-from ._wtx import Coordinator, Error, Manifest, Participant, history
+from ._wtx import Coordinator, Error, Manifest, Participant, expected_version, history
 
-__all__ = ["Coordinator", "Error", "Manifest", "Participant", "history", "slice_source"]
+__all__ = ["Coordinator", "Error", "Manifest", "Participant", "expected_version", "history",
+           "slice_source"]
 
 
 def slice_source(tensor, source_box):
@@ -20,30 +21,51 @@ def slice_source(tensor, source_box):
     return tensor[tuple(slice(b, e) for b, e in source_box)]
 
 
-def _write_source(self, source, tensor):
-    """Writes every shard this rank holds of `source` from the full source tensor (row-major,
-    in the live parameter's dtype), slicing by each shard's source box; all pieces are checked
-    before any byte lands. Returns the number of shards written (0: this rank holds none)."""
-    shards = self.manifest.source_shards(source)
-    if not shards:
-        return 0
-    want = list(shards[0]["source_shape"])
-    shape = list(getattr(tensor, "shape", ()))
-    if shape != want:
-        raise Error("E_BAD_WRITE",
-                    f"source tensor '{source}' has shape {shape}, expected {want}")
-    pieces = []
-    for s in shards:
-        piece = slice_source(tensor, s["source_box"])
-        if hasattr(piece, "contiguous"):
-            piece = piece.contiguous()
-        else:  # numpy
-            import numpy
-            piece = numpy.ascontiguousarray(piece)
-        pieces.append((s["param"], piece, s["id"], s["box"]))
-    self.write_many(pieces)
-    return len(pieces)
+_TORCH_DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16",
+                 "fp8_e4m3": "float8_e4m3fn", "i8": "int8", "u8": "uint8", "i32": "int32"}
 
 
-if not hasattr(Participant, "write_source"):
-    Participant.write_source = _write_source
+def _live_view(self, r):
+    """A torch view of reservation `r`'s box in the live tensor."""
+    import torch
+
+    t = self.tensors.get(r["param"]) if self.tensors else None
+    if t is None:  # participant-owned host buffers
+        if not r["host"]:
+            raise Error("INVALID_ARGUMENT",
+                        f"reserve {r['param']}: live memory is not host-addressable; write to "
+                        f"device_ptr {r['device_ptr']:#x} instead")
+        import ctypes
+
+        raw = (ctypes.c_uint8 * r["param_bytes"]).from_address(r["host"])
+        t = torch.frombuffer(raw, dtype=torch.uint8).view(
+            getattr(torch, _TORCH_DTYPES[r["dtype"]])).reshape(r["shape"])
+    return t[tuple(slice(b, e) for b, e in r["box"])]
+
+
+def _reserve(self, param, shard=None, box=None):
+    """Reserves a region of `param` (a shard, a box, or all of it) for an in-place landing and
+    returns the torch view of the live tensor to fill (e.g. dist.recv(view, src)). Call
+    landed() with the same arguments once the bytes are complete."""
+    rs = self._reserve(param=param, shard=shard, box=box)
+    return _live_view(self, rs[0])
+
+
+def _reserve_source(self, source):
+    """Reserves every shard this rank holds of `source`: [{param, shard, box, view, ...}]."""
+    return [dict(r, view=_live_view(self, r)) for r in self._reserve(source=source)]
+
+
+def _landed(self, param, shard=None, box=None):
+    """The region reserved with the same arguments is complete: it counts as written."""
+    self._landed(param=param, shard=shard, box=box)
+
+
+def _landed_source(self, source):
+    self._landed(source=source)
+
+
+Participant.reserve = _reserve
+Participant.reserve_source = _reserve_source
+Participant.landed = _landed
+Participant.landed_source = _landed_source

@@ -81,8 +81,8 @@ class MessageTransport::Endpoint : public ParticipantEndpoint {
     auto r = (*carrier_)(rank_, std::string(req.begin(), req.end()), timeout);
     if (!r.ok()) {
       if (r.status().code() == ErrorCode::kTimeout) {
-        return Status(ErrorCode::kTimeout, "rank " + std::to_string(rank_) +
-                                               " did not answer '" + method + "' in time");
+        return Status(ErrorCode::kTimeout,
+                      "rank " + std::to_string(rank_) + " did not answer '" + method + "' in time");
       }
       return Status(ErrorCode::kCrashed,
                     "rank " + std::to_string(rank_) + " is down: " + r.status().message());

@@ -29,8 +29,8 @@
 
 namespace wtx::net {
 
-using MessageCarrier = std::function<Result<std::string>(
-    int rank, const std::string& request, std::chrono::milliseconds timeout)>;
+using MessageCarrier = std::function<Result<std::string>(int rank, const std::string& request,
+                                                         std::chrono::milliseconds timeout)>;
 
 class MessageTransport : public Transport {
  public:

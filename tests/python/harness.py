@@ -111,21 +111,18 @@ def engine(rank, world, args):
         if "stray" in step:  # a write that bypasses wtx (a buggy loader)
             model.model.norm.weight.data[step["stray"]] += 1
         outcome = worker.finish_weight_update()
-        out.append({"outcome": outcome, "status": p.status(), "logits": model(IDS)})
+        out.append({"outcome": outcome, "status": p.status(), "logits": model(IDS),
+                    "verify": p.verify() if step.get("verify_after") else None})
     return out
 
 
 def land(p, shard):
-    """The trainer's slice of one shard arrives: straight in the live tensor (in-place landing)
-    when the module has reserve/landed, else into a buffer that p.write copies."""
-    if hasattr(p, "reserve"):
-        view = p.reserve(shard["param"], shard=shard["id"])
-        dist.recv(view, src=TRAINER)
-        p.landed(shard["param"], shard=shard["id"])
-        return
-    buf = torch.empty([e - b for b, e in shard["box"]], dtype=torch.bfloat16)
-    dist.recv(buf, src=TRAINER)
-    p.write(shard["param"], buf, shard=shard["id"])
+    """The trainer's slice of one shard arrives straight in the live tensor (in-place landing):
+    reserve, receive into the live view, landed."""
+    view = p.reserve(shard["param"], shard=shard["id"])
+    assert view.is_contiguous()  # a row range of the row-major live tensor
+    dist.recv(view, src=TRAINER)
+    p.landed(shard["param"], shard=shard["id"])
 
 
 def trainer(rank, world, args):

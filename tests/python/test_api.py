@@ -238,3 +238,100 @@ def test_UnknownTransactionIsAnError(tmp_path, tiny_llama_config):
     with pytest.raises(wtx.Error) as e:
         c.begin("tx", kind="sideways")
     assert "kind" in e.value.message
+
+
+def test_ExpectedVersionCommitsWhatWasSentAndRefusesOtherBytes(tmp_path, tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    sources = hf_sources(ms)
+    expected = wtx.expected_version(ms, sources)
+    assert len(expected["rank_digests"]) == 2
+    c.begin("tx1")
+    for p in ps:
+        for name, t in sources.items():
+            assert p.write_source(name, t) >= 1
+    out = c.commit("tx1", expect_version=expected["version"],
+                   expect_rank_digests=expected["rank_digests"])
+    assert out["outcome"] == "committed" and out["version"] == expected["version"]
+    # Rank 1 receives one corrupted tensor: the commit aborts instead of serving it.
+    c.begin("tx2")
+    bad = "model.layers.1.mlp.down_proj.weight"
+    for r, p in enumerate(ps):
+        for name, t in sources.items():
+            p.write_source(name, t + 1 if (r == 1 and name == bad) else t)
+    out = c.commit("tx2", expect_version=expected["version"],
+                   expect_rank_digests=expected["rank_digests"])
+    assert out["outcome"] == "aborted"
+    assert out["error"]["code"] == "E_VERSION_MISMATCH" and "1" in out["error"]["message"]
+
+
+def test_WriteSourceOfASourceThisRankDoesNotHoldWritesNothing(tmp_path, tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    c.begin("tx1")
+    assert ps[0].write_source("not.a.tensor", torch.zeros([2])) == 0
+    qkv = ms[0].source_shards("model.layers.0.self_attn.k_proj.weight")
+    assert [s["id"] for s in qkv] == ["k"]
+    src = torch.zeros(qkv[0]["source_shape"], dtype=torch.float32)
+    with pytest.raises(wtx.Error) as e:
+        ps[0].write_source("model.layers.0.self_attn.k_proj.weight", src)
+    assert e.value.code == "E_BAD_WRITE" and "k_proj" in e.value.message
+
+
+def test_InPlaceLandingFillsTheLiveViewAndCommits(tmp_path, tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    sources = hf_sources(ms)
+    k = "model.layers.0.self_attn.k_proj.weight"
+    c.begin("tx1")
+    for r, p in enumerate(ps):
+        for name, t in sources.items():
+            if name == k:
+                continue
+            p.write_source(name, t)
+        (s,) = p.manifest.source_shards(k)
+        view = p.reserve(s["param"], shard="k")
+        assert view.data_ptr() != 0 and list(view.shape) == [e - b for b, e in s["box"]]
+        view.copy_(wtx.slice_source(sources[k], s["source_box"]))  # the engine fills it
+        p.landed(s["param"], shard="k")
+    out = c.commit("tx1")
+    assert out["outcome"] == "committed"
+    assert out["version"] == wtx.expected_version(ms, sources)["version"]
+
+
+def test_LandingErrorsNameTheRegion(tmp_path, tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    qkv = "model.layers.0.self_attn.qkv_proj.weight"
+    with pytest.raises(wtx.Error) as e:
+        ps[0].reserve(qkv, shard="k")
+    assert e.value.code == "E_NO_TX"
+    c.begin("tx1")
+    with pytest.raises(wtx.Error) as e:
+        ps[0].landed(qkv, shard="k")  # never reserved
+    assert e.value.code == "E_BAD_WRITE" and qkv in e.value.message
+    ps[0].reserve(qkv, shard="k")
+    with pytest.raises(wtx.Error) as e:
+        ps[0].reserve(qkv)  # overlaps the reserved shard
+    assert e.value.code == "E_DUPLICATE_WRITE"
+    out = c.commit("tx1")  # reserved but never landed: incomplete, naming it
+    assert out["outcome"] == "aborted"
+    assert any(m["param"] == qkv and m["shard"] == "k" for m in out["votes"][0]["missing"])
+
+
+def test_VerifierFindsStrayWriteAndReattachRestoresServing(tmp_path, tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    sources = hf_sources(ms)
+    assert full_update(c, ps, sources, "tx1")["outcome"] == "committed"
+    rep = ps[0].verify()
+    assert rep["ok"] and rep["chunks_differing"] == 0
+    # The engine reopens over tensors that survived (e.g. a restarted wtx, same engine memory).
+    c.close()
+    for p in ps:
+        p.close()
+    ps = [wtx.Participant.open(str(tmp_path / f"rank{r}"), ms[r], rank=r, tensors=tensors[r],
+                               kernel_identity="k1") for r in range(2)]
+    assert not ps[1].status()["serving"]
+    assert ps[1].reattach()["ok"] and ps[1].status()["serving"]
+    # A write behind wtx's back: the verifier names it and the rank stops serving.
+    tensors[1]["lm_head.weight"][0, 0] += 1
+    rep = ps[1].verify()
+    assert not rep["ok"] and rep["params"] == ["lm_head.weight"]
+    assert rep["differences"][0]["param"] == "lm_head.weight"
+    assert not ps[1].status()["serving"] and ps[1].status()["dirty"]

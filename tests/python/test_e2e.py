@@ -74,3 +74,42 @@ def test_RolledBackPartialUpdateRestoresOutputsExactly(tmp_path):
         assert torch.equal(rolled["logits"], good["logits"])
         assert rolled["status"]["serving"]
         assert rolled["status"]["version"] == good["outcome"]["version"]
+
+
+NORM = "model.norm.weight"
+
+
+def test_UndeclaredInPlaceWriteIsCaughtByVerifyAll(tmp_path):
+    mlp1 = [n for n in __import__("tiny_llama").hf_weights(0)
+            if ".layers.1.mlp." in n or ".layers.1.post_attention_layernorm" in n]
+    partial = {"kind": "partial", "base": None, "modules": ["model.layers.1.mlp"]}
+    engines, refs = run_deployment(tmp_path, [
+        {"tx": "tx1", "seed": 1},
+        # A buggy loader also changes the final norm, which this update does not declare.
+        {"tx": "tx2", "seed": 2, "only": mlp1, "stray": 3,
+         "begin": dict(partial, verify="all")},
+    ])
+    for steps in engines:
+        good, caught = steps
+        assert good["outcome"]["outcome"] == "committed"
+        o = caught["outcome"]
+        assert o["outcome"] == "aborted"
+        for v in o["votes"]:  # undeclared, and nothing else wrong with the update
+            assert v["vote"] == "no" and v["errors"] == ["E_UNDECLARED_WRITE"], v
+        assert not caught["status"]["serving"] and caught["status"]["dirty"]
+
+
+def test_UndeclaredWriteUnseenByTouchedIsFoundByTheVerifier(tmp_path):
+    mlp1 = [n for n in __import__("tiny_llama").hf_weights(0)
+            if ".layers.1.mlp." in n or ".layers.1.post_attention_layernorm" in n]
+    partial = {"kind": "partial", "base": None, "modules": ["model.layers.1.mlp"]}
+    engines, refs = run_deployment(tmp_path, [
+        {"tx": "tx1", "seed": 1},
+        {"tx": "tx2", "seed": 2, "only": mlp1, "stray": 3, "begin": partial,
+         "verify_after": True},
+    ])
+    for steps in engines:
+        o = steps[1]["outcome"]
+        assert o["outcome"] == "committed"  # verify="touched" rehashes only what was declared
+        v = steps[1]["verify"]
+        assert not v["ok"] and v["params"] == [NORM], v
