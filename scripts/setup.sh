@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages wtx needs (idempotent). Run as root or with sudo available.
 set -euo pipefail
-pkgs=(build-essential cmake librocksdb-dev libboost-dev nlohmann-json3-dev catch2 libxxhash-dev libcli11-dev
+pkgs=(build-essential cmake librocksdb-dev libboost-dev nlohmann-json3-dev catch2 libxxhash-dev libcli11-dev pkg-config
       clang libclang-rt-14-dev)  # clang: scripts/sanitize.sh (sanitizers, libFuzzer)
 missing=()
 for p in "${pkgs[@]}"; do

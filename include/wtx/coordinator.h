@@ -30,7 +30,6 @@ struct CoordinatorOptions {
   std::string journal_dir;
   Env env;
   std::chrono::milliseconds prepare_timeout{5000};
-  CrashPoints* crash_points = nullptr;  // not owned
 };
 
 struct RankError {

@@ -13,6 +13,7 @@
 #include "src/util/cbor.h"
 #include "src/net/codec.h"
 #include "src/net/sha256.h"
+#include "wtx/logger.h"
 
 namespace wtx::net {
 
@@ -99,9 +100,7 @@ std::string RandomNonce() {
 }
 
 void LogLine(const std::string& tag, const std::string& message) {
-  static std::mutex mu;
-  std::lock_guard<std::mutex> l(mu);
-  std::cerr << "wtx[" << tag << "]: " << message << std::endl;
+  Log(LogLevel::kInfo, tag, message);  // include/wtx/logger.h (default: stderr)
 }
 
 Result<std::string> ReadSecretFile(const std::string& path) {

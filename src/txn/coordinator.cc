@@ -3,6 +3,8 @@
 #include <mutex>
 
 #include "journal/journal.h"
+#include "src/txn/test_hooks.h"
+#include "src/util/thread_annotations.h"
 #include "wtx/content_hash.h"
 #include "wtx/coordinator.h"
 
@@ -14,7 +16,8 @@ namespace {
 
 class CoordinatorImpl : public Coordinator {
  public:
-  CoordinatorImpl(const CoordinatorOptions& o, Transport* t) : options_(o), transport_(t) {}
+  CoordinatorImpl(const CoordinatorOptions& o, Transport* t, const CoordinatorHooks& hooks)
+      : options_(o), hooks_(hooks), transport_(t) {}
   Status Init();
 
   BeginOutcome Begin(const BeginRequest& req) override;
@@ -41,7 +44,7 @@ class CoordinatorImpl : public Coordinator {
     return Status::OK();
   }
   bool CrashAt(std::string_view point) {
-    if (options_.crash_points && options_.crash_points->ShouldCrash(point)) {
+    if (hooks_.crash_points && hooks_.crash_points->ShouldCrash(point)) {
       crashed_ = true;
       return true;
     }
@@ -60,13 +63,15 @@ class CoordinatorImpl : public Coordinator {
   json State() const;
 
   CoordinatorOptions options_;
+  CoordinatorHooks hooks_;  // src/txn/test_hooks.h
   Transport* transport_;
-  std::unique_ptr<Journal> journal_;
+  std::unique_ptr<Journal> journal_ PT_GUARDED_BY(mu_);
   mutable std::mutex mu_;
-  bool crashed_ = false;
-  std::vector<DecisionEntry> order_;
-  std::map<std::string, size_t> decided_;  // tx -> index in order_
-  std::map<std::string, bool> pending_;    // decided, not acknowledged by every rank
+  bool crashed_ GUARDED_BY(mu_) = false;
+  std::vector<DecisionEntry> order_ GUARDED_BY(mu_);
+  std::map<std::string, size_t> decided_ GUARDED_BY(mu_);  // tx -> index in order_
+  // Decided, not acknowledged by every rank.
+  std::map<std::string, bool> pending_ GUARDED_BY(mu_);
 };
 
 Status CoordinatorImpl::Init() {
@@ -389,8 +394,14 @@ Result<std::pair<Decision, std::string>> CoordinatorImpl::QueryDecision(const st
 
 Result<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOptions& options,
                                                        Transport* transport) {
+  return OpenCoordinatorWithHooks(options, transport, CoordinatorHooks{});
+}
+
+Result<std::unique_ptr<Coordinator>> OpenCoordinatorWithHooks(const CoordinatorOptions& options,
+                                                              Transport* transport,
+                                                              const CoordinatorHooks& hooks) {
   if (!transport) return Status::InvalidArgument("coordinator needs a transport");
-  auto c = std::make_unique<CoordinatorImpl>(options, transport);
+  auto c = std::make_unique<CoordinatorImpl>(options, transport, hooks);
   WTX_RETURN_IF_ERROR(c->Init());
   return std::unique_ptr<Coordinator>(std::move(c));
 }

@@ -10,6 +10,8 @@
 #include "src/txn/coverage.h"
 #include "journal/journal.h"
 #include "src/txn/participant_state.h"
+#include "src/txn/test_hooks.h"
+#include "src/util/thread_annotations.h"
 #include "wtx/content_hash.h"
 #include "wtx/participant.h"
 
@@ -61,8 +63,8 @@ struct ActiveTx {
 
 class ParticipantImpl : public Participant {
  public:
-  ParticipantImpl(ParticipantOptions options, ManifestPtr manifest)
-      : options_(std::move(options)), manifest_(std::move(manifest)) {}
+  ParticipantImpl(ParticipantOptions options, ManifestPtr manifest, const ParticipantHooks& hooks)
+      : options_(std::move(options)), hooks_(hooks), manifest_(std::move(manifest)) {}
 
   Status Init();
 
@@ -108,7 +110,7 @@ class ParticipantImpl : public Participant {
   Status FlushPending() { return Log(json(), false); }
   Status AppendRecords(std::vector<JournalRecord> records, bool sync);
   bool CrashAt(std::string_view point) {
-    if (options_.crash_points && options_.crash_points->ShouldCrash(point)) {
+    if (hooks_.crash_points && hooks_.crash_points->ShouldCrash(point)) {
       crashed_ = true;
       return true;
     }
@@ -140,22 +142,24 @@ class ParticipantImpl : public Participant {
   void UpdateCoveragePeak();
 
   ParticipantOptions options_;
+  ParticipantHooks hooks_;  // src/txn/test_hooks.h
   ManifestPtr manifest_;
   std::shared_ptr<LiveMemory> memory_;
   bool host_memory_ = true;  // memory_->HostAddressable(): copy and hash in one pass here
   std::unique_ptr<Journal> journal_;
   mutable std::mutex mu_;
-  std::string kernel_identity_;
-  bool crashed_ = false;
-  bool loaded_ = false;
-  std::unique_ptr<ActiveTx> active_;
-  std::string last_outcome_tx_;
-  std::vector<ParamHashCache> hash_;
-  uint64_t epoch_ = 0;
-  std::vector<uint64_t> param_epoch_;    // epoch of the last write to each parameter
-  std::vector<uint64_t> derived_epoch_;  // epoch of the last refresh of each derived state
-  std::vector<JournalRecord> pending_;   // batched WRITE/PATCH/REFRESH records
-  size_t coverage_peak_bytes_ = 0;
+  std::string kernel_identity_ GUARDED_BY(mu_);
+  bool crashed_ GUARDED_BY(mu_) = false;
+  bool loaded_ GUARDED_BY(mu_) = false;
+  std::unique_ptr<ActiveTx> active_ GUARDED_BY(mu_);
+  std::string last_outcome_tx_ GUARDED_BY(mu_);
+  std::vector<ParamHashCache> hash_ GUARDED_BY(mu_);
+  uint64_t epoch_ GUARDED_BY(mu_) = 0;
+  // Epoch of the last write to each parameter, of the last refresh of each derived state.
+  std::vector<uint64_t> param_epoch_ GUARDED_BY(mu_);
+  std::vector<uint64_t> derived_epoch_ GUARDED_BY(mu_);
+  std::vector<JournalRecord> pending_ GUARDED_BY(mu_);   // batched WRITE/PATCH/REFRESH records
+  size_t coverage_peak_bytes_ GUARDED_BY(mu_) = 0;
 };
 
 Status ParticipantImpl::Init() {
@@ -476,7 +480,7 @@ Status ParticipantImpl::Write(std::span<const WritePiece> pieces) {
     const size_t off = static_cast<size_t>(r.begin) * esz;
     const size_t len = static_cast<size_t>(r.len) * esz;
     if (tx.req.rollback) WTX_RETURN_IF_ERROR(SaveBefore(r.param, off, len));
-    if (options_.benchmark_coverage_only) {
+    if (hooks_.benchmark_coverage_only) {
       // nothing lands
     } else if (host_memory_) {
       // Whole hash chunks are hashed in the same pass as the copy; prepare rehashes the rest.
@@ -1037,8 +1041,14 @@ RankStatus ParticipantImpl::status() const {
 
 Result<std::unique_ptr<Participant>> Participant::Open(ParticipantOptions options,
                                                        ManifestPtr manifest) {
+  return OpenParticipantWithHooks(std::move(options), std::move(manifest), ParticipantHooks{});
+}
+
+Result<std::unique_ptr<Participant>> OpenParticipantWithHooks(ParticipantOptions options,
+                                                              ManifestPtr manifest,
+                                                              const ParticipantHooks& hooks) {
   if (!manifest) return Status::InvalidArgument("participant needs a manifest");
-  auto p = std::make_unique<ParticipantImpl>(std::move(options), std::move(manifest));
+  auto p = std::make_unique<ParticipantImpl>(std::move(options), std::move(manifest), hooks);
   WTX_RETURN_IF_ERROR(p->Init());
   return std::unique_ptr<Participant>(std::move(p));
 }
