@@ -16,27 +16,33 @@ add_library(wtx_net
   src/net/rank_service.cc
   src/net/message_transport.cc
 )
-target_include_directories(wtx_net PUBLIC include PRIVATE ${PROJECT_SOURCE_DIR})
-target_link_libraries(wtx_net PUBLIC wtx_core Boost::headers Threads::Threads OpenSSL::SSL
-                                      OpenSSL::Crypto)
+target_include_directories(wtx_net PRIVATE ${PROJECT_SOURCE_DIR})
+# Boost.Asio stays private: no public header includes it (src/net/ headers do; the internal
+# targets below that include them link Boost::headers themselves).
+target_link_libraries(wtx_net PUBLIC wtx_core Threads::Threads
+                              PRIVATE Boost::headers OpenSSL::SSL OpenSSL::Crypto)
+set_target_properties(wtx_net PROPERTIES EXPORT_NAME net DEFINE_SYMBOL "")
 if(WTX_PCH)
   target_precompile_headers(wtx_net REUSE_FROM wtx_core)
 endif()
 
-# The TCP simulator and the control protocol of the rank/coordinator processes.
-add_library(wtx_tcp_sim
+# The TCP simulator and the control protocol of the rank/coordinator processes (internal,
+# always static, not installed).
+add_library(wtx_tcp_sim STATIC
   src/net/control_service.cc
   src/conformance/tcp_simulator.cc
 )
-target_include_directories(wtx_tcp_sim PUBLIC include PRIVATE ${PROJECT_SOURCE_DIR})
-target_link_libraries(wtx_tcp_sim PUBLIC wtx_sim wtx_net)
+target_include_directories(wtx_tcp_sim PRIVATE ${PROJECT_SOURCE_DIR})
+target_link_libraries(wtx_tcp_sim PUBLIC wtx_sim wtx_net Boost::headers)
 if(WTX_PCH)
   target_precompile_headers(wtx_tcp_sim REUSE_FROM wtx_core)
 endif()
 
-target_sources(wtx PRIVATE tools/wtx/cmd_coordinator.cc tools/wtx/cmd_rank.cc
-                           tools/wtx/cmd_control.cc tools/wtx/cmd_load.cc)
-target_link_libraries(wtx PRIVATE wtx_tcp_sim)
+if(TARGET wtx)
+  target_sources(wtx PRIVATE tools/wtx/cmd_coordinator.cc tools/wtx/cmd_rank.cc
+                             tools/wtx/cmd_control.cc tools/wtx/cmd_load.cc)
+  target_link_libraries(wtx PRIVATE wtx_tcp_sim)
+endif()
 
 # NCCL vote: only when CUDA's runtime and NCCL are found (nccl.h in /usr/local/cuda/include,
 # libnccl.so in /usr/local/cuda/lib64). Host code only: no nvcc needed.
@@ -48,10 +54,12 @@ if(WTX_ENABLE_NCCL)
             HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
   find_library(WTX_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
   if(CUDAToolkit_FOUND AND WTX_NCCL_INCLUDE_DIR AND WTX_NCCL_LIBRARY)
+    # Installed as wtx::nccl. NCCL and the CUDA runtime stay private
+    # (include/wtx/nccl_vote.h includes neither).
     add_library(wtx_nccl src/net/nccl_vote.cc)
-    target_include_directories(wtx_nccl PUBLIC include ${WTX_NCCL_INCLUDE_DIR}
-                                        PRIVATE ${PROJECT_SOURCE_DIR})
-    target_link_libraries(wtx_nccl PUBLIC wtx_net CUDA::cudart ${WTX_NCCL_LIBRARY})
+    set_target_properties(wtx_nccl PROPERTIES EXPORT_NAME nccl DEFINE_SYMBOL "")
+    target_include_directories(wtx_nccl PRIVATE ${PROJECT_SOURCE_DIR} ${WTX_NCCL_INCLUDE_DIR})
+    target_link_libraries(wtx_nccl PUBLIC wtx_net PRIVATE CUDA::cudart ${WTX_NCCL_LIBRARY})
     set(WTX_HAVE_NCCL ON)
     message(STATUS "wtx: NCCL vote enabled (${WTX_NCCL_LIBRARY})")
   else()
@@ -66,6 +74,8 @@ function(wtx_tcp_scenario_tests dir prefix)
 endfunction()
 
 # Commit latency against rank count (docs/protocol.md, "Scale"): a benchmark, not a test.
-add_executable(wtx_commit_bench tools/net_bench/commit_bench.cc)
-target_link_libraries(wtx_commit_bench PRIVATE wtx_tcp_sim)
-target_include_directories(wtx_commit_bench PRIVATE ${PROJECT_SOURCE_DIR})
+if(WTX_BUILD_BENCH)
+  add_executable(wtx_commit_bench tools/net_bench/commit_bench.cc)
+  target_link_libraries(wtx_commit_bench PRIVATE wtx_tcp_sim)
+  target_include_directories(wtx_commit_bench PRIVATE ${PROJECT_SOURCE_DIR})
+endif()

@@ -51,6 +51,7 @@ if [ "${SANITIZE_SKIP_ASAN:-0}" != 1 ]; then
   phase "build build-asan"
   build_existing build-asan wtx manifest_test hf_manifest_test content_hash_test participant_test \
       recovery_test coverage_test crash_safety_test journal_corruption_test journal_record_test \
+      journal_reader_test \
       participant_concurrency_test fuzz_regression_test gpu_ref_test \
       fuzz_scenario fuzz_manifest fuzz_record
   phase "test build-asan"
@@ -80,7 +81,7 @@ if [ "${SANITIZE_SKIP_TSAN:-0}" != 1 ]; then
   # Only the threaded tests: the libraries they link, then the tests themselves without the
   # wtx binary every test target otherwise depends on (Makefile generator: target/fast).
   tsan_tests=(participant_concurrency_test tcp_transport_test)
-  build_existing build-tsan wtx_core wtx_kernels wtx_sim wtx_net wtx_test_main
+  build_existing build-tsan wtx_core wtx_kernels wtx_testing wtx_sim wtx_net wtx_test_main
   if [ -f build-tsan/Makefile ]; then
     for t in "${tsan_tests[@]}"; do make -C build-tsan -j"$JOBS" "$t/fast" >/dev/null; done
   else

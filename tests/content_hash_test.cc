@@ -400,8 +400,9 @@ TEST_CASE("CoverageOnlyBenchmarkModeRecordsCoverageWithoutMovingBytes") {
   TempDir dir;
   ParticipantOptions o;
   o.journal_dir = dir.sub("rank0");
-  o.benchmark_coverage_only = true;
-  auto p = Participant::Open(o, m);
+  ParticipantHooks hooks;
+  hooks.benchmark_coverage_only = true;
+  auto p = OpenParticipantWithHooks(o, m, hooks);
   REQUIRE(p.ok());
   Participant& rank = **p;
   BeginRequest req;

@@ -9,7 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "journal/fault_injection_fs.h"
+#include "src/testing/fault_injection_fs.h"
+#include "src/testing/armed_crash_point.h"
+#include "src/txn/test_hooks.h"
 #include "journal/journal.h"
 #include "journal/verify.h"
 #include "wtx/coordinator.h"
@@ -84,8 +86,9 @@ struct Rig {
     CoordinatorOptions o;
     o.journal_dir = dir.sub("coordinator");
     o.env.fs = cfs;
-    o.crash_points = crash;
-    auto x = Coordinator::Open(o, &transport);
+    CoordinatorHooks hooks;
+    hooks.crash_points = crash;
+    auto x = OpenCoordinatorWithHooks(o, &transport, hooks);
     if (!x.ok()) return x.status();
     c = std::move(x).value();
     return Status::OK();

@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "journal/fault_injection_fs.h"
+#include "src/testing/fault_injection_fs.h"
 #include "wtx/coordinator.h"
 #include "wtx/inproc_transport.h"
 #include "wtx/participant.h"

@@ -13,7 +13,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "journal/fault_injection_fs.h"
+#include "src/testing/fault_injection_fs.h"
+#include "src/testing/armed_crash_point.h"
+#include "src/txn/test_hooks.h"
 #include "wtx/coordinator.h"
 #include "wtx/device_live_memory.h"
 #include "wtx/inproc_transport.h"
@@ -141,10 +143,11 @@ class Cluster {
     o.journal_dir = rank_dir(r);
     o.env.fs = fs_[r];
     o.kernel_identity = kernel_;
-    o.crash_points = cp;
     o.rollback_budget_bytes = rollback_budget;
     o.memory = memory_factory_ ? memory_factory_(*manifest_) : TestLiveMemory(*manifest_);
-    auto p = Participant::Open(std::move(o), manifest_);
+    ParticipantHooks hooks;
+    hooks.crash_points = cp;
+    auto p = OpenParticipantWithHooks(std::move(o), manifest_, hooks);
     if (!p.ok()) return p.status();
     p_[r] = std::move(p).value();
     transport_.SetParticipant(r, p_[r].get());
@@ -165,8 +168,9 @@ class Cluster {
     CoordinatorOptions o;
     o.journal_dir = coordinator_dir();
     o.env.fs = coord_fs_;
-    o.crash_points = cp;
-    auto c = Coordinator::Open(o, &transport_);
+    CoordinatorHooks hooks;
+    hooks.crash_points = cp;
+    auto c = OpenCoordinatorWithHooks(o, &transport_, hooks);
     if (!c.ok()) return c.status();
     c_ = std::move(c).value();
     WTX_RETURN_IF_ERROR(c_->Recover());

@@ -43,7 +43,6 @@ struct CoordinatorOptions {
   std::string journal_dir;
   Env env;
   std::chrono::milliseconds prepare_timeout{5000};
-  CrashPoints* crash_points = nullptr;  // not owned
   // Most rank calls in flight at once (threads of the fan-out pool, started lazily); with
   // more silent ranks than this, a phase costs more than one timeout. Valid: 1..4096.
   int fan_out_threads = 256;

@@ -51,7 +51,6 @@
 #include <utility>
 #include <vector>
 
-#include "wtx/crash_points.h"
 #include "wtx/env.h"
 #include "wtx/live_memory.h"
 #include "wtx/manifest.h"
@@ -75,14 +74,9 @@ struct ParticipantOptions {
   std::string kernel_identity;
   // Upper bound on before-image bytes a rollback transaction may need; checked at begin.
   size_t rollback_budget_bytes = size_t{1} << 30;
-  CrashPoints* crash_points = nullptr;  // not owned; may be null
   // Where the live bytes are (live_memory.h; a GPU: device_live_memory.h). Null: zeroed host
   // buffers owned by the participant. Sizes must match the manifest (checked at Open).
   std::shared_ptr<LiveMemory> memory;
-  // Benchmarks only (`wtx bench`): Write() checks, records coverage and journals as usual but
-  // neither copies nor hashes the bytes, so the version no longer describes the live bytes.
-  // Lets the coverage check of a 120 GiB rank be measured without moving 120 GiB.
-  bool benchmark_coverage_only = false;
 };
 
 // Where a caller's buffer is: host memory, or device memory on the live memory's device (for

@@ -60,13 +60,11 @@ class TcpRankAgent {
   RankAgentState state() const;
   // Waits until connected with in-doubt resolution done; false on timeout.
   bool WaitResolved(std::chrono::milliseconds timeout, RankAgentState* state = nullptr) const;
-  // Test hook: while set, prepare requests are never answered (the coordinator times out).
-  void SetSilent(bool silent);
-
+  // The implementation, private to the library; use Start().
   class Impl;
+  explicit TcpRankAgent(std::unique_ptr<Impl> impl);
 
  private:
-  explicit TcpRankAgent(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "wtx/participant.h"
 #include "wtx/status.h"

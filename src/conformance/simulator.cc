@@ -5,7 +5,9 @@
 #include <new>
 #include <map>
 
-#include "journal/fault_injection_fs.h"
+#include "src/testing/fault_injection_fs.h"
+#include "src/testing/armed_crash_point.h"
+#include "src/txn/test_hooks.h"
 #include "journal/journal.h"
 #include "src/checkpoint/checkpoint_slices.h"
 #include "wtx/safetensors.h"
@@ -438,12 +440,13 @@ class InProcProcesses : public SimProcesses {
     o.env.fs = rp.fs;
     o.kernel_identity = sc_.kernel_identity;
     o.rollback_budget_bytes = sc_.rollback_budget_bytes;
-    o.crash_points = &rp.crash;
     // A new process: new live memory (zeros), of the kind the run asked for.
     auto memory = NewLiveMemory(memory_kind_, *sc_.manifests[r]);
     if (!memory.ok()) return memory.status();
     o.memory = std::move(memory).value();
-    auto p = Participant::Open(std::move(o), sc_.manifests[r]);
+    ParticipantHooks hooks;
+    hooks.crash_points = &rp.crash;
+    auto p = OpenParticipantWithHooks(std::move(o), sc_.manifests[r], hooks);
     if (!p.ok()) return p.status();
     rp.p = std::move(p).value();
     transport_.SetParticipant(r, rp.p.get());
@@ -454,8 +457,9 @@ class InProcProcesses : public SimProcesses {
     CoordinatorOptions o;
     o.journal_dir = coord_.dir;
     o.env.fs = coord_.fs;
-    o.crash_points = &coord_.crash;
-    auto c = Coordinator::Open(o, &transport_);
+    CoordinatorHooks hooks;
+    hooks.crash_points = &coord_.crash;
+    auto c = OpenCoordinatorWithHooks(o, &transport_, hooks);
     if (!c.ok()) return c.status();
     coord_.c = std::move(c).value();
     return Status::OK();

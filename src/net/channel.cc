@@ -21,6 +21,7 @@
 #include "src/util/json_number.h"
 #include "wtx/limits.h"
 #include "src/net/crypto.h"
+#include "wtx/logger.h"
 
 namespace wtx::net {
 
@@ -107,9 +108,7 @@ std::string RandomNonce() {
 }
 
 void LogLine(const std::string& tag, const std::string& message) {
-  static std::mutex mu;
-  std::lock_guard<std::mutex> l(mu);
-  std::cerr << "wtx[" << tag << "]: " << message << std::endl;
+  Log(LogLevel::kInfo, tag, message);  // include/wtx/logger.h (default: stderr)
 }
 
 void LogLineLimited(const std::string& tag, const std::string& kind, const std::string& message) {

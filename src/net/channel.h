@@ -37,6 +37,7 @@
 #include "src/net/tls.h"
 #include "wtx/status.h"
 #include "wtx/tls_files.h"
+#include "src/util/thread_annotations.h"
 
 namespace wtx::net {
 
@@ -208,8 +209,8 @@ class Channel : public std::enable_shared_from_this<Channel> {
   bool on_close_ran_ = false;
   // Pending calls.
   std::mutex mu_;
-  uint64_t next_id_ = 1;
-  std::map<uint64_t, std::shared_ptr<std::promise<Reply>>> pending_;
+  uint64_t next_id_ GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, std::shared_ptr<std::promise<Reply>>> pending_ GUARDED_BY(mu_);
 };
 
 // Server side: authenticates an accepted socket (asynchronously; never blocks the I/O

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "src/net/channel.h"
+#include "src/util/thread_annotations.h"
 
 namespace wtx::net {
 
@@ -44,7 +45,7 @@ class ControlServer {
   std::shared_ptr<ssl::context> tls_;
   uint16_t port_ = 0;
   std::mutex mu_;
-  std::set<std::shared_ptr<Channel>> channels_;
+  std::set<std::shared_ptr<Channel>> channels_ GUARDED_BY(mu_);
 };
 
 class ControlClient {

@@ -7,7 +7,9 @@
 #include "src/net/channel.h"
 #include "src/net/codec.h"
 #include "src/net/rank_service.h"
+#include "src/net/rank_agent_hooks.h"
 #include "wtx/participant_endpoint.h"
+#include "src/util/thread_annotations.h"
 
 namespace wtx {
 
@@ -15,7 +17,8 @@ using nlohmann::json;
 
 class TcpRankAgent::Impl : public DecisionOracle {
  public:
-  Impl(const RankAgentOptions& o, Participant* p) : options_(o), p_(p), loop_(1) {
+  Impl(const RankAgentOptions& o, Participant* p, RankAgentHooks* hooks)
+      : options_(o), p_(p), hooks_(hooks), loop_(1) {
     if (options_.log_tag.empty()) options_.log_tag = "rank-" + std::to_string(o.rank);
     net_.max_frame_bytes = o.max_frame_bytes;
     net_.connect_timeout = o.connect_timeout;
@@ -60,7 +63,6 @@ class TcpRankAgent::Impl : public DecisionOracle {
     return ok;
   }
 
-  void SetSilent(bool s) { silent_ = s; }
 
   // DecisionOracle over the current connection. Any failure (no connection, the coordinator
   // not ready, a malformed answer) marks the attempt for a retry.
@@ -88,7 +90,7 @@ class TcpRankAgent::Impl : public DecisionOracle {
 
  private:
   std::optional<Result<json>> Serve(const std::string& m, const json& p) {
-    if (m == "prepare" && silent_) return std::nullopt;
+    if (m == "prepare" && hooks_ && hooks_->silent.load()) return std::nullopt;
     return net::ServeRankRequest(*p_, m, p);
   }
 
@@ -184,15 +186,15 @@ class TcpRankAgent::Impl : public DecisionOracle {
 
   RankAgentOptions options_;
   Participant* p_;
+  RankAgentHooks* hooks_;  // src/net/rank_agent_hooks.h; may be null
   net::NetOptions net_;
   net::EventLoop loop_;
-  std::atomic<bool> silent_{false};
   std::atomic<bool> oracle_failed_{false};
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  bool stopping_ = false;
-  std::shared_ptr<net::Channel> channel_;
-  RankAgentState state_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::shared_ptr<net::Channel> channel_ GUARDED_BY(mu_);
+  RankAgentState state_ GUARDED_BY(mu_);
   std::thread thread_;
 };
 
@@ -201,20 +203,25 @@ TcpRankAgent::~TcpRankAgent() = default;
 
 Result<std::unique_ptr<TcpRankAgent>> TcpRankAgent::Start(const RankAgentOptions& options,
                                                           Participant* participant) {
+  return StartRankAgentWithHooks(options, participant, nullptr);
+}
+
+Result<std::unique_ptr<TcpRankAgent>> StartRankAgentWithHooks(const RankAgentOptions& options,
+                                                              Participant* participant,
+                                                              RankAgentHooks* hooks) {
   if (options.secret.empty()) return Status::InvalidArgument("TcpRankAgent needs a secret");
   if (!participant) return Status::InvalidArgument("TcpRankAgent needs a participant");
   if (options.coordinator_port == 0) {
     return Status::InvalidArgument("TcpRankAgent needs the coordinator's port");
   }
-  auto impl = std::make_unique<Impl>(options, participant);
+  auto impl = std::make_unique<TcpRankAgent::Impl>(options, participant, hooks);
   impl->Start();
-  return std::unique_ptr<TcpRankAgent>(new TcpRankAgent(std::move(impl)));
+  return std::make_unique<TcpRankAgent>(std::move(impl));
 }
 
 RankAgentState TcpRankAgent::state() const { return impl_->state(); }
 bool TcpRankAgent::WaitResolved(std::chrono::milliseconds timeout, RankAgentState* state) const {
   return impl_->WaitResolved(timeout, state);
 }
-void TcpRankAgent::SetSilent(bool silent) { impl_->SetSilent(silent); }
 
 }  // namespace wtx

@@ -8,6 +8,7 @@
 
 #include "src/net/channel.h"
 #include "src/net/codec.h"
+#include "src/util/thread_annotations.h"
 
 namespace wtx {
 
@@ -216,12 +217,12 @@ class TcpTransport::Impl {
   std::once_flag shutdown_once_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  bool stopping_ = false;
-  std::map<int, std::shared_ptr<net::Channel>> ranks_;
-  std::set<std::shared_ptr<net::Channel>> controls_;
-  DecisionOracle* oracle_ = nullptr;
-  ControlHandler control_;
-  std::function<void(int)> on_registered_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::map<int, std::shared_ptr<net::Channel>> ranks_ GUARDED_BY(mu_);
+  std::set<std::shared_ptr<net::Channel>> controls_ GUARDED_BY(mu_);
+  DecisionOracle* oracle_ GUARDED_BY(mu_) = nullptr;
+  ControlHandler control_ GUARDED_BY(mu_);
+  std::function<void(int)> on_registered_ GUARDED_BY(mu_);
 };
 
 class TcpTransport::Impl::Proxy : public ParticipantEndpoint {

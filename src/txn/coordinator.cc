@@ -8,6 +8,8 @@
 #include "journal/journal.h"
 #include "journal/verify.h"
 #include "src/txn/fan_out.h"
+#include "src/txn/test_hooks.h"
+#include "src/util/thread_annotations.h"
 #include "wtx/content_hash.h"
 #include "wtx/coordinator.h"
 
@@ -19,8 +21,9 @@ namespace {
 
 class CoordinatorImpl : public Coordinator {
  public:
-  CoordinatorImpl(const CoordinatorOptions& o, Transport* t)
+  CoordinatorImpl(const CoordinatorOptions& o, Transport* t, const CoordinatorHooks& hooks)
       : options_(o),
+        hooks_(hooks),
         transport_(t),
         fan_out_(o.fan_out_threads) {}  // threads start only as calls need them
   Status Init();
@@ -68,7 +71,7 @@ class CoordinatorImpl : public Coordinator {
   }
   // REQUIRES: mu_ held.
   bool CrashAt(std::string_view point) {
-    if (options_.crash_points && options_.crash_points->ShouldCrash(point)) {
+    if (hooks_.crash_points && hooks_.crash_points->ShouldCrash(point)) {
       crashed_ = true;
       return true;
     }
@@ -107,17 +110,19 @@ class CoordinatorImpl : public Coordinator {
   json State() const;
 
   CoordinatorOptions options_;
+  CoordinatorHooks hooks_;  // src/txn/test_hooks.h
   Transport* transport_;
   FanOut fan_out_;
-  std::unique_ptr<Journal> journal_;
+  std::unique_ptr<Journal> journal_ PT_GUARDED_BY(mu_);
   mutable std::mutex mu_;
   std::condition_variable decided_cv_;  // a decision was logged or a busy tx finished
-  bool crashed_ = false;
-  std::vector<DecisionEntry> order_;
-  std::map<std::string, size_t> decided_;  // tx -> index in order_
-  std::map<std::string, bool> pending_;    // decided, not acknowledged by every rank
-  std::set<std::string> busy_;             // a Begin/Commit/Abort is running on these
-  std::set<std::string> collecting_;       // a Commit is collecting votes on these
+  bool crashed_ GUARDED_BY(mu_) = false;
+  std::vector<DecisionEntry> order_ GUARDED_BY(mu_);
+  std::map<std::string, size_t> decided_ GUARDED_BY(mu_);  // tx -> index in order_
+  // Decided, not acknowledged by every rank.
+  std::map<std::string, bool> pending_ GUARDED_BY(mu_);
+  std::set<std::string> busy_ GUARDED_BY(mu_);        // a Begin/Commit/Abort is running on these
+  std::set<std::string> collecting_ GUARDED_BY(mu_);  // a Commit is collecting votes on these
 };
 
 Status CoordinatorImpl::Init() {
@@ -594,12 +599,18 @@ Result<std::pair<Decision, std::string>> CoordinatorImpl::QueryDecision(const st
 
 Result<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOptions& options,
                                                        Transport* transport) {
+  return OpenCoordinatorWithHooks(options, transport, CoordinatorHooks{});
+}
+
+Result<std::unique_ptr<Coordinator>> OpenCoordinatorWithHooks(const CoordinatorOptions& options,
+                                                              Transport* transport,
+                                                              const CoordinatorHooks& hooks) {
   if (!transport) return Status::InvalidArgument("coordinator needs a transport");
   if (options.fan_out_threads < 1 || options.fan_out_threads > 4096) {
     return Status::InvalidArgument("fan_out_threads must be in 1..4096, got " +
                                    std::to_string(options.fan_out_threads));
   }
-  auto c = std::make_unique<CoordinatorImpl>(options, transport);
+  auto c = std::make_unique<CoordinatorImpl>(options, transport, hooks);
   WTX_RETURN_IF_ERROR(c->Init());
   return std::unique_ptr<Coordinator>(std::move(c));
 }

@@ -1,4 +1,5 @@
 #include "wtx/inproc_transport.h"
+#include "src/util/thread_annotations.h"
 
 namespace wtx {
 
@@ -63,8 +64,8 @@ class InProcTransport::Endpoint : public ParticipantEndpoint {
 
   const int rank_;
   std::mutex mu_;
-  Participant* p_ = nullptr;
-  bool silent_ = false;
+  Participant* p_ GUARDED_BY(mu_) = nullptr;
+  bool silent_ GUARDED_BY(mu_) = false;
 };
 
 InProcTransport::InProcTransport(int num_ranks) {

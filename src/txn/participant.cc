@@ -14,6 +14,8 @@
 #include "journal/journal.h"
 #include "journal/verify.h"
 #include "src/txn/participant_state.h"
+#include "src/txn/test_hooks.h"
+#include "src/util/thread_annotations.h"
 #include "wtx/content_hash.h"
 #include "wtx/participant.h"
 
@@ -108,8 +110,8 @@ struct ActiveTx {
 
 class ParticipantImpl : public Participant {
  public:
-  ParticipantImpl(ParticipantOptions options, ManifestPtr manifest)
-      : options_(std::move(options)), manifest_(std::move(manifest)) {}
+  ParticipantImpl(ParticipantOptions options, ManifestPtr manifest, const ParticipantHooks& hooks)
+      : options_(std::move(options)), hooks_(hooks), manifest_(std::move(manifest)) {}
 
   Status Init();
 
@@ -163,7 +165,7 @@ class ParticipantImpl : public Participant {
   Status FlushPending() { return Log(json(), false); }
   Status AppendRecords(std::vector<JournalRecord> records, bool sync);
   bool CrashAt(std::string_view point) {
-    if (options_.crash_points && options_.crash_points->ShouldCrash(point)) {
+    if (hooks_.crash_points && hooks_.crash_points->ShouldCrash(point)) {
       crashed_ = true;
       return true;
     }
@@ -249,6 +251,7 @@ class ParticipantImpl : public Participant {
   void RestoreEpochs(const ActiveTx& tx);
 
   ParticipantOptions options_;
+  ParticipantHooks hooks_;  // src/txn/test_hooks.h
   ManifestPtr manifest_;
   std::shared_ptr<LiveMemory> memory_;
   bool host_memory_ = true;  // memory_->HostAddressable(): copy and hash in one pass here
@@ -272,6 +275,18 @@ class ParticipantImpl : public Participant {
   // commit and by Reattach; empty otherwise).
   std::vector<std::vector<uint64_t>> committed_chunks_;
   bool committed_chunks_known_ = false;
+  std::string kernel_identity_ GUARDED_BY(mu_);
+  bool crashed_ GUARDED_BY(mu_) = false;
+  bool loaded_ GUARDED_BY(mu_) = false;
+  std::unique_ptr<ActiveTx> active_ GUARDED_BY(mu_);
+  std::string last_outcome_tx_ GUARDED_BY(mu_);
+  std::vector<ParamHashCache> hash_ GUARDED_BY(mu_);
+  uint64_t epoch_ GUARDED_BY(mu_) = 0;
+  // Epoch of the last write to each parameter, of the last refresh of each derived state.
+  std::vector<uint64_t> param_epoch_ GUARDED_BY(mu_);
+  std::vector<uint64_t> derived_epoch_ GUARDED_BY(mu_);
+  std::vector<JournalRecord> pending_ GUARDED_BY(mu_);   // batched WRITE/PATCH/REFRESH records
+  size_t coverage_peak_bytes_ GUARDED_BY(mu_) = 0;
 };
 
 Status ParticipantImpl::Init() {
@@ -714,7 +729,7 @@ Status ParticipantImpl::Write(std::span<const WritePiece> given) {
     const size_t off = static_cast<size_t>(r.begin) * esz;
     const size_t len = static_cast<size_t>(r.len) * esz;
     if (tx.req.rollback) WTX_RETURN_IF_ERROR(SaveBefore(r.param, off, len));
-    if (options_.benchmark_coverage_only) {
+    if (hooks_.benchmark_coverage_only) {
       // nothing lands
     } else if (r.device) {
       Status st = memory_->StoreFromDevice(r.param, off, r.src, len);
@@ -1917,20 +1932,32 @@ Result<VerifyReport> ParticipantImpl::Reattach() {
 
 Result<std::unique_ptr<Participant>> Participant::Open(ParticipantOptions options,
                                                        ManifestPtr manifest) {
+  return OpenParticipantWithHooks(std::move(options), std::move(manifest), ParticipantHooks{});
+}
+
+Result<std::unique_ptr<Participant>> OpenParticipantWithHooks(ParticipantOptions options,
+                                                              ManifestPtr manifest,
+                                                              const ParticipantHooks& hooks) {
   if (!manifest) return Status::InvalidArgument("participant needs a manifest");
-  const int64_t total_bytes = manifest->TotalBytes();
-  auto p = std::make_unique<ParticipantImpl>(std::move(options), std::move(manifest));
-  // A valid manifest may still be too large for this machine: its host memory and hash caches
-  // are allocated here, and running out is an error, not an escaping exception.
-  Status s;
-  try {
-    s = p->Init();
-  } catch (const std::bad_alloc&) {
-    s = Status::InvalidArgument("participant: out of memory allocating the live parameters and "
-                                "their hash caches (manifest of " +
-                                std::to_string(total_bytes) + " bytes)");
-  }
-  WTX_RETURN_IF_ERROR(s);
+  std::string kernel_identity_ GUARDED_BY(mu_);
+  bool crashed_ GUARDED_BY(mu_) = false;
+  bool loaded_ GUARDED_BY(mu_) = false;
+  std::unique_ptr<ActiveTx> active_ GUARDED_BY(mu_);
+  std::string last_outcome_tx_ GUARDED_BY(mu_);
+  std::vector<ParamHashCache> hash_ GUARDED_BY(mu_);
+  uint64_t epoch_ GUARDED_BY(mu_) = 0;
+  // Epoch of the last write to each parameter, of the last refresh of each derived state.
+  std::vector<uint64_t> param_epoch_ GUARDED_BY(mu_);
+  std::vector<uint64_t> derived_epoch_ GUARDED_BY(mu_);
+  // Per derived state: the sources a restoring abort put back under a copy the engine had
+  // recomputed from the aborted bytes (non-empty: stale until refreshed).
+  std::vector<std::vector<std::string>> derived_restored_ GUARDED_BY(mu_);
+  std::vector<JournalRecord> pending_ GUARDED_BY(mu_);  // batched WRITE/PATCH/REFRESH records
+  size_t coverage_peak_bytes_ GUARDED_BY(mu_) = 0;
+  // Chunk digests of the committed version, per parameter, when known in this process (set at
+  // commit and by Reattach; empty otherwise).
+  std::vector<std::vector<uint64_t>> committed_chunks_ GUARDED_BY(mu_);
+  bool committed_chunks_known_ GUARDED_BY(mu_) = false;
   return std::unique_ptr<Participant>(std::move(p));
 }
 

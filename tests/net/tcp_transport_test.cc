@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <condition_variable>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -21,6 +22,8 @@
 #include "tests/test_util.h"
 #include "src/net/channel.h"
 #include "src/net/tls.h"
+#include "src/net/rank_agent_hooks.h"
+#include "wtx/logger.h"
 #include "wtx/participant_endpoint.h"
 #include "wtx/tcp_transport.h"
 
@@ -158,6 +161,7 @@ struct Rig {
   std::unique_ptr<TcpTransport> transport;
   std::vector<std::unique_ptr<Participant>> parts;
   std::vector<std::unique_ptr<TcpRankAgent>> agents;
+  std::vector<std::unique_ptr<RankAgentHooks>> agent_hooks;  // one per StartAgent
   std::unique_ptr<Coordinator> coord;
 
   explicit Rig(int ranks, int agents_n = -1, TcpTransportOptions to = {},
@@ -169,13 +173,7 @@ struct Rig {
     REQUIRE(t.ok());
     transport = std::move(t).value();
     for (int r = 0; r < agents_n; ++r) {
-      ParticipantOptions po;
-      po.rank = r;
-      po.journal_dir = dir.sub("rank-" + std::to_string(r));
-      po.kernel_identity = "k1";
-      auto p = Participant::Open(po, manifest);
-      REQUIRE(p.ok());
-      parts.push_back(std::move(p).value());
+      AddParticipant(r);
       agents.push_back(StartAgent(r, kSecret));
     }
     std::vector<int> all;
@@ -198,13 +196,25 @@ struct Rig {
     coord.reset();
   }
 
+  // Opens rank r's participant (appended to `parts`).
+  void AddParticipant(int r) {
+    ParticipantOptions po;
+    po.rank = r;
+    po.journal_dir = dir.sub("rank-" + std::to_string(r));
+    po.kernel_identity = "k1";
+    auto p = Participant::Open(po, manifest);
+    REQUIRE(p.ok());
+    parts.push_back(std::move(p).value());
+  }
+
   std::unique_ptr<TcpRankAgent> StartAgent(int r, const std::string& secret) {
     RankAgentOptions ao;
     ao.coordinator_port = transport->port();
     ao.rank = r;
     ao.secret = secret;
     ao.backoff_max = milliseconds(100);
-    auto a = TcpRankAgent::Start(ao, parts[r].get());
+    agent_hooks.push_back(std::make_unique<RankAgentHooks>());
+    auto a = StartRankAgentWithHooks(ao, parts[r].get(), agent_hooks.back().get());
     REQUIRE(a.ok());
     return std::move(a).value();
   }
@@ -262,11 +272,7 @@ TEST_CASE("WrongSecretIsRefused", "[tcp][auth]") {
   to.handshake_timeout = milliseconds(300);
   Rig rig(2, 1, to);
   // An agent with the wrong secret never registers.
-  ParticipantOptions po;
-  po.rank = 1;
-  po.journal_dir = rig.dir.sub("rank-1");
-  po.kernel_identity = "k1";
-  rig.parts.push_back(Participant::Open(po, rig.manifest).value());
+  rig.AddParticipant(1);
   auto bad = rig.StartAgent(1, "wrong secret");
   CHECK_FALSE(rig.transport->WaitForRanks({1}, milliseconds(500)));
   CHECK(bad->state().connections == 0);
@@ -294,6 +300,46 @@ TEST_CASE("WrongSecretIsRefused", "[tcp][auth]") {
   auto good = rig.StartAgent(1, kSecret);
   CHECK(rig.transport->WaitForRanks({0, 1}, milliseconds(5000)));
   CHECK(rig.transport->endpoint(1)->Describe().ok());
+}
+
+// Collects the library's log lines (include/wtx/logger.h).
+class CapturingLogger : public Logger {
+ public:
+  void Log(LogLevel level, std::string_view component, std::string_view message) override {
+    std::lock_guard<std::mutex> l(mu_);
+    lines_.emplace_back(std::string(component), std::string(message));
+    cv_.notify_all();
+  }
+  // Waits until `component` logs a line containing `needle`; false on timeout.
+  bool WaitFor(const std::string& component, const std::string& needle, milliseconds timeout) {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, timeout, [&] {
+      for (const auto& [c, m] : lines_) {
+        if (c == component && m.find(needle) != std::string::npos) return true;
+      }
+      return false;
+    });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::pair<std::string, std::string>> lines_;  // component, message
+};
+
+TEST_CASE("LibraryLogLinesGoToTheInjectedLogger", "[tcp]") {
+  auto logger = std::make_shared<CapturingLogger>();
+  SetLogger(logger);
+  {
+    Rig rig(2, 1);
+    rig.AddParticipant(1);
+    // A refused agent logs why it retries, through the injected logger, under its tag.
+    auto bad = rig.StartAgent(1, "wrong secret");
+    // Both sides log the refusal through the injected logger, each under its own tag.
+    CHECK(logger->WaitFor("rank-1", "authentication failed; retrying", milliseconds(5000)));
+    CHECK(logger->WaitFor("coordinator", "refused connection", milliseconds(5000)));
+  }
+  SetLogger(nullptr);  // back to stderr
 }
 
 TEST_CASE("OversizedFrameIsRefused", "[tcp]") {
@@ -399,7 +445,7 @@ TEST_CASE("SilentRankTimesOutAndTheTransactionAborts", "[tcp]") {
   Rig rig(2, 2, {}, milliseconds(300));
   REQUIRE(rig.coord->Begin(Full("t1")).status.ok());
   for (int r = 0; r < 2; ++r) rig.WriteAll(r, 3);
-  rig.agents[1]->SetSilent(true);
+  rig.agent_hooks[1]->silent = true;
   const auto t0 = std::chrono::steady_clock::now();
   CommitOutcome o = rig.coord->Commit("t1");
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
@@ -435,8 +481,9 @@ TEST_CASE("RanksReconnectToARestartedCoordinatorAndResolveInDoubt", "[tcp]") {
     co.journal_dir = rig.dir.sub("coordinator");
     rig.transport->SetDecisionOracle(nullptr);
     rig.coord.reset();
-    co.crash_points = &crash;
-    rig.coord = Coordinator::Open(co, rig.transport.get()).value();
+    CoordinatorHooks hooks;
+    hooks.crash_points = &crash;
+    rig.coord = OpenCoordinatorWithHooks(co, rig.transport.get(), hooks).value();
   }
   CommitOutcome o = rig.coord->Commit("t1");
   CHECK(o.status.code() == ErrorCode::kCrashed);

@@ -21,6 +21,7 @@
 #define WTX_BENCH_AVX2 1
 #endif
 
+#include "src/txn/test_hooks.h"
 #include "tools/bench/bench_util.h"
 #include "wtx/content_hash.h"
 #include "wtx/coordinator.h"
@@ -401,8 +402,9 @@ Result<json> BenchCoverage(const BenchOptions& o) {
   po.rank = 0;
   po.journal_dir = dir.path() + "/rank0";
   po.kernel_identity = "bench";
-  po.benchmark_coverage_only = true;
-  WTX_ASSIGN_OR_RETURN(participant, Participant::Open(po, manifest));
+  ParticipantHooks hooks;
+  hooks.benchmark_coverage_only = true;
+  WTX_ASSIGN_OR_RETURN(participant, OpenParticipantWithHooks(po, manifest, hooks));
 
   // Writes every shard (or, with `skip_odd`, every other shard of each parameter), then times
   // CheckPrepare.

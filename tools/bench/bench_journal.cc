@@ -9,7 +9,7 @@
 
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_util.h"
-#include "journal/fault_injection_fs.h"
+#include "src/testing/fault_injection_fs.h"
 #include "src/util/hash_util.h"
 #include "journal/history.h"
 #include "journal/journal.h"

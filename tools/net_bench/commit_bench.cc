@@ -17,7 +17,7 @@
 //
 // --sync-delay-ms D: every synced journal write (each rank's BEGIN and PREPARED, the
 // coordinator's DECISION) first sleeps D ms, through a filesystem wrapper
-// (journal/slow_sync_fs.h) under every journal — a rank whose own disk takes D ms per fsync.
+// (src/testing/slow_sync_fs.h) under every journal — a rank whose own disk takes D ms per fsync.
 // With a fan-out coordinator the ranks' syncs overlap, so latency should barely grow with N.
 // --fan-out-threads T: the in-process coordinator's CoordinatorOptions::fan_out_threads
 // (default 256); T = 1 is the near-sequential baseline (two calls in flight).
@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "journal/slow_sync_fs.h"
+#include "src/testing/slow_sync_fs.h"
 #include "tools/guarded_main.h"
 #include "src/conformance/tcp_simulator.h"
 #include "wtx/coordinator.h"

@@ -12,7 +12,9 @@
 #include <sstream>
 #include <thread>
 
-#include "journal/fault_injection_fs.h"
+#include "src/testing/fault_injection_fs.h"
+#include "src/testing/armed_crash_point.h"
+#include "src/txn/test_hooks.h"
 #include "tools/torture/model.h"
 #include "journal/verify.h"
 #include "wtx/content_hash.h"
@@ -268,8 +270,9 @@ Status Script::OpenRank(int r) {
   po.journal_dir = dir_ + "/rank-" + std::to_string(r);
   po.env.fs = rank_fs_[r];
   po.kernel_identity = model_->default_kernel();
-  po.crash_points = rank_crash_[r].get();
-  auto p = Participant::Open(std::move(po), manifests_[r]);
+  ParticipantHooks hooks;
+  hooks.crash_points = rank_crash_[r].get();
+  auto p = OpenParticipantWithHooks(std::move(po), manifests_[r], hooks);
   if (!p.ok()) return p.status();
   ranks_[r] = std::move(p).value();
   transport_.SetParticipant(r, ranks_[r].get());
@@ -354,8 +357,9 @@ Status Script::OpenCoordinator() {
   CoordinatorOptions co;
   co.journal_dir = dir_ + "/coordinator";
   co.env.fs = coord_fs_;
-  co.crash_points = &coord_crash_;
-  auto c = Coordinator::Open(co, &transport_);
+  CoordinatorHooks hooks;
+  hooks.crash_points = &coord_crash_;
+  auto c = OpenCoordinatorWithHooks(co, &transport_, hooks);
   if (!c.ok()) return c.status();
   coord_ = std::move(c).value();
   return Status::OK();

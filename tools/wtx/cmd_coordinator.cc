@@ -19,8 +19,10 @@
 
 #include "tools/wtx/commands.h"
 #include "src/net/control_service.h"
-#include "journal/fault_injection_fs.h"
-#include "journal/slow_sync_fs.h"
+#include "src/testing/fault_injection_fs.h"
+#include "src/testing/armed_crash_point.h"
+#include "src/txn/test_hooks.h"
+#include "src/testing/slow_sync_fs.h"
 #include "src/net/channel.h"
 #include "src/net/codec.h"
 #include "src/util/json_number.h"
@@ -122,19 +124,20 @@ int RunCoordinator(const CoordinatorArgs& a) {
   std::shared_ptr<FaultInjectionFileSystem> fs;
   ArmedCrashPoint crash;
   CoordinatorOptions co;
+  CoordinatorHooks hooks;
   co.journal_dir = a.journal;
   co.prepare_timeout = milliseconds(a.prepare_timeout_ms);
   if (a.test_hooks) {
     fs = std::make_shared<FaultInjectionFileSystem>();
     co.env.fs = fs;
-    co.crash_points = &crash;
+    hooks.crash_points = &crash;
   }
   if (a.sync_delay_ms > 0) {
     co.env.fs = std::make_shared<SlowSyncFileSystem>(
         milliseconds(a.sync_delay_ms),
         co.env.fs ? co.env.fs : rocksdb::FileSystem::Default());
   }
-  auto opened = Coordinator::Open(co, &t);
+  auto opened = OpenCoordinatorWithHooks(co, &t, hooks);
   if (!opened.ok()) return Fail(opened.status());
   Coordinator* c = opened.value().get();
   auto recoverer = std::make_unique<Recoverer>(c);

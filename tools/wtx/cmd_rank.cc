@@ -18,8 +18,11 @@
 
 #include "tools/wtx/commands.h"
 #include "src/net/control_service.h"
-#include "journal/fault_injection_fs.h"
-#include "journal/slow_sync_fs.h"
+#include "src/testing/fault_injection_fs.h"
+#include "src/testing/armed_crash_point.h"
+#include "src/txn/test_hooks.h"
+#include "src/net/rank_agent_hooks.h"
+#include "src/testing/slow_sync_fs.h"
 #include "src/net/codec.h"
 #include "src/util/json_number.h"
 #include "src/net/control.h"
@@ -93,6 +96,7 @@ int RunRank(const RankArgs& a) {
   std::shared_ptr<FaultInjectionFileSystem> fs;
   ArmedCrashPoint crash;
   ParticipantOptions po;
+  ParticipantHooks hooks;
   po.rank = a.rank;
   po.journal_dir = a.journal;
   po.kernel_identity = a.kernel_identity;
@@ -101,14 +105,14 @@ int RunRank(const RankArgs& a) {
     // Power-loss emulation: the journal's files remember their synced size (see "crash").
     fs = std::make_shared<FaultInjectionFileSystem>();
     po.env.fs = fs;
-    po.crash_points = &crash;
+    hooks.crash_points = &crash;
   }
   if (a.sync_delay_ms > 0) {
     po.env.fs = std::make_shared<SlowSyncFileSystem>(
         milliseconds(a.sync_delay_ms),
         po.env.fs ? po.env.fs : rocksdb::FileSystem::Default());
   }
-  auto opened = Participant::Open(std::move(po), manifest.value());
+  auto opened = OpenParticipantWithHooks(std::move(po), manifest.value(), hooks);
   if (!opened.ok()) return FailRank(opened.status());
   Participant& p = *opened.value();
 
@@ -121,7 +125,8 @@ int RunRank(const RankArgs& a) {
   ao.request_timeout = milliseconds(a.request_timeout_ms);
   ao.max_frame_bytes = a.max_frame_bytes;
   ao.tls = a.tls;
-  auto agent = TcpRankAgent::Start(ao, &p);
+  RankAgentHooks agent_hooks;
+  auto agent = StartRankAgentWithHooks(ao, &p, a.test_hooks ? &agent_hooks : nullptr);
   if (!agent.ok()) return FailRank(agent.status());
   TcpRankAgent& ag = *agent.value();
 
@@ -169,7 +174,7 @@ int RunRank(const RankArgs& a) {
       }
       if (m == "disarm") return ok({{"fired", crash.Disarm()}});
       if (m == "set_silent") {
-        ag.SetSilent(q.at("silent").get<bool>());
+        agent_hooks.silent = q.at("silent").get<bool>();
         return ok(json::object());
       }
       if (m == "crash") {

@@ -1,4 +1,4 @@
-#include "journal/slow_sync_fs.h"
+#include "src/testing/slow_sync_fs.h"
 
 #include <thread>
 

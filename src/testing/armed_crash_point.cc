@@ -1,4 +1,4 @@
-#include "wtx/crash_points.h"
+#include "src/testing/armed_crash_point.h"
 
 #include <utility>
 

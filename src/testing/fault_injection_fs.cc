@@ -1,4 +1,4 @@
-#include "journal/fault_injection_fs.h"
+#include "src/testing/fault_injection_fs.h"
 
 #include <filesystem>
 

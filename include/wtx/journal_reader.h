@@ -1,0 +1,112 @@
+// Journal reader: the audit history a participant's or the coordinator's journal holds, typed
+// (the data `wtx log` and `wtx show` print), and the integrity check behind `wtx check`.
+//
+// Contract: both functions open the journal directory read-only (safe beside the process that
+// writes it) and never modify it. ReadJournalHistory verifies the journal first
+// (VerifyJournal, then a replay-equals-stored-state check) and refuses a journal that fails
+// with kJournalCorrupt naming what is wrong, so corrupt history is never returned as data;
+// kNotFound when the directory holds no journal.
+//
+// Thread-safety: pure functions of the files; concurrent calls are safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "wtx/protocol.h"
+#include "wtx/status.h"
+
+namespace wtx {
+
+// Who a journal belongs to.
+struct JournalOwner {
+  std::string role;  // "participant" or "coordinator"
+  int rank = -1;     // participants only
+  bool operator==(const JournalOwner&) const = default;
+};
+
+// What a participant's transaction wrote: counted from its WRITE and PATCH records while it
+// is active, the participant's own coverage summary once it prepared.
+struct TxCoverageSummary {
+  int64_t pieces = 0;    // write pieces
+  int64_t patches = 0;   // patch parts
+  int64_t elements = 0;  // elements written
+  int64_t bytes = 0;     // bytes written
+  int64_t shards = 0;    // shards touched (once prepared)
+  int64_t missing = 0;   // required elements not written (once prepared)
+};
+
+// One rank's vote as the coordinator logged it.
+struct LoggedVote {
+  int rank = -1;
+  std::string vote;   // "yes", "no", "timeout" or "crashed"
+  std::string error;  // "no": the error code name (E_MISSING_SHARD, ...)
+};
+
+// One transaction, in order of first appearance in the journal.
+struct HistoryEntry {
+  std::string tx;
+  int64_t time_micros = 0;             // when it began (participant) or was decided
+  // Participant: "active", "prepared", "committed", "aborted" or "noop";
+  // coordinator: "committed", "aborted" or "noop".
+  std::string outcome;
+  std::optional<std::string> version;  // committed: the version
+  std::string reason;                  // why it aborted ("" otherwise)
+  std::map<std::string, int64_t> timings_us;  // per phase ("prepare", "total", ...)
+
+  // Participant journals.
+  std::optional<TxKind> kind;
+  std::optional<std::string> base;     // partial/delta: the base version
+  std::vector<std::string> modules;    // partial: modules in scope
+  std::vector<std::string> sources;    // delta: sources patched
+  bool rollback = false;
+  TxCoverageSummary coverage;
+  std::vector<std::string> refreshed;  // derived states refreshed
+  std::optional<std::string> vote;     // "yes" / "no" once prepared
+  std::string message;                 // the error message behind `reason`, if any
+  std::optional<bool> dirty_after;     // the dirty flag the outcome left
+
+  // Coordinator journals.
+  std::optional<Decision> decision;
+  std::vector<LoggedVote> votes;
+  bool acknowledged = false;           // every rank heard the decision
+
+  std::string json;  // the whole entry as JSON text (`wtx log --json` prints these)
+};
+
+struct JournalHistory {
+  JournalOwner owner;
+  uint64_t records = 0;
+  std::vector<HistoryEntry> entries;
+  std::vector<std::string> warnings;  // verification warnings (a torn unsynced tail)
+};
+
+Result<JournalHistory> ReadJournalHistory(const std::string& dir);
+
+struct JournalVerifyOptions {
+  // Who the journal must belong to; nullopt: inferred from the directory name when it is
+  // "rank-N" or "coordinator", otherwise not checked.
+  std::optional<JournalOwner> expect;
+  // Warnings (torn unsynced tail, missing sync watermark) count as corruption.
+  bool strict = false;
+};
+
+struct JournalVerification {
+  // OK; kJournalCorrupt naming what is wrong; kNotFound when `dir` holds no journal at all.
+  Status status;
+  std::vector<std::string> warnings;
+  JournalOwner owner;             // as stored (empty role when unreadable)
+  bool owner_checked = false;     // compared with an expected owner
+  uint64_t records = 0;
+  std::optional<uint64_t> synced_through;  // the sync watermark: last record known durable
+  bool torn_tail = false;         // an incomplete unsynced last record was dropped
+};
+
+// What `wtx check DIR [--strict]` reports (files, checksums, chain, replay, identity; see
+// docs/journal-format.md and docs/crash-safety.md).
+JournalVerification VerifyJournal(const std::string& dir, const JournalVerifyOptions& options = {});
+
+}  // namespace wtx
