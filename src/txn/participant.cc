@@ -1613,7 +1613,7 @@ Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& r
       res = std::make_unique<CoverageSet>(p.num_elements(), p.shape.empty() ? 0 : p.shape.back());
     }
     res->Add(run.first, run.second);
-    param_epoch_[param] = ++epoch_;
+    NoteWritten(param);
   }
   std::vector<Reservation> out;
   json shards = json::array();
@@ -1672,6 +1672,9 @@ Status ParticipantImpl::Landed(const LandingRegion& region) {
       cov = std::make_unique<CoverageSet>(p.num_elements(), p.shape.empty() ? 0 : p.shape.back());
     }
     cov->Add(run.first, run.second);
+    // The engine changed these bytes up to now: a refresh between Reserve and Landed was
+    // computed from bytes still in flight and does not count.
+    NoteWritten(param);
     tx.elements += run.second;
     tx.bytes += static_cast<int64_t>(static_cast<size_t>(run.second) * DTypeSize(p.dtype));
     tx.rows += p.shape.empty() ? 1 : std::max<int64_t>(1, run.second / p.shape.back());
