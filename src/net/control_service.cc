@@ -30,7 +30,7 @@ Status CheckControlParams(const std::string& m, const json& p) {
     return Status::InvalidArgument(m + ": expected a map of parameters");
   }
   if (m == "begin") return CheckFields(p, m, {"req"});
-  if (m == "commit") return CheckFields(p, m, {"tx", "expect_version"});
+  if (m == "commit") return CheckFields(p, m, {"tx", "options"});
   if (m == "abort" || m == "committed_version") return CheckFields(p, m, {"tx"});
   if (m == "wait_ranks") return CheckFields(p, m, {"ranks", "timeout_ms"});
   if (m == "step") return CheckFields(p, m, {"step", "scope"});
@@ -149,6 +149,7 @@ Result<CommitOptions> CommitOptionsFromJson(const json& j) {
   CommitOptions o;
   if (j.is_null()) return o;
   if (!j.is_object()) return Status::InvalidArgument("commit options: expected a map");
+  WTX_RETURN_IF_ERROR(CheckFields(j, "commit.options", {"expect_version", "expect_rank_digests"}));
   return Guard<CommitOptions>("commit options", [&]() -> Result<CommitOptions> {
     if (auto v = j.find("expect_version"); v != j.end() && !v->is_null()) {
       o.expect_version = v->get<std::string>();
