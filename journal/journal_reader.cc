@@ -89,7 +89,7 @@ JournalVerification VerifyJournal(const std::string& dir, const JournalVerifyOpt
   VerifyOptions vo;
   if (options.expect) vo.expect = JournalIdentity{options.expect->role, options.expect->rank};
   vo.strict = options.strict;
-  VerifyReport rep = VerifyJournalDir(dir, vo);
+  JournalCheckReport rep = VerifyJournalDir(dir, vo);
   JournalVerification out;
   out.status = rep.status;
   out.warnings = rep.warnings;

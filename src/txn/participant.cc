@@ -257,24 +257,6 @@ class ParticipantImpl : public Participant {
   bool host_memory_ = true;  // memory_->HostAddressable(): copy and hash in one pass here
   std::unique_ptr<Journal> journal_;
   mutable std::mutex mu_;
-  std::string kernel_identity_;
-  bool crashed_ = false;
-  bool loaded_ = false;
-  std::unique_ptr<ActiveTx> active_;
-  std::string last_outcome_tx_;
-  std::vector<ParamHashCache> hash_;
-  uint64_t epoch_ = 0;
-  std::vector<uint64_t> param_epoch_;    // epoch of the last write to each parameter
-  std::vector<uint64_t> derived_epoch_;  // epoch of the last refresh of each derived state
-  // Per derived state: the sources a restoring abort put back under a copy the engine had
-  // recomputed from the aborted bytes (non-empty: stale until refreshed).
-  std::vector<std::vector<std::string>> derived_restored_;
-  std::vector<JournalRecord> pending_;   // batched WRITE/PATCH/REFRESH records
-  size_t coverage_peak_bytes_ = 0;
-  // Chunk digests of the committed version, per parameter, when known in this process (set at
-  // commit and by Reattach; empty otherwise).
-  std::vector<std::vector<uint64_t>> committed_chunks_;
-  bool committed_chunks_known_ = false;
   std::string kernel_identity_ GUARDED_BY(mu_);
   bool crashed_ GUARDED_BY(mu_) = false;
   bool loaded_ GUARDED_BY(mu_) = false;
@@ -285,8 +267,15 @@ class ParticipantImpl : public Participant {
   // Epoch of the last write to each parameter, of the last refresh of each derived state.
   std::vector<uint64_t> param_epoch_ GUARDED_BY(mu_);
   std::vector<uint64_t> derived_epoch_ GUARDED_BY(mu_);
-  std::vector<JournalRecord> pending_ GUARDED_BY(mu_);   // batched WRITE/PATCH/REFRESH records
+  // Per derived state: the sources a restoring abort put back under a copy the engine had
+  // recomputed from the aborted bytes (non-empty: stale until refreshed).
+  std::vector<std::vector<std::string>> derived_restored_ GUARDED_BY(mu_);
+  std::vector<JournalRecord> pending_ GUARDED_BY(mu_);  // batched WRITE/PATCH/REFRESH records
   size_t coverage_peak_bytes_ GUARDED_BY(mu_) = 0;
+  // Chunk digests of the committed version, per parameter, when known in this process (set at
+  // commit and by Reattach; empty otherwise).
+  std::vector<std::vector<uint64_t>> committed_chunks_ GUARDED_BY(mu_);
+  bool committed_chunks_known_ GUARDED_BY(mu_) = false;
 };
 
 Status ParticipantImpl::Init() {
