@@ -1771,8 +1771,12 @@ Status ParticipantImpl::VerifyLiveLocked(const ActiveTx* tx,
 }
 
 Status ParticipantImpl::LogUndeclared(const VerifyReport& report) {
+  // The record names every parameter; chunk runs are listed up to a bound (the count of
+  // differing chunks is recorded whole), so a rank whose every other chunk changed cannot
+  // write a record of millions of entries.
+  constexpr size_t kMaxDifferencesRecorded = 4096;
   json diffs = json::array();
-  for (size_t k = 0; k < report.differences.size() && k < kMaxMissingReported; ++k) {
+  for (size_t k = 0; k < report.differences.size() && k < kMaxDifferencesRecorded; ++k) {
     const auto& d = report.differences[k];
     diffs.push_back({{"param", d.param}, {"chunks", {d.first_chunk, d.first_chunk + d.chunks}}});
   }
@@ -1931,25 +1935,19 @@ Result<std::unique_ptr<Participant>> OpenParticipantWithHooks(ParticipantOptions
                                                               ManifestPtr manifest,
                                                               const ParticipantHooks& hooks) {
   if (!manifest) return Status::InvalidArgument("participant needs a manifest");
-  std::string kernel_identity_ GUARDED_BY(mu_);
-  bool crashed_ GUARDED_BY(mu_) = false;
-  bool loaded_ GUARDED_BY(mu_) = false;
-  std::unique_ptr<ActiveTx> active_ GUARDED_BY(mu_);
-  std::string last_outcome_tx_ GUARDED_BY(mu_);
-  std::vector<ParamHashCache> hash_ GUARDED_BY(mu_);
-  uint64_t epoch_ GUARDED_BY(mu_) = 0;
-  // Epoch of the last write to each parameter, of the last refresh of each derived state.
-  std::vector<uint64_t> param_epoch_ GUARDED_BY(mu_);
-  std::vector<uint64_t> derived_epoch_ GUARDED_BY(mu_);
-  // Per derived state: the sources a restoring abort put back under a copy the engine had
-  // recomputed from the aborted bytes (non-empty: stale until refreshed).
-  std::vector<std::vector<std::string>> derived_restored_ GUARDED_BY(mu_);
-  std::vector<JournalRecord> pending_ GUARDED_BY(mu_);  // batched WRITE/PATCH/REFRESH records
-  size_t coverage_peak_bytes_ GUARDED_BY(mu_) = 0;
-  // Chunk digests of the committed version, per parameter, when known in this process (set at
-  // commit and by Reattach; empty otherwise).
-  std::vector<std::vector<uint64_t>> committed_chunks_ GUARDED_BY(mu_);
-  bool committed_chunks_known_ GUARDED_BY(mu_) = false;
+  const int64_t total_bytes = manifest->TotalBytes();
+  auto p = std::make_unique<ParticipantImpl>(std::move(options), std::move(manifest), hooks);
+  // A valid manifest may still be too large for this machine: its host memory and hash caches
+  // are allocated here, and running out is an error, not an escaping exception.
+  Status s;
+  try {
+    s = p->Init();
+  } catch (const std::bad_alloc&) {
+    s = Status::InvalidArgument("participant: out of memory allocating the live parameters and "
+                                "their hash caches (manifest of " +
+                                std::to_string(total_bytes) + " bytes)");
+  }
+  WTX_RETURN_IF_ERROR(s);
   return std::unique_ptr<Participant>(std::move(p));
 }
 
