@@ -18,6 +18,7 @@
 #include "journal/journal.h"
 #include "py_common.h"
 #include "src/net/message_transport.h"
+#include "src/txn/test_hooks.h"
 #include "wtx/coordinator.h"
 #include "wtx/device_live_memory.h"
 #include "wtx/expected_version.h"
@@ -150,13 +151,14 @@ std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir, c
   out->journal_dir = journal_dir;
   out->rank = rank;
   ParticipantOptions o;
+  ParticipantHooks hooks;  // src/txn/test_hooks.h: test_crash_at only
   o.rank = rank;
   o.journal_dir = journal_dir;
   o.kernel_identity = kernel_identity;
   o.rollback_budget_bytes = rollback_budget_bytes;
   if (test_crash_at) {
     out->crash = std::make_unique<ExitAtCrashPoint>(*test_crash_at);
-    o.crash_points = out->crash.get();
+    hooks.crash_points = out->crash.get();
   }
   if (tensors) {
     const Manifest& man = *m.m;
@@ -212,7 +214,7 @@ std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir, c
     }
     out->tensors = *tensors;
   }
-  out->p = Unwrap(WithoutGil([&] { return Participant::Open(std::move(o), m.m); }));
+  out->p = Unwrap(WithoutGil([&] { return OpenParticipantWithHooks(std::move(o), m.m, hooks); }));
   return out;
 }
 
@@ -572,14 +574,16 @@ CoordinatorOptions CoordOptions(PyCoordinator& self, const std::string& dir,
   o.journal_dir = dir;
   if (test_crash_at) {
     self.crash = std::make_unique<ExitAtCrashPoint>(*test_crash_at);
-    o.crash_points = self.crash.get();
   }
   o.prepare_timeout = std::chrono::milliseconds(static_cast<int64_t>(prepare_timeout_s * 1000));
   return o;
 }
 
-std::unique_ptr<Coordinator> OpenCoordinator(const CoordinatorOptions& o, Transport* t) {
-  auto r = WithoutGil([&] { return Coordinator::Open(o, t); });
+std::unique_ptr<Coordinator> OpenCoordinator(const CoordinatorOptions& o, Transport* t,
+                                             CrashPoints* crash) {
+  CoordinatorHooks hooks;  // src/txn/test_hooks.h: test_crash_at only
+  hooks.crash_points = crash;
+  auto r = WithoutGil([&] { return OpenCoordinatorWithHooks(o, t, hooks); });
   return Unwrap(std::move(r));
 }
 
@@ -600,7 +604,8 @@ std::shared_ptr<PyCoordinator> OpenInProc(const std::string& dir,
   }
   out->participants = std::move(ps);
   out->journal_dir = dir;
-  out->c = OpenCoordinator(CoordOptions(*out, dir, prepare_timeout_s, test_crash_at), t.get());
+  out->c = OpenCoordinator(CoordOptions(*out, dir, prepare_timeout_s, test_crash_at), t.get(),
+                           out->crash.get());
   out->transport = std::move(t);
   return out;
 }

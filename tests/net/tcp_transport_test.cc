@@ -742,7 +742,7 @@ TEST_CASE("ConcurrentPrepareOverTcpCostsOneTimeoutForThreeSilentRanks", "[tcp]")
   Rig rig(5, 5, {}, milliseconds(300));
   REQUIRE(rig.coord->Begin(Full("t1")).status.ok());
   for (int r = 0; r < 5; ++r) rig.WriteAll(r, 4);
-  for (int r : {1, 2, 4}) rig.agents[r]->SetSilent(true);
+  for (int r : {1, 2, 4}) rig.agent_hooks[r]->silent = true;
   const auto t0 = std::chrono::steady_clock::now();
   CommitOutcome o = rig.coord->Commit("t1");
   const auto took = std::chrono::steady_clock::now() - t0;
@@ -757,7 +757,7 @@ TEST_CASE("RankDisconnectingMidPrepareOverTcpFailsFastAndOthersAbort", "[tcp]") 
   Rig rig(3, 3, {}, milliseconds(5000));
   REQUIRE(rig.coord->Begin(Full("t1")).status.ok());
   for (int r = 0; r < 3; ++r) rig.WriteAll(r, 6);
-  rig.agents[1]->SetSilent(true);
+  rig.agent_hooks[1]->silent = true;
   auto commit = std::async(std::launch::async, [&] { return rig.coord->Commit("t1"); });
   std::this_thread::sleep_for(milliseconds(200));  // the prepare is out to every rank
   const auto t0 = std::chrono::steady_clock::now();
@@ -775,7 +775,7 @@ TEST_CASE("InDoubtQueryOverTcpIsAnsweredWhileACommitWaits", "[tcp]") {
   Rig rig(2, 2, {}, milliseconds(1500));
   REQUIRE(rig.coord->Begin(Full("t1")).status.ok());
   for (int r = 0; r < 2; ++r) rig.WriteAll(r, 8);
-  rig.agents[1]->SetSilent(true);
+  rig.agent_hooks[1]->silent = true;
   auto commit = std::async(std::launch::async, [&] { return rig.coord->Commit("t1"); });
   std::this_thread::sleep_for(milliseconds(200));
   // A control connection asks about another transaction while the commit waits for rank 1.
