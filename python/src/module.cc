@@ -621,7 +621,7 @@ std::shared_ptr<PyCoordinator> OpenCarried(const std::string& dir, int num_ranks
       num_ranks, PyCarrier(std::move(carrier)),
       std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000)));
   out->c = OpenCoordinator(CoordOptions(*out, dir, prepare_timeout_s, test_crash_at),
-                           out->transport.get());
+                           out->transport.get(), out->crash.get());
   return out;
 }
 
