@@ -26,13 +26,12 @@ Status CheckStepFields(const json& s, const std::string& where, const std::strin
     return CheckFields(s, where, {"op", "tx", "kind", "base", "modules", "sources", "rollback",
                                   "verify"});
   }
-  if (op == "write" || op == "land") {
+  if (op == "write" || op == "land" || op == "poke") {
     return CheckFields(s, where, {"op", "rank", "param", "shard", "source", "box", "fill"});
   }
   if (op == "reserve") {
     return CheckFields(s, where, {"op", "rank", "param", "shard", "source", "box"});
   }
-  if (op == "poke") return CheckFields(s, where, {"op", "rank", "param", "box", "fill"});
   if (op == "patch") {
     return CheckFields(s, where, {"op", "rank", "source", "indices", "fill", "part"});
   }
@@ -308,13 +307,16 @@ Result<Scenario> ParseScenario(const json& j, const std::string& base_dir) {
   if (mit == j.end() || !mit->is_object()) return Bad("model", "missing object");
   const json& model = *mit;
   WTX_RETURN_IF_ERROR(CheckFields(
-      model, "model", {"manifest", "rank_manifests", "manifest_file", "hf_config", "tp"}));
+      model, "model",
+      {"manifest", "rank_manifests", "manifest_file", "hf_config", "tp", "ep", "expert_placement"}));
   if (model.contains("manifest") + model.contains("manifest_file") + model.contains("hf_config") >
       1) {
     return Bad("model", "give one of manifest, manifest_file or hf_config");
   }
-  if (model.contains("tp") && !model.contains("hf_config")) {
-    return Bad("model.tp", "only with hf_config");
+  for (const char* k : {"tp", "ep", "expert_placement"}) {
+    if (model.contains(k) && !model.contains("hf_config")) {
+      return Bad(std::string("model.") + k, "only with hf_config");
+    }
   }
   if (model.contains("rank_manifests") && model.contains("hf_config")) {
     return Bad("model.rank_manifests", "not with hf_config (the ranks' manifests are generated)");
