@@ -1394,8 +1394,9 @@ Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::st
     return Err(ErrorCode::kVoteNo, "rank " + Rank() + ": commit of '" + tx.req.tx +
                                        "' which this rank did not vote yes on");
   }
-  // The journal says dirty since BEGIN; what it was before is this transaction's to restore.
-  bool dirty = tx.dirty_at_begin;
+  // The journal says dirty since BEGIN; what it was before is this transaction's to restore,
+  // unless the verifier found undeclared changes (durably dirty until a full commit).
+  bool dirty = tx.dirty_at_begin || tx.undeclared;
   bool restored = false;
   std::string reason;
   switch (decision) {
@@ -1419,7 +1420,6 @@ Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::st
         WTX_RETURN_IF_ERROR(RestoreBefore());
         RestoreEpochs(tx);
         restored = true;
-        dirty = tx.dirty_at_begin || tx.undeclared;
         reason = "before-images restored";
       } else if (tx.wrote) {
         dirty = true;
