@@ -604,8 +604,9 @@ std::shared_ptr<PyCoordinator> OpenInProc(const std::string& dir,
   }
   out->participants = std::move(ps);
   out->journal_dir = dir;
-  out->c = OpenCoordinator(CoordOptions(*out, dir, prepare_timeout_s, test_crash_at), t.get(),
-                           out->crash.get());
+  // CoordOptions arms out->crash: called first (argument order is unspecified).
+  const CoordinatorOptions o = CoordOptions(*out, dir, prepare_timeout_s, test_crash_at);
+  out->c = OpenCoordinator(o, t.get(), out->crash.get());
   out->transport = std::move(t);
   return out;
 }
@@ -620,8 +621,9 @@ std::shared_ptr<PyCoordinator> OpenCarried(const std::string& dir, int num_ranks
   out->transport = std::make_unique<net::MessageTransport>(
       num_ranks, PyCarrier(std::move(carrier)),
       std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000)));
-  out->c = OpenCoordinator(CoordOptions(*out, dir, prepare_timeout_s, test_crash_at),
-                           out->transport.get(), out->crash.get());
+  // CoordOptions arms out->crash: called first (argument order is unspecified).
+  const CoordinatorOptions o = CoordOptions(*out, dir, prepare_timeout_s, test_crash_at);
+  out->c = OpenCoordinator(o, out->transport.get(), out->crash.get());
   return out;
 }
 
