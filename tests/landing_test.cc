@@ -14,19 +14,6 @@ using namespace wtx::testing;
 
 namespace {
 
-BeginRequest Req(const std::string& tx, TxKind kind, std::string base = "",
-                 std::vector<std::string> modules = {}, std::vector<std::string> sources = {},
-                 bool rollback = false, VerifyMode verify = VerifyMode::kTouched) {
-  BeginRequest b;
-  b.tx = tx;
-  b.kind = kind;
-  b.base = std::move(base);
-  b.modules = std::move(modules);
-  b.sources = std::move(sources);
-  b.rollback = rollback;
-  b.verify = verify;
-  return b;
-}
 
 bool DeviceRun() {
   const char* name = std::getenv("WTX_TEST_MEMORY");

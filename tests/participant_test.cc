@@ -10,18 +10,6 @@ using namespace wtx::testing;
 
 namespace {
 
-BeginRequest Req(const std::string& tx, TxKind kind, std::string base = "",
-                 std::vector<std::string> modules = {}, std::vector<std::string> sources = {},
-                 bool rollback = false) {
-  BeginRequest b;
-  b.tx = tx;
-  b.kind = kind;
-  b.base = std::move(base);
-  b.modules = std::move(modules);
-  b.sources = std::move(sources);
-  b.rollback = rollback;
-  return b;
-}
 
 Status WriteBox(Participant& p, const std::string& param, const std::string& shard,
                 std::optional<Box> box, uint32_t seed = 1) {

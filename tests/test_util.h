@@ -249,4 +249,20 @@ class Cluster {
   std::function<std::shared_ptr<LiveMemory>(const Manifest&)> memory_factory_;
 };
 
+// A begin request, for the participant and landing tests.
+inline BeginRequest Req(const std::string& tx, TxKind kind, std::string base = "",
+                        std::vector<std::string> modules = {},
+                        std::vector<std::string> sources = {}, bool rollback = false,
+                        VerifyMode verify = VerifyMode::kTouched) {
+  BeginRequest b;
+  b.tx = tx;
+  b.kind = kind;
+  b.base = std::move(base);
+  b.modules = std::move(modules);
+  b.sources = std::move(sources);
+  b.rollback = rollback;
+  b.verify = verify;
+  return b;
+}
+
 }  // namespace wtx::testing

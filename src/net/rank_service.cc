@@ -1,6 +1,7 @@
 #include "src/net/rank_service.h"
 
 #include "src/net/codec.h"
+#include "src/util/json_fields.h"
 
 namespace wtx::net {
 
@@ -16,9 +17,22 @@ Result<std::string> StringField(const json& p, const char* method, const char* f
   return it->get<std::string>();
 }
 
+// The parameters each rank method takes; any other field is refused, naming it (a misspelt
+// field must never be silently ignored).
+Status CheckRankParams(const std::string& m, const json& params) {
+  if (params.is_null()) return Status::OK();
+  if (!params.is_object()) return Status::InvalidArgument(m + ": expected a map of parameters");
+  if (m == "describe" || m == "ping") return CheckFields(params, m, {});
+  if (m == "check_begin" || m == "begin") return CheckFields(params, m, {"req"});
+  if (m == "prepare") return CheckFields(params, m, {"tx"});
+  if (m == "decide") return CheckFields(params, m, {"tx", "decision", "version"});
+  return Status::OK();  // an unknown method is refused by name below
+}
+
 }  // namespace
 
 Result<json> ServeRankRequest(Participant& p, const std::string& m, const json& params) {
+  WTX_RETURN_IF_ERROR(CheckRankParams(m, params));
   if (m == "describe") return RankDescriptionToJson(p.Describe());
   if (m == "check_begin" || m == "begin") {
     auto req = BeginRequestFromJson(params.is_object() ? params.value("req", json()) : json());

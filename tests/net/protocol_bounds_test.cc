@@ -6,6 +6,7 @@
 #include "src/net/channel.h"
 #include "src/net/codec.h"
 #include "src/net/control_service.h"
+#include "src/net/rank_service.h"
 #include "tests/test_util.h"
 #include "wtx/participant.h"
 
@@ -117,3 +118,30 @@ TEST_CASE("ControlRequestsWithUnknownFieldsAreRefused", "[net]") {
 
 }  // namespace
 }  // namespace wtx
+
+TEST_CASE("RankRequestsWithUnknownFieldsAreRefusedNamingThem", "[net]") {
+  testing::TempDir d;
+  ParticipantOptions o;
+  o.journal_dir = d.sub("rank-0");
+  auto p = Participant::Open(o, SmallManifest());
+  REQUIRE(p.ok());
+  Participant& part = *p.value();
+  BeginRequest req;
+  req.tx = "t1";
+  // A misspelt field never reaches the participant: nothing begins.
+  auto r = net::ServeRankRequest(part, "begin", {{"req", net::BeginRequestToJson(req)}, {"rqe", 1}});
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("begin.rqe: unknown field") != std::string::npos);
+  CHECK_FALSE(part.status().active_tx.has_value());
+  REQUIRE(net::ServeRankRequest(part, "begin", {{"req", net::BeginRequestToJson(req)}}).ok());
+  auto prep = net::ServeRankRequest(part, "prepare", {{"tx", "t1"}, {"timeout", 5}});
+  REQUIRE_FALSE(prep.ok());
+  CHECK(prep.status().message().find("prepare.timeout: unknown field") != std::string::npos);
+  auto dec = net::ServeRankRequest(
+      part, "decide", {{"tx", "t1"}, {"decision", "abort"}, {"version", ""}, {"verison", ""}});
+  REQUIRE_FALSE(dec.ok());
+  CHECK(dec.status().message().find("decide.verison: unknown field") != std::string::npos);
+  CHECK(part.status().active_tx.has_value());  // still active: the bad decide changed nothing
+  CHECK(net::ServeRankRequest(part, "describe", {{"x", 1}}).status().code() ==
+        ErrorCode::kInvalidArgument);
+}
