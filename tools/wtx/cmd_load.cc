@@ -135,9 +135,11 @@ void AddCommon(CLI::App* cmd, LoadArgs& a) {
                   "either")
       ->required();
   cmd->add_option("--hf-config", a.hf_config, "the model's config.json")->required();
-  cmd->add_option("--tp", a.tp, "tensor-parallel degree (ranks)")->capture_default_str();
+  cmd->add_option("--tp", a.tp, "tensor-parallel degree (ranks)")
+      ->check(RankCountRange())
+      ->capture_default_str();
   cmd->add_option("--dtype", a.dtype,
-                  "live dtype (default bf16); checkpoint tensors are converted only when exact "
+                  "live dtype (default: the config's torch_dtype, as vLLM's dtype=auto); checkpoint tensors are converted only when exact "
                   "(bf16/f16/fp8_e4m3 -> f32, fp8_e4m3 -> bf16/f16, i8/u8 -> i32)");
   cmd->add_flag("--json", a.json, "print JSON");
 }
