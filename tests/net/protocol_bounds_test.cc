@@ -116,14 +116,11 @@ TEST_CASE("ControlRequestsWithUnknownFieldsAreRefused", "[net]") {
   CHECK_FALSE(sim::CommitOutcomeFromJson(outcome).ok());
 }
 
-}  // namespace
-}  // namespace wtx
-
 TEST_CASE("RankRequestsWithUnknownFieldsAreRefusedNamingThem", "[net]") {
   testing::TempDir d;
   ParticipantOptions o;
   o.journal_dir = d.sub("rank-0");
-  auto p = Participant::Open(o, SmallManifest());
+  auto p = Participant::Open(o, testing::SmallManifest());
   REQUIRE(p.ok());
   Participant& part = *p.value();
   BeginRequest req;
@@ -145,3 +142,6 @@ TEST_CASE("RankRequestsWithUnknownFieldsAreRefusedNamingThem", "[net]") {
   CHECK(net::ServeRankRequest(part, "describe", {{"x", 1}}).status().code() ==
         ErrorCode::kInvalidArgument);
 }
+
+}  // namespace
+}  // namespace wtx
