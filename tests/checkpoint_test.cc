@@ -691,19 +691,8 @@ TEST_CASE("LoadOfACorruptShardIsRefusedNamingTheFileAndChangesNothing") {
 // ---------------------------------------------------------------- CLI
 
 namespace {
-struct Run {
-  int code;
-  std::string out;
-};
-Run Sh(const std::string& cmd) {
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(f);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
-  return {WEXITSTATUS(pclose(f)), out};
-}
+using Run = wtx::testing::CommandResult;
+Run Sh(const std::string& cmd) { return wtx::testing::RunCommand(cmd); }
 }  // namespace
 
 TEST_CASE("WtxExpectEqualsWtxLoadOnTheScriptGeneratedTinyCheckpoint") {

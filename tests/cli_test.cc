@@ -16,22 +16,9 @@ using wtx::testing::TempDir;
 
 namespace {
 
-struct Run {
-  int code;
-  std::string out;
-};
-
-// Runs a shell command, capturing stdout (and stderr when merge_stderr).
+using Run = wtx::testing::CommandResult;
 Run Sh(const std::string& cmd, bool merge_stderr = true) {
-  std::string full = cmd + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* f = popen(full.c_str(), "r");
-  REQUIRE(f);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
-  int status = pclose(f);
-  return {WEXITSTATUS(status), out};
+  return wtx::testing::RunCommand(cmd, merge_stderr);
 }
 
 std::string Wtx() { return WTX_BINARY; }

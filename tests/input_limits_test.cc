@@ -26,21 +26,8 @@ using wtx::testing::TempDir;
 
 namespace {
 
-struct Run {
-  int code;  // exit status; 128 + N when killed by signal N
-  std::string out;
-};
-
-Run Sh(const std::string& cmd) {
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(f);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
-  const int st = pclose(f);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
-}
+using Run = wtx::testing::CommandResult;  // code: 128 + N when killed by signal N
+Run Sh(const std::string& cmd) { return wtx::testing::RunCommand(cmd); }
 
 std::string Wtx() { return std::string("'") + WTX_BINARY + "'"; }
 

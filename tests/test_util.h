@@ -2,6 +2,9 @@
 // of in-process participants with a coordinator.
 #pragma once
 
+#include <sys/wait.h>
+
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -248,6 +251,25 @@ class Cluster {
   std::unique_ptr<Coordinator> c_;
   std::function<std::shared_ptr<LiveMemory>(const Manifest&)> memory_factory_;
 };
+
+// What a shell command did: its exit status (128 + N when killed by signal N, -1 when it could
+// not be started) and its standard output (with standard error when merged).
+struct CommandResult {
+  int code = -1;
+  std::string out;
+};
+
+inline CommandResult RunCommand(const std::string& cmd, bool merge_stderr = true) {
+  CommandResult r;
+  FILE* f = popen((cmd + (merge_stderr ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
+  if (f == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(f);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : (WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1);
+  return r;
+}
 
 // A begin request, for the participant and landing tests.
 inline BeginRequest Req(const std::string& tx, TxKind kind, std::string base = "",
