@@ -170,6 +170,13 @@ void Progress(const BenchOptions& o, const std::string& line) {
   if (o.progress) *o.progress << "wtx bench: " << line << std::endl;
 }
 
+Result<ManifestPtr> Tp1Bf16Manifest(const BenchOptions& o) {
+  HfManifestOptions ho;
+  ho.tp = 1;
+  ho.dtype = DType::kBF16;
+  return ManifestFromHfConfigFile(o.model, ho);
+}
+
 // ---- update_vs_memcpy ----------------------------------------------------------------------
 
 namespace {
@@ -187,10 +194,7 @@ struct TxTimes {
 }  // namespace
 
 Result<json> BenchUpdate(const BenchOptions& o) {
-  HfManifestOptions ho;
-  ho.tp = 1;
-  ho.dtype = DType::kBF16;
-  WTX_ASSIGN_OR_RETURN(manifest, ManifestFromHfConfigFile(o.model, ho));
+  WTX_ASSIGN_OR_RETURN(manifest, Tp1Bf16Manifest(o));
   const auto& params = manifest->params();
   const size_t total = static_cast<size_t>(manifest->TotalBytes());
   Progress(o, "update: " + o.model + ": " + std::to_string(params.size()) + " params, " +

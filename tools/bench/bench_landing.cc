@@ -17,10 +17,7 @@ namespace wtx::bench {
 using nlohmann::json;
 
 Result<json> BenchLanding(const BenchOptions& o) {
-  HfManifestOptions ho;
-  ho.tp = 1;
-  ho.dtype = DType::kBF16;
-  WTX_ASSIGN_OR_RETURN(manifest, ManifestFromHfConfigFile(o.model, ho));
+  WTX_ASSIGN_OR_RETURN(manifest, Tp1Bf16Manifest(o));
   const auto& params = manifest->params();
   const size_t total = static_cast<size_t>(manifest->TotalBytes());
   Progress(o, "landing: " + o.model + ": " + std::to_string(params.size()) + " params, " +

@@ -51,6 +51,10 @@ class Buffer {
 
 void Progress(const BenchOptions& options, const std::string& line);
 
+// The one-rank (tp 1) bf16 manifest of options.model: the model the update and landing figures
+// move.
+Result<ManifestPtr> Tp1Bf16Manifest(const BenchOptions& options);
+
 // One rank and a coordinator over the in-process transport, journals under `dir` (rank0/,
 // coordinator/). Members are destroyed coordinator first.
 struct OneRank {
