@@ -2,6 +2,9 @@
 
 #include <map>
 
+#include "journal/record_fields.h"
+#include "src/txn/coordinator_records.h"
+#include "src/txn/participant_records.h"
 #include "src/txn/participant_state.h"
 
 namespace wtx {
@@ -10,98 +13,41 @@ using nlohmann::json;
 
 namespace {
 
-std::string OutcomeName(const std::string& decision) {
-  if (decision == "commit") return "committed";
-  if (decision == "abort") return "aborted";
-  return decision;
+std::string OutcomeName(Decision d) {
+  switch (d) {
+    case Decision::kCommit: return "committed";
+    case Decision::kAbort: return "aborted";
+    case Decision::kNoop: return "noop";
+  }
+  return "";
 }
 
-json CoordinatorState(const std::map<std::string, bool>& pending, size_t decisions) {
-  json p = json::array();
-  for (const auto& [tx, _] : pending) p.push_back(tx);
-  return {{"decisions", decisions}, {"pending", p}};
-}
-
-}  // namespace
-
-Result<std::vector<json>> ReadHistory(const Journal& journal) {
+Result<std::vector<json>> CoordinatorHistory(const Journal& journal) {
   std::vector<json> out;
   std::map<std::string, size_t> at;  // tx -> latest entry index
-  const bool coordinator = journal.identity().role == "coordinator";
   Status s = journal.ForEachRecord([&](const json& r) -> Status {
-    const std::string type = r.value("type", std::string());
-    if (!r.contains("tx") || !r["tx"].is_string()) return Status::OK();
-    const std::string tx = r["tx"].get<std::string>();
-    if (coordinator) {
-      if (type == "DECISION") {
-        at[tx] = out.size();
-        out.push_back({{"tx", tx},
-                       {"decision", r["decision"]},
-                       {"outcome", OutcomeName(r["decision"].get<std::string>())},
-                       {"version", r.value("version", json())},
-                       {"reason", r.value("reason", "")},
-                       {"time", r.value("ts", int64_t{0})},
-                       {"votes", r.value("votes", json::array())},
-                       {"timings_us", r.value("timings_us", json::object())},
-                       {"acknowledged", false}});
-      } else if (type == "END" && at.count(tx)) {
-        out[at[tx]]["acknowledged"] = true;
+    WTX_ASSIGN_OR_RETURN(rec, DecodeCoordinatorRecord(r));
+    if (const auto* d = std::get_if<DecisionRecord>(&rec)) {
+      json votes = json::array();
+      for (const DecisionVote& v : d->votes) {
+        json jv = {{"rank", v.rank}, {"vote", v.vote}};
+        if (!v.error.empty()) jv["error"] = v.error;
+        votes.push_back(std::move(jv));
       }
-      return Status::OK();
-    }
-    if (type == "BEGIN") {
-      at[tx] = out.size();
-      out.push_back({{"tx", tx},
-                     {"kind", r["kind"]},
-                     {"base", r.value("base", json())},
-                     {"version", nullptr},
-                     {"outcome", "active"},
-                     {"reason", ""},
-                     {"time", r.value("ts", int64_t{0})},
-                     {"modules", r.value("modules", json::array())},
-                     {"sources", r.value("sources", json::array())},
-                     {"rollback", r.value("rollback", false)},
-                     {"coverage", {{"writes", 0}, {"patches", 0}, {"elements", 0}, {"bytes", 0}}},
-                     {"refreshed", json::array()},
-                     {"timings_us", json::object()}});
-      return Status::OK();
-    }
-    auto it = at.find(tx);
-    if (it == at.end()) return Status::OK();
-    json& e = out[it->second];
-    const int64_t ts = r.value("ts", int64_t{0});
-    if (type == "WRITE") {
-      e["coverage"]["writes"] = e["coverage"]["writes"].get<int64_t>() + 1;
-      e["coverage"]["elements"] = e["coverage"]["elements"].get<int64_t>() + r.value("elements", 0);
-      e["coverage"]["bytes"] = e["coverage"]["bytes"].get<int64_t>() + r.value("bytes", 0);
-    } else if (type == "PATCH") {
-      e["coverage"]["patches"] = e["coverage"]["patches"].get<int64_t>() + 1;
-    } else if (type == "REFRESH") {
-      for (const auto& d : r.value("derived", json::array())) e["refreshed"].push_back(d);
-    } else if (type == "PREPARED") {
-      e["outcome"] = "prepared";
-      e["vote"] = r.value("vote", json());
-      if (r.contains("coverage")) e["coverage"] = r["coverage"];
-      if (r.contains("timings_us")) e["timings_us"] = r["timings_us"];
-      if (r.value("vote", "") == "no") {
-        std::string reason;
-        for (const auto& er : r.value("errors", json::array())) {
-          reason += (reason.empty() ? "" : ",") + er.get<std::string>();
-        }
-        e["reason"] = reason;
-        e["message"] = r.value("message", "");
-      }
-    } else if (type == "OUTCOME") {
-      e["outcome"] = OutcomeName(r["decision"].get<std::string>());
-      e["version"] = r.value("version", json());
-      if (e["outcome"] == "noop") e["reason"] = "";  // checks of an empty transaction do not apply
-      if (r.contains("reason")) {
-        e["reason"] = e["reason"].get<std::string>().empty()
-                          ? r["reason"].get<std::string>()
-                          : e["reason"].get<std::string>() + "; " + r["reason"].get<std::string>();
-      }
-      e["dirty_after"] = r.value("dirty", json());
-      e["timings_us"]["total"] = ts - e["time"].get<int64_t>();
+      json timings = json::object();
+      if (d->prepare_us) timings["prepare"] = *d->prepare_us;
+      at[d->tx] = out.size();
+      out.push_back({{"tx", d->tx},
+                     {"decision", std::string(DecisionName(d->decision))},
+                     {"outcome", OutcomeName(d->decision)},
+                     {"version", OptionalStringJson(d->version)},
+                     {"reason", d->reason},
+                     {"time", d->ts},
+                     {"votes", std::move(votes)},
+                     {"timings_us", std::move(timings)},
+                     {"acknowledged", false}});
+    } else if (const auto* e = std::get_if<EndRecord>(&rec)) {
+      if (auto it = at.find(e->tx); it != at.end()) out[it->second]["acknowledged"] = true;
     }
     return Status::OK();
   });
@@ -109,52 +55,132 @@ Result<std::vector<json>> ReadHistory(const Journal& journal) {
   return out;
 }
 
-Result<json> ReplayState(const Journal& journal) {
-  if (journal.identity().role == "coordinator") {
-    std::map<std::string, bool> pending;
-    size_t decisions = 0;
-    Status s = journal.ForEachRecord([&](const json& r) -> Status {
-      const std::string type = r.value("type", std::string());
-      if (type == "DECISION") {
-        ++decisions;
-        pending[r["tx"].get<std::string>()] = true;
-      } else if (type == "END") {
-        pending.erase(r["tx"].get<std::string>());
-      } else if (type != "CREATE") {
-        return Status::Corruption("record " + std::to_string(r.value("seq", 0)) +
-                                  ": unknown coordinator record type '" + type + "'");
-      }
-      return Status::OK();
-    });
-    if (!s.ok()) return s;
-    return CoordinatorState(pending, decisions);
-  }
-  // In place; binary WRITE records (nearly all of a large journal) without building JSON.
+// The participant's history, with a replay alongside: the dirty flag each outcome left is the
+// one the dirty rule derives.
+Result<std::vector<json>> ParticipantHistory(const Journal& journal) {
+  std::vector<json> out;
+  std::map<std::string, size_t> at;  // tx -> latest entry index
   ParticipantReplay replay;
-  Status s = journal.ForEachRecordRef([&](const RecordRef& r) -> Status {
-    if (r.write) return replay.ApplyWrite(r.seq, r.write->tx);
-    return replay.Apply(*r.json);
+  Status s = journal.ForEachRecordRef([&](const RecordRef& ref) -> Status {
+    WTX_ASSIGN_OR_RETURN(rec, DecodeParticipantRecord(ref));
+    WTX_RETURN_IF_ERROR(replay.Apply(rec, ref.seq));
+    if (const auto* b = std::get_if<BeginRecord>(&rec)) {
+      at[b->tx] = out.size();
+      out.push_back({{"tx", b->tx},
+                     {"kind", std::string(TxKindName(b->kind))},
+                     {"base", OptionalStringJson(b->base)},
+                     {"version", nullptr},
+                     {"outcome", "active"},
+                     {"reason", ""},
+                     {"time", b->ts},
+                     {"modules", b->modules},
+                     {"sources", b->sources},
+                     {"rollback", b->rollback},
+                     {"coverage", {{"writes", 0}, {"patches", 0}, {"elements", 0}, {"bytes", 0}}},
+                     {"refreshed", json::array()},
+                     {"timings_us", json::object()}});
+      return Status::OK();
+    }
+    const std::string* tx = TxOf(rec);
+    if (!tx) return Status::OK();
+    auto it = at.find(*tx);
+    if (it == at.end()) return Status::OK();
+    json& e = out[it->second];
+    json& cov = e["coverage"];
+    auto add = [&](const char* key, int64_t n) { cov[key] = cov[key].get<int64_t>() + n; };
+    if (const auto* w = std::get_if<WriteRecord>(&rec)) {
+      add("writes", 1);
+      add("elements", w->elements);
+      add("bytes", w->bytes);
+    } else if (std::holds_alternative<PatchRecord>(rec)) {
+      add("patches", 1);
+    } else if (const auto* r = std::get_if<RefreshRecord>(&rec)) {
+      for (const auto& d : r->derived) e["refreshed"].push_back(d);
+    } else if (const auto* p = std::get_if<PreparedRecord>(&rec)) {
+      e["outcome"] = "prepared";
+      e["vote"] = p->yes ? "yes" : "no";
+      if (p->coverage) {
+        const PreparedCoverage& c = *p->coverage;
+        e["coverage"] = {{"shards", c.shards},     {"pieces", c.pieces}, {"rows", c.rows},
+                         {"elements", c.elements}, {"bytes", c.bytes},   {"patched", c.patched},
+                         {"missing", c.missing}};
+      }
+      if (p->has_timings) {
+        e["timings_us"] = {{"first_write", p->first_write_us},
+                           {"writes", p->writes_us},
+                           {"prepare", p->prepare_us}};
+      }
+      if (!p->yes) {
+        std::string reason;
+        for (const auto& er : p->errors) reason += (reason.empty() ? "" : ",") + er;
+        e["reason"] = reason;
+        e["message"] = p->message;
+      }
+    } else if (const auto* o = std::get_if<OutcomeRecord>(&rec)) {
+      e["outcome"] = OutcomeName(o->decision);
+      e["version"] = OptionalStringJson(o->version);
+      if (o->decision == Decision::kNoop) e["reason"] = "";  // checks of an empty tx do not apply
+      if (o->reason) {
+        const std::string before = e["reason"].get<std::string>();
+        e["reason"] = before.empty() ? *o->reason : before + "; " + *o->reason;
+      }
+      e["dirty_after"] = replay.state()->dirty;
+      e["timings_us"]["total"] = o->ts - e["time"].get<int64_t>();
+    }
+    return Status::OK();
   });
   if (!s.ok()) return s;
-  return std::move(replay).Take();
+  return out;
+}
+
+Result<CoordinatorState> ReplayCoordinator(const Journal& journal) {
+  CoordinatorReplay replay;
+  Status s = journal.ForEachRecord([&](const json& r) { return replay.Apply(r); });
+  if (!s.ok()) return s;
+  return replay.state();
+}
+
+}  // namespace
+
+Result<std::vector<json>> ReadHistory(const Journal& journal) {
+  if (journal.identity().role == "coordinator") return CoordinatorHistory(journal);
+  return ParticipantHistory(journal);
+}
+
+Result<json> ReplayState(const Journal& journal) {
+  if (journal.identity().role == "coordinator") {
+    WTX_ASSIGN_OR_RETURN(st, ReplayCoordinator(journal));
+    return EncodeCoordinatorState(st);
+  }
+  WTX_ASSIGN_OR_RETURN(st, ReplayParticipantJournal(journal));
+  return st ? EncodeParticipantState(*st) : json();
+}
+
+json StripBookkeeping(json state) {
+  if (state.is_object()) {
+    state.erase("seq");
+    state.erase("head");
+  }
+  return state;
 }
 
 Status CheckJournal(const Journal& journal) {
   const auto& id = journal.identity();
-  if (id.role != "participant" && id.role != "coordinator") {
+  if (id.role == "participant") return CheckParticipantState(journal);
+  if (id.role != "coordinator") {
     return Status::Corruption(journal.dir() + ": unknown role '" + id.role + "'");
   }
-  auto replayed = ReplayState(journal);
-  if (!replayed.ok()) return replayed.status();
-  json stored = StripBookkeeping(journal.state());
-  if (id.role == "participant" && stored.value("rank", -2) != id.rank) {
-    return Status::Corruption(journal.dir() + ": state of rank " +
-                              stored.value("rank", json()).dump() + " in the journal of rank " +
-                              std::to_string(id.rank));
+  WTX_ASSIGN_OR_RETURN(replayed, ReplayCoordinator(journal));
+  if (journal.state().is_null()) {
+    if (journal.last_seq() == 0) return Status::OK();
+    return Status::Corruption(journal.dir() + ": records but no stored state");
   }
-  if (StripBookkeeping(replayed.value()) != stored) {
-    return Status::Corruption(journal.dir() + ": replayed state " + replayed.value().dump() +
-                              " differs from the stored state " + stored.dump());
+  WTX_ASSIGN_OR_RETURN(stored, DecodeCoordinatorState(journal.state(), journal.dir() + ": state"));
+  if (replayed != stored) {
+    return Status::Corruption(journal.dir() + ": replayed state " +
+                              EncodeCoordinatorState(replayed).dump() +
+                              " differs from the stored state " +
+                              EncodeCoordinatorState(stored).dump());
   }
   return Status::OK();
 }

@@ -13,13 +13,17 @@
 
 namespace wtx {
 
-// Entries in order of first appearance. Participant entries: {tx, kind, base, version,
+// Entries in order of first appearance, from the typed records (participant_records.h,
+// coordinator_records.h); a participant's dirty_after is what the dirty rule derives. Participant entries: {tx, kind, base, version,
 // outcome, reason, time, coverage, timings_us, vote, refreshed}; coordinator entries:
 // {tx, decision, outcome, version, reason, time, votes, timings_us}.
 Result<std::vector<nlohmann::json>> ReadHistory(const Journal& journal);
 
 // Replays every record from empty; returns the rebuilt state.
 Result<nlohmann::json> ReplayState(const Journal& journal);
+
+// State fields only (drops the journal's "seq"/"head" bookkeeping), for comparisons.
+nlohmann::json StripBookkeeping(nlohmann::json state);
 
 // Chain, identity and replay-equals-stored-state checks. OK or kJournalCorrupt naming the
 // first inconsistency.

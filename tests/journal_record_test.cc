@@ -13,6 +13,7 @@
 #include "src/util/hash_util.h"
 #include "journal/history.h"
 #include "journal/journal.h"
+#include "src/txn/participant_records.h"
 #include "src/txn/participant_state.h"
 #include "journal/record.h"
 #include "tests/test_util.h"
@@ -150,8 +151,11 @@ void BuildJournal(const std::string& dir, int writes) {
   REQUIRE(j.ok());
   ParticipantReplay replay;
   std::vector<JournalRecord> recs;
-  recs.emplace_back(json{{"type", "CREATE"}, {"rank", 0}, {"ts", 1}});
-  recs.emplace_back(json{{"type", "BEGIN"}, {"tx", "step-42"}, {"kind", "full"}, {"ts", 2}});
+  recs.emplace_back(Encode(CreateRecord{0, "", 1}));
+  BeginRecord begin;
+  begin.tx = "step-42";
+  begin.ts = 2;
+  recs.emplace_back(Encode(begin));
   for (int i = 0; i < writes; ++i) {
     WriteRecord w = SampleWrite();
     w.box = {{i, i + 1}, {0, 8}};
@@ -161,7 +165,7 @@ void BuildJournal(const std::string& dir, int writes) {
     const auto* w = std::get_if<WriteRecord>(&r);
     REQUIRE((w ? replay.ApplyWrite(0, w->tx) : replay.Apply(std::get<json>(r))).ok());
   }
-  REQUIRE(j.value()->Append(std::move(recs), std::move(replay).Take(), true).ok());
+  REQUIRE(j.value()->Append(std::move(recs), EncodeParticipantState(*replay.state()), true).ok());
 }
 
 // Replaces the stored value of record `seq` (RocksDB directly: a valid checksum, wrong content).
@@ -240,31 +244,50 @@ TEST_CASE("ReplayingABinaryWriteEqualsReplayingItsJson") {
           is_write = true;
           break;
         case 1:
-          rec = {{"type", "CREATE"}, {"rank", 0}};
+          rec = Encode(CreateRecord{0, "", 0});
           break;
-        case 2:
-          rec = {{"type", "BEGIN"}, {"tx", tx}, {"kind", "full"}};
+        case 2: {
+          BeginRecord b;
+          b.tx = tx;
+          rec = Encode(b);
           break;
-        case 3:
-          rec = {{"type", "PATCH"}, {"tx", tx}, {"applied", pick(2)}};
+        }
+        case 3: {
+          PatchRecord p;
+          p.tx = tx;
+          p.source = "s";
+          p.parts = 1;
+          p.indices = 2;
+          p.applied = pick(2);
+          rec = Encode(p);
           break;
-        case 4:
-          rec = {{"type", "OUTCOME"},
-                 {"tx", tx},
-                 {"decision", pick(2) ? "commit" : "abort"},
-                 {"version", "v"},
-                 {"dirty", pick(2) == 1}};
+        }
+        case 4: {
+          OutcomeRecord o;
+          o.tx = tx;
+          o.decision = pick(2) ? Decision::kCommit : Decision::kAbort;
+          o.version = "v";
+          o.dirty = pick(2) == 1;  // a stored value the rule may disagree with: corrupt
+          rec = Encode(o);
           break;
-        case 5:
-          rec = {{"type", "RESTART"}, {"dirty", pick(2) == 1}};
+        }
+        case 5: {
+          RestartRecord r;
+          r.dirty = pick(2) == 1;
+          rec = Encode(r);
           break;
+        }
         default:
           is_write = true;
       }
+      rec["seq"] = step + 1;
       Status a, b;
       if (is_write) {
         a = fast.ApplyWrite(step + 1, tx);
-        json as_json = {{"type", "WRITE"}, {"tx", tx}, {"seq", step + 1}};
+        WriteRecord w = SampleWrite();
+        w.tx = tx;
+        json as_json = EncodeJson(w);
+        as_json["seq"] = step + 1;
         b = slow.Apply(as_json);
       } else {
         a = fast.Apply(rec);

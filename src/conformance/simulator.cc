@@ -9,6 +9,7 @@
 #include "src/testing/armed_crash_point.h"
 #include "src/txn/test_hooks.h"
 #include "journal/journal.h"
+#include "src/txn/coordinator_records.h"
 #include "src/checkpoint/checkpoint_slices.h"
 #include "wtx/safetensors.h"
 #include "wtx/coordinator.h"
@@ -780,12 +781,10 @@ class Runner {
       if (auto jr = Journal::Open(dir_ + "/coordinator", o); jr.ok()) {
         jr.value()
             ->ForEachRecord([&](const json& r) {
-              if (r.value("type", "") == "DECISION") {
-                ds.push_back(
-                    {r["tx"].get<std::string>(),
-                     DecisionFromName(r["decision"].get<std::string>()).value_or(Decision::kAbort),
-                     r["version"].is_string() ? r["version"].get<std::string>() : "",
-                     r.value("reason", ""), r.value("ts", int64_t{0})});
+              auto rec = DecodeCoordinatorRecord(r);
+              if (!rec.ok()) return rec.status();
+              if (const auto* d = std::get_if<DecisionRecord>(&rec.value())) {
+                ds.push_back({d->tx, d->decision, d->version.value_or(""), d->reason, d->ts});
               }
               return Status::OK();
             })

@@ -3,6 +3,8 @@
 #include <fstream>
 
 #include "journal/journal.h"
+#include "src/txn/participant_records.h"
+#include "src/txn/participant_state.h"
 #include "wtx/content_hash.h"
 
 namespace wtx {
@@ -46,22 +48,19 @@ Result<CommittedDigest> ReadCommittedDigest(const std::string& journal_dir) {
                                    journal.identity().role + "')");
   }
   CommittedDigest c;
-  const nlohmann::json& st = journal.state();
-  if (st.is_object()) {
-    c.dirty = st.value("dirty", false);
-    if (st.contains("committed_tx") && st["committed_tx"].is_string()) {
-      c.committed_tx = st["committed_tx"].get<std::string>();
-    }
-    if (st.contains("version") && st["version"].is_string()) {
-      c.version = st["version"].get<std::string>();
-    }
-  }
+  if (journal.state().is_null()) return c;
+  auto st = DecodeParticipantState(journal.state(), journal_dir + ": state");
+  if (!st.ok()) return st.status();
+  c.dirty = st.value().dirty;
+  c.committed_tx = st.value().committed_tx.value_or("");
+  c.version = st.value().version.value_or("");
   if (c.committed_tx.empty()) return c;
-  WTX_RETURN_IF_ERROR(journal.ForEachRecord([&](const nlohmann::json& rec) {
-    if (rec.value("type", "") == "PREPARED" && rec.value("tx", "") == c.committed_tx &&
-        rec.contains("digest") && rec["digest"].is_string()) {
-      c.rank_digest = rec["digest"].get<std::string>();  // the last one wins
-    }
+  WTX_RETURN_IF_ERROR(journal.ForEachRecordRef([&](const RecordRef& ref) -> Status {
+    if (!ref.json) return Status::OK();  // a binary WRITE
+    WTX_ASSIGN_OR_RETURN(type, ParticipantRecordTypeOf(*ref.json));
+    if (type != ParticipantRecordType::kPrepared) return Status::OK();
+    WTX_ASSIGN_OR_RETURN(p, DecodePrepared(*ref.json));
+    if (p.tx == c.committed_tx && p.digest) c.rank_digest = *p.digest;  // the last one wins
     return Status::OK();
   }));
   if (c.rank_digest.empty()) {

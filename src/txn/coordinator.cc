@@ -7,6 +7,7 @@
 
 #include "journal/journal.h"
 #include "journal/verify.h"
+#include "src/txn/coordinator_records.h"
 #include "src/txn/fan_out.h"
 #include "src/txn/test_hooks.h"
 #include "src/util/thread_annotations.h"
@@ -86,7 +87,10 @@ class CoordinatorImpl : public Coordinator {
     return Status(ErrorCode::kCrashed, "coordinator journal failed: " + s.ToString());
   }
   // REQUIRES: mu_ held (both).
-  Status LogDecision(const DecisionEntry& e, const json& extra, bool sync);
+  // Logs the decision with the votes it was decided on and the time prepare took (both absent
+  // for a decision taken without collecting votes).
+  Status LogDecision(const DecisionEntry& e, std::vector<DecisionVote> votes,
+                     std::optional<int64_t> prepare_us, bool sync);
   // E_VERSION_MISMATCH when `opts` expects a version the yes votes' digests do not combine to,
   // naming the ranks whose digest differs.
   static Status CheckExpectedVersion(const CommitOptions& opts,
@@ -136,56 +140,58 @@ Status CoordinatorImpl::Init() {
   journal_ = std::move(j).value();
   std::lock_guard<std::mutex> l(mu_);
   WTX_RETURN_IF_ERROR(journal_->ForEachRecord([&](const json& r) -> Status {
-    const std::string type = r.value("type", std::string());
-    if (type == "DECISION") {
+    WTX_ASSIGN_OR_RETURN(rec, DecodeCoordinatorRecord(r));
+    if (auto* d = std::get_if<DecisionRecord>(&rec)) {
       DecisionEntry e;
-      e.tx = r.at("tx").get<std::string>();
-      e.decision = DecisionFromName(r.at("decision").get<std::string>()).value_or(Decision::kAbort);
-      e.version = r.value("version", json()).is_string() ? r["version"].get<std::string>() : "";
-      e.reason = r.value("reason", std::string());
-      e.time_micros = r.value("ts", int64_t{0});
+      e.tx = d->tx;
+      e.decision = d->decision;
+      e.version = d->version.value_or("");
+      e.reason = d->reason;
+      e.time_micros = d->ts;
       decided_[e.tx] = order_.size();
       order_.push_back(std::move(e));
-      pending_[r["tx"].get<std::string>()] = true;
-    } else if (type == "END") {
-      pending_.erase(r.at("tx").get<std::string>());
+      pending_[d->tx] = true;
+    } else if (const auto* end = std::get_if<EndRecord>(&rec)) {
+      pending_.erase(end->tx);
     }
     return Status::OK();
   }));
-  const json st = journal_->state();
-  if (st.is_null()) {
-    return journal_->Append(json{{"type", "CREATE"}, {"ts", options_.env.clock->NowMicros()}},
+  if (journal_->state().is_null()) {
+    return journal_->Append(Encode(CoordinatorCreateRecord{options_.env.clock->NowMicros()}),
                             State(), true);
   }
   return Status::OK();
 }
 
 json CoordinatorImpl::State() const {
-  json pending = json::array();
-  for (const auto& [tx, _] : pending_) pending.push_back(tx);
-  return {{"decisions", order_.size()}, {"pending", pending}};
+  CoordinatorState s;
+  s.decisions = order_.size();
+  for (const auto& [tx, _] : pending_) s.pending.push_back(tx);
+  return EncodeCoordinatorState(s);
 }
 
-Status CoordinatorImpl::LogDecision(const DecisionEntry& e, const json& extra, bool sync) {
+Status CoordinatorImpl::LogDecision(const DecisionEntry& e, std::vector<DecisionVote> votes,
+                                    std::optional<int64_t> prepare_us, bool sync) {
   decided_[e.tx] = order_.size();
   order_.push_back(e);
   pending_[e.tx] = true;
-  json rec = {{"type", "DECISION"},
-              {"tx", e.tx},
-              {"decision", DecisionName(e.decision)},
-              {"version", e.version.empty() ? json() : json(e.version)},
-              {"reason", e.reason},
-              {"ts", e.time_micros}};
-  rec.update(extra);
-  Status s = Journaled(journal_->Append(std::move(rec), State(), sync));
+  DecisionRecord rec;
+  rec.tx = e.tx;
+  rec.decision = e.decision;
+  if (!e.version.empty()) rec.version = e.version;
+  rec.reason = e.reason;
+  rec.votes = std::move(votes);
+  rec.prepare_us = prepare_us;
+  rec.ts = e.time_micros;
+  Status s = Journaled(journal_->Append(Encode(rec), State(), sync));
   decided_cv_.notify_all();
   return s;
 }
 
 Status CoordinatorImpl::LogEnd(const std::string& tx) {
   pending_.erase(tx);
-  return Journaled(journal_->Append(
-      json{{"type", "END"}, {"tx", tx}, {"ts", options_.env.clock->NowMicros()}}, State(), false));
+  return Journaled(
+      journal_->Append(Encode(EndRecord{tx, options_.env.clock->NowMicros()}), State(), false));
 }
 
 std::vector<int> CoordinatorImpl::Deliver(const std::string& tx, Decision d,
@@ -415,29 +421,29 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
         return out;
       }
       e.time_micros = options_.env.clock->NowMicros();
-      json votes = json::array();
+      std::vector<DecisionVote> votes;
       for (const auto& v : out.votes) {
-        json jv = {{"rank", v.rank}};
+        DecisionVote dv;
+        dv.rank = v.rank;
         switch (v.kind) {
           case VoteReport::Kind::kYes:
-            jv["vote"] = "yes";
+            dv.vote = "yes";
             break;
           case VoteReport::Kind::kNo:
-            jv["vote"] = "no";
-            jv["error"] = ErrorCodeName(v.vote.error);
+            dv.vote = "no";
+            dv.error = std::string(ErrorCodeName(v.vote.error));
             break;
           case VoteReport::Kind::kTimeout:
-            jv["vote"] = "timeout";
+            dv.vote = "timeout";
             break;
           case VoteReport::Kind::kCrashed:
-            jv["vote"] = "crashed";
+            dv.vote = "crashed";
             break;
         }
-        votes.push_back(std::move(jv));
+        votes.push_back(std::move(dv));
       }
       // The commit point: a commit decision is synced before any rank hears it.
-      Status ls = LogDecision(e, {{"votes", votes}, {"timings_us", {{"prepare", t1 - t0}}}},
-                              e.decision == Decision::kCommit);
+      Status ls = LogDecision(e, std::move(votes), t1 - t0, e.decision == Decision::kCommit);
       if (!ls.ok()) {
         out.status = ls;
         return out;
@@ -514,7 +520,7 @@ BeginOutcome CoordinatorImpl::Abort(const std::string& tx) {
       // the logged abort before it could decide otherwise, and ends in abort.
       DecisionEntry e{tx, Decision::kAbort, "", "aborted by the sender",
                       options_.env.clock->NowMicros()};
-      if (Status s = LogDecision(e, json::object(), false); !s.ok()) {
+      if (Status s = LogDecision(e, {}, std::nullopt, false); !s.ok()) {
         out.status = s;
         return out;
       }
@@ -549,7 +555,7 @@ BeginOutcome CoordinatorImpl::Abort(const std::string& tx) {
   if (DecidedLocked(tx)) return out;  // decided (abort) meanwhile by a presumed abort
   DecisionEntry e{tx, Decision::kAbort, "", "aborted by the sender",
                   options_.env.clock->NowMicros()};
-  Status s = LogDecision(e, json::object(), false);
+  Status s = LogDecision(e, {}, std::nullopt, false);
   if (s.ok() && unacked.empty()) s = LogEnd(tx);
   if (!s.ok()) out.status = s;
   return out;
@@ -589,7 +595,7 @@ Result<std::pair<Decision, std::string>> CoordinatorImpl::QueryDecision(const st
     // Commit running on it ends in abort), and told to every rank so that none keeps waiting.
     DecisionEntry e{tx, Decision::kAbort, "", "presumed abort (never decided)",
                     options_.env.clock->NowMicros()};
-    WTX_RETURN_IF_ERROR(LogDecision(e, json::object(), false));
+    WTX_RETURN_IF_ERROR(LogDecision(e, {}, std::nullopt, false));
   }
   WTX_RETURN_IF_ERROR(EndIfAcked(tx, Deliver(tx, Decision::kAbort, "")));
   return std::make_pair(Decision::kAbort, std::string());

@@ -13,6 +13,7 @@
 #include "src/util/checked_math.h"
 #include "journal/journal.h"
 #include "journal/verify.h"
+#include "src/txn/participant_records.h"
 #include "src/txn/participant_state.h"
 #include "src/txn/test_hooks.h"
 #include "src/util/thread_annotations.h"
@@ -31,29 +32,27 @@ Status Err(ErrorCode c, std::string m) { return Status(c, std::move(m)); }
 
 // The PREPARED record's list of what is missing: every {param, shard}, grouped by parameter
 // (and by source for a delta's missing parts) so that a manifest of ~10^5 shards stays a
-// record of a few MB at most: [{"param", "shards": [id...], ("source", "missing_parts",
-// "parts")}].
-json MissingRecordJson(const std::vector<MissingPiece>& missing) {
-  json out = json::array();
+// record of a few MB at most.
+std::vector<MissingGroup> MissingGroups(const std::vector<MissingPiece>& missing) {
+  std::vector<MissingGroup> out;
   for (const MissingPiece& m : missing) {
     const bool delta = !m.missing_parts.empty();
-    json* group = out.empty() ? nullptr : &out.back();
-    if (group && ((*group)["param"] != m.param ||
-                  (delta && group->value("source", std::string()) != m.source))) {
+    MissingGroup* group = out.empty() ? nullptr : &out.back();
+    if (group && (group->param != m.param || (delta && group->source.value_or("") != m.source))) {
       group = nullptr;
     }
     if (!group) {
-      json g = {{"param", m.param}, {"shards", json::array()}};
+      MissingGroup g;
+      g.param = m.param;
       if (delta) {
-        g["source"] = m.source;
-        g["missing_parts"] = m.missing_parts;
-        g["parts"] = m.parts;
+        g.source = m.source;
+        g.missing_parts.assign(m.missing_parts.begin(), m.missing_parts.end());
+        g.parts = m.parts;
       }
       out.push_back(std::move(g));
       group = &out.back();
     }
-    json& ids = (*group)["shards"];
-    if (ids.empty() || ids.back() != m.shard) ids.push_back(m.shard);
+    if (group->shards.empty() || group->shards.back() != m.shard) group->shards.push_back(m.shard);
   }
   return out;
 }
@@ -160,10 +159,13 @@ class ParticipantImpl : public Participant {
   // slice of the bytes. Other pieces are appended as they are.
   Status ResolveSource(const WritePiece& w, std::vector<WritePiece>* out) const;
   std::string Rank() const { return std::to_string(options_.rank); }
-  // Appends pending write records plus `record` (if not null) with the new state.
-  Status Log(json record, bool sync);
-  Status FlushPending() { return Log(json(), false); }
-  Status AppendRecords(std::vector<JournalRecord> records, bool sync);
+  // Appends pending write records plus `record` (if any) with the new state.
+  Status Log(std::optional<ParticipantRecord> record, bool sync);
+  Status FlushPending() { return Log(std::nullopt, false); }
+  // Appends `records` and then `last` (applied typed, without decoding it back) with the new
+  // state.
+  Status AppendRecords(std::vector<JournalRecord> records, std::optional<ParticipantRecord> last,
+                       bool sync);
   bool CrashAt(std::string_view point) {
     if (hooks_.crash_points && hooks_.crash_points->ShouldCrash(point)) {
       crashed_ = true;
@@ -236,7 +238,7 @@ class ParticipantImpl : public Participant {
   // journal, whose WRITE records are batched, conservatively says dirty from BEGIN on).
   bool DirtyLocked() const {
     if (active_) return active_->dirty_at_begin || active_->wrote;
-    return journal_->state().value("dirty", false);
+    return state_.dirty;
   }
   void UpdateCoveragePeak();
   // Every change of live bytes of parameter `p` calls this: it orders the write against
@@ -257,6 +259,8 @@ class ParticipantImpl : public Participant {
   bool host_memory_ = true;  // memory_->HostAddressable(): copy and hash in one pass here
   std::unique_ptr<Journal> journal_;
   mutable std::mutex mu_;
+  // The journal's state as of its last record (what journal_->state() encodes).
+  ParticipantState state_ GUARDED_BY(mu_);
   std::string kernel_identity_ GUARDED_BY(mu_);
   bool crashed_ GUARDED_BY(mu_) = false;
   bool loaded_ GUARDED_BY(mu_) = false;
@@ -310,63 +314,98 @@ Status ParticipantImpl::Init() {
   if (!j.ok()) return j.status();
   journal_ = std::move(j).value();
   if (journal_->state().is_null()) {
-    std::vector<JournalRecord> create;
-    create.emplace_back(json{{"type", "CREATE"},
-                             {"rank", options_.rank},
-                             {"fingerprint", manifest_->Fingerprint()},
-                             {"ts", options_.env.clock->NowMicros()}});
-    return AppendRecords(std::move(create), true);
+    CreateRecord create;
+    create.rank = options_.rank;
+    create.fingerprint = manifest_->Fingerprint();
+    create.ts = options_.env.clock->NowMicros();
+    return AppendRecords({}, std::move(create), true);
   }
-  if (journal_->state().value("rank", -1) != options_.rank) {
+  // Verified (replay equals it) by OpenTrustedJournal.
+  bool legacy_facts = false;
+  auto st = DecodeParticipantState(journal_->state(), options_.journal_dir + ": state",
+                                   &legacy_facts);
+  if (!st.ok()) return st.status();
+  state_ = std::move(st).value();
+  if (legacy_facts) {
+    // A snapshot written before the dirty rule's facts of the active transaction were stored:
+    // the replay has them (once; every snapshot written from now on holds them).
+    auto replayed = ReplayParticipantJournal(*journal_);
+    if (!replayed.ok()) return replayed.status();
+    if (!replayed.value()) return Status::Corruption(options_.journal_dir + ": no records");
+    state_ = std::move(*replayed.value());
+  }
+  if (state_.rank != options_.rank) {
     return Status::Corruption(options_.journal_dir + ": state belongs to rank " +
-                              journal_->state().value("rank", json()).dump());
+                              std::to_string(state_.rank));
   }
   // Recovery: this process has lost the live bytes of any earlier one.
-  json st = StripBookkeeping(journal_->state());
-  const json& act = st["active"];
-  if (!act.is_null()) {
-    if (act.value("prepared", false) && act.value("vote", json()) == "yes") {
+  if (state_.active) {
+    const ActiveTxState& act = *state_.active;
+    if (act.prepared && act.vote_yes == true) {
       // In doubt: keep the transaction until the coordinator's decision is known.
       auto tx = std::make_unique<ActiveTx>();
-      tx->req.tx = act["tx"].get<std::string>();
-      tx->req.kind = TxKindFromName(act["kind"].get<std::string>()).value_or(TxKind::kFull);
+      tx->req.tx = act.tx;
+      tx->req.kind = act.kind;
       tx->prepared = true;
       tx->vote_yes = true;
-      tx->wrote = act.value("wrote", false);
+      tx->wrote = act.wrote;
       tx->interrupted = true;
       tx->dirty_at_begin = true;  // this process never had the bytes the journal describes
       active_ = std::move(tx);
     } else {
-      json out = {{"type", "OUTCOME"}, {"tx", act["tx"]}, {"decision", "abort"},
-                  {"reason", "process restarted before the transaction was decided"},
-                  {"dirty", true}, {"ts", options_.env.clock->NowMicros()}};
+      // Not prepared (or voted no): presumed abort, by a process that never had its bytes.
+      OutcomeFacts facts = FactsOf(state_, Decision::kAbort);
+      facts.interrupted = true;
+      const OutcomeEffect e = DecideOutcome(facts);
+      OutcomeRecord out;
+      out.tx = act.tx;
+      out.decision = Decision::kAbort;
+      out.reason = "process restarted before the transaction was decided";
+      out.interrupted = true;
+      out.dirty = e.dirty;
+      out.loaded = e.loaded;
+      out.restored = e.restored;
+      out.ts = options_.env.clock->NowMicros();
       WTX_RETURN_IF_ERROR(Log(std::move(out), false));
-      st = StripBookkeeping(journal_->state());
     }
   }
-  const bool dirty = st.value("dirty", false) || !st["version"].is_null() || active_ != nullptr;
-  return Log(json{{"type", "RESTART"}, {"dirty", dirty}, {"ts", options_.env.clock->NowMicros()}},
-             false);
+  RestartRecord restart;
+  restart.dirty = DirtyAfterRestart(state_);
+  restart.ts = options_.env.clock->NowMicros();
+  return Log(std::move(restart), false);
 }
 
-Status ParticipantImpl::AppendRecords(std::vector<JournalRecord> records, bool sync) {
+Status ParticipantImpl::AppendRecords(std::vector<JournalRecord> records,
+                                      std::optional<ParticipantRecord> last, bool sync) {
   // The new state by the rules replay uses (a record's seq is assigned by the journal: 0 here).
-  ParticipantReplay replay(journal_->state());
+  // A brand-new journal starts from none (its CREATE record makes the state).
+  ParticipantReplay replay(journal_->state().is_null() ? std::nullopt
+                                                       : std::optional<ParticipantState>(state_));
   for (const auto& r : records) {
     const auto* w = std::get_if<WriteRecord>(&r);
     Status s = w ? replay.ApplyWrite(0, w->tx) : replay.Apply(std::get<json>(r));
     assert(s.ok() && "the live participant produced a record its own replay rejects");
     if (!s.ok()) return s;
   }
-  return journal_->Append(std::move(records), std::move(replay).Take(), sync);
+  if (last) {
+    Status s = replay.Apply(*last, 0);
+    assert(s.ok() && "the live participant produced a record its own replay rejects");
+    if (!s.ok()) return s;
+    records.push_back(ToJournalRecord(std::move(*last)));
+  }
+  std::optional<ParticipantState> next = std::move(replay).Take();
+  assert(next && "records leave a state");
+  WTX_RETURN_IF_ERROR(
+      journal_->Append(std::move(records), EncodeParticipantState(*next), sync));
+  state_ = std::move(*next);
+  return Status::OK();
 }
 
-Status ParticipantImpl::Log(json record, bool sync) {
+Status ParticipantImpl::Log(std::optional<ParticipantRecord> record, bool sync) {
   std::vector<JournalRecord> recs = std::move(pending_);
   pending_.clear();
-  if (!record.is_null()) recs.emplace_back(std::move(record));
-  if (recs.empty()) return Status::OK();
-  Status s = AppendRecords(std::move(recs), sync);
+  if (recs.empty() && !record) return Status::OK();
+  Status s = AppendRecords(std::move(recs), std::move(record), sync);
   if (!s.ok()) {
     // The journal no longer reflects this process; refuse everything from now on.
     crashed_ = true;
@@ -383,19 +422,17 @@ Status ParticipantImpl::CheckBeginLocked(const BeginRequest& req) const {
                                                             : "' is active"));
   }
   if (req.tx.empty()) return Status::InvalidArgument("begin: empty transaction id");
-  const json& st = journal_->state();
   if (req.kind != TxKind::kFull) {
-    const bool dirty = st.value("dirty", false);
-    if (dirty || (!loaded_ && !st["version"].is_null())) {
+    const bool dirty = state_.dirty;
+    if (dirty || (!loaded_ && state_.version)) {
       std::string why = dirty ? "is dirty (live bytes may differ from its committed version)"
                               : "has no loaded weights";
       return Err(ErrorCode::kDirty, "rank " + Rank() + " " + why + "; a " +
                                         std::string(TxKindName(req.kind)) +
                                         " update needs a clean base, only a full commit cleans it");
     }
-    const std::string version =
-        st["version"].is_null() ? std::string("(none: never committed)") : st["version"].get<std::string>();
-    if (st["version"].is_null() || req.base != version) {
+    const std::string version = state_.version.value_or("(none: never committed)");
+    if (!state_.version || req.base != version) {
       return Err(ErrorCode::kBaseMismatch,
                  "rank " + Rank() + ": base " + (req.base.empty() ? "(none)" : req.base) +
                      " is not the committed version " + version);
@@ -442,7 +479,7 @@ Status ParticipantImpl::Begin(const BeginRequest& req) {
   tx->req = req;
   if (req.kind == TxKind::kFull) tx->req.rollback = false;  // nothing to restore to
   tx->kernel_identity_at_begin = kernel_identity_;
-  tx->dirty_at_begin = journal_->state().value("dirty", false);
+  tx->dirty_at_begin = state_.dirty;
   tx->coverage.resize(manifest_->params().size());
   tx->reserved.resize(manifest_->params().size());
   tx->declared_chunks.resize(manifest_->params().size());
@@ -463,15 +500,20 @@ Status ParticipantImpl::Begin(const BeginRequest& req) {
   }
   tx->begin_epoch = epoch_;
   tx->t_begin = options_.env.clock->NowMicros();
-  json rec = {{"type", "BEGIN"},         {"tx", req.tx},
-              {"kind", TxKindName(req.kind)}, {"base", req.base.empty() ? json() : json(req.base)},
-              {"modules", req.modules},  {"sources", req.sources},
-              {"rollback", tx->req.rollback}, {"verify", VerifyModeName(req.verify)},
-              {"fingerprint", manifest_->Fingerprint()},
-              {"kernel_identity", kernel_identity_}, {"ts", tx->t_begin},
-              // Durably dirty from here to the decision: WRITE records are batched, so a reader
-              // of the journal cannot know whether live bytes changed (the OUTCOME says after).
-              {"dirty", true}};
+  BeginRecord rec;
+  rec.tx = req.tx;
+  rec.kind = req.kind;
+  if (!req.base.empty()) rec.base = req.base;
+  rec.modules = req.modules;
+  rec.sources = req.sources;
+  rec.rollback = tx->req.rollback;
+  rec.verify = req.verify;
+  rec.fingerprint = manifest_->Fingerprint();
+  rec.kernel_identity = kernel_identity_;
+  rec.ts = tx->t_begin;
+  // Durably dirty from here to the decision: WRITE records are batched, so a reader of the
+  // journal cannot know whether live bytes changed (the OUTCOME says after).
+  rec.marks_dirty = true;
   // Synced: the rank must be durably marked as in a transaction before any live byte changes.
   WTX_RETURN_IF_ERROR(Log(std::move(rec), true));
   coverage_peak_bytes_ = 0;
@@ -1039,9 +1081,15 @@ Status ParticipantImpl::PatchLocked(const PatchRequest& req) {
   tx.elements += static_cast<int64_t>(targets.size());
   tx.bytes += static_cast<int64_t>(targets.size() * esz);
   tx.wrote = tx.wrote || !targets.empty();
-  pending_.emplace_back(json{{"type", "PATCH"}, {"tx", tx.req.tx}, {"source", req.source},
-                            {"part", {req.part, req.parts}}, {"indices", req.indices.size()},
-                            {"applied", targets.size()}, {"ts", now}});
+  PatchRecord rec;
+  rec.tx = tx.req.tx;
+  rec.source = req.source;
+  rec.part = req.part;
+  rec.parts = req.parts;
+  rec.indices = static_cast<int64_t>(req.indices.size());
+  rec.applied = static_cast<int64_t>(targets.size());
+  rec.ts = now;
+  pending_.emplace_back(Encode(rec));
   if (pending_.size() >= kWriteRecordBatch) return FlushPending();
   return Status::OK();
 }
@@ -1064,8 +1112,8 @@ Result<std::vector<std::string>> ParticipantImpl::Refresh(std::string_view name)
     names.push_back(manifest_->derived()[d].name);
   }
   if (active_ && !names.empty()) {
-    pending_.emplace_back(json{{"type", "REFRESH"}, {"tx", active_->req.tx}, {"derived", names},
-                              {"ts", options_.env.clock->NowMicros()}});
+    pending_.emplace_back(
+        Encode(RefreshRecord{active_->req.tx, names, options_.env.clock->NowMicros()}));
   }
   return names;
 }
@@ -1299,7 +1347,7 @@ Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
   if (tx.prepared) {  // a repeated prepare gets the same answer
     vote.yes = tx.vote_yes;
     vote.wrote = tx.wrote;
-    if (tx.vote_yes) vote.digest = journal_->state()["active"].value("digest", std::string());
+    if (tx.vote_yes && state_.active) vote.digest = state_.active->digest.value_or("");
     return vote;
   }
   const int64_t t0 = options_.env.clock->NowMicros();
@@ -1331,45 +1379,42 @@ Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
     vote.digest = std::move(digest).value();
     // The chunk digests behind this yes, for Reattach after a restart (same batch as PREPARED).
     const auto& params = manifest_->params();
-    json counts = json::array();
-    std::vector<uint8_t> blob;
+    ChunksRecord chunks;
+    chunks.tx = tx.req.tx;
+    chunks.chunk_bytes = static_cast<int64_t>(kHashChunkBytes);
     for (uint32_t i = 0; i < params.size(); ++i) {
       auto d = hash_[i].chunk_digests();
-      counts.push_back(d.size());
+      chunks.counts.push_back(static_cast<int64_t>(d.size()));
       for (uint64_t v : d) {
-        for (int b = 0; b < 8; ++b) blob.push_back(static_cast<uint8_t>(v >> (8 * b)));
+        for (int b = 0; b < 8; ++b) chunks.digests.push_back(static_cast<uint8_t>(v >> (8 * b)));
       }
     }
-    pending_.emplace_back(json{{"type", "CHUNKS"},
-                               {"tx", tx.req.tx},
-                               {"chunk_bytes", kHashChunkBytes},
-                               {"counts", std::move(counts)},
-                               {"digests", json::binary(std::move(blob))}});
+    chunks.ts = options_.env.clock->NowMicros();
+    pending_.emplace_back(Encode(chunks));
   }
   const int64_t t1 = options_.env.clock->NowMicros();
   if (CrashAt("before_prepare_logged")) {
     return Err(ErrorCode::kCrashed, "rank " + Rank() + " crashed before logging PREPARED");
   }
-  json errors = json::array();
-  for (auto e : vote.errors) errors.push_back(ErrorCodeName(e));
-  json rec = {{"type", "PREPARED"},
-              {"tx", tx.req.tx},
-              {"vote", vote.yes ? "yes" : "no"},
-              {"digest", vote.yes ? json(vote.digest) : json()},
-              {"errors", errors},
-              {"message", vote.message},
-              {"coverage", {{"shards", tx.shards_touched.size()},
-                            {"pieces", tx.pieces},
-                            {"rows", tx.rows},
-                            {"elements", tx.elements},
-                            {"bytes", tx.bytes},
-                            {"patched", tx.patched},
-                            {"missing", vote.missing_total}}},
-              {"missing", MissingRecordJson(vote.missing)},
-              {"timings_us", {{"first_write", tx.t_first_write ? tx.t_first_write - tx.t_begin : 0},
-                              {"writes", tx.t_last_write ? tx.t_last_write - tx.t_first_write : 0},
-                              {"prepare", t1 - t0}}},
-              {"ts", t1}};
+  PreparedRecord rec;
+  rec.tx = tx.req.tx;
+  rec.yes = vote.yes;
+  if (vote.yes) rec.digest = vote.digest;
+  for (auto e : vote.errors) rec.errors.emplace_back(ErrorCodeName(e));
+  rec.message = vote.message;
+  rec.coverage = PreparedCoverage{static_cast<int64_t>(tx.shards_touched.size()),
+                                  tx.pieces,
+                                  tx.rows,
+                                  tx.elements,
+                                  tx.bytes,
+                                  tx.patched,
+                                  static_cast<int64_t>(vote.missing_total)};
+  rec.missing = MissingGroups(vote.missing);
+  rec.has_timings = true;
+  rec.first_write_us = tx.t_first_write ? tx.t_first_write - tx.t_begin : 0;
+  rec.writes_us = tx.t_last_write ? tx.t_last_write - tx.t_first_write : 0;
+  rec.prepare_us = t1 - t0;
+  rec.ts = t1;
   // Synced before voting yes: a yes vote is a promise that survives a crash.
   Status s = Log(std::move(rec), vote.yes);
   if (!s.ok()) return s;
@@ -1394,18 +1439,21 @@ Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::st
     return Err(ErrorCode::kVoteNo, "rank " + Rank() + ": commit of '" + tx.req.tx +
                                        "' which this rank did not vote yes on");
   }
-  // The journal says dirty since BEGIN; what it was before is this transaction's to restore,
-  // unless the verifier found undeclared changes (durably dirty until a full commit).
-  bool dirty = tx.dirty_at_begin || tx.undeclared;
-  bool restored = false;
+  // The dirty rule (DecideOutcome, the function replay applies to the OUTCOME record) on what
+  // this process knows; replay derives the same from the journal's records.
+  OutcomeFacts facts;
+  facts.decision = decision;
+  facts.kind = tx.req.kind;
+  facts.rollback = tx.req.rollback;
+  facts.dirty_at_begin = tx.dirty_at_begin;
+  facts.wrote = tx.wrote;
+  facts.undeclared = tx.undeclared;
+  facts.interrupted = tx.interrupted;
+  facts.loaded = loaded_;
+  const OutcomeEffect effect = DecideOutcome(facts);
   std::string reason;
   switch (decision) {
     case Decision::kCommit:
-      // Clean only when the live bytes are now exactly the committed version: a full commit,
-      // or a partial/delta on the clean base (begin refused anything else), by a process that
-      // kept its bytes throughout.
-      dirty = tx.interrupted || (tx.req.kind != TxKind::kFull && tx.dirty_at_begin);
-      if (!tx.interrupted && tx.req.kind == TxKind::kFull) loaded_ = true;
       committed_chunks_known_ = !tx.interrupted;
       committed_chunks_.clear();
       if (committed_chunks_known_) {
@@ -1416,29 +1464,28 @@ Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::st
       }
       break;
     case Decision::kAbort:
-      if (tx.req.rollback && !tx.interrupted && tx.wrote) {
+      if (effect.restored) {
         WTX_RETURN_IF_ERROR(RestoreBefore());
         RestoreEpochs(tx);
-        restored = true;
         reason = "before-images restored";
-      } else if (tx.wrote) {
-        dirty = true;
       }
       break;
     case Decision::kNoop:
       reason = "empty transaction: nothing was written on any rank";
       break;
   }
-  json rec = {{"type", "OUTCOME"},
-              {"tx", tx.req.tx},
-              {"decision", DecisionName(decision)},
-              {"version", decision == Decision::kCommit ? json(std::string(version)) : json()},
-              {"dirty", dirty},
-              {"loaded", loaded_},
-              {"restored", restored},
-              {"ts", options_.env.clock->NowMicros()}};
-  if (!reason.empty()) rec["reason"] = reason;
+  OutcomeRecord rec;
+  rec.tx = tx.req.tx;
+  rec.decision = decision;
+  if (decision == Decision::kCommit) rec.version = std::string(version);
+  if (!reason.empty()) rec.reason = reason;
+  rec.interrupted = tx.interrupted;
+  rec.dirty = effect.dirty;
+  rec.loaded = effect.loaded;
+  rec.restored = effect.restored;
+  rec.ts = options_.env.clock->NowMicros();
   WTX_RETURN_IF_ERROR(Log(std::move(rec), false));
+  loaded_ = effect.loaded;
   last_outcome_tx_ = tx.req.tx;
   active_.reset();
   return Status::OK();
@@ -1458,9 +1505,8 @@ Status ParticipantImpl::ResolveInDoubt(DecisionOracle& oracle) {
 }
 
 bool ParticipantImpl::Serving() const {
-  const json& st = journal_->state();
   const bool in_doubt = active_ && active_->prepared && active_->vote_yes;
-  return !crashed_ && loaded_ && !DirtyLocked() && !st["version"].is_null() &&
+  return !crashed_ && loaded_ && !DirtyLocked() && state_.version &&
          !in_doubt && StaleDerived().empty();
 }
 
@@ -1468,10 +1514,9 @@ RankStatus ParticipantImpl::status() const {
   std::lock_guard<std::mutex> l(mu_);
   RankStatus s;
   s.rank = options_.rank;
-  const json& st = journal_->state();
-  if (!st["version"].is_null()) s.version = st["version"].get<std::string>();
-  if (!st["committed_tx"].is_null()) s.committed_tx = st["committed_tx"].get<std::string>();
-  if (auto d = st.find("digest"); d != st.end() && d->is_string()) s.digest = d->get<std::string>();
+  if (state_.version) s.version = *state_.version;
+  if (state_.committed_tx) s.committed_tx = *state_.committed_tx;
+  if (state_.digest) s.digest = *state_.digest;
   s.dirty = DirtyLocked() || crashed_;
   s.loaded = loaded_ && !crashed_;
   if (active_) {
@@ -1605,7 +1650,10 @@ Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& r
     NoteWritten(param);
   }
   std::vector<Reservation> out;
-  json shards = json::array();
+  ReserveRecord rec;
+  rec.tx = tx.req.tx;
+  rec.region = name;
+  rec.ts = now;
   for (const Target& t : targets) {
     const ParamSpec& p = manifest_->params()[t.param];
     Reservation r;
@@ -1623,8 +1671,7 @@ Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& r
         if (Overlaps(p.shards[k].box, t.box)) tx.shards_touched.insert({t.param, k});
       }
     }
-    shards.push_back({{"param", p.name}, {"shard", r.shard}, {"box", json::array()}});
-    for (const auto& rg : t.box) shards.back()["box"].push_back({rg.begin, rg.end});
+    rec.boxes.push_back(ReservedBox{p.name, r.shard, t.box});
     out.push_back(std::move(r));
   }
   tx.wrote = true;
@@ -1632,8 +1679,7 @@ Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& r
   UpdateCoveragePeak();
   // The rank is durably dirty already: the synced BEGIN makes an interrupted transaction dirty
   // on recovery, and tx.wrote makes it dirty now. The record is for the history.
-  pending_.emplace_back(json{{"type", "RESERVE"}, {"tx", tx.req.tx}, {"region", name},
-                            {"boxes", std::move(shards)}, {"ts", now}});
+  pending_.emplace_back(Encode(rec));
   WTX_RETURN_IF_ERROR(FlushPending());
   return out;
 }
@@ -1677,8 +1723,7 @@ Status ParticipantImpl::Landed(const LandingRegion& region) {
   tx.pieces += 1;
   tx.t_last_write = options_.env.clock->NowMicros();
   UpdateCoveragePeak();
-  pending_.emplace_back(
-      json{{"type", "LANDED"}, {"tx", tx.req.tx}, {"region", name}, {"ts", tx.t_last_write}});
+  pending_.emplace_back(Encode(LandedRecord{tx.req.tx, name, tx.t_last_write}));
   if (pending_.size() >= kWriteRecordBatch) return FlushPending();
   return Status::OK();
 }
@@ -1775,46 +1820,44 @@ Status ParticipantImpl::LogUndeclared(const VerifyReport& report) {
   // differing chunks is recorded whole), so a rank whose every other chunk changed cannot
   // write a record of millions of entries.
   constexpr size_t kMaxDifferencesRecorded = 4096;
-  json diffs = json::array();
+  UndeclaredRecord rec;
+  if (active_) rec.tx = active_->req.tx;
+  rec.params = report.params;
+  rec.chunks = static_cast<int64_t>(report.chunks_differing);
   for (size_t k = 0; k < report.differences.size() && k < kMaxDifferencesRecorded; ++k) {
     const auto& d = report.differences[k];
-    diffs.push_back({{"param", d.param}, {"chunks", {d.first_chunk, d.first_chunk + d.chunks}}});
+    rec.differences.push_back(UndeclaredDifference{
+        d.param, static_cast<int64_t>(d.first_chunk), static_cast<int64_t>(d.first_chunk + d.chunks)});
   }
-  json rec = {{"type", "UNDECLARED"},
-              {"tx", active_ ? json(active_->req.tx) : json()},
-              {"params", report.params},
-              {"chunks", report.chunks_differing},
-              {"differences", std::move(diffs)},
-              {"ts", options_.env.clock->NowMicros()}};
+  rec.ts = options_.env.clock->NowMicros();
   return Log(std::move(rec), true);  // synced: durably dirty before anyone is told
 }
 
 Status ParticipantImpl::LoadCommitted(std::optional<std::vector<std::vector<uint64_t>>>* chunks,
                                       std::string* rank_digest) {
-  const json& st = journal_->state();
-  if (st["committed_tx"].is_null()) return Status::OK();
-  const std::string committed = st["committed_tx"].get<std::string>();
+  if (!state_.committed_tx) return Status::OK();
+  const std::string committed = *state_.committed_tx;
   const auto& params = manifest_->params();
   Status bad;
   Status s = journal_->ForEachRecordRef([&](const RecordRef& r) -> Status {
     if (!r.json) return Status::OK();
-    const json& rec = *r.json;
-    if (!rec.is_object() || rec.value("tx", json()) != committed) return Status::OK();
-    const std::string type = rec.value("type", std::string());
-    if (type == "PREPARED" && rec.value("vote", json()) == "yes" && rec["digest"].is_string()) {
-      *rank_digest = rec["digest"].get<std::string>();
-    } else if (type == "CHUNKS") {
-      const json& counts = rec.value("counts", json());
-      const json& blob = rec.value("digests", json());
-      if (!counts.is_array() || counts.size() != params.size() || !blob.is_binary()) {
+    WTX_ASSIGN_OR_RETURN(type, ParticipantRecordTypeOf(*r.json));
+    if (type != ParticipantRecordType::kPrepared && type != ParticipantRecordType::kChunks) {
+      return Status::OK();
+    }
+    WTX_ASSIGN_OR_RETURN(rec, DecodeParticipantRecord(*r.json));
+    if (const auto* p = std::get_if<PreparedRecord>(&rec)) {
+      if (p->tx == committed && p->yes && p->digest) *rank_digest = *p->digest;
+    } else if (const auto* c = std::get_if<ChunksRecord>(&rec); c && c->tx == committed) {
+      if (c->counts.size() != params.size()) {
         bad = Status::Corruption("CHUNKS record of '" + committed + "' does not match the manifest");
         return Status::OK();
       }
-      const auto& bytes = blob.get_binary();
+      const auto& bytes = c->digests;
       std::vector<std::vector<uint64_t>> out(params.size());
       size_t pos = 0;
       for (size_t i = 0; i < params.size(); ++i) {
-        const size_t n = counts[i].is_number_unsigned() ? counts[i].get<size_t>() : SIZE_MAX;
+        const size_t n = static_cast<size_t>(c->counts[i]);
         if (n != hash_[i].num_chunks() || bytes.size() - pos < n * 8) {
           bad = Status::Corruption("CHUNKS record of '" + committed + "': '" + params[i].name +
                                    "' has the wrong number of chunk digests");
@@ -1844,14 +1887,13 @@ Result<VerifyReport> ParticipantImpl::Verify() {
                                          active_->req.tx + "' is active; verify between "
                                          "transactions (or begin with verify all)");
   }
-  const json& st = journal_->state();
   VerifyReport rep;
   std::string why;
-  if (st["version"].is_null()) {
+  if (!state_.version) {
     why = "never committed";
   } else if (!loaded_) {
     why = "not loaded (after a restart: Reattach)";
-  } else if (st.value("dirty", false)) {
+  } else if (state_.dirty) {
     why = "dirty (its bytes are expected to differ from the committed version)";
   } else if (!committed_chunks_known_) {
     std::optional<std::vector<std::vector<uint64_t>>> chunks;
@@ -1882,8 +1924,7 @@ Result<VerifyReport> ParticipantImpl::Reattach() {
                    (active_->prepared ? "in doubt; resolve it first" : "active"));
   }
   VerifyReport rep;
-  const json& st = journal_->state();
-  if (st["version"].is_null()) {
+  if (!state_.version) {
     rep.message = "rank " + Rank() + ": not comparable: never committed, nothing to reattach to";
     return rep;
   }
@@ -1911,10 +1952,9 @@ Result<VerifyReport> ParticipantImpl::Reattach() {
     rep.message += "; stays loaded=false";
     return rep;
   }
-  WTX_RETURN_IF_ERROR(Log(json{{"type", "REATTACH"},
-                               {"committed_tx", st["committed_tx"]},
-                               {"chunks", rep.chunks_checked},
-                               {"ts", options_.env.clock->NowMicros()}},
+  WTX_RETURN_IF_ERROR(Log(ReattachRecord{state_.committed_tx.value_or(""),
+                                         static_cast<int64_t>(rep.chunks_checked),
+                                         options_.env.clock->NowMicros()},
                           true));
   loaded_ = true;
   if (chunks) {

@@ -1,5 +1,11 @@
 #include "src/txn/participant_state.h"
 
+#include <cassert>
+#include <type_traits>
+#include <utility>
+
+#include "journal/record_fields.h"
+
 namespace wtx {
 
 using nlohmann::json;
@@ -8,173 +14,362 @@ namespace {
 
 // A JSON value for an error message: never throws (invalid UTF-8 in a crafted record's strings
 // is replaced, not an exception).
-std::string Quoted(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-}  // namespace
-
-json InitialParticipantState(int rank) {
-  return {{"rank", rank}, {"version", nullptr}, {"committed_tx", nullptr},
-          {"dirty", false}, {"loaded", false}, {"active", nullptr}, {"txs", 0}};
+std::string QuotedText(std::string_view s) {
+  return json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-json StripBookkeeping(json state) {
-  if (state.is_object()) {
-    state.erase("seq");
-    state.erase("head");
-  }
-  return state;
+std::string RecordAt(uint64_t seq, ParticipantRecordType type) {
+  return "record " + std::to_string(seq) + " (" + std::string(ParticipantRecordTypeName(type)) +
+         ")";
 }
 
-ParticipantReplay::ParticipantReplay(json state) : state_(StripBookkeeping(std::move(state))) {
-  Recache();
-}
-
-void ParticipantReplay::Recache() {
-  has_active_ = false;
-  active_tx_is_string_ = false;
-  write_marked_ = false;
-  if (!state_.is_object()) return;
-  auto a = state_.find("active");
-  if (a == state_.end() || !a->is_object()) return;
-  has_active_ = true;
-  auto tx = a->find("tx");
-  if (tx != a->end() && tx->is_string()) {
-    active_tx_is_string_ = true;
-    active_tx_ = tx->get<std::string>();
-  }
-  auto wrote = a->find("wrote");
-  auto dirty = state_.find("dirty");
-  write_marked_ = wrote != a->end() && *wrote == true && dirty != state_.end() && *dirty == true;
-}
-
-Status ParticipantReplay::NotActive(uint64_t seq, std::string_view type, const json& tx) const {
-  return Status::Corruption("record " + std::to_string(seq) + " (" + std::string(type) +
-                            ") names transaction " + Quoted(tx) +
+Status NotActiveRecord(uint64_t seq, ParticipantRecordType type, std::string_view tx) {
+  return Status::Corruption(RecordAt(seq, type) + " names transaction " + QuotedText(tx) +
                             " which is not the active one");
 }
 
-Status ParticipantReplay::ApplyWrite(uint64_t seq, std::string_view tx) {
-  if (state_.is_null()) {
-    return Status::Corruption("record " + std::to_string(seq) +
-                              " comes before the journal's CREATE record");
-  }
-  if (!has_active_ || !active_tx_is_string_ || active_tx_ != tx) {
-    return NotActive(seq, "WRITE", json(std::string(tx)));
-  }
-  if (!write_marked_) {
-    state_["active"]["wrote"] = true;
-    state_["dirty"] = true;
-    write_marked_ = true;
-  }
-  return Status::OK();
-}
+std::string BoolText(bool b) { return b ? "true" : "false"; }
 
-Status ParticipantReplay::Apply(const json& r) {
-  // A record with a valid checksum can still be malformed (written by another program, or
-  // crafted): that is a corrupt journal, never an exception escaping into the reader.
-  const std::string at = "record " + (r.is_object() && r.contains("seq") && r["seq"].is_number()
-                                          ? Quoted(r["seq"])
-                                          : std::string("?"));
-  if (!r.is_object()) return Status::Corruption(at + " is not an object");
-  if (!state_.is_null() && !state_.is_object()) return Status::Corruption("state is not an object");
-  if (state_.is_null() && r.value("type", json()) != "CREATE") {
-    return Status::Corruption(at + " comes before the journal's CREATE record");
-  }
-  Status s;
-  try {
-    s = ApplyUnchecked(r);
-  } catch (const json::exception& e) {
-    s = Status::Corruption(at + " is malformed: " + e.what());
-  }
-  Recache();
+std::string DescribeFacts(const OutcomeFacts& f) {
+  std::string s = std::string(DecisionName(f.decision)) + " of a " +
+                  std::string(TxKindName(f.kind)) + " transaction";
+  if (f.rollback) s += " with before-images";
+  s += f.wrote ? ", wrote" : ", wrote nothing";
+  s += ", dirty before BEGIN " + BoolText(f.dirty_at_begin);
+  if (f.undeclared) s += ", undeclared changes found";
+  if (f.interrupted) s += ", interrupted by a restart";
+  s += ", loaded " + BoolText(f.loaded);
   return s;
 }
 
-Status ParticipantReplay::ApplyUnchecked(const json& r) {
-  json& s = state_;
-  const std::string type = r.value("type", std::string());
-  const json tx = r.value("tx", json());
-  auto need_active = [&]() -> Status {
-    if (s["active"].is_null() || s["active"]["tx"] != tx) {
-      return NotActive(r.value("seq", uint64_t{0}), type, tx);
-    }
-    return Status::OK();
-  };
-  if (type == "CREATE") {
-    if (!s.is_null()) return Status::Corruption("CREATE record after the journal began");
-    s = InitialParticipantState(r.at("rank").get<int>());
-  } else if (type == "BEGIN") {
-    if (!s["active"].is_null()) {
-      return Status::Corruption("BEGIN of " + Quoted(tx) + " while " + Quoted(s["active"]["tx"]) +
-                                " is active");
-    }
-    s["active"] = {{"tx", tx},
-                   {"kind", r.at("kind")},
-                   {"base", r.value("base", json())},
-                   {"modules", r.value("modules", json::array())},
-                   {"sources", r.value("sources", json::array())},
-                   {"rollback", r.value("rollback", false)},
-                   {"wrote", false},
-                   {"prepared", false},
-                   {"vote", nullptr},
-                   {"digest", nullptr}};
-    s["txs"] = s["txs"].get<int64_t>() + 1;
-    // Durably dirty from BEGIN to the decision (WRITE records are batched). A BEGIN record
-    // without the field (older journals) leaves the flag as it was.
-    if (auto d = r.find("dirty"); d != r.end()) s["dirty"] = d->get<bool>();
-  } else if (type == "RESERVE") {
-    // An in-place landing: the engine may change the region's bytes from now on.
-    WTX_RETURN_IF_ERROR(need_active());
-    s["active"]["wrote"] = true;
-    s["dirty"] = true;
-  } else if (type == "LANDED" || type == "CHUNKS") {
-    // LANDED: coverage bookkeeping; CHUNKS: the chunk digests behind a yes vote (read back by
-    // Reattach). Neither changes the state.
-    WTX_RETURN_IF_ERROR(need_active());
-  } else if (type == "UNDECLARED") {
-    // The verifier found live bytes that changed without a declared write.
-    s["dirty"] = true;
-  } else if (type == "REATTACH") {
-    if (!s["active"].is_null()) return Status::Corruption("REATTACH while a transaction is active");
-    // The live bytes that survived a restart equal the committed version, chunk for chunk.
-    s["dirty"] = false;
-    s["loaded"] = true;
-  } else if (type == "WRITE" || type == "PATCH") {
-    WTX_RETURN_IF_ERROR(need_active());
-    if (r.value("applied", int64_t{1}) > 0) {
-      s["active"]["wrote"] = true;
-      s["dirty"] = true;
-    }
-  } else if (type == "REFRESH") {
-    // Staleness is process state (derived copies die with the process); nothing durable.
-  } else if (type == "PREPARED") {
-    WTX_RETURN_IF_ERROR(need_active());
-    s["active"]["prepared"] = true;
-    s["active"]["vote"] = r.at("vote");
-    s["active"]["digest"] = r.value("digest", json());
-  } else if (type == "OUTCOME") {
-    WTX_RETURN_IF_ERROR(need_active());
-    if (r.at("decision") == "commit") {
-      s["version"] = r.at("version");
-      s["committed_tx"] = tx;
-      s["digest"] = s["active"].value("digest", json());
-    }
-    s["dirty"] = r.at("dirty");
-    s["loaded"] = r.value("loaded", s.value("loaded", false));
-    s["active"] = nullptr;
-  } else if (type == "RESTART") {
-    s["dirty"] = r.at("dirty");
-    s["loaded"] = false;
-  } else {
-    return Status::Corruption("unknown record type '" + type + "'");
+// A stored value of what the rule derives must equal it.
+Status CheckDerived(uint64_t seq, ParticipantRecordType type, std::string_view field,
+                    const std::optional<bool>& stored, bool derived, const std::string& from) {
+  if (!stored || *stored == derived) return Status::OK();
+  return Status::Corruption(RecordAt(seq, type) + ": field '" + std::string(field) + "' is " +
+                            BoolText(*stored) + " but the dirty rule derives " + BoolText(derived) +
+                            " (" + from + ")");
+}
+
+}  // namespace
+
+ParticipantState InitialParticipantState(int rank) {
+  ParticipantState s;
+  s.rank = rank;
+  return s;
+}
+
+// ---- The state snapshot ----
+
+json EncodeParticipantState(const ParticipantState& s) {
+  json out = {{"rank", s.rank},
+              {"version", OptionalStringJson(s.version)},
+              {"committed_tx", OptionalStringJson(s.committed_tx)},
+              {"dirty", s.dirty},
+              {"loaded", s.loaded},
+              {"active", nullptr},
+              {"txs", s.txs}};
+  if (s.digest) out["digest"] = *s.digest;  // set by the first commit
+  if (s.active) {
+    const ActiveTxState& a = *s.active;
+    json act = {{"tx", a.tx},
+                {"kind", std::string(TxKindName(a.kind))},
+                {"base", OptionalStringJson(a.base)},
+                {"modules", a.modules},
+                {"sources", a.sources},
+                {"rollback", a.rollback},
+                {"wrote", a.wrote},
+                {"prepared", a.prepared},
+                {"vote", a.vote_yes ? json(*a.vote_yes ? "yes" : "no") : json()},
+                {"digest", OptionalStringJson(a.digest)},
+                // The dirty rule's facts (a snapshot written before them has none of the keys).
+                {"dirty_at_begin", a.dirty_at_begin},
+                {"undeclared", a.undeclared},
+                {"interrupted", a.interrupted}};
+    out["active"] = std::move(act);
   }
+  return out;
+}
+
+Result<ParticipantState> DecodeParticipantState(const json& j, std::string_view what,
+                                                bool* legacy_facts) {
+  if (legacy_facts) *legacy_facts = false;
+  if (!j.is_object()) return Status::Corruption(std::string(what) + " is not an object");
+  RecordFields f = RecordFields::Named(j, std::string(what));
+  ParticipantState s;
+  const int64_t rank = f.Int("rank");
+  if (f.ok() && (rank < 0 || rank > INT32_MAX)) f.Fail("rank", "is not a rank");
+  s.rank = static_cast<int>(rank);
+  s.version = f.OptString("version");
+  s.committed_tx = f.OptString("committed_tx");
+  s.digest = f.OptString("digest");
+  s.dirty = f.Bool("dirty");
+  s.loaded = f.OptBool("loaded").value_or(false);
+  s.txs = f.Int("txs");
+  if (const json* a = f.Object("active")) {
+    RecordFields af = RecordFields::Named(*a, std::string(what) + ": active transaction");
+    ActiveTxState t;
+    t.tx = af.String("tx");
+    const std::string kind = af.String("kind");
+    if (af.ok()) {
+      if (auto k = TxKindFromName(kind)) {
+        t.kind = *k;
+      } else {
+        af.Fail("kind", "is not full, partial or delta");
+      }
+    }
+    t.base = af.OptString("base");
+    t.modules = af.Strings("modules");
+    t.sources = af.Strings("sources");
+    t.rollback = af.OptBool("rollback").value_or(false);
+    t.wrote = af.OptBool("wrote").value_or(false);
+    t.prepared = af.OptBool("prepared").value_or(false);
+    if (auto v = af.OptString("vote")) {
+      if (*v != "yes" && *v != "no") af.Fail("vote", "is not yes or no");
+      t.vote_yes = *v == "yes";
+    }
+    t.digest = af.OptString("digest");
+    // A snapshot of the active transaction written before these facts existed has none of the
+    // three keys.
+    if (legacy_facts && !a->contains("dirty_at_begin") && !a->contains("undeclared") &&
+        !a->contains("interrupted")) {
+      *legacy_facts = true;
+    }
+    t.dirty_at_begin = af.OptBool("dirty_at_begin").value_or(false);
+    t.undeclared = af.OptBool("undeclared").value_or(false);
+    t.interrupted = af.OptBool("interrupted").value_or(false);
+    if (!af.ok()) return af.status();
+    s.active = std::move(t);
+  }
+  if (!f.ok()) return f.status();
+  return s;
+}
+
+// ---- The dirty rule ----
+
+OutcomeEffect DecideOutcome(const OutcomeFacts& f) {
+  OutcomeEffect e;
+  e.loaded = f.loaded;
+  // A process that did not hold the bytes from BEGIN on cannot vouch for them: as dirty at
+  // BEGIN, whatever the journal said then.
+  const bool before = f.dirty_at_begin || f.interrupted;
+  switch (f.decision) {
+    case Decision::kCommit:
+      // Begin refused a partial/delta on a dirty rank, so `before` matters only after a restart.
+      e.dirty = f.interrupted || (f.kind != TxKind::kFull && before);
+      if (!f.interrupted && f.kind == TxKind::kFull) e.loaded = true;
+      break;
+    case Decision::kAbort:
+      e.restored = f.rollback && !f.interrupted && f.wrote;
+      e.dirty = e.restored ? before || f.undeclared : f.wrote || before || f.undeclared;
+      break;
+    case Decision::kNoop:
+      e.dirty = before || f.undeclared;
+      break;
+  }
+  return e;
+}
+
+OutcomeFacts FactsOf(const ParticipantState& s, Decision decision) {
+  assert(s.active && "facts of a decision need an active transaction");
+  const ActiveTxState& a = *s.active;
+  OutcomeFacts f;
+  f.decision = decision;
+  f.kind = a.kind;
+  f.rollback = a.rollback;
+  f.dirty_at_begin = a.dirty_at_begin;
+  f.wrote = a.wrote;
+  f.undeclared = a.undeclared;
+  f.interrupted = a.interrupted;
+  f.loaded = s.loaded;
+  return f;
+}
+
+bool DirtyAfterRestart(const ParticipantState& s) {
+  return s.dirty || s.version.has_value() || s.active.has_value();
+}
+
+// ---- Replay ----
+
+Status ParticipantReplay::ApplyWrite(uint64_t seq, std::string_view tx) {
+  if (!state_) {
+    return Status::Corruption("record " + std::to_string(seq) +
+                              " comes before the journal's CREATE record");
+  }
+  ParticipantState& s = *state_;
+  if (!s.active || s.active->tx != tx) return NotActiveRecord(seq, ParticipantRecordType::kWrite, tx);
+  s.active->wrote = true;
+  s.dirty = true;
   return Status::OK();
 }
 
-Result<json> ApplyParticipantRecord(const json& state, const json& record) {
-  ParticipantReplay replay(state);
-  WTX_RETURN_IF_ERROR(replay.Apply(record));
+Status ParticipantReplay::Apply(const json& record) {
+  auto r = DecodeParticipantRecord(record);
+  if (!r.ok()) return r.status();
+  return Apply(r.value(), RecordSeqOf(record));
+}
+
+Status ParticipantReplay::Apply(const ParticipantRecord& record, uint64_t seq) {
+  const ParticipantRecordType type = TypeOf(record);
+  if (!state_) {
+    if (type != ParticipantRecordType::kCreate) {
+      return Status::Corruption(RecordAt(seq, type) + " comes before the journal's CREATE record");
+    }
+    state_ = InitialParticipantState(std::get<CreateRecord>(record).rank);
+    return Status::OK();
+  }
+  ParticipantState& s = *state_;
+  auto need_active = [&](const std::string& tx) -> Status {
+    if (!s.active || s.active->tx != tx) return NotActiveRecord(seq, type, tx);
+    return Status::OK();
+  };
+  auto mark_written = [&] {
+    s.active->wrote = true;
+    s.dirty = true;
+  };
+  return std::visit(
+      [&](const auto& r) -> Status {
+        using T = std::decay_t<decltype(r)>;
+        if constexpr (std::is_same_v<T, CreateRecord>) {
+          return Status::Corruption(RecordAt(seq, type) + ": CREATE record after the journal began");
+        } else if constexpr (std::is_same_v<T, BeginRecord>) {
+          if (s.active) {
+            return Status::Corruption(RecordAt(seq, type) + ": BEGIN of " + QuotedText(r.tx) + " while " +
+                                      QuotedText(s.active->tx) + " is active");
+          }
+          ActiveTxState a;
+          a.tx = r.tx;
+          a.kind = r.kind;
+          a.base = r.base;
+          a.modules = r.modules;
+          a.sources = r.sources;
+          a.rollback = r.rollback;
+          a.dirty_at_begin = s.dirty;
+          s.active = std::move(a);
+          s.txs += 1;
+          // Durably dirty from BEGIN to the decision (WRITE records are batched). A BEGIN
+          // without the field (older journals) leaves the flag as it was.
+          if (r.marks_dirty) s.dirty = true;
+        } else if constexpr (std::is_same_v<T, WriteRecord>) {
+          WTX_RETURN_IF_ERROR(need_active(r.tx));
+          mark_written();
+        } else if constexpr (std::is_same_v<T, PatchRecord>) {
+          WTX_RETURN_IF_ERROR(need_active(r.tx));
+          if (r.applied > 0) mark_written();
+        } else if constexpr (std::is_same_v<T, ReserveRecord>) {
+          // An in-place landing: the engine may change the region's bytes from now on.
+          WTX_RETURN_IF_ERROR(need_active(r.tx));
+          mark_written();
+        } else if constexpr (std::is_same_v<T, RefreshRecord>) {
+          // Staleness is process state (derived copies die with the process); nothing durable.
+        } else if constexpr (std::is_same_v<T, LandedRecord> || std::is_same_v<T, ChunksRecord>) {
+          // LANDED: coverage bookkeeping; CHUNKS: the chunk digests behind a yes vote (read
+          // back by Reattach). Neither changes the state.
+          WTX_RETURN_IF_ERROR(need_active(r.tx));
+        } else if constexpr (std::is_same_v<T, PreparedRecord>) {
+          WTX_RETURN_IF_ERROR(need_active(r.tx));
+          s.active->prepared = true;
+          s.active->vote_yes = r.yes;
+          s.active->digest = r.digest;
+        } else if constexpr (std::is_same_v<T, UndeclaredRecord>) {
+          // The verifier found live bytes that changed without a declared write.
+          if (r.tx) {
+            WTX_RETURN_IF_ERROR(need_active(*r.tx));
+            s.active->undeclared = true;
+          }
+          s.dirty = true;
+        } else if constexpr (std::is_same_v<T, ReattachRecord>) {
+          if (s.active) {
+            return Status::Corruption(RecordAt(seq, type) + ": REATTACH while a transaction is active");
+          }
+          if (s.committed_tx != r.committed_tx) {
+            return Status::Corruption(RecordAt(seq, type) + ": field 'committed_tx' names " +
+                                      QuotedText(r.committed_tx) +
+                                      ", not the committed transaction");
+          }
+          // The live bytes that survived a restart equal the committed version, chunk for chunk.
+          s.dirty = false;
+          s.loaded = true;
+        } else if constexpr (std::is_same_v<T, OutcomeRecord>) {
+          WTX_RETURN_IF_ERROR(need_active(r.tx));
+          OutcomeFacts facts = FactsOf(s, r.decision);
+          // The fact as the writer knew it; journals from before the field imply it (a recovery
+          // abort of theirs, written before its RESTART, is the only OUTCOME without `loaded`).
+          facts.interrupted = facts.interrupted || r.interrupted.value_or(!r.loaded.has_value());
+          const OutcomeEffect e = DecideOutcome(facts);
+          const std::string from = DescribeFacts(facts);
+          WTX_RETURN_IF_ERROR(CheckDerived(seq, type, "dirty", r.dirty, e.dirty, from));
+          WTX_RETURN_IF_ERROR(CheckDerived(seq, type, "loaded", r.loaded, e.loaded, from));
+          WTX_RETURN_IF_ERROR(CheckDerived(seq, type, "restored", r.restored, e.restored, from));
+          if (r.decision == Decision::kCommit) {
+            if (!s.active->prepared || s.active->vote_yes != true) {
+              return Status::Corruption(RecordAt(seq, type) + ": commit of " + QuotedText(r.tx) +
+                                        ", which this rank did not vote yes on");
+            }
+            s.version = r.version;
+            s.committed_tx = r.tx;
+            s.digest = s.active->digest;
+          }
+          s.dirty = e.dirty;
+          s.loaded = e.loaded;
+          s.active.reset();
+        } else if constexpr (std::is_same_v<T, RestartRecord>) {
+          const bool dirty = DirtyAfterRestart(s);
+          WTX_RETURN_IF_ERROR(CheckDerived(seq, type, "dirty", r.dirty, dirty,
+                                           "a restart of a rank with " +
+                                               std::string(s.version ? "a committed version"
+                                                                     : "no committed version") +
+                                               (s.active ? " and an active transaction" : "") +
+                                               ", dirty before " + BoolText(s.dirty)));
+          s.dirty = dirty;
+          s.loaded = false;
+          if (s.active) s.active->interrupted = true;  // its live bytes died with the process
+        }
+        return Status::OK();
+      },
+      record);
+}
+
+Result<std::optional<ParticipantState>> ReplayParticipantJournal(const Journal& journal) {
+  // In place; binary WRITE records (nearly all of a large journal) without building anything.
+  ParticipantReplay replay;
+  Status s = journal.ForEachRecordRef([&](const RecordRef& r) -> Status {
+    if (r.write) return replay.ApplyWrite(r.seq, r.write->tx);
+    return replay.Apply(*r.json);
+  });
+  if (!s.ok()) return s;
   return std::move(replay).Take();
+}
+
+Status CheckParticipantState(const Journal& journal) {
+  const auto& id = journal.identity();
+  WTX_ASSIGN_OR_RETURN(replayed, ReplayParticipantJournal(journal));
+  if (journal.state().is_null() != !replayed.has_value()) {
+    return Status::Corruption(journal.dir() + ": " +
+                              (replayed ? "records but no stored state" : "a state but no records"));
+  }
+  if (!replayed) return Status::OK();
+  bool legacy = false;
+  auto stored = DecodeParticipantState(journal.state(), journal.dir() + ": stored state", &legacy);
+  if (!stored.ok()) return stored.status();
+  ParticipantState want = std::move(stored).value();
+  if (want.rank != id.rank) {
+    return Status::Corruption(journal.dir() + ": state of rank " + std::to_string(want.rank) +
+                              " in the journal of rank " + std::to_string(id.rank));
+  }
+  if (legacy && want.active && replayed->active) {
+    // Written before the dirty rule's facts were stored: compare what it does hold.
+    want.active->dirty_at_begin = replayed->active->dirty_at_begin;
+    want.active->undeclared = replayed->active->undeclared;
+    want.active->interrupted = replayed->active->interrupted;
+  }
+  if (*replayed != want) {
+    return Status::Corruption(journal.dir() + ": replayed state " +
+                              EncodeParticipantState(*replayed).dump() +
+                              " differs from the stored state " +
+                              EncodeParticipantState(want).dump());
+  }
+  return Status::OK();
 }
 
 }  // namespace wtx

@@ -115,18 +115,34 @@ inline void FuzzRecord(const uint8_t* data, size_t size) {
   if (!again.ok() || again.value() != rec.value()) Violated("a decoded record round-trips");
   // Replay it onto an empty journal and onto one with an active transaction: a record with a
   // valid checksum but wrong content is E_JOURNAL_CORRUPT, never a crash.
-  nlohmann::json active = InitialParticipantState(0);
-  active["active"] = {{"tx", "t1"}, {"kind", "full"}, {"wrote", false}, {"prepared", false}};
+  ParticipantState active = InitialParticipantState(0);
+  active.active = ActiveTxState{};
+  active.active->tx = "t1";
   const bool binary = IsWriteRecordValue(value);
-  for (const nlohmann::json& state : {nlohmann::json(), InitialParticipantState(0), active}) {
-    auto by_json = ApplyParticipantRecord(state, rec.value());
+  for (const std::optional<ParticipantState>& state :
+       {std::optional<ParticipantState>(), std::optional<ParticipantState>(
+                                               InitialParticipantState(0)),
+        std::optional<ParticipantState>(active)}) {
+    ParticipantReplay by_json(state);
+    Status js = by_json.Apply(rec.value());
+    if (!js.ok() && js.code() != ErrorCode::kJournalCorrupt) {
+      Violated("a record replay fails only as corruption");
+    }
+    // A record that decodes re-encodes to a record that decodes to the same.
+    if (auto typed = DecodeParticipantRecord(rec.value()); typed.ok()) {
+      JournalRecord again = ToJournalRecord(typed.value());
+      if (const auto* j = std::get_if<nlohmann::json>(&again)) {
+        auto round = DecodeParticipantRecord(*j);
+        if (!round.ok()) Violated("an encoded record decodes");
+      }
+    }
     if (!binary) continue;
     // A binary WRITE replays without JSON to the state its JSON form gives.
     auto write = DecodeWriteRecord(value, "fuzz");
     if (!write.ok()) Violated("a binary WRITE record that decodes as JSON decodes as a view");
     ParticipantReplay fast(state);
     Status s = fast.ApplyWrite(write.value().seq, write.value().tx);
-    if (s.ok() != by_json.ok() || (s.ok() && fast.state() != by_json.value())) {
+    if (s.ok() != js.ok() || (s.ok() && fast.state() != by_json.state())) {
       Violated("a binary WRITE replays as its JSON form");
     }
   }

@@ -1,0 +1,95 @@
+// The coordinator journal's records, typed: one struct per record type, each with exactly one
+// Encode (the JSON object stored as CBOR; the journal adds "seq" and "prev") and one Decode
+// (every field validated: kJournalCorrupt naming the record's seq, type and field), and the
+// coordinator's state snapshot. docs/journal-format.md lists them.
+//
+// Record type names appear as strings only in coordinator_records.cc.
+//
+// Thread-safety: plain values and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "journal/journal.h"
+#include "wtx/protocol.h"
+#include "wtx/status.h"
+
+namespace wtx {
+
+enum class CoordinatorRecordType { kCreate, kDecision, kEnd };
+std::string_view CoordinatorRecordTypeName(CoordinatorRecordType t);  // "CREATE", ...
+
+// The journal was created.
+struct CoordinatorCreateRecord {
+  int64_t ts = 0;
+};
+
+// One rank's vote as the decision logged it.
+struct DecisionVote {
+  int rank = -1;
+  std::string vote;   // "yes", "no", "timeout" or "crashed"
+  std::string error;  // "no": the error code name
+};
+
+// The decision on a transaction (a commit decision is synced: the commit point).
+struct DecisionRecord {
+  std::string tx;
+  Decision decision = Decision::kAbort;
+  std::optional<std::string> version;  // commit: the version
+  std::string reason;
+  std::vector<DecisionVote> votes;      // decided by collecting votes (absent otherwise)
+  std::optional<int64_t> prepare_us;    // timings_us.prepare
+  int64_t ts = 0;
+};
+
+// Every rank acknowledged the decision on `tx`.
+struct EndRecord {
+  std::string tx;
+  int64_t ts = 0;
+};
+
+using CoordinatorRecord = std::variant<CoordinatorCreateRecord, DecisionRecord, EndRecord>;
+
+nlohmann::json Encode(const CoordinatorCreateRecord& r);
+nlohmann::json Encode(const DecisionRecord& r);
+nlohmann::json Encode(const EndRecord& r);
+
+Result<CoordinatorCreateRecord> DecodeCoordinatorCreate(const nlohmann::json& r);
+Result<DecisionRecord> DecodeDecision(const nlohmann::json& r);
+Result<EndRecord> DecodeEnd(const nlohmann::json& r);
+// The one decode entry point.
+Result<CoordinatorRecord> DecodeCoordinatorRecord(const nlohmann::json& r);
+
+// The coordinator's state: decisions logged, and those not yet acknowledged by every rank.
+struct CoordinatorState {
+  uint64_t decisions = 0;
+  std::vector<std::string> pending;  // sorted
+
+  bool operator==(const CoordinatorState&) const = default;
+};
+// {"decisions": N, "pending": [tx...]} (the journal adds seq/head).
+nlohmann::json EncodeCoordinatorState(const CoordinatorState& s);
+Result<CoordinatorState> DecodeCoordinatorState(const nlohmann::json& j, std::string_view what);
+
+// Advances the coordinator's state by one record: a DECISION adds a pending decision, an END
+// acknowledges it.
+class CoordinatorReplay {
+ public:
+  Status Apply(const CoordinatorRecord& r, uint64_t seq);
+  Status Apply(const nlohmann::json& r);
+  CoordinatorState state() const;
+
+ private:
+  uint64_t decisions_ = 0;
+  std::map<std::string, bool> pending_;
+};
+
+}  // namespace wtx

@@ -1,0 +1,618 @@
+#include "src/txn/participant_records.h"
+
+#include <array>
+#include <utility>
+
+#include "journal/record_fields.h"
+
+namespace wtx {
+
+using nlohmann::json;
+
+namespace {
+
+// The stored names, in enum order. The only place record type names are spelled.
+constexpr std::array<std::string_view, 13> kParticipantTypeNames = {
+    "CREATE", "BEGIN",   "WRITE",   "PATCH",  "REFRESH",    "PREPARED", "CHUNKS",
+    "OUTCOME", "RESTART", "RESERVE", "LANDED", "UNDECLARED", "REATTACH"};
+
+json ParticipantTypeJson(ParticipantRecordType t) { return json(std::string(ParticipantRecordTypeName(t))); }
+
+json BoxJson(const Box& box) {
+  json out = json::array();
+  for (const Range& r : box) out.push_back({r.begin, r.end});
+  return out;
+}
+
+// A box: [[begin, end], ...] with begin <= end.
+Box BoxAt(RecordFields& f, const json* v, std::string_view name) {
+  Box box;
+  if (!v) return box;
+  if (!v->is_array()) {
+    f.Fail(name, "is not a box");
+    return box;
+  }
+  for (const auto& r : *v) {
+    if (!r.is_array() || r.size() != 2) {
+      f.Fail(name, "is not a box of [begin, end] ranges");
+      return {};
+    }
+    const int64_t b = f.IntAt(r[0], name);
+    const int64_t e = f.IntAt(r[1], name);
+    if (!f.ok()) return {};
+    if (b > e) {
+      f.Fail(name, "has a range whose end precedes its begin");
+      return {};
+    }
+    box.push_back(Range{b, e});
+  }
+  return box;
+}
+
+// Fields of a record of `type` (the "type" field itself was checked by the caller).
+RecordFields ParticipantFields(const json& r, ParticipantRecordType type) {
+  return RecordFields(r, RecordSeqOf(r), std::string(ParticipantRecordTypeName(type)));
+}
+
+Status NotAnObjectRecord(const json& r) {
+  return Status::Corruption("record " + std::to_string(RecordSeqOf(r)) + " is not an object");
+}
+
+}  // namespace
+
+std::string_view ParticipantRecordTypeName(ParticipantRecordType t) {
+  return kParticipantTypeNames[static_cast<size_t>(t)];
+}
+
+std::optional<ParticipantRecordType> ParticipantRecordTypeFromName(std::string_view name) {
+  for (size_t i = 0; i < kParticipantTypeNames.size(); ++i) {
+    if (kParticipantTypeNames[i] == name) return static_cast<ParticipantRecordType>(i);
+  }
+  return std::nullopt;
+}
+
+ParticipantRecordType TypeOf(const ParticipantRecord& r) {
+  // The variant's alternatives are in enum order.
+  return static_cast<ParticipantRecordType>(r.index());
+}
+
+const std::string* TxOf(const ParticipantRecord& r) {
+  return std::visit(
+      [](const auto& rec) -> const std::string* {
+        using T = std::decay_t<decltype(rec)>;
+        if constexpr (std::is_same_v<T, CreateRecord> || std::is_same_v<T, RestartRecord> ||
+                      std::is_same_v<T, ReattachRecord>) {
+          return nullptr;
+        } else if constexpr (std::is_same_v<T, UndeclaredRecord>) {
+          return rec.tx ? &*rec.tx : nullptr;
+        } else {
+          return &rec.tx;
+        }
+      },
+      r);
+}
+
+// ---- CREATE ----
+
+json Encode(const CreateRecord& r) {
+  return {{"type", ParticipantTypeJson(ParticipantRecordType::kCreate)},
+          {"rank", r.rank},
+          {"fingerprint", r.fingerprint},
+          {"ts", r.ts}};
+}
+
+Result<CreateRecord> DecodeCreate(const json& j) {
+  RecordFields f = ParticipantFields(j, ParticipantRecordType::kCreate);
+  CreateRecord r;
+  const int64_t rank = f.Int("rank");
+  if (f.ok() && (rank < 0 || rank > INT32_MAX)) f.Fail("rank", "is not a rank");
+  r.rank = static_cast<int>(rank);
+  r.fingerprint = f.OptString("fingerprint").value_or("");
+  r.ts = f.OptInt("ts").value_or(0);
+  return FieldsResult(f, std::move(r));
+}
+
+// ---- BEGIN ----
+
+json Encode(const BeginRecord& r) {
+  json out = {{"type", ParticipantTypeJson(ParticipantRecordType::kBegin)},
+              {"tx", r.tx},
+              {"kind", std::string(TxKindName(r.kind))},
+              {"base", OptionalStringJson(r.base)},
+              {"modules", r.modules},
+              {"sources", r.sources},
+              {"rollback", r.rollback},
+              {"verify", std::string(VerifyModeName(r.verify))},
+              {"fingerprint", r.fingerprint},
+              {"kernel_identity", r.kernel_identity},
+              {"ts", r.ts}};
+  if (r.marks_dirty) out["dirty"] = *r.marks_dirty;
+  return out;
+}
+
+Result<BeginRecord> DecodeBegin(const json& j) {
+  RecordFields f = ParticipantFields(j, ParticipantRecordType::kBegin);
+  BeginRecord r;
+  r.tx = f.String("tx");
+  const std::string kind = f.String("kind");
+  if (f.ok()) {
+    if (auto k = TxKindFromName(kind)) {
+      r.kind = *k;
+    } else {
+      f.Fail("kind", "is not full, partial or delta");
+    }
+  }
+  r.base = f.OptString("base");
+  r.modules = f.Strings("modules");
+  r.sources = f.Strings("sources");
+  r.rollback = f.OptBool("rollback").value_or(false);
+  if (auto v = f.OptString("verify")) {
+    if (auto m = VerifyModeFromName(*v)) {
+      r.verify = *m;
+    } else {
+      f.Fail("verify", "is not touched or all");
+    }
+  }
+  r.fingerprint = f.OptString("fingerprint").value_or("");
+  r.kernel_identity = f.OptString("kernel_identity").value_or("");
+  r.marks_dirty = f.OptBool("dirty");
+  if (r.marks_dirty == false) f.Fail("dirty", "is false (a BEGIN marks the rank dirty)");
+  r.ts = f.OptInt("ts").value_or(0);
+  return FieldsResult(f, std::move(r));
+}
+
+// ---- WRITE (CBOR form) ----
+
+json EncodeJson(const WriteRecord& r) {
+  return {{"type", ParticipantTypeJson(ParticipantRecordType::kWrite)},
+          {"tx", r.tx},
+          {"param", r.param},
+          {"box", BoxJson(r.box)},
+          {"elements", r.elements},
+          {"bytes", r.bytes},
+          {"shards", r.shards},
+          {"ts", r.ts}};
+}
+
+Result<WriteRecord> DecodeWriteJson(const json& j) {
+  RecordFields f = ParticipantFields(j, ParticipantRecordType::kWrite);
+  WriteRecord r;
+  r.tx = f.String("tx");
+  r.param = f.String("param");
+  r.box = BoxAt(f, f.Array("box", true), "box");
+  r.elements = f.Int("elements");
+  r.bytes = f.Int("bytes");
+  r.shards = f.Strings("shards");
+  r.ts = f.OptInt("ts").value_or(0);
+  return FieldsResult(f, std::move(r));
+}
+
+// ---- PATCH ----
+
+json Encode(const PatchRecord& r) {
+  return {{"type", ParticipantTypeJson(ParticipantRecordType::kPatch)},
+          {"tx", r.tx},
+          {"source", r.source},
+          {"part", {r.part, r.parts}},
+          {"indices", r.indices},
+          {"applied", r.applied},
+          {"ts", r.ts}};
+}
+
+Result<PatchRecord> DecodePatch(const json& j) {
+  RecordFields f = ParticipantFields(j, ParticipantRecordType::kPatch);
+  PatchRecord r;
+  r.tx = f.String("tx");
+  r.source = f.String("source");
+  std::vector<int64_t> part = f.Ints("part", true);
+  if (f.ok() && (part.size() != 2 || part[0] < 0 || part[0] >= part[1])) {
+    f.Fail("part", "is not [k, n] with 0 <= k < n");
+  } else if (f.ok()) {
+    r.part = part[0];
+    r.parts = part[1];
+  }
+  r.indices = f.Int("indices");
+  r.applied = f.Int("applied");
+  if (f.ok() && (r.indices < 0 || r.applied < 0)) {
+    f.Fail(r.indices < 0 ? "indices" : "applied", "is negative");
+  }
+  r.ts = f.OptInt("ts").value_or(0);
+  return FieldsResult(f, std::move(r));
+}
+
+// ---- REFRESH ----
+
+json Encode(const RefreshRecord& r) {
+  return {{"type", ParticipantTypeJson(ParticipantRecordType::kRefresh)},
+          {"tx", r.tx},
+          {"derived", r.derived},
+          {"ts", r.ts}};
+}
+
+Result<RefreshRecord> DecodeRefresh(const json& j) {
+  RecordFields f = ParticipantFields(j, ParticipantRecordType::kRefresh);
+  RefreshRecord r;
+  r.tx = f.String("tx");
+  r.derived = f.Strings("derived", true);
+  r.ts = f.OptInt("ts").value_or(0);
+  return FieldsResult(f, std::move(r));
+}
+
+// ---- PREPARED ----
+
+json Encode(const PreparedRecord& r) {
+  json missing = json::array();
+  for (const MissingGroup& g : r.missing) {
+    json e = {{"param", g.param}, {"shards", g.shards}};
+    if (g.source) {
+      e["source"] = *g.source;
+      e["missing_parts"] = g.missing_parts;
+      e["parts"] = g.parts;
+    }
+    missing.push_back(std::move(e));
+  }
+  json out = {{"type", ParticipantTypeJson(ParticipantRecordType::kPrepared)},
+              {"tx", r.tx},
+              {"vote", r.yes ? "yes" : "no"},
+              {"digest", OptionalStringJson(r.digest)},
+              {"errors", r.errors},
+              {"message", r.message},
+              {"missing", std::move(missing)},
+              {"ts", r.ts}};
+  if (r.coverage) {
+    const PreparedCoverage& c = *r.coverage;
+    out["coverage"] = {{"shards", c.shards},     {"pieces", c.pieces},   {"rows", c.rows},
+                       {"elements", c.elements}, {"bytes", c.bytes},     {"patched", c.patched},
+                       {"missing", c.missing}};
+  }
+  if (r.has_timings) {
+    out["timings_us"] = {
+        {"first_write", r.first_write_us}, {"writes", r.writes_us}, {"prepare", r.prepare_us}};
+  }
+  return out;
+}
+
+Result<PreparedRecord> DecodePrepared(const json& j) {
+  RecordFields f = ParticipantFields(j, ParticipantRecordType::kPrepared);
+  PreparedRecord r;
+  r.tx = f.String("tx");
+  const std::string vote = f.String("vote");
+  if (f.ok() && vote != "yes" && vote != "no") f.Fail("vote", "is not yes or no");
+  r.yes = vote == "yes";
+  r.digest = f.OptString("digest");
+  if (f.ok() && r.yes && !r.digest) f.Fail("digest", "is missing from a yes vote");
+  r.errors = f.Strings("errors");
+  r.message = f.OptString("message").value_or("");
+  if (const json* c = f.Object("coverage")) {
+    RecordFields cf(*c, RecordSeqOf(j), "PREPARED coverage");
+    PreparedCoverage cov;
+    cov.shards = cf.OptInt("shards").value_or(0);
+    cov.pieces = cf.OptInt("pieces").value_or(0);
+    cov.rows = cf.OptInt("rows").value_or(0);
+    cov.elements = cf.OptInt("elements").value_or(0);
+    cov.bytes = cf.OptInt("bytes").value_or(0);
+    cov.patched = cf.OptInt("patched").value_or(0);
+    cov.missing = cf.OptInt("missing").value_or(0);
+    if (!cf.ok()) return cf.status();
+    r.coverage = cov;
+  }
+  if (const json* m = f.Array("missing")) {
+    for (size_t i = 0; i < m->size() && f.ok(); ++i) {
+      const json& e = (*m)[i];
+      const std::string at = "missing[" + std::to_string(i) + "]";
+      if (!e.is_object()) {
+        f.Fail(at, "is not an object");
+        break;
+      }
+      RecordFields ef(e, RecordSeqOf(j), "PREPARED " + at);
+      MissingGroup g;
+      g.param = ef.String("param");
+      g.shards = ef.Strings("shards");
+      g.source = ef.OptString("source");
+      g.missing_parts = ef.Ints("missing_parts");
+      g.parts = ef.OptInt("parts").value_or(0);
+      if (!ef.ok()) return ef.status();
+      r.missing.push_back(std::move(g));
+    }
+  }
+  if (const json* t = f.Object("timings_us")) {
+    RecordFields tf(*t, RecordSeqOf(j), "PREPARED timings_us");
+    r.has_timings = true;
+    r.first_write_us = tf.OptInt("first_write").value_or(0);
+    r.writes_us = tf.OptInt("writes").value_or(0);
+    r.prepare_us = tf.OptInt("prepare").value_or(0);
+    if (!tf.ok()) return tf.status();
+  }
+  r.ts = f.OptInt("ts").value_or(0);
+  return FieldsResult(f, std::move(r));
+}
+
+// ---- CHUNKS ----
+
+json Encode(const ChunksRecord& r) {
+  return {{"type", ParticipantTypeJson(ParticipantRecordType::kChunks)},
+          {"tx", r.tx},
+          {"chunk_bytes", r.chunk_bytes},
+          {"counts", r.counts},
+          {"digests", json::binary(r.digests)},
+          {"ts", r.ts}};
+}
+
+Result<ChunksRecord> DecodeChunks(const json& j) {
+  RecordFields f = ParticipantFields(j, ParticipantRecordType::kChunks);
+  ChunksRecord r;
+  r.tx = f.String("tx");
+  r.chunk_bytes = f.Int("chunk_bytes");
+  if (f.ok() && r.chunk_bytes <= 0) f.Fail("chunk_bytes", "is not positive");
+  r.counts = f.Ints("counts", true);
+  int64_t total = 0;
+  for (int64_t c : r.counts) {
+    if (c < 0 || c > (int64_t{1} << 48)) {
+      f.Fail("counts", "holds a count out of range");
+      break;
+    }
+    total += c;
+  }
+  r.digests = f.Binary("digests");
+  if (f.ok() && r.digests.size() != static_cast<size_t>(total) * 8) {
+    f.Fail("digests", "does not hold 8 bytes for each chunk the counts name");
+  }
+  r.ts = f.OptInt("ts").value_or(0);
+  return FieldsResult(f, std::move(r));
+}
+
+// ---- OUTCOME ----
+
+json Encode(const OutcomeRecord& r) {
+  json out = {{"type", ParticipantTypeJson(ParticipantRecordType::kOutcome)},
+              {"tx", r.tx},
+              {"decision", std::string(DecisionName(r.decision))},
+              {"version", OptionalStringJson(r.version)},
+              {"ts", r.ts}};
+  if (r.reason) out["reason"] = *r.reason;
+  if (r.interrupted) out["interrupted"] = *r.interrupted;
+  if (r.dirty) out["dirty"] = *r.dirty;
+  if (r.loaded) out["loaded"] = *r.loaded;
+  if (r.restored) out["restored"] = *r.restored;
+  return out;
+}
+
+Result<OutcomeRecord> DecodeOutcome(const json& j) {
+  RecordFields f = ParticipantFields(j, ParticipantRecordType::kOutcome);
+  OutcomeRecord r;
+  r.tx = f.String("tx");
+  const std::string decision = f.String("decision");
+  if (f.ok()) {
+    if (auto d = DecisionFromName(decision)) {
+      r.decision = *d;
+    } else {
+      f.Fail("decision", "is not commit, abort or noop");
+    }
+  }
+  r.version = f.OptString("version");
+  if (f.ok() && r.decision == Decision::kCommit && !r.version) {
+    f.Fail("version", "is missing from a commit");
+  }
+  r.reason = f.OptString("reason");
+  r.interrupted = f.OptBool("interrupted");
+  r.dirty = f.OptBool("dirty");
+  r.loaded = f.OptBool("loaded");
+  r.restored = f.OptBool("restored");
+  r.ts = f.OptInt("ts").value_or(0);
+  return FieldsResult(f, std::move(r));
+}
+
+// ---- RESTART ----
+
+json Encode(const RestartRecord& r) {
+  json out = {{"type", ParticipantTypeJson(ParticipantRecordType::kRestart)}, {"ts", r.ts}};
+  if (r.dirty) out["dirty"] = *r.dirty;
+  return out;
+}
+
+Result<RestartRecord> DecodeRestart(const json& j) {
+  RecordFields f = ParticipantFields(j, ParticipantRecordType::kRestart);
+  RestartRecord r;
+  r.dirty = f.OptBool("dirty");
+  r.ts = f.OptInt("ts").value_or(0);
+  return FieldsResult(f, std::move(r));
+}
+
+// ---- RESERVE ----
+
+json Encode(const ReserveRecord& r) {
+  json boxes = json::array();
+  for (const ReservedBox& b : r.boxes) {
+    boxes.push_back({{"param", b.param}, {"shard", b.shard}, {"box", BoxJson(b.box)}});
+  }
+  return {{"type", ParticipantTypeJson(ParticipantRecordType::kReserve)},
+          {"tx", r.tx},
+          {"region", r.region},
+          {"boxes", std::move(boxes)},
+          {"ts", r.ts}};
+}
+
+Result<ReserveRecord> DecodeReserve(const json& j) {
+  RecordFields f = ParticipantFields(j, ParticipantRecordType::kReserve);
+  ReserveRecord r;
+  r.tx = f.String("tx");
+  r.region = f.String("region");
+  if (const json* bs = f.Array("boxes", true)) {
+    for (size_t i = 0; i < bs->size() && f.ok(); ++i) {
+      const json& e = (*bs)[i];
+      const std::string at = "boxes[" + std::to_string(i) + "]";
+      if (!e.is_object()) {
+        f.Fail(at, "is not an object");
+        break;
+      }
+      RecordFields ef(e, RecordSeqOf(j), "RESERVE " + at);
+      ReservedBox b;
+      b.param = ef.String("param");
+      b.shard = ef.OptString("shard").value_or("");
+      b.box = BoxAt(ef, ef.Array("box", true), "box");
+      if (!ef.ok()) return ef.status();
+      r.boxes.push_back(std::move(b));
+    }
+  }
+  r.ts = f.OptInt("ts").value_or(0);
+  return FieldsResult(f, std::move(r));
+}
+
+// ---- LANDED ----
+
+json Encode(const LandedRecord& r) {
+  return {{"type", ParticipantTypeJson(ParticipantRecordType::kLanded)},
+          {"tx", r.tx},
+          {"region", r.region},
+          {"ts", r.ts}};
+}
+
+Result<LandedRecord> DecodeLanded(const json& j) {
+  RecordFields f = ParticipantFields(j, ParticipantRecordType::kLanded);
+  LandedRecord r;
+  r.tx = f.String("tx");
+  r.region = f.String("region");
+  r.ts = f.OptInt("ts").value_or(0);
+  return FieldsResult(f, std::move(r));
+}
+
+// ---- UNDECLARED ----
+
+json Encode(const UndeclaredRecord& r) {
+  json diffs = json::array();
+  for (const UndeclaredDifference& d : r.differences) {
+    diffs.push_back({{"param", d.param}, {"chunks", {d.first_chunk, d.end_chunk}}});
+  }
+  return {{"type", ParticipantTypeJson(ParticipantRecordType::kUndeclared)},
+          {"tx", OptionalStringJson(r.tx)},
+          {"params", r.params},
+          {"chunks", r.chunks},
+          {"differences", std::move(diffs)},
+          {"ts", r.ts}};
+}
+
+Result<UndeclaredRecord> DecodeUndeclared(const json& j) {
+  RecordFields f = ParticipantFields(j, ParticipantRecordType::kUndeclared);
+  UndeclaredRecord r;
+  r.tx = f.OptString("tx");
+  r.params = f.Strings("params");
+  r.chunks = f.OptInt("chunks").value_or(0);
+  if (const json* ds = f.Array("differences")) {
+    for (size_t i = 0; i < ds->size() && f.ok(); ++i) {
+      const json& e = (*ds)[i];
+      const std::string at = "differences[" + std::to_string(i) + "]";
+      if (!e.is_object()) {
+        f.Fail(at, "is not an object");
+        break;
+      }
+      RecordFields ef(e, RecordSeqOf(j), "UNDECLARED " + at);
+      UndeclaredDifference d;
+      d.param = ef.String("param");
+      std::vector<int64_t> c = ef.Ints("chunks", true);
+      if (ef.ok() && (c.size() != 2 || c[0] > c[1])) ef.Fail("chunks", "is not [first, end)");
+      if (!ef.ok()) return ef.status();
+      d.first_chunk = c[0];
+      d.end_chunk = c[1];
+      r.differences.push_back(std::move(d));
+    }
+  }
+  r.ts = f.OptInt("ts").value_or(0);
+  return FieldsResult(f, std::move(r));
+}
+
+// ---- REATTACH ----
+
+json Encode(const ReattachRecord& r) {
+  return {{"type", ParticipantTypeJson(ParticipantRecordType::kReattach)},
+          {"committed_tx", r.committed_tx},
+          {"chunks", r.chunks},
+          {"ts", r.ts}};
+}
+
+Result<ReattachRecord> DecodeReattach(const json& j) {
+  RecordFields f = ParticipantFields(j, ParticipantRecordType::kReattach);
+  ReattachRecord r;
+  r.committed_tx = f.String("committed_tx");
+  r.chunks = f.OptInt("chunks").value_or(0);
+  r.ts = f.OptInt("ts").value_or(0);
+  return FieldsResult(f, std::move(r));
+}
+
+// ---- entry points ----
+
+JournalRecord ToJournalRecord(ParticipantRecord r) {
+  if (auto* w = std::get_if<WriteRecord>(&r)) return JournalRecord(std::move(*w));
+  return JournalRecord(std::visit(
+      [](const auto& rec) -> json {
+        using T = std::decay_t<decltype(rec)>;
+        if constexpr (std::is_same_v<T, WriteRecord>) {
+          return EncodeJson(rec);
+        } else {
+          return Encode(rec);
+        }
+      },
+      r));
+}
+
+Result<ParticipantRecordType> ParticipantRecordTypeOf(const json& r) {
+  if (!r.is_object()) return NotAnObjectRecord(r);
+  auto it = r.find("type");
+  const std::string at = "record " + std::to_string(RecordSeqOf(r));
+  if (it == r.end() || !it->is_string()) {
+    return Status::Corruption(at + ": field 'type' is missing or not a string");
+  }
+  auto t = ParticipantRecordTypeFromName(it->get_ref<const std::string&>());
+  if (!t) {
+    return Status::Corruption(at + ": unknown record type " +
+                              it->dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+  return *t;
+}
+
+namespace {
+
+template <typename T>
+Result<ParticipantRecord> WrapParticipant(Result<T> r) {
+  if (!r.ok()) return r.status();
+  return ParticipantRecord(std::move(r).value());
+}
+
+}  // namespace
+
+Result<ParticipantRecord> DecodeParticipantRecord(const json& r) {
+  WTX_ASSIGN_OR_RETURN(type, ParticipantRecordTypeOf(r));
+  switch (type) {
+    case ParticipantRecordType::kCreate: return WrapParticipant(DecodeCreate(r));
+    case ParticipantRecordType::kBegin: return WrapParticipant(DecodeBegin(r));
+    case ParticipantRecordType::kWrite: return WrapParticipant(DecodeWriteJson(r));
+    case ParticipantRecordType::kPatch: return WrapParticipant(DecodePatch(r));
+    case ParticipantRecordType::kRefresh: return WrapParticipant(DecodeRefresh(r));
+    case ParticipantRecordType::kPrepared: return WrapParticipant(DecodePrepared(r));
+    case ParticipantRecordType::kChunks: return WrapParticipant(DecodeChunks(r));
+    case ParticipantRecordType::kOutcome: return WrapParticipant(DecodeOutcome(r));
+    case ParticipantRecordType::kRestart: return WrapParticipant(DecodeRestart(r));
+    case ParticipantRecordType::kReserve: return WrapParticipant(DecodeReserve(r));
+    case ParticipantRecordType::kLanded: return WrapParticipant(DecodeLanded(r));
+    case ParticipantRecordType::kUndeclared: return WrapParticipant(DecodeUndeclared(r));
+    case ParticipantRecordType::kReattach: return WrapParticipant(DecodeReattach(r));
+  }
+  return Status::Corruption("record " + std::to_string(RecordSeqOf(r)) + ": unknown type");
+}
+
+Result<ParticipantRecord> DecodeParticipantRecord(const RecordRef& ref) {
+  if (ref.json) return DecodeParticipantRecord(*ref.json);
+  // A binary WRITE (its layout was verified by the journal walk): copied out of the view.
+  const WriteRecordView& v = *ref.write;
+  WriteRecord w;
+  w.tx = std::string(v.tx);
+  w.param = std::string(v.param);
+  w.elements = v.elements;
+  w.bytes = v.bytes;
+  w.ts = v.ts;
+  const json j = v.ToJson();
+  for (const auto& r : j["box"]) w.box.push_back(Range{r[0].get<int64_t>(), r[1].get<int64_t>()});
+  for (const auto& s : j["shards"]) w.shards.push_back(s.get<std::string>());
+  return ParticipantRecord(std::move(w));
+}
+
+}  // namespace wtx
