@@ -15,6 +15,12 @@ void RecordFields::Fail(std::string_view field, std::string_view message) {
                                std::string(message));
 }
 
+RecordFields RecordFields::Nested(const json& v, std::string_view name) const {
+  RecordFields f(v, seq_, type_ + (named_ ? ": " : " ") + std::string(name));
+  f.named_ = named_;
+  return f;
+}
+
 bool RecordFields::Has(std::string_view key) const {
   auto it = r_.find(key);
   return it != r_.end() && !it->is_null();

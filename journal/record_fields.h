@@ -64,8 +64,51 @@ class RecordFields {
   const nlohmann::json* Object(std::string_view key, bool required = false);
   const nlohmann::json* Array(std::string_view key, bool required = false);
 
-  // Nested values: the same checks on an element of an array or a member of an object, named
-  // "field[i].member" in errors.
+  // A string field naming one value of an enum: `parse` maps a name to it (nullopt: unknown,
+  // "field 'key' <expected>"). Absent: nullopt, an error when `required`.
+  template <typename E, typename Parse>
+  std::optional<E> Enum(std::string_view key, Parse&& parse, std::string_view expected,
+                        bool required = true) {
+    std::optional<std::string> name = required ? std::optional<std::string>(String(key))
+                                               : OptString(key);
+    if (!ok() || !name) return std::nullopt;
+    std::optional<E> v = parse(*name);
+    if (!v) Fail(key, expected);
+    return v;
+  }
+
+  // The fields of an object nested in this one (a member, an array element), named
+  // "record 7 (TYPE name)" in errors.
+  RecordFields Nested(const nlohmann::json& v, std::string_view name) const;
+  // Calls fn(RecordFields&) for each element of the array `key`, every one an object, read
+  // as Nested(element, "key[i]"); the first error (of the array, an element or fn's reads)
+  // becomes this object's.
+  template <typename Fn>
+  void ForEachObject(std::string_view key, bool required, Fn&& fn) {
+    const nlohmann::json* a = Array(key, required);
+    if (!a) return;
+    for (size_t i = 0; i < a->size() && ok(); ++i) {
+      const std::string at = std::string(key) + "[" + std::to_string(i) + "]";
+      if (!(*a)[i].is_object()) {
+        Fail(at, "is not an object");
+        return;
+      }
+      RecordFields element = Nested((*a)[i], at);
+      fn(element);
+      if (!element.ok()) status_ = element.status();
+    }
+  }
+  // Calls fn(RecordFields&) on the object `key` (read as Nested(value, "key")) if present.
+  template <typename Fn>
+  void WithObject(std::string_view key, bool required, Fn&& fn) {
+    const nlohmann::json* o = Object(key, required);
+    if (!o) return;
+    RecordFields member = Nested(*o, key);
+    fn(member);
+    if (!member.ok() && ok()) status_ = member.status();
+  }
+
+  // Nested values: the same checks on an element of an array, named `name` in errors.
   std::string StringAt(const nlohmann::json& v, std::string_view name);
   int64_t IntAt(const nlohmann::json& v, std::string_view name);
 

@@ -67,43 +67,23 @@ Result<DecisionRecord> DecodeDecision(const json& j) {
   RecordFields f = CoordinatorFields(j, CoordinatorRecordType::kDecision);
   DecisionRecord r;
   r.tx = f.String("tx");
-  const std::string decision = f.String("decision");
-  if (f.ok()) {
-    if (auto d = DecisionFromName(decision)) {
-      r.decision = *d;
-    } else {
-      f.Fail("decision", "is not commit, abort or noop");
-    }
-  }
+  r.decision = f.Enum<Decision>("decision", DecisionFromName, "is not commit, abort or noop")
+                   .value_or(Decision::kAbort);
   r.version = f.OptString("version");
   if (f.ok() && r.decision == Decision::kCommit && !r.version) {
     f.Fail("version", "is missing from a commit");
   }
   r.reason = f.OptString("reason").value_or("");
-  if (const json* vs = f.Array("votes")) {
-    for (size_t i = 0; i < vs->size() && f.ok(); ++i) {
-      const json& v = (*vs)[i];
-      const std::string at = "votes[" + std::to_string(i) + "]";
-      if (!v.is_object()) {
-        f.Fail(at, "is not an object");
-        break;
-      }
-      RecordFields vf(v, RecordSeqOf(j), "DECISION " + at);
-      DecisionVote dv;
-      const int64_t rank = vf.Int("rank");
-      if (vf.ok() && (rank < 0 || rank > INT32_MAX)) vf.Fail("rank", "is not a rank");
-      dv.rank = static_cast<int>(rank);
-      dv.vote = vf.String("vote");
-      dv.error = vf.OptString("error").value_or("");
-      if (!vf.ok()) return vf.status();
-      r.votes.push_back(std::move(dv));
-    }
-  }
-  if (const json* t = f.Object("timings_us")) {
-    RecordFields tf(*t, RecordSeqOf(j), "DECISION timings_us");
-    r.prepare_us = tf.OptInt("prepare");
-    if (!tf.ok()) return tf.status();
-  }
+  f.ForEachObject("votes", false, [&](RecordFields& v) {
+    DecisionVote dv;
+    const int64_t rank = v.Int("rank");
+    if (v.ok() && (rank < 0 || rank > INT32_MAX)) v.Fail("rank", "is not a rank");
+    dv.rank = static_cast<int>(rank);
+    dv.vote = v.String("vote");
+    dv.error = v.OptString("error").value_or("");
+    r.votes.push_back(std::move(dv));
+  });
+  f.WithObject("timings_us", false, [&](RecordFields& t) { r.prepare_us = t.OptInt("prepare"); });
   r.ts = f.OptInt("ts").value_or(0);
   return FieldsResult(f, std::move(r));
 }

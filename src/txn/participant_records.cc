@@ -64,6 +64,12 @@ std::string_view ParticipantRecordTypeName(ParticipantRecordType t) {
   return kParticipantTypeNames[static_cast<size_t>(t)];
 }
 
+std::optional<bool> VoteFromName(std::string_view name) {
+  if (name == "yes") return true;
+  if (name == "no") return false;
+  return std::nullopt;
+}
+
 std::optional<ParticipantRecordType> ParticipantRecordTypeFromName(std::string_view name) {
   for (size_t i = 0; i < kParticipantTypeNames.size(); ++i) {
     if (kParticipantTypeNames[i] == name) return static_cast<ParticipantRecordType>(i);
@@ -134,25 +140,15 @@ Result<BeginRecord> DecodeBegin(const json& j) {
   RecordFields f = ParticipantFields(j, ParticipantRecordType::kBegin);
   BeginRecord r;
   r.tx = f.String("tx");
-  const std::string kind = f.String("kind");
-  if (f.ok()) {
-    if (auto k = TxKindFromName(kind)) {
-      r.kind = *k;
-    } else {
-      f.Fail("kind", "is not full, partial or delta");
-    }
-  }
+  r.kind = f.Enum<TxKind>("kind", TxKindFromName, "is not full, partial or delta")
+               .value_or(TxKind::kFull);
   r.base = f.OptString("base");
   r.modules = f.Strings("modules");
   r.sources = f.Strings("sources");
   r.rollback = f.OptBool("rollback").value_or(false);
-  if (auto v = f.OptString("verify")) {
-    if (auto m = VerifyModeFromName(*v)) {
-      r.verify = *m;
-    } else {
-      f.Fail("verify", "is not touched or all");
-    }
-  }
+  r.verify = f.Enum<VerifyMode>("verify", VerifyModeFromName, "is not touched or all",
+                                /*required=*/false)
+                 .value_or(VerifyMode::kTouched);
   r.fingerprint = f.OptString("fingerprint").value_or("");
   r.kernel_identity = f.OptString("kernel_identity").value_or("");
   r.marks_dirty = f.OptBool("dirty");
@@ -276,53 +272,37 @@ Result<PreparedRecord> DecodePrepared(const json& j) {
   RecordFields f = ParticipantFields(j, ParticipantRecordType::kPrepared);
   PreparedRecord r;
   r.tx = f.String("tx");
-  const std::string vote = f.String("vote");
-  if (f.ok() && vote != "yes" && vote != "no") f.Fail("vote", "is not yes or no");
-  r.yes = vote == "yes";
+  r.yes = f.Enum<bool>("vote", VoteFromName, "is not yes or no").value_or(false);
   r.digest = f.OptString("digest");
   if (f.ok() && r.yes && !r.digest) f.Fail("digest", "is missing from a yes vote");
   r.errors = f.Strings("errors");
   r.message = f.OptString("message").value_or("");
-  if (const json* c = f.Object("coverage")) {
-    RecordFields cf(*c, RecordSeqOf(j), "PREPARED coverage");
+  f.WithObject("coverage", false, [&](RecordFields& c) {
     PreparedCoverage cov;
-    cov.shards = cf.OptInt("shards").value_or(0);
-    cov.pieces = cf.OptInt("pieces").value_or(0);
-    cov.rows = cf.OptInt("rows").value_or(0);
-    cov.elements = cf.OptInt("elements").value_or(0);
-    cov.bytes = cf.OptInt("bytes").value_or(0);
-    cov.patched = cf.OptInt("patched").value_or(0);
-    cov.missing = cf.OptInt("missing").value_or(0);
-    if (!cf.ok()) return cf.status();
+    cov.shards = c.OptInt("shards").value_or(0);
+    cov.pieces = c.OptInt("pieces").value_or(0);
+    cov.rows = c.OptInt("rows").value_or(0);
+    cov.elements = c.OptInt("elements").value_or(0);
+    cov.bytes = c.OptInt("bytes").value_or(0);
+    cov.patched = c.OptInt("patched").value_or(0);
+    cov.missing = c.OptInt("missing").value_or(0);
     r.coverage = cov;
-  }
-  if (const json* m = f.Array("missing")) {
-    for (size_t i = 0; i < m->size() && f.ok(); ++i) {
-      const json& e = (*m)[i];
-      const std::string at = "missing[" + std::to_string(i) + "]";
-      if (!e.is_object()) {
-        f.Fail(at, "is not an object");
-        break;
-      }
-      RecordFields ef(e, RecordSeqOf(j), "PREPARED " + at);
-      MissingGroup g;
-      g.param = ef.String("param");
-      g.shards = ef.Strings("shards");
-      g.source = ef.OptString("source");
-      g.missing_parts = ef.Ints("missing_parts");
-      g.parts = ef.OptInt("parts").value_or(0);
-      if (!ef.ok()) return ef.status();
-      r.missing.push_back(std::move(g));
-    }
-  }
-  if (const json* t = f.Object("timings_us")) {
-    RecordFields tf(*t, RecordSeqOf(j), "PREPARED timings_us");
+  });
+  f.ForEachObject("missing", false, [&](RecordFields& e) {
+    MissingGroup g;
+    g.param = e.String("param");
+    g.shards = e.Strings("shards");
+    g.source = e.OptString("source");
+    g.missing_parts = e.Ints("missing_parts");
+    g.parts = e.OptInt("parts").value_or(0);
+    r.missing.push_back(std::move(g));
+  });
+  f.WithObject("timings_us", false, [&](RecordFields& t) {
     r.has_timings = true;
-    r.first_write_us = tf.OptInt("first_write").value_or(0);
-    r.writes_us = tf.OptInt("writes").value_or(0);
-    r.prepare_us = tf.OptInt("prepare").value_or(0);
-    if (!tf.ok()) return tf.status();
-  }
+    r.first_write_us = t.OptInt("first_write").value_or(0);
+    r.writes_us = t.OptInt("writes").value_or(0);
+    r.prepare_us = t.OptInt("prepare").value_or(0);
+  });
   r.ts = f.OptInt("ts").value_or(0);
   return FieldsResult(f, std::move(r));
 }
@@ -381,14 +361,8 @@ Result<OutcomeRecord> DecodeOutcome(const json& j) {
   RecordFields f = ParticipantFields(j, ParticipantRecordType::kOutcome);
   OutcomeRecord r;
   r.tx = f.String("tx");
-  const std::string decision = f.String("decision");
-  if (f.ok()) {
-    if (auto d = DecisionFromName(decision)) {
-      r.decision = *d;
-    } else {
-      f.Fail("decision", "is not commit, abort or noop");
-    }
-  }
+  r.decision = f.Enum<Decision>("decision", DecisionFromName, "is not commit, abort or noop")
+                   .value_or(Decision::kAbort);
   r.version = f.OptString("version");
   if (f.ok() && r.decision == Decision::kCommit && !r.version) {
     f.Fail("version", "is missing from a commit");
@@ -437,23 +411,13 @@ Result<ReserveRecord> DecodeReserve(const json& j) {
   ReserveRecord r;
   r.tx = f.String("tx");
   r.region = f.String("region");
-  if (const json* bs = f.Array("boxes", true)) {
-    for (size_t i = 0; i < bs->size() && f.ok(); ++i) {
-      const json& e = (*bs)[i];
-      const std::string at = "boxes[" + std::to_string(i) + "]";
-      if (!e.is_object()) {
-        f.Fail(at, "is not an object");
-        break;
-      }
-      RecordFields ef(e, RecordSeqOf(j), "RESERVE " + at);
-      ReservedBox b;
-      b.param = ef.String("param");
-      b.shard = ef.OptString("shard").value_or("");
-      b.box = BoxAt(ef, ef.Array("box", true), "box");
-      if (!ef.ok()) return ef.status();
-      r.boxes.push_back(std::move(b));
-    }
-  }
+  f.ForEachObject("boxes", true, [&](RecordFields& e) {
+    ReservedBox b;
+    b.param = e.String("param");
+    b.shard = e.OptString("shard").value_or("");
+    b.box = BoxAt(e, e.Array("box", true), "box");
+    r.boxes.push_back(std::move(b));
+  });
   r.ts = f.OptInt("ts").value_or(0);
   return FieldsResult(f, std::move(r));
 }
@@ -497,25 +461,16 @@ Result<UndeclaredRecord> DecodeUndeclared(const json& j) {
   r.tx = f.OptString("tx");
   r.params = f.Strings("params");
   r.chunks = f.OptInt("chunks").value_or(0);
-  if (const json* ds = f.Array("differences")) {
-    for (size_t i = 0; i < ds->size() && f.ok(); ++i) {
-      const json& e = (*ds)[i];
-      const std::string at = "differences[" + std::to_string(i) + "]";
-      if (!e.is_object()) {
-        f.Fail(at, "is not an object");
-        break;
-      }
-      RecordFields ef(e, RecordSeqOf(j), "UNDECLARED " + at);
-      UndeclaredDifference d;
-      d.param = ef.String("param");
-      std::vector<int64_t> c = ef.Ints("chunks", true);
-      if (ef.ok() && (c.size() != 2 || c[0] > c[1])) ef.Fail("chunks", "is not [first, end)");
-      if (!ef.ok()) return ef.status();
-      d.first_chunk = c[0];
-      d.end_chunk = c[1];
-      r.differences.push_back(std::move(d));
-    }
-  }
+  f.ForEachObject("differences", false, [&](RecordFields& e) {
+    UndeclaredDifference d;
+    d.param = e.String("param");
+    std::vector<int64_t> c = e.Ints("chunks", true);
+    if (e.ok() && (c.size() != 2 || c[0] > c[1])) e.Fail("chunks", "is not [first, end)");
+    if (!e.ok()) return;
+    d.first_chunk = c[0];
+    d.end_chunk = c[1];
+    r.differences.push_back(std::move(d));
+  });
   r.ts = f.OptInt("ts").value_or(0);
   return FieldsResult(f, std::move(r));
 }
@@ -601,18 +556,8 @@ Result<ParticipantRecord> DecodeParticipantRecord(const json& r) {
 
 Result<ParticipantRecord> DecodeParticipantRecord(const RecordRef& ref) {
   if (ref.json) return DecodeParticipantRecord(*ref.json);
-  // A binary WRITE (its layout was verified by the journal walk): copied out of the view.
-  const WriteRecordView& v = *ref.write;
-  WriteRecord w;
-  w.tx = std::string(v.tx);
-  w.param = std::string(v.param);
-  w.elements = v.elements;
-  w.bytes = v.bytes;
-  w.ts = v.ts;
-  const json j = v.ToJson();
-  for (const auto& r : j["box"]) w.box.push_back(Range{r[0].get<int64_t>(), r[1].get<int64_t>()});
-  for (const auto& s : j["shards"]) w.shards.push_back(s.get<std::string>());
-  return ParticipantRecord(std::move(w));
+  // A binary WRITE (its layout was verified by the journal walk), as its CBOR form decodes.
+  return WrapParticipant(DecodeWriteJson(ref.write->ToJson()));
 }
 
 }  // namespace wtx

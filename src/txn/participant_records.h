@@ -49,6 +49,8 @@ enum class ParticipantRecordType {
 };
 std::string_view ParticipantRecordTypeName(ParticipantRecordType t);  // "CREATE", ...
 std::optional<ParticipantRecordType> ParticipantRecordTypeFromName(std::string_view name);
+// A PREPARED vote: "yes" -> true, "no" -> false.
+std::optional<bool> VoteFromName(std::string_view name);
 
 // The journal was created for `rank`.
 struct CreateRecord {

@@ -107,27 +107,18 @@ Result<ParticipantState> DecodeParticipantState(const json& j, std::string_view 
   s.loaded = f.OptBool("loaded").value_or(false);
   s.txs = f.Int("txs");
   if (const json* a = f.Object("active")) {
-    RecordFields af = RecordFields::Named(*a, std::string(what) + ": active transaction");
+    RecordFields af = f.Nested(*a, "active transaction");
     ActiveTxState t;
     t.tx = af.String("tx");
-    const std::string kind = af.String("kind");
-    if (af.ok()) {
-      if (auto k = TxKindFromName(kind)) {
-        t.kind = *k;
-      } else {
-        af.Fail("kind", "is not full, partial or delta");
-      }
-    }
+    t.kind = af.Enum<TxKind>("kind", TxKindFromName, "is not full, partial or delta")
+                 .value_or(TxKind::kFull);
     t.base = af.OptString("base");
     t.modules = af.Strings("modules");
     t.sources = af.Strings("sources");
     t.rollback = af.OptBool("rollback").value_or(false);
     t.wrote = af.OptBool("wrote").value_or(false);
     t.prepared = af.OptBool("prepared").value_or(false);
-    if (auto v = af.OptString("vote")) {
-      if (*v != "yes" && *v != "no") af.Fail("vote", "is not yes or no");
-      t.vote_yes = *v == "yes";
-    }
+    t.vote_yes = af.Enum<bool>("vote", VoteFromName, "is not yes or no", /*required=*/false);
     t.digest = af.OptString("digest");
     // A snapshot of the active transaction written before these facts existed has none of the
     // three keys.
