@@ -26,10 +26,13 @@ if(WTX_PCH)
   target_precompile_headers(wtx_net REUSE_FROM wtx_core)
 endif()
 
-# The TCP simulator and the control protocol of the rank/coordinator processes (internal,
-# always static, not installed).
+# The TCP simulator and the control protocol of the rank/coordinator processes: its codec
+# and the control services the `wtx coordinator` / `wtx rank` processes run (internal, always
+# static, not installed; the rank service runs the scenario runner's data-plane steps).
 add_library(wtx_tcp_sim STATIC
+  src/net/control_codec.cc
   src/net/control_service.cc
+  src/net/coordinator_recovery.cc
   src/conformance/tcp_simulator.cc
 )
 target_include_directories(wtx_tcp_sim PRIVATE ${PROJECT_SOURCE_DIR})

@@ -11,6 +11,7 @@
 
 #include "src/testing/fault_injection_fs.h"
 #include "src/testing/armed_crash_point.h"
+#include "src/testing/inproc_cluster.h"
 #include "src/txn/test_hooks.h"
 #include "journal/journal.h"
 #include "journal/verify.h"
@@ -38,6 +39,7 @@ class Scratch {
     fs::remove_all(path_, ec);
   }
   std::string sub(const std::string& s) const { return path_ + "/" + s; }
+  const std::string& path() const { return path_; }
 
  private:
   std::string path_;
@@ -55,73 +57,48 @@ ManifestPtr Manifest2() {
       .value();
 }
 
-// Two ranks and a coordinator, each journal on its own fault-injecting filesystem.
+// Two ranks and a coordinator, each journal on its own fault-injecting filesystem (the
+// library's InProcCluster).
 struct Rig {
   Scratch dir;
-  ManifestPtr manifest = Manifest2();
-  InProcTransport transport{2};
-  std::shared_ptr<FaultInjectionFileSystem> fs[2] = {std::make_shared<FaultInjectionFileSystem>(),
-                                                     std::make_shared<FaultInjectionFileSystem>()};
-  std::shared_ptr<FaultInjectionFileSystem> cfs = std::make_shared<FaultInjectionFileSystem>();
-  std::unique_ptr<Participant> p[2];
-  std::unique_ptr<Coordinator> c;
+  InProcCluster cluster{Options(dir)};
 
+  static InProcClusterOptions Options(const Scratch& d) {
+    InProcClusterOptions o;
+    o.dir = d.path();
+    o.manifests = {Manifest2(), Manifest2()};
+    o.kernel_identity = "k";
+    return o;
+  }
   Rig() {
     for (int r = 0; r < 2; ++r) REQUIRE(OpenRank(r).ok());
     REQUIRE(OpenCoordinator().ok());
   }
-  Status OpenRank(int r) {
-    ParticipantOptions o;
-    o.rank = r;
-    o.journal_dir = dir.sub("rank-" + std::to_string(r));
-    o.env.fs = fs[r];
-    o.kernel_identity = "k";
-    auto x = Participant::Open(std::move(o), manifest);
-    if (!x.ok()) return x.status();
-    p[r] = std::move(x).value();
-    transport.SetParticipant(r, p[r].get());
-    return Status::OK();
-  }
-  Status OpenCoordinator(CrashPoints* crash = nullptr) {
-    CoordinatorOptions o;
-    o.journal_dir = dir.sub("coordinator");
-    o.env.fs = cfs;
-    CoordinatorHooks hooks;
-    hooks.crash_points = crash;
-    auto x = OpenCoordinatorWithHooks(o, &transport, hooks);
-    if (!x.ok()) return x.status();
-    c = std::move(x).value();
-    return Status::OK();
-  }
-  void KillRank(int r, bool power_loss) {
-    fs[r]->SetActive(false);
-    transport.SetParticipant(r, nullptr);
-    p[r].reset();
-    if (power_loss) fs[r]->DropUnsyncedData();
-    fs[r]->SetActive(true);
-  }
-  void KillCoordinator(bool power_loss) {
-    cfs->SetActive(false);
-    c.reset();
-    if (power_loss) cfs->DropUnsyncedData();
-    cfs->SetActive(true);
-  }
+  Participant& p(int r) { return cluster.rank(r); }
+  Coordinator& c() { return cluster.coordinator(); }
+  FaultInjectionFileSystem& fs(int r) { return cluster.rank_fs(r); }
+  FaultInjectionFileSystem& cfs() { return cluster.coordinator_fs(); }
+  InProcTransport& transport() { return cluster.transport(); }
+  Status OpenRank(int r) { return cluster.OpenRank(r); }
+  Status OpenCoordinator(CrashPoints* crash = nullptr) { return cluster.OpenCoordinator(crash); }
+  void KillRank(int r, bool power_loss) { cluster.KillRank(r, PowerLoss::Of(power_loss)); }
+  void KillCoordinator(bool power_loss) { cluster.KillCoordinator(PowerLoss::Of(power_loss)); }
   Status Begin(const std::string& tx) {
     BeginRequest b;
     b.tx = tx;
-    return c->Begin(b).status;
+    return c().Begin(b).status;
   }
   void WriteAll(int r, uint8_t v) {
     std::vector<uint8_t> w(32, v), kv(16, v);
     WritePiece pieces[] = {{"w", "", std::nullopt, w.data(), w.size()},
                            {"kv", "", std::nullopt, kv.data(), kv.size()}};
-    REQUIRE(p[r]->Write(pieces).ok());
-    REQUIRE(p[r]->Refresh("*").ok());
+    REQUIRE(p(r).Write(pieces).ok());
+    REQUIRE(p(r).Refresh("*").ok());
   }
   bool Crashed(int r) {
     BeginRequest b;
     b.tx = "probe";
-    return p[r]->CheckBegin(b).code() == ErrorCode::kCrashed;
+    return p(r).CheckBegin(b).code() == ErrorCode::kCrashed;
   }
 };
 
@@ -129,20 +106,20 @@ struct Rig {
 
 TEST_CASE("FailedBeginWriteCrashesTheRankAndRefusesTheBegin") {
   Rig rig;
-  rig.fs[1]->FailNextWrites(1);
+  rig.fs(1).FailNextWrites(1);
   Status s = rig.Begin("t1");
-  CHECK(rig.fs[1]->injected_errors() == 1);
+  CHECK(rig.fs(1).injected_errors() == 1);
   CHECK_FALSE(s.ok());
   CHECK(rig.Crashed(1));
   std::vector<uint8_t> w(32, 1);
   WritePiece piece{"w", "", std::nullopt, w.data(), w.size()};
-  CHECK(rig.p[1]->Write({&piece, 1}).code() == ErrorCode::kCrashed);
-  CHECK(rig.p[1]->Prepare("t1").status().code() == ErrorCode::kCrashed);
+  CHECK(rig.p(1).Write({&piece, 1}).code() == ErrorCode::kCrashed);
+  CHECK(rig.p(1).Prepare("t1").status().code() == ErrorCode::kCrashed);
   // Rank 0 began and was told to abort: nothing is active anywhere that could commit.
-  CHECK_FALSE(rig.p[0]->status().active_tx);
+  CHECK_FALSE(rig.p(0).status().active_tx);
   rig.KillRank(1, /*power_loss=*/false);
   REQUIRE(rig.OpenRank(1).ok());
-  CHECK_FALSE(rig.p[1]->status().active_tx);
+  CHECK_FALSE(rig.p(1).status().active_tx);
 }
 
 TEST_CASE("FailedPreparedSyncNeverBecomesAYesVote") {
@@ -150,22 +127,22 @@ TEST_CASE("FailedPreparedSyncNeverBecomesAYesVote") {
   REQUIRE(rig.Begin("t1").ok());
   rig.WriteAll(0, 1);
   rig.WriteAll(1, 1);
-  rig.fs[0]->FailNextSyncs(1);
-  CommitOutcome out = rig.c->Commit("t1");
-  CHECK(rig.fs[0]->injected_errors() == 1);
+  rig.fs(0).FailNextSyncs(1);
+  CommitOutcome out = rig.c().Commit("t1");
+  CHECK(rig.fs(0).injected_errors() == 1);
   REQUIRE(out.votes.size() == 2);
   CHECK(out.votes[0].kind == VoteReport::Kind::kCrashed);
   CHECK(out.decision == Decision::kAbort);
   CHECK(rig.Crashed(0));
   // Rank 1 voted yes and heard the abort.
-  CHECK_FALSE(rig.p[1]->status().in_doubt);
-  CHECK(rig.p[1]->status().dirty);
+  CHECK_FALSE(rig.p(1).status().in_doubt);
+  CHECK(rig.p(1).status().dirty);
   // Restart (the PREPARED record may or may not be on disk): the abort wins.
   rig.KillRank(0, /*power_loss=*/false);
   REQUIRE(rig.OpenRank(0).ok());
-  REQUIRE(rig.p[0]->ResolveInDoubt(*rig.c).ok());
-  CHECK_FALSE(rig.p[0]->status().in_doubt);
-  CHECK_FALSE(rig.p[0]->status().version);
+  REQUIRE(rig.p(0).ResolveInDoubt(rig.c()).ok());
+  CHECK_FALSE(rig.p(0).status().in_doubt);
+  CHECK_FALSE(rig.p(0).status().version);
 }
 
 TEST_CASE("FailedWatermarkAfterASyncedPrepareCrashesTheRank") {
@@ -174,9 +151,9 @@ TEST_CASE("FailedWatermarkAfterASyncedPrepareCrashesTheRank") {
   rig.WriteAll(0, 1);
   rig.WriteAll(1, 1);
   // The PREPARED write succeeds; the sync watermark written after its sync fails.
-  rig.fs[1]->FailNextWrites(1, /*after=*/1);
-  CommitOutcome out = rig.c->Commit("t1");
-  CHECK(rig.fs[1]->injected_errors() == 1);
+  rig.fs(1).FailNextWrites(1, /*after=*/1);
+  CommitOutcome out = rig.c().Commit("t1");
+  CHECK(rig.fs(1).injected_errors() == 1);
   CHECK(out.votes[1].kind == VoteReport::Kind::kCrashed);
   CHECK(out.decision == Decision::kAbort);
   CHECK(rig.Crashed(1));
@@ -188,18 +165,18 @@ TEST_CASE("FailedOutcomeWriteCrashesTheRankWhichLearnsTheCommitAfterRestart") {
   rig.WriteAll(0, 1);
   rig.WriteAll(1, 1);
   // Prepare (PREPARED record + watermark) succeeds, the OUTCOME write fails.
-  rig.fs[1]->FailNextWrites(1, /*after=*/2);
-  CommitOutcome out = rig.c->Commit("t1");
-  CHECK(rig.fs[1]->injected_errors() == 1);
+  rig.fs(1).FailNextWrites(1, /*after=*/2);
+  CommitOutcome out = rig.c().Commit("t1");
+  CHECK(rig.fs(1).injected_errors() == 1);
   REQUIRE(out.decision == Decision::kCommit);
   CHECK(out.unacknowledged == std::vector<int>{1});
   CHECK(rig.Crashed(1));
   rig.KillRank(1, /*power_loss=*/true);
   REQUIRE(rig.OpenRank(1).ok());
-  CHECK(rig.p[1]->status().in_doubt == std::optional<std::string>("t1"));
-  REQUIRE(rig.p[1]->ResolveInDoubt(*rig.c).ok());
-  CHECK(rig.p[1]->status().version == std::optional<std::string>(out.version));
-  CHECK(rig.p[0]->status().version == std::optional<std::string>(out.version));
+  CHECK(rig.p(1).status().in_doubt == std::optional<std::string>("t1"));
+  REQUIRE(rig.p(1).ResolveInDoubt(rig.c()).ok());
+  CHECK(rig.p(1).status().version == std::optional<std::string>(out.version));
+  CHECK(rig.p(0).status().version == std::optional<std::string>(out.version));
 }
 
 TEST_CASE("FailedDecisionWriteIsNotACommitAndCrashesTheCoordinator") {
@@ -207,24 +184,24 @@ TEST_CASE("FailedDecisionWriteIsNotACommitAndCrashesTheCoordinator") {
   REQUIRE(rig.Begin("t1").ok());
   rig.WriteAll(0, 1);
   rig.WriteAll(1, 1);
-  rig.cfs->FailNextWrites(1);
-  CommitOutcome out = rig.c->Commit("t1");
-  CHECK(rig.cfs->injected_errors() == 1);
+  rig.cfs().FailNextWrites(1);
+  CommitOutcome out = rig.c().Commit("t1");
+  CHECK(rig.cfs().injected_errors() == 1);
   CHECK(out.status.code() == ErrorCode::kCrashed);
   CHECK_FALSE(out.decision_logged);
   CHECK_FALSE(out.decision);
   CHECK(rig.Begin("t2").code() == ErrorCode::kCrashed);
-  CHECK(rig.p[0]->status().in_doubt == std::optional<std::string>("t1"));
+  CHECK(rig.p(0).status().in_doubt == std::optional<std::string>("t1"));
   // Recovery: the decision never reached the journal; presumed abort, everywhere.
   rig.KillCoordinator(/*power_loss=*/true);
   REQUIRE(rig.OpenCoordinator().ok());
-  REQUIRE(rig.c->Recover().ok());
+  REQUIRE(rig.c().Recover().ok());
   for (int r = 0; r < 2; ++r) {
-    REQUIRE(rig.p[r]->ResolveInDoubt(*rig.c).ok());
-    CHECK_FALSE(rig.p[r]->status().in_doubt);
-    CHECK_FALSE(rig.p[r]->status().version);
+    REQUIRE(rig.p(r).ResolveInDoubt(rig.c()).ok());
+    CHECK_FALSE(rig.p(r).status().in_doubt);
+    CHECK_FALSE(rig.p(r).status().version);
   }
-  CHECK_FALSE(rig.c->CommittedVersion("t1"));
+  CHECK_FALSE(rig.c().CommittedVersion("t1"));
 }
 
 TEST_CASE("FailedDecisionSyncLeavesTheOutcomeToRecoveryAndAllRanksAgree") {
@@ -233,22 +210,22 @@ TEST_CASE("FailedDecisionSyncLeavesTheOutcomeToRecoveryAndAllRanksAgree") {
     REQUIRE(rig.Begin("t1").ok());
     rig.WriteAll(0, 1);
     rig.WriteAll(1, 1);
-    rig.cfs->FailNextSyncs(1);
-    CommitOutcome out = rig.c->Commit("t1");
-    CHECK(rig.cfs->injected_errors() == 1);
+    rig.cfs().FailNextSyncs(1);
+    CommitOutcome out = rig.c().Commit("t1");
+    CHECK(rig.cfs().injected_errors() == 1);
     CHECK(out.status.code() == ErrorCode::kCrashed);
     CHECK_FALSE(out.decision);
     rig.KillCoordinator(power_loss);
     REQUIRE(rig.OpenCoordinator().ok());
-    REQUIRE(rig.c->Recover().ok());
-    for (int r = 0; r < 2; ++r) REQUIRE(rig.p[r]->ResolveInDoubt(*rig.c).ok());
+    REQUIRE(rig.c().Recover().ok());
+    for (int r = 0; r < 2; ++r) REQUIRE(rig.p(r).ResolveInDoubt(rig.c()).ok());
     // Unsynced, the decision may survive a plain crash; never a power loss. Either way every
     // rank ends with what the recovered coordinator says.
-    auto v = rig.c->CommittedVersion("t1");
+    auto v = rig.c().CommittedVersion("t1");
     if (power_loss) CHECK_FALSE(v);
     for (int r = 0; r < 2; ++r) {
-      CHECK_FALSE(rig.p[r]->status().in_doubt);
-      CHECK(rig.p[r]->status().version == v);
+      CHECK_FALSE(rig.p(r).status().in_doubt);
+      CHECK(rig.p(r).status().version == v);
     }
   }
 }
@@ -256,13 +233,13 @@ TEST_CASE("FailedDecisionSyncLeavesTheOutcomeToRecoveryAndAllRanksAgree") {
 TEST_CASE("FailedAbortRecordCrashesTheCoordinator") {
   Rig rig;
   REQUIRE(rig.Begin("t1").ok());
-  rig.cfs->FailNextWrites(1);
-  BeginOutcome out = rig.c->Abort("t1");
-  CHECK(rig.cfs->injected_errors() == 1);
+  rig.cfs().FailNextWrites(1);
+  BeginOutcome out = rig.c().Abort("t1");
+  CHECK(rig.cfs().injected_errors() == 1);
   CHECK(out.status.code() == ErrorCode::kCrashed);
-  CHECK(rig.c->Commit("t2").status.code() == ErrorCode::kCrashed);
+  CHECK(rig.c().Commit("t2").status.code() == ErrorCode::kCrashed);
   // The ranks heard the abort before the coordinator logged it.
-  CHECK_FALSE(rig.p[0]->status().active_tx);
+  CHECK_FALSE(rig.p(0).status().active_tx);
 }
 
 TEST_CASE("FailedEndRecordCrashesTheCoordinatorButTheCommitStands") {
@@ -271,25 +248,25 @@ TEST_CASE("FailedEndRecordCrashesTheCoordinatorButTheCommitStands") {
   rig.WriteAll(0, 1);
   rig.WriteAll(1, 1);
   // DECISION and its watermark succeed; END fails.
-  rig.cfs->FailNextWrites(1, /*after=*/2);
-  CommitOutcome out = rig.c->Commit("t1");
-  CHECK(rig.cfs->injected_errors() == 1);
+  rig.cfs().FailNextWrites(1, /*after=*/2);
+  CommitOutcome out = rig.c().Commit("t1");
+  CHECK(rig.cfs().injected_errors() == 1);
   CHECK(out.decision == Decision::kCommit);
   CHECK(out.decision_logged);
   CHECK(rig.Begin("t2").code() == ErrorCode::kCrashed);
   rig.KillCoordinator(/*power_loss=*/true);
   REQUIRE(rig.OpenCoordinator().ok());
-  CHECK(rig.c->CommittedVersion("t1") == std::optional<std::string>(out.version));
+  CHECK(rig.c().CommittedVersion("t1") == std::optional<std::string>(out.version));
 }
 
 TEST_CASE("RestartWhoseJournalWriteFailsDoesNotComeUp") {
   Rig rig;
   rig.KillRank(0, false);
-  rig.fs[0]->FailNextWrites(1);
+  rig.fs(0).FailNextWrites(1);
   Status s = rig.OpenRank(0);
-  CHECK(rig.fs[0]->injected_errors() == 1);
+  CHECK(rig.fs(0).injected_errors() == 1);
   CHECK_FALSE(s.ok());
-  rig.fs[0]->FailNextWrites(0);
+  rig.fs(0).FailNextWrites(0);
   CHECK(rig.OpenRank(0).ok());
 }
 
@@ -318,19 +295,19 @@ TEST_CASE("PresumedAbortReachesARankThatNeverPrepared") {
   REQUIRE(rig.Begin("t1").ok());
   rig.WriteAll(0, 1);
   rig.WriteAll(1, 1);
-  rig.transport.SetSilent({1});
-  CommitOutcome out = rig.c->Commit("t1");
-  rig.transport.SetSilent({});
+  rig.transport().SetSilent({1});
+  CommitOutcome out = rig.c().Commit("t1");
+  rig.transport().SetSilent({});
   CHECK(out.status.code() == ErrorCode::kCrashed);
   rig.KillCoordinator(/*power_loss=*/true);
   REQUIRE(rig.OpenCoordinator().ok());
-  REQUIRE(rig.c->Recover().ok());
-  for (int r = 0; r < 2; ++r) REQUIRE(rig.p[r]->ResolveInDoubt(*rig.c).ok());
-  CHECK_FALSE(rig.p[0]->status().active_tx);
+  REQUIRE(rig.c().Recover().ok());
+  for (int r = 0; r < 2; ++r) REQUIRE(rig.p(r).ResolveInDoubt(rig.c()).ok());
+  CHECK_FALSE(rig.p(0).status().active_tx);
   // The sender gives up on t1 (nothing left to abort is fine): no rank keeps it.
-  BeginOutcome ab = rig.c->Abort("t1");
+  BeginOutcome ab = rig.c().Abort("t1");
   CHECK((ab.status.ok() || ab.status.code() == ErrorCode::kNoTx));
-  CHECK_FALSE(rig.p[1]->status().active_tx);
+  CHECK_FALSE(rig.p(1).status().active_tx);
   CHECK(rig.Begin("t2").ok());
 }
 

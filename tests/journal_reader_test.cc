@@ -2,6 +2,7 @@
 // verification, through the public API only (plus the test cluster).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -118,4 +119,63 @@ TEST_CASE("JournalReaderVerifiesOwnerAndRefusesCorruptOrMissingJournals") {
   auto corrupt = ReadJournalHistory(c.rank_dir(0));
   REQUIRE_FALSE(corrupt.ok());
   CHECK(corrupt.status().code() == ErrorCode::kJournalCorrupt);
+}
+
+TEST_CASE("JournalReaderGivesATransactionsRecordsTheStoredStateAndAReplay") {
+  Cluster c(2, SmallManifest());
+  CommitOutcome ok = c.FullCommit("t1", 1);
+  REQUIRE(ok.decision == Decision::kCommit);
+  auto clean = ReadJournalState(c.rank_dir(1));
+  REQUIRE(clean.ok());
+  CHECK(clean->serving);
+  CHECK_FALSE(clean->dirty);
+  CHECK(clean->loaded);
+  // t2 begins and writes on rank 0, then stays active: the rank is dirty and not serving.
+  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kFull)).status.ok());
+  Box box = WholeBox(c.manifest().params()[2].shape);
+  auto bytes = Pattern(c.manifest(), "norm", box, 2);
+  WritePiece w{"norm", "", box, bytes.data(), bytes.size()};
+  REQUIRE(c.rank(0).Write({&w, 1}).ok());
+
+  auto recs = ReadJournalRecords(c.rank_dir(0), "t1");
+  REQUIRE(recs.ok());
+  std::vector<std::string> types;
+  for (const StoredRecord& r : recs->records) {
+    CHECK(r.tx == "t1");
+    CHECK(nlohmann::json::parse(r.json)["type"] == r.type);
+    types.push_back(r.type);
+  }
+  REQUIRE(types.size() >= 3);
+  CHECK(types.front() == "BEGIN");
+  CHECK(std::count(types.begin(), types.end(), "PREPARED") == 1);
+  auto none = ReadJournalRecords(c.rank_dir(0), "never");
+  REQUIRE(none.ok());
+  CHECK(none->records.empty());
+
+  auto st = ReadJournalState(c.rank_dir(0));
+  REQUIRE(st.ok());
+  CHECK(st->owner == JournalOwner{"participant", 0});
+  CHECK(st->version == ok.version);
+  CHECK(st->committed_tx == std::optional<std::string>("t1"));
+  CHECK(st->active_tx == std::optional<std::string>("t2"));
+  CHECK(st->dirty);
+  CHECK_FALSE(st->in_doubt.has_value());
+  CHECK_FALSE(st->serving);
+  auto coord = ReadJournalState(c.coordinator_dir());
+  REQUIRE(coord.ok());
+  CHECK(coord->owner.role == "coordinator");
+  CHECK(coord->decisions == 1);
+  CHECK(coord->pending.empty());
+
+  auto replay = ReplayJournal(c.rank_dir(0));
+  REQUIRE(replay.ok());
+  CHECK(replay->matches_stored_state);
+  CHECK(replay->records == st->records);
+  CHECK(nlohmann::json::parse(replay->state_json)["dirty"] == true);
+
+  // Each view refuses a missing journal as the history does.
+  TempDir empty;
+  CHECK(ReadJournalState(empty.sub("x")).status().code() == ErrorCode::kNotFound);
+  CHECK(ReplayJournal(empty.sub("x")).status().code() == ErrorCode::kNotFound);
+  CHECK(ReadJournalRecords(empty.sub("x"), "t1").status().code() == ErrorCode::kNotFound);
 }

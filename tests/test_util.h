@@ -16,9 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/testing/fault_injection_fs.h"
-#include "src/testing/armed_crash_point.h"
-#include "src/txn/test_hooks.h"
+#include "src/testing/inproc_cluster.h"
 #include "wtx/coordinator.h"
 #include "wtx/device_live_memory.h"
 #include "wtx/inproc_transport.h"
@@ -110,89 +108,62 @@ inline std::vector<uint8_t> LiveBytes(LiveMemory& memory, uint32_t index) {
 }
 
 // N ranks with the same manifest, each on its own fault-injecting filesystem, and a
-// coordinator. Ranks can be killed (with or without power loss) and restarted.
+// coordinator (the library's InProcCluster in a temporary directory). Ranks can be killed
+// (with or without power loss) and restarted.
 class Cluster {
  public:
   Cluster(int ranks, ManifestPtr manifest, std::string kernel = "k1")
-      : manifest_(std::move(manifest)), kernel_(std::move(kernel)), transport_(ranks) {
+      : manifest_(std::move(manifest)), cluster_(Options(ranks, manifest_, std::move(kernel))) {
     for (int r = 0; r < ranks; ++r) {
-      fs_.push_back(std::make_shared<FaultInjectionFileSystem>());
-      p_.emplace_back();
-      Status s = Restart(r);
+      Status s = cluster_.OpenRank(r);
       if (!s.ok()) Fail("starting rank " + std::to_string(r), s);
     }
-    coord_fs_ = std::make_shared<FaultInjectionFileSystem>();
     Status s = RestartCoordinator();
     if (!s.ok()) Fail("starting the coordinator", s);
   }
 
-  Participant& rank(int r) { return *p_[r]; }
+  Participant& rank(int r) { return cluster_.rank(r); }
   // The live memory of ranks started from now on (default: TestLiveMemory).
   void SetMemoryFactory(std::function<std::shared_ptr<LiveMemory>(const Manifest&)> f) {
-    memory_factory_ = std::move(f);
+    cluster_.set_memory_factory(
+        [f = std::move(f)](int, const Manifest& m) -> Result<std::shared_ptr<LiveMemory>> {
+          return f(m);
+        });
   }
-  Coordinator& coordinator() { return *c_; }
-  FaultInjectionFileSystem& fs(int r) { return *fs_[r]; }
-  InProcTransport& transport() { return transport_; }
+  Coordinator& coordinator() { return cluster_.coordinator(); }
+  FaultInjectionFileSystem& fs(int r) { return cluster_.rank_fs(r); }
+  InProcTransport& transport() { return cluster_.transport(); }
+  InProcCluster& cluster() { return cluster_; }
   const Manifest& manifest() const { return *manifest_; }
-  std::string rank_dir(int r) const { return dir_.sub("rank-" + std::to_string(r)); }
-  std::string coordinator_dir() const { return dir_.sub("coordinator"); }
+  std::string rank_dir(int r) const { return cluster_.rank_dir(r); }
+  std::string coordinator_dir() const { return cluster_.coordinator_dir(); }
 
+  // A clean shutdown of rank r (if up), then a start that resolves in doubt with the
+  // coordinator.
   Status Restart(int r, CrashPoints* cp = nullptr, size_t rollback_budget = size_t{1} << 30) {
-    transport_.SetParticipant(r, nullptr);
-    p_[r].reset();
-    ParticipantOptions o;
-    o.rank = r;
-    o.journal_dir = rank_dir(r);
-    o.env.fs = fs_[r];
-    o.kernel_identity = kernel_;
-    o.rollback_budget_bytes = rollback_budget;
-    o.memory = memory_factory_ ? memory_factory_(*manifest_) : TestLiveMemory(*manifest_);
-    ParticipantHooks hooks;
-    hooks.crash_points = cp;
-    auto p = OpenParticipantWithHooks(std::move(o), manifest_, hooks);
-    if (!p.ok()) return p.status();
-    p_[r] = std::move(p).value();
-    transport_.SetParticipant(r, p_[r].get());
-    if (c_) return p_[r]->ResolveInDoubt(*c_);
-    return Status::OK();
+    cluster_.CloseRank(r);
+    return cluster_.RestartRank(r, {cp, rollback_budget});
   }
 
-  void Kill(int r, bool power_loss) {
-    fs_[r]->SetActive(false);
-    transport_.SetParticipant(r, nullptr);
-    p_[r].reset();
-    if (power_loss) fs_[r]->DropUnsyncedData();
-    fs_[r]->SetActive(true);
-  }
+  void Kill(int r, bool power_loss) { cluster_.KillRank(r, PowerLoss::Of(power_loss)); }
 
+  // A clean shutdown of the coordinator (if up), a start, Recover, and every rank resolves in
+  // doubt; the first failure is returned.
   Status RestartCoordinator(CrashPoints* cp = nullptr) {
-    c_.reset();
-    CoordinatorOptions o;
-    o.journal_dir = coordinator_dir();
-    o.env.fs = coord_fs_;
-    CoordinatorHooks hooks;
-    hooks.crash_points = cp;
-    auto c = OpenCoordinatorWithHooks(o, &transport_, hooks);
-    if (!c.ok()) return c.status();
-    c_ = std::move(c).value();
-    WTX_RETURN_IF_ERROR(c_->Recover());
-    for (auto& p : p_) {
-      if (p) WTX_RETURN_IF_ERROR(p->ResolveInDoubt(*c_));
-    }
-    return Status::OK();
+    cluster_.CloseCoordinator();
+    std::vector<std::pair<int, Status>> resolve_errors;
+    WTX_RETURN_IF_ERROR(cluster_.RestartCoordinator(cp, &resolve_errors));
+    return resolve_errors.empty() ? Status::OK() : resolve_errors.front().second;
   }
 
   void KillCoordinator(bool power_loss) {
-    coord_fs_->SetActive(false);
-    c_.reset();
-    if (power_loss) coord_fs_->DropUnsyncedData();
-    coord_fs_->SetActive(true);
+    cluster_.KillCoordinator(PowerLoss::Of(power_loss));
   }
 
   // Writes every parameter whole on every rank with pattern `seed`.
   Status WriteAll(uint32_t seed) {
-    for (auto& p : p_) {
+    for (int r = 0; r < cluster_.ranks(); ++r) {
+      Participant* p = &cluster_.rank(r);
       for (const auto& ps : manifest_->params()) {
         Box box = WholeBox(ps.shape);
         auto bytes = Pattern(*manifest_, ps.name, box, seed);
@@ -204,9 +175,9 @@ class Cluster {
   }
 
   Status RefreshAll() {
-    for (auto& p : p_) {
-      auto r = p->Refresh("*");
-      if (!r.ok()) return r.status();
+    for (int r = 0; r < cluster_.ranks(); ++r) {
+      auto refreshed = cluster_.rank(r).Refresh("*");
+      if (!refreshed.ok()) return refreshed.status();
     }
     return Status::OK();
   }
@@ -216,7 +187,7 @@ class Cluster {
     BeginRequest b;
     b.tx = tx;
     b.kind = TxKind::kFull;
-    BeginOutcome bo = c_->Begin(b);
+    BeginOutcome bo = coordinator().Begin(b);
     if (!bo.status.ok()) {
       CommitOutcome o;
       o.status = bo.status;
@@ -232,7 +203,7 @@ class Cluster {
       o.status = s;
       return o;
     }
-    return c_->Commit(tx);
+    return coordinator().Commit(tx);
   }
 
  private:
@@ -241,15 +212,20 @@ class Cluster {
     std::abort();
   }
 
+  InProcClusterOptions Options(int ranks, const ManifestPtr& manifest, std::string kernel) {
+    InProcClusterOptions o;
+    o.dir = dir_.path();
+    o.manifests.assign(ranks, manifest);
+    o.kernel_identity = std::move(kernel);
+    o.memory = [](int, const Manifest& m) -> Result<std::shared_ptr<LiveMemory>> {
+      return TestLiveMemory(m);
+    };
+    return o;
+  }
+
   TempDir dir_;
   ManifestPtr manifest_;
-  std::string kernel_;
-  InProcTransport transport_;
-  std::vector<std::shared_ptr<FaultInjectionFileSystem>> fs_;
-  std::vector<std::unique_ptr<Participant>> p_;
-  std::shared_ptr<FaultInjectionFileSystem> coord_fs_;
-  std::unique_ptr<Coordinator> c_;
-  std::function<std::shared_ptr<LiveMemory>(const Manifest&)> memory_factory_;
+  InProcCluster cluster_;  // after dir_: closed before the directory is removed
 };
 
 // What a shell command did: its exit status (128 + N when killed by signal N, -1 when it could

@@ -65,6 +65,11 @@ struct VoteReport {
   Status status;   // kTimeout / kCrashed
 };
 
+// "yes", "no", "timeout", "crashed": the one name of each kind, in every JSON form of a vote
+// report (control answers, scenario output, the coordinator's log, the Python module).
+std::string_view VoteKindName(VoteReport::Kind kind);
+std::optional<VoteReport::Kind> VoteKindFromName(std::string_view name);
+
 struct CommitOutcome {
   Status status;  // OK for committed and noop
   std::optional<Decision> decision;  // nullopt when the coordinator died before deciding

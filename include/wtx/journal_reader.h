@@ -1,9 +1,11 @@
 // Journal reader: the audit history a participant's or the coordinator's journal holds, typed
-// (the data `wtx log` and `wtx show` print), and the integrity check behind `wtx check`.
+// (the data `wtx log` and `wtx show` print), the records of one transaction, the stored state
+// (`wtx status`), a replay from the records (`wtx replay`), and the integrity check behind
+// `wtx check`.
 //
-// Contract: both functions open the journal directory read-only (safe beside the process that
-// writes it) and never modify it. ReadJournalHistory verifies the journal first
-// (VerifyJournal, then a replay-equals-stored-state check) and refuses a journal that fails
+// Contract: every function opens the journal directory read-only (safe beside the process that
+// writes it) and never modifies it. The Read*/Replay* functions verify the journal first
+// (VerifyJournal, then a replay-equals-stored-state check) and refuse a journal that fails
 // with kJournalCorrupt naming what is wrong, so corrupt history is never returned as data;
 // kNotFound when the directory holds no journal.
 //
@@ -85,6 +87,52 @@ struct JournalHistory {
 };
 
 Result<JournalHistory> ReadJournalHistory(const std::string& dir);
+
+// One stored record (`wtx show` prints them under "records").
+struct StoredRecord {
+  std::string type;  // "BEGIN", "WRITE", "PREPARED", "DECISION", ...
+  std::string tx;    // the transaction it belongs to
+  std::string json;  // the whole record as JSON text
+};
+
+struct JournalTxRecords {
+  std::vector<StoredRecord> records;  // in journal order; empty when `tx` never appears
+  std::vector<std::string> warnings;   // verification warnings (a torn unsynced tail)
+};
+
+// The records of transaction `tx`, in journal order.
+Result<JournalTxRecords> ReadJournalRecords(const std::string& dir, const std::string& tx);
+
+// The state the journal stores (`wtx status`).
+struct JournalState {
+  JournalOwner owner;
+  uint64_t records = 0;
+  // Participant journals (the process's state as of its last record; the live bytes of a
+  // running process are not in the journal).
+  std::optional<std::string> version;       // last committed version
+  std::optional<std::string> committed_tx;  // the transaction that committed it
+  bool dirty = false;                       // from BEGIN to a clean commit
+  bool loaded = false;
+  std::optional<std::string> active_tx;     // begun, not decided
+  std::optional<std::string> in_doubt;      // active and voted yes
+  bool serving = false;                     // loaded, clean, committed and not in doubt
+  // Coordinator journals.
+  int64_t decisions = 0;                    // decisions logged
+  std::vector<std::string> pending;         // decided, not yet acknowledged by every rank
+  std::vector<std::string> warnings;        // verification warnings
+};
+
+Result<JournalState> ReadJournalState(const std::string& dir);
+
+// The state rebuilt from the records alone (`wtx replay`), beside the stored one.
+struct JournalReplay {
+  uint64_t records = 0;
+  std::string state_json;  // the replayed state as JSON text
+  bool matches_stored_state = false;
+  std::vector<std::string> warnings;
+};
+
+Result<JournalReplay> ReplayJournal(const std::string& dir);
 
 struct JournalVerifyOptions {
   // Who the journal must belong to; nullopt: inferred from the directory name when it is

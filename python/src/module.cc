@@ -462,14 +462,13 @@ py::dict VoteToPy(const VoteReport& v) {
   d["missing"] = py::list();
   d["missing_total"] = 0;
   d["stale"] = py::list();
+  d["vote"] = std::string(VoteKindName(v.kind));
   switch (v.kind) {
     case VoteReport::Kind::kYes:
-      d["vote"] = "yes";
       d["wrote"] = v.vote.wrote;
       d["digest"] = v.vote.digest;
       break;
     case VoteReport::Kind::kNo: {
-      d["vote"] = "no";
       d["wrote"] = v.vote.wrote;
       d["error"] = std::string(ErrorCodeName(v.vote.error));
       d["message"] = v.vote.message;
@@ -485,7 +484,6 @@ py::dict VoteToPy(const VoteReport& v) {
     }
     case VoteReport::Kind::kTimeout:
     case VoteReport::Kind::kCrashed:
-      d["vote"] = v.kind == VoteReport::Kind::kTimeout ? "timeout" : "crashed";
       d["error"] = std::string(v.status.code_name());
       d["message"] = v.status.message();
       break;

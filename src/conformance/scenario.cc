@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "src/manifest/box_json.h"
 #include "src/util/json_number.h"
 #include "src/util/json_fields.h"
 #include "wtx/hf_manifest.h"
@@ -177,18 +178,8 @@ Result<Step> ParseStep(const json& s, int i, int ranks) {
     st.shard = shard;
     st.source = source;
     if (auto b = s.find("box"); b != s.end()) {
-      Box box;
-      if (!b->is_array()) return Bad(where + ".box", "expected [[begin, end], ...]");
-      for (const auto& r : *b) {
-        if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() ||
-            !r[1].is_number_integer()) {
-          return Bad(where + ".box", "expected [[begin, end], ...] integers");
-        }
-        // int64 (2^64-1 would wrap to -1); whether it fits the parameter is the participant's.
-        WTX_ASSIGN_OR_RETURN(begin, JsonInt(r[0], where + ".box", INT64_MIN, INT64_MAX));
-        WTX_ASSIGN_OR_RETURN(end, JsonInt(r[1], where + ".box", INT64_MIN, INT64_MAX));
-        box.push_back({begin, end});
-      }
+      // Whether it fits the parameter is the participant's check.
+      WTX_ASSIGN_OR_RETURN(box, BoxFromJson(*b, where + ".box"));
       if (st.param == "*") return Bad(where + ".box", "a box needs a single param");
       st.box = std::move(box);
     }

@@ -5,6 +5,8 @@
 #include <new>
 #include <map>
 
+#include "src/manifest/box_json.h"
+#include "src/testing/inproc_cluster.h"
 #include "src/testing/fault_injection_fs.h"
 #include "src/testing/armed_crash_point.h"
 #include "src/txn/test_hooks.h"
@@ -21,26 +23,6 @@ namespace wtx::sim {
 using nlohmann::json;
 
 namespace {
-
-json BoxJson(const Box& b) {
-  json a = json::array();
-  for (const auto& r : b) a.push_back({r.begin, r.end});
-  return a;
-}
-
-struct Process {
-  std::string dir;
-  std::shared_ptr<FaultInjectionFileSystem> fs = std::make_shared<FaultInjectionFileSystem>();
-  ArmedCrashPoint crash;
-};
-
-struct RankProcess : Process {
-  std::unique_ptr<Participant> p;
-};
-
-struct CoordinatorProcess : Process {
-  std::unique_ptr<Coordinator> c;
-};
 
 // The parameters `param: "*"` means on a rank: those in the current transaction's scope.
 std::vector<uint32_t> StarParams(const Manifest& m, const std::optional<BeginRequest>& scope) {
@@ -339,139 +321,76 @@ Status DoPatch(const Step& st, Participant& p) {
   return p.Patch(req);
 }
 
-// Every rank and the coordinator as objects of this process, over the in-process transport.
+// Every rank and the coordinator as objects of this process, over the in-process transport
+// (the library's InProcCluster: one fault-injecting filesystem and crash point per process).
 class InProcProcesses : public SimProcesses {
  public:
   InProcProcesses(const Scenario& sc, std::string dir, LiveMemoryKind memory)
-      : sc_(sc), dir_(std::move(dir)), memory_kind_(memory), transport_(sc.ranks) {}
+      : cluster_(Options(sc, std::move(dir), memory)) {}
 
-  Status Start() override {
-    for (int r = 0; r < sc_.ranks; ++r) {
-      auto rp = std::make_unique<RankProcess>();
-      rp->dir = dir_ + "/rank-" + std::to_string(r);
-      ranks_.push_back(std::move(rp));
-      WTX_RETURN_IF_ERROR(StartRank(r));
-    }
-    coord_.dir = dir_ + "/coordinator";
-    return StartCoordinator();
-  }
+  Status Start() override { return cluster_.Start(); }
 
-  bool RankAlive(int r) override { return ranks_[r]->p != nullptr; }
-  bool CoordinatorAlive() override { return coord_.c != nullptr; }
+  bool RankAlive(int r) override { return cluster_.RankAlive(r); }
+  bool CoordinatorAlive() override { return cluster_.CoordinatorAlive(); }
 
   Status RankStep(int r, const Step& st, const std::optional<BeginRequest>& scope) override {
-    return ApplyRankStep(st, scope, *ranks_[r]->p);
+    return ApplyRankStep(st, scope, cluster_.rank(r));
   }
-  RankStatus RankState(int r) override { return ranks_[r]->p->status(); }
+  RankStatus RankState(int r) override { return cluster_.rank(r).status(); }
 
-  BeginOutcome Begin(const BeginRequest& req) override { return coord_.c->Begin(req); }
+  BeginOutcome Begin(const BeginRequest& req) override { return cluster_.coordinator().Begin(req); }
 
   CommitOutcome Commit(const Step& st, bool* coordinator_died) override {
-    RankProcess* armed_rank = nullptr;
+    ArmedCrashPoint* armed_rank = nullptr;
     int armed_index = -1;
     if (st.crash) {
       if (st.crash->who == "coordinator") {
-        coord_.crash.Arm(st.crash->at);
+        cluster_.coordinator_crash_point().Arm(st.crash->at);
       } else {
         armed_index = st.crash->rank;
-        armed_rank = ranks_[armed_index].get();
-        armed_rank->crash.Arm(st.crash->at);
+        armed_rank = &cluster_.rank_crash_point(armed_index);
+        armed_rank->Arm(st.crash->at);
       }
     }
-    transport_.SetSilent(st.silent);
-    CommitOutcome o = coord_.c->Commit(st.tx, st.commit_options);
-    transport_.SetSilent({});
+    cluster_.transport().SetSilent(st.silent);
+    CommitOutcome o = cluster_.coordinator().Commit(st.tx, st.commit_options);
+    cluster_.transport().SetSilent({});
     // Processes that died at their crash point.
-    if (armed_rank && armed_rank->crash.Disarm()) KillRank(armed_index, st.crash->power_loss);
-    *coordinator_died = coord_.crash.Disarm();
+    if (armed_rank && armed_rank->Disarm()) KillRank(armed_index, st.crash->power_loss);
+    *coordinator_died = cluster_.coordinator_crash_point().Disarm();
     if (*coordinator_died) KillCoordinator(st.crash->power_loss);
     return o;
   }
 
-  BeginOutcome Abort(const std::string& tx) override { return coord_.c->Abort(tx); }
+  BeginOutcome Abort(const std::string& tx) override { return cluster_.coordinator().Abort(tx); }
   std::optional<std::string> CommittedVersion(const std::string& tx) override {
-    return coord_.c->CommittedVersion(tx);
+    return cluster_.coordinator().CommittedVersion(tx);
   }
-  std::vector<DecisionEntry> Decisions() override { return coord_.c->decisions(); }
+  std::vector<DecisionEntry> Decisions() override { return cluster_.coordinator().decisions(); }
 
-  // Process death: the filesystem stops taking writes, the object goes away (a rank's live
-  // bytes with it), then a power loss drops whatever was not synced.
   void KillRank(int r, bool power_loss) override {
-    RankProcess& rp = *ranks_[r];
-    rp.fs->SetActive(false);
-    transport_.SetParticipant(r, nullptr);
-    rp.p.reset();
-    if (power_loss) rp.fs->DropUnsyncedData();
-    rp.fs->SetActive(true);
+    cluster_.KillRank(r, PowerLoss::Of(power_loss));
   }
-
   void KillCoordinator(bool power_loss) override {
-    coord_.fs->SetActive(false);
-    coord_.c.reset();
-    if (power_loss) coord_.fs->DropUnsyncedData();
-    coord_.fs->SetActive(true);
+    cluster_.KillCoordinator(PowerLoss::Of(power_loss));
   }
-
-  Status RestartRank(int r) override {
-    RankProcess& rp = *ranks_[r];
-    if (rp.p) KillRank(r, false);
-    Status s = StartRank(r);
-    if (s.ok() && coord_.c) s = rp.p->ResolveInDoubt(*coord_.c);
-    return s;
-  }
-
-  Status RestartCoordinator() override {
-    if (coord_.c) KillCoordinator(false);
-    Status s = StartCoordinator();
-    if (s.ok()) s = coord_.c->Recover();
-    if (s.ok()) {
-      for (auto& rp : ranks_) {
-        if (rp->p) rp->p->ResolveInDoubt(*coord_.c).ok();
-      }
-    }
-    return s;
-  }
+  Status RestartRank(int r) override { return cluster_.RestartRank(r); }
+  // A rank that cannot resolve stays in doubt; the restart itself succeeded.
+  Status RestartCoordinator() override { return cluster_.RestartCoordinator(); }
 
  private:
-  Status StartRank(int r) {
-    RankProcess& rp = *ranks_[r];
-    ParticipantOptions o;
-    o.rank = r;
-    o.journal_dir = rp.dir;
-    o.env.fs = rp.fs;
-    o.kernel_identity = sc_.kernel_identity;
-    o.rollback_budget_bytes = sc_.rollback_budget_bytes;
+  static InProcClusterOptions Options(const Scenario& sc, std::string dir, LiveMemoryKind kind) {
+    InProcClusterOptions o;
+    o.dir = std::move(dir);
+    o.manifests = sc.manifests;
+    o.kernel_identity = sc.kernel_identity;
+    o.rollback_budget_bytes = sc.rollback_budget_bytes;
     // A new process: new live memory (zeros), of the kind the run asked for.
-    auto memory = NewLiveMemory(memory_kind_, *sc_.manifests[r]);
-    if (!memory.ok()) return memory.status();
-    o.memory = std::move(memory).value();
-    ParticipantHooks hooks;
-    hooks.crash_points = &rp.crash;
-    auto p = OpenParticipantWithHooks(std::move(o), sc_.manifests[r], hooks);
-    if (!p.ok()) return p.status();
-    rp.p = std::move(p).value();
-    transport_.SetParticipant(r, rp.p.get());
-    return Status::OK();
+    o.memory = [kind](int, const Manifest& m) { return NewLiveMemory(kind, m); };
+    return o;
   }
 
-  Status StartCoordinator() {
-    CoordinatorOptions o;
-    o.journal_dir = coord_.dir;
-    o.env.fs = coord_.fs;
-    CoordinatorHooks hooks;
-    hooks.crash_points = &coord_.crash;
-    auto c = OpenCoordinatorWithHooks(o, &transport_, hooks);
-    if (!c.ok()) return c.status();
-    coord_.c = std::move(c).value();
-    return Status::OK();
-  }
-
-  const Scenario& sc_;
-  std::string dir_;
-  LiveMemoryKind memory_kind_;
-  InProcTransport transport_;
-  std::vector<std::unique_ptr<RankProcess>> ranks_;
-  CoordinatorProcess coord_;
+  InProcCluster cluster_;
 };
 
 // The steps of a scenario and the output document, on any SimProcesses.
@@ -575,26 +494,22 @@ class Runner {
   }
 
   static json VoteJson(const VoteReport& v) {
-    json j = {{"rank", v.rank}};
+    json j = {{"rank", v.rank}, {"vote", VoteKindName(v.kind)}};
     switch (v.kind) {
       case VoteReport::Kind::kYes:
-        j["vote"] = "yes";
         j["wrote"] = v.vote.wrote;
         return j;
       case VoteReport::Kind::kTimeout:
-        j["vote"] = "timeout";
         j["error"] = "E_TIMEOUT";
         j["message"] = v.status.message();
         return j;
       case VoteReport::Kind::kCrashed:
-        j["vote"] = "crashed";
         j["error"] = "E_CRASHED";
         j["message"] = v.status.message();
         return j;
       case VoteReport::Kind::kNo:
         break;
     }
-    j["vote"] = "no";
     j["wrote"] = v.vote.wrote;
     j["error"] = ErrorCodeName(v.vote.error);
     json errors = json::array();
@@ -605,7 +520,7 @@ class Runner {
       json missing = json::array();
       for (const auto& m : v.vote.missing) {
         json jm = {
-            {"param", m.param}, {"shard", m.shard}, {"box", BoxJson(m.box)}, {"source", m.source}};
+            {"param", m.param}, {"shard", m.shard}, {"box", BoxToJson(m.box)}, {"source", m.source}};
         if (m.boxes != 1) jm["boxes"] = m.boxes;  // box bounds that many merged gaps
         jm["elements"] = m.elements;
         if (!m.missing_parts.empty()) {

@@ -14,7 +14,7 @@
 #include <fstream>
 #include <thread>
 
-#include "src/net/control_service.h"
+#include "src/net/control_codec.h"
 #include "src/net/codec.h"
 
 namespace wtx::sim {
@@ -132,7 +132,7 @@ Status ChildProcess::Spawn(const std::vector<std::string>& args, milliseconds ti
   }
   if (j.value("ready", false) != true) {
     Reap(milliseconds(5000));
-    return StatusFromJson(j.value("error", json()));
+    return net::StatusOrOkFromJson(j.value("error", json()));
   }
   *ready = std::move(j);
   return Status::OK();
@@ -220,7 +220,7 @@ Status TcpProcesses::Start() {
                          options_.start_timeout + kCallTimeout));
   if (!w.value("ok", false)) return Status(ErrorCode::kTimeout, "ranks did not connect in time");
   WTX_ASSIGN_OR_RETURN(rec, CallCoordinator("recover", json::object(), kCallTimeout));
-  WTX_RETURN_IF_ERROR(StatusFromJson(rec));
+  WTX_RETURN_IF_ERROR(net::StatusOrOkFromJson(rec));
   return Status::OK();
 }
 
@@ -247,13 +247,17 @@ Status TcpProcesses::SpawnCoordinator() {
   WTX_RETURN_IF_ERROR(coord_.child.Spawn(args, options_.start_timeout, &ready));
   coord_.pid = coord_.child.pid();
   coord_port_ = ready.value("port", uint16_t{0});
-  auto c = net::ControlClient::Connect("127.0.0.1", coord_port_, secret_, net::NetOptions(), "sim");
+  return ConnectControl(coord_, coord_port_);
+}
+
+Status TcpProcesses::ConnectControl(Proc& p, uint16_t port) {
+  auto c = net::ControlClient::Connect("127.0.0.1", port, secret_, net::NetOptions(), "sim");
   if (!c.ok()) {
-    coord_.child.Kill();
-    coord_.pid = 0;
+    p.child.Kill();
+    p.pid = 0;
     return c.status();
   }
-  coord_.control = std::move(c).value();
+  p.control = std::move(c).value();
   return Status::OK();
 }
 
@@ -289,15 +293,7 @@ Status TcpProcesses::SpawnRank(int r) {
   json ready;
   WTX_RETURN_IF_ERROR(p.child.Spawn(args, options_.start_timeout, &ready));
   p.pid = p.child.pid();
-  auto c = net::ControlClient::Connect("127.0.0.1", ready.value("control_port", uint16_t{0}),
-                                       secret_, net::NetOptions(), "sim");
-  if (!c.ok()) {
-    p.child.Kill();
-    p.pid = 0;
-    return c.status();
-  }
-  p.control = std::move(c).value();
-  return Status::OK();
+  return ConnectControl(p, ready.value("control_port", uint16_t{0}));
 }
 
 bool TcpProcesses::RankAlive(int r) {
@@ -462,7 +458,7 @@ Status TcpProcesses::RestartRank(int r) {
     return Status(ErrorCode::kTimeout,
                   "rank " + std::to_string(r) + " did not reach the coordinator in time");
   }
-  return StatusFromJson(j.value().value("resolution", json()));
+  return net::StatusOrOkFromJson(j.value().value("resolution", json()));
 }
 
 Status TcpProcesses::RestartCoordinator() {
@@ -476,7 +472,7 @@ Status TcpProcesses::RestartCoordinator() {
       .ok();
   auto j = CallCoordinator("recover", json::object(), kCallTimeout);
   if (!j.ok()) return j.status();
-  Status s = StatusFromJson(j.value());
+  Status s = net::StatusOrOkFromJson(j.value());
   if (s.ok()) {
     for (int r : live) {
       CallRank(r, "wait_resolved", {{"timeout_ms", options_.start_timeout.count()}},

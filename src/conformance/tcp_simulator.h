@@ -116,6 +116,8 @@ class TcpProcesses : public SimProcesses {
   Result<nlohmann::json> CallCoordinator(const std::string& method, nlohmann::json params,
                                          std::chrono::milliseconds timeout);
   void Kill(Proc& p, bool power_loss);
+  // Connects the control client of a spawned process; kills the process when that fails.
+  Status ConnectControl(Proc& p, uint16_t port);
   std::vector<int> LiveRanks();
 
   const Scenario& sc_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "src/manifest/box_json.h"
 #include "src/util/checked_math.h"
 #include "src/util/hash_util.h"
 #include "src/util/json_fields.h"
@@ -171,19 +172,6 @@ Status ValidateShardCover(const ParamSpec& p, const std::string& where) {
   return Status::OK();
 }
 
-Result<Box> ParseBox(const json& j, const std::string& where) {
-  if (!j.is_array()) return Invalid(where, "expected an array of [begin, end] pairs");
-  Box b;
-  for (size_t i = 0; i < j.size(); ++i) {
-    const json& r = j[i];
-    if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer()) {
-      return Invalid(where + "[" + std::to_string(i) + "]", "expected [begin, end] integers");
-    }
-    b.push_back({r[0].get<int64_t>(), r[1].get<int64_t>()});
-  }
-  return b;
-}
-
 Result<Shape> ParseShape(const json& j, const std::string& where) {
   if (!j.is_array()) return Invalid(where, "expected an array of non-negative integers");
   Shape s;
@@ -229,7 +217,7 @@ Result<ShardSpec> ParseShard(const json& j, const std::string& where) {
     WTX_ASSIGN_OR_RETURN(pid, ParseString(j, "id", where));
     s.id = std::move(pid);
     if (!j.contains("box")) return Invalid(where + ".box", "missing");
-    WTX_ASSIGN_OR_RETURN(pbox, ParseBox(j["box"], where + ".box"));
+    WTX_ASSIGN_OR_RETURN(pbox, BoxFromJson(j["box"], where + ".box"));
     s.box = std::move(pbox);
     s.padding = true;
     return s;
@@ -242,10 +230,10 @@ Result<ShardSpec> ParseShard(const json& j, const std::string& where) {
   WTX_ASSIGN_OR_RETURN(ss, ParseShape(j["source_shape"], where + ".source_shape"));
   s.source_shape = std::move(ss);
   if (!j.contains("box")) return Invalid(where + ".box", "missing");
-  WTX_ASSIGN_OR_RETURN(box, ParseBox(j["box"], where + ".box"));
+  WTX_ASSIGN_OR_RETURN(box, BoxFromJson(j["box"], where + ".box"));
   s.box = std::move(box);
   if (!j.contains("source_box")) return Invalid(where + ".source_box", "missing");
-  WTX_ASSIGN_OR_RETURN(sbox, ParseBox(j["source_box"], where + ".source_box"));
+  WTX_ASSIGN_OR_RETURN(sbox, BoxFromJson(j["source_box"], where + ".source_box"));
   s.source_box = std::move(sbox);
   if (auto it = j.find("layout"); it != j.end()) {
     if (!it->is_string()) return Invalid(where + ".layout", "expected a string");
@@ -464,14 +452,6 @@ size_t Manifest::TotalShards() const {
   return n;
 }
 
-namespace {
-json BoxJson(const Box& b) {
-  json a = json::array();
-  for (const auto& r : b) a.push_back({r.begin, r.end});
-  return a;
-}
-}  // namespace
-
 json Manifest::ToJson() const {
   json ps = json::array();
   for (const auto& p : params_) {
@@ -479,14 +459,14 @@ json Manifest::ToJson() const {
     json sh = json::array();
     for (const auto& s : p.shards) {
       if (s.padding) {
-        sh.push_back({{"id", s.id}, {"layout", "padding"}, {"box", BoxJson(s.box)}});
+        sh.push_back({{"id", s.id}, {"layout", "padding"}, {"box", BoxToJson(s.box)}});
         continue;
       }
       json js = {{"id", s.id},
                  {"source", s.source},
                  {"source_shape", s.source_shape},
-                 {"box", BoxJson(s.box)},
-                 {"source_box", BoxJson(s.source_box)}};
+                 {"box", BoxToJson(s.box)},
+                 {"source_box", BoxToJson(s.source_box)}};
       if (s.packed) js["layout"] = "packed";
       sh.push_back(std::move(js));
     }

@@ -1,5 +1,7 @@
 #include "src/net/codec.h"
 
+#include "src/manifest/box_json.h"
+
 #include "src/util/json_number.h"
 #include "wtx/limits.h"
 #include "src/util/json_fields.h"
@@ -38,16 +40,6 @@ std::optional<std::string> GetOptStr(const json& j, const char* key) {
   return it->get<std::string>();
 }
 
-Box BoxFromJsonOrThrow(const json& j) {
-  Box b;
-  for (const auto& r : j.get_ref<const json::array_t&>()) {
-    if (!r.is_array() || r.size() != 2) throw json::type_error::create(302, "box range", &r);
-    b.push_back({IntOrThrow(r.at(0), "box begin", INT64_MIN, INT64_MAX),
-                 IntOrThrow(r.at(1), "box end", INT64_MIN, INT64_MAX)});
-  }
-  return b;
-}
-
 Phase PhaseFromNameOrThrow(const json& j) {
   const std::string& n = j.get_ref<const std::string&>();
   for (Phase p : {Phase::kPostLoad, Phase::kAttention, Phase::kKernel}) {
@@ -62,21 +54,6 @@ ErrorCode CodeFromJson(const json& j) {
 }
 
 }  // namespace
-
-json BoxToJson(const Box& box) {
-  json a = json::array();
-  for (const auto& r : box) a.push_back({r.begin, r.end});
-  return a;
-}
-
-Result<Box> BoxFromJson(const json& j) {
-  if (!j.is_array()) return Status::InvalidArgument("box: expected an array");
-  try {
-    return BoxFromJsonOrThrow(j);
-  } catch (const json::exception& e) {
-    return Status::InvalidArgument(std::string("box: malformed: ") + e.what());
-  }
-}
 
 json BeginRequestToJson(const BeginRequest& r) {
   return {{"tx", r.tx},           {"kind", TxKindName(r.kind)}, {"base", r.base},
@@ -164,7 +141,8 @@ Result<Vote> VoteFromJson(const json& j) {
         MissingPiece p;
         p.param = param;
         p.shard = m.at("shard").get<std::string>();
-        p.box = BoxFromJsonOrThrow(m.at("box"));
+        WTX_ASSIGN_OR_RETURN(box, BoxFromJson(m.at("box"), "vote.missing[].shards[].box"));
+        p.box = std::move(box);
         p.source = m.at("source").get<std::string>();
         p.boxes = m.contains("boxes") ? IntOrThrow(m.at("boxes"), "boxes", 1, INT64_MAX) : 1;
         p.elements = IntOrThrow(m.at("elements"), "elements", 0, INT64_MAX);
@@ -270,6 +248,14 @@ Status StatusFromJson(const json& j) {
   std::string msg = (m != j.end() && m->is_string()) ? m->get<std::string>() : "";
   if (c == ErrorCode::kOk) return Status::IOError("error frame with code OK: " + msg);
   return Status(c, std::move(msg));
+}
+
+Status StatusOrOkFromJson(const json& j) {
+  if (Status s = CheckFields(j, "status", {"code", "message"}); !s.ok()) return s;
+  if (j.is_object() && j.value("code", json()) == ErrorCodeName(ErrorCode::kOk)) {
+    return Status::OK();
+  }
+  return StatusFromJson(j);
 }
 
 }  // namespace wtx::net

@@ -1,5 +1,6 @@
 // Codec: the protocol values of wtx/protocol.h as JSON maps, for the CBOR frames of the TCP
-// transport (docs/protocol.md lists the fields). Encoding cannot fail; decoding checks every
+// transport (docs/protocol.md lists the fields); boxes in them use the one box codec
+// (src/manifest/box_json.h). Encoding cannot fail; decoding checks every
 // field's type and returns kInvalidArgument naming the field for anything malformed, so a
 // hostile or corrupted frame never throws or yields a half-filled value.
 //
@@ -14,9 +15,6 @@
 #include "wtx/status.h"
 
 namespace wtx::net {
-
-nlohmann::json BoxToJson(const Box& box);
-Result<Box> BoxFromJson(const nlohmann::json& j);
 
 nlohmann::json BeginRequestToJson(const BeginRequest& req);
 Result<BeginRequest> BeginRequestFromJson(const nlohmann::json& j);
@@ -33,8 +31,14 @@ nlohmann::json RankStatusToJson(const RankStatus& s);
 nlohmann::json VerifyReportToJson(const VerifyReport& r);
 Result<RankStatus> RankStatusFromJson(const nlohmann::json& j);
 
-// {"code": "E_DIRTY", "message": "..."}; an unknown code decodes as kIOError.
+// The one JSON form of a Status, everywhere (frames, control answers, outcomes):
+// {"code": "E_DIRTY", "message": "..."}, OK as {"code": "OK", "message": ""}.
 nlohmann::json StatusToJson(const Status& s);
+// An error frame: an unknown code decodes as kIOError, and so does "OK" (an error frame
+// never carries success) or anything that is not a map.
 Status StatusFromJson(const nlohmann::json& j);
+// A status that may be OK (outcomes, control answers): a field other than code/message is
+// kInvalidArgument "status.FIELD: unknown field"; otherwise as StatusFromJson.
+Status StatusOrOkFromJson(const nlohmann::json& j);
 
 }  // namespace wtx::net

@@ -1,262 +1,204 @@
 #include "src/net/control_service.h"
 
-#include <algorithm>
-#include <iostream>
+#include <unistd.h>
 
+#include <cassert>
+#include <optional>
+
+#include "src/conformance/simulator.h"
 #include "src/net/codec.h"
+#include "src/net/control_codec.h"
+#include "src/net/rank_agent_hooks.h"
+#include "src/testing/armed_crash_point.h"
+#include "src/testing/fault_injection_fs.h"
 #include "src/util/json_number.h"
 #include "wtx/limits.h"
-#include "src/util/json_fields.h"
 
-namespace wtx::sim {
+namespace wtx::net {
 
 using nlohmann::json;
+using std::chrono::milliseconds;
 
 namespace {
 
-template <typename T, typename Fn>
-Result<T> Guard(const char* what, Fn&& fn) {
-  try {
-    return fn();
-  } catch (const json::exception& e) {
-    return Status::InvalidArgument(std::string(what) + ": malformed: " + e.what());
+Status UnknownMethod(const std::string& m) {
+  return Status::InvalidArgument("unknown method '" + m + "'");
+}
+
+// The string parameter `field` of method `m` (the fields were checked already; its type not).
+Result<std::string> StringParam(const json& p, const std::string& m, const char* field) {
+  auto it = p.is_object() ? p.find(field) : p.end();
+  if (it == p.end() || !it->is_string()) {
+    return Status::InvalidArgument(m + "." + field + ": expected a string");
   }
+  return it->get<std::string>();
+}
+
+// Absent (or null): `dflt`, or an error when there is none.
+Result<bool> BoolParam(const json& p, const std::string& m, const char* field,
+                       std::optional<bool> dflt) {
+  auto it = p.is_object() ? p.find(field) : p.end();
+  if ((it == p.end() || it->is_null()) && dflt) return *dflt;
+  if (it == p.end() || !it->is_boolean()) {
+    return Status::InvalidArgument(m + "." + field + ": expected true or false");
+  }
+  return it->get<bool>();
+}
+
+const json& Param(const json& p, const char* field) {
+  static const json kNull;
+  auto it = p.is_object() ? p.find(field) : p.end();
+  return it == p.end() ? kNull : *it;
+}
+
+// The test-hook methods common to both processes; nullopt when `m` is none of them.
+std::optional<Result<json>> HandleTestHook(const ControlTestHooks& h, const std::string& m,
+                                           const json& p) {
+  if (!h.enabled) return std::nullopt;
+  if (m == "arm_crash") {
+    auto point = StringParam(p, m, "point");
+    if (!point.ok()) return Result<json>(point.status());
+    h.crash_point->Arm(point.value());
+    return Result<json>(json::object());
+  }
+  if (m == "disarm") return Result<json>(json{{"fired", h.crash_point->Disarm()}});
+  if (m == "crash") {
+    auto power_loss = BoolParam(p, m, "power_loss", false);
+    if (!power_loss.ok()) return Result<json>(power_loss.status());
+    if (h.crash) {
+      h.crash(power_loss.value());
+      return Result<json>(json::object());
+    }
+    CrashProcess(h.fs, power_loss.value());
+  }
+  return std::nullopt;
 }
 
 }  // namespace
 
-Status CheckControlParams(const std::string& m, const json& p) {
-  if (!p.is_null() && !p.is_object()) {
-    return Status::InvalidArgument(m + ": expected a map of parameters");
+void CrashProcess(FaultInjectionFileSystem* fs, bool power_loss) {
+  if (power_loss && fs != nullptr) {
+    fs->SetActive(false);
+    fs->DropUnsyncedData();
   }
-  if (m == "begin") return CheckFields(p, m, {"req"});
-  if (m == "commit") return CheckFields(p, m, {"tx", "options"});
-  if (m == "abort" || m == "committed_version") return CheckFields(p, m, {"tx"});
-  if (m == "wait_ranks") return CheckFields(p, m, {"ranks", "timeout_ms"});
-  if (m == "step") return CheckFields(p, m, {"step", "scope"});
-  if (m == "wait_resolved") return CheckFields(p, m, {"timeout_ms"});
-  if (m == "arm_crash") return CheckFields(p, m, {"point"});
-  if (m == "set_silent") return CheckFields(p, m, {"silent"});
-  if (m == "crash") return CheckFields(p, m, {"power_loss"});
-  if (m == "status" || m == "ping" || m == "decisions" || m == "recover" || m == "connected" ||
-      m == "disarm") {
-    return CheckFields(p, m, {});
+  ::_exit(137);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Coordinator
+
+CoordinatorControlService::CoordinatorControlService(Coordinator* coordinator,
+                                                     TcpTransport* transport, int ranks,
+                                                     ControlTestHooks hooks)
+    : c_(coordinator), t_(transport), ranks_(ranks), hooks_(std::move(hooks)) {
+  assert(c_ != nullptr && t_ != nullptr && "a coordinator service needs both objects");
+  assert((!hooks_.enabled || hooks_.crash_point != nullptr) && "test hooks need a crash point");
+}
+
+Result<json> CoordinatorControlService::Handle(const std::string& m, const json& p) {
+  WTX_RETURN_IF_ERROR(sim::CheckControlParams(m, p));
+  if (m == "begin") {
+    WTX_ASSIGN_OR_RETURN(req, BeginRequestFromJson(Param(p, "req")));
+    return sim::BeginOutcomeToJson(c_->Begin(req));
   }
-  return Status::OK();
-}
-
-json StatusJson(const Status& s) {
-  return {{"code", ErrorCodeName(s.code())}, {"message", s.message()}};
-}
-
-Status StatusFromJson(const json& j) {
-  if (Status s = CheckFields(j, "status", {"code", "message"}); !s.ok()) return s;
-  if (j.is_object() && j.value("code", "") == ErrorCodeName(ErrorCode::kOk)) return Status::OK();
-  return net::StatusFromJson(j);
-}
-
-json RankStepToJson(const Step& st) {
-  json fill;
-  if (st.fill.zeros) {
-    fill = "zeros";
-  } else {
-    fill = {{"seed", st.fill.seed}};
-    if (st.fill.has_override) {
-      std::vector<int64_t> idx(st.fill.override_indices.begin(), st.fill.override_indices.end());
-      std::sort(idx.begin(), idx.end());
-      fill["override"] = {{"seed", st.fill.override_seed}, {"indices", idx}};
-    }
+  if (m == "commit") {
+    WTX_ASSIGN_OR_RETURN(tx, StringParam(p, m, "tx"));
+    WTX_ASSIGN_OR_RETURN(opts, sim::CommitOptionsFromJson(Param(p, "options")));
+    CommitOutcome o = c_->Commit(tx, opts);
+    json j = sim::CommitOutcomeToJson(o);
+    j["crash_fired"] = hooks_.enabled && hooks_.crash_point->Disarm();
+    return j;
   }
-  json j = {{"op", st.op},         {"param", st.param}, {"shard", st.shard},
-            {"source", st.source}, {"fill", fill},      {"indices", st.indices},
-            {"part", st.part},     {"parts", st.parts}, {"derived", st.derived},
-            {"value", st.value},   {"index", st.index}};
-  if (st.box) j["box"] = net::BoxToJson(*st.box);
-  return j;
-}
-
-Result<Step> RankStepFromJson(const json& j) {
-  if (!j.is_object()) return Status::InvalidArgument("step: expected a map");
-  // Fields default as in a scenario step, so that a hand-written {"op": "write", "param": "*",
-  // "fill": {"seed": 1}} works too.
-  return Guard<Step>("step", [&]() -> Result<Step> {
-    // Checked: an int field is never truncated (2^32+1 is not 1).
-    auto int_field = [&](const char* key, int dflt, int min, int max) {
-      auto it = j.find(key);
-      if (it == j.end()) return dflt;
-      return static_cast<int>(JsonIntOrThrow(*it, std::string("step.") + key, min, max));
-    };
-    WTX_RETURN_IF_ERROR(CheckFields(j, "step", {"op", "index", "param", "shard", "source", "fill",
-                                                "indices", "part", "parts", "derived", "value",
-                                                "box"}));
-    Step st;
-    st.op = j.at("op").get<std::string>();
-    st.index = int_field("index", 0, 0, INT32_MAX);
-    const bool region_op = st.op == "write" || st.op == "reserve" || st.op == "land" ||
-                           st.op == "poke";
-    st.param = j.value("param", region_op ? std::string("*") : std::string());
-    st.shard = j.value("shard", std::string());
-    st.source = j.value("source", std::string());
-    WTX_ASSIGN_OR_RETURN(fill, ParseFill(j.value("fill", json("zeros")), "step.fill"));
-    st.fill = std::move(fill);
-    if (auto it = j.find("indices"); it != j.end()) {
-      for (const auto& i : it->get_ref<const json::array_t&>()) {
-        st.indices.push_back(JsonIntOrThrow(i, "step.indices[]", INT64_MIN, INT64_MAX));
-      }
-    }
-    st.part = int_field("part", 0, INT32_MIN, INT32_MAX);
-    st.parts = int_field("parts", 1, INT32_MIN, INT32_MAX);
-    st.derived = j.value("derived", std::string());
-    st.value = j.value("value", std::string());
-    if (auto b = j.find("box"); b != j.end()) {
-      WTX_ASSIGN_OR_RETURN(box, net::BoxFromJson(*b));
-      st.box = std::move(box);
-    }
-    return st;
-  });
-}
-
-json BeginOutcomeToJson(const BeginOutcome& o) {
-  json errors = json::array();
-  for (const auto& e : o.errors) {
-    errors.push_back({{"rank", e.rank}, {"status", StatusJson(e.status)}});
+  if (m == "abort") {
+    WTX_ASSIGN_OR_RETURN(tx, StringParam(p, m, "tx"));
+    return sim::BeginOutcomeToJson(c_->Abort(tx));
   }
-  return {{"status", StatusJson(o.status)}, {"errors", errors}};
-}
-
-Result<BeginOutcome> BeginOutcomeFromJson(const json& j) {
-  if (!j.is_object()) return Status::InvalidArgument("begin outcome: expected a map");
-  return Guard<BeginOutcome>("begin outcome", [&]() -> Result<BeginOutcome> {
-    WTX_RETURN_IF_ERROR(CheckFields(j, "begin outcome", {"status", "errors"}));
-    BeginOutcome o;
-    o.status = StatusFromJson(j.at("status"));
-    for (const auto& e : j.at("errors")) {
-      WTX_RETURN_IF_ERROR(CheckFields(e, "begin outcome.errors[]", {"rank", "status"}));
-      o.errors.push_back(
-          {static_cast<int>(JsonIntOrThrow(e.at("rank"), "errors[].rank", -1, kMaxRanks - 1)),
-           StatusFromJson(e.at("status"))});
-    }
-    return o;
-  });
-}
-
-json CommitOptionsToJson(const CommitOptions& o) {
-  return {{"expect_version", o.expect_version ? json(*o.expect_version) : json()},
-          {"expect_rank_digests", o.expect_rank_digests}};
-}
-
-Result<CommitOptions> CommitOptionsFromJson(const json& j) {
-  CommitOptions o;
-  if (j.is_null()) return o;
-  if (!j.is_object()) return Status::InvalidArgument("commit options: expected a map");
-  WTX_RETURN_IF_ERROR(CheckFields(j, "commit.options", {"expect_version", "expect_rank_digests"}));
-  return Guard<CommitOptions>("commit options", [&]() -> Result<CommitOptions> {
-    if (auto v = j.find("expect_version"); v != j.end() && !v->is_null()) {
-      o.expect_version = v->get<std::string>();
-    }
-    o.expect_rank_digests = j.value("expect_rank_digests", std::vector<std::string>());
-    return o;
-  });
-}
-
-json CommitOutcomeToJson(const CommitOutcome& o) {
-  json votes = json::array();
-  for (const auto& v : o.votes) {
-    const char* kind = v.kind == VoteReport::Kind::kYes       ? "yes"
-                       : v.kind == VoteReport::Kind::kNo      ? "no"
-                       : v.kind == VoteReport::Kind::kTimeout ? "timeout"
-                                                              : "crashed";
-    votes.push_back({{"rank", v.rank},
-                     {"kind", kind},
-                     {"vote", net::VoteToJson(v.vote)},
-                     {"status", StatusJson(v.status)}});
+  if (m == "committed_version") {
+    WTX_ASSIGN_OR_RETURN(tx, StringParam(p, m, "tx"));
+    auto v = c_->CommittedVersion(tx);
+    return json{{"version", v ? json(*v) : json()}};
   }
-  return {{"status", StatusJson(o.status)},
-          {"decision", o.decision ? json(DecisionName(*o.decision)) : json()},
-          {"decision_logged", o.decision_logged},
-          {"version", o.version},
-          {"votes", votes},
-          {"unacknowledged", o.unacknowledged}};
-}
-
-Result<CommitOutcome> CommitOutcomeFromJson(const json& j) {
-  if (!j.is_object()) return Status::InvalidArgument("commit outcome: expected a map");
-  return Guard<CommitOutcome>("commit outcome", [&]() -> Result<CommitOutcome> {
-    // crash_fired: added by `wtx coordinator --test-hooks` beside the outcome.
-    WTX_RETURN_IF_ERROR(CheckFields(j, "commit outcome",
-                                    {"status", "decision", "decision_logged", "version", "votes",
-                                     "unacknowledged", "crash_fired"}));
-    CommitOutcome o;
-    o.status = StatusFromJson(j.at("status"));
-    if (!j.at("decision").is_null()) {
-      auto d = DecisionFromName(j.at("decision").get<std::string>());
-      if (!d) return Status::InvalidArgument("commit outcome: unknown decision");
-      o.decision = *d;
-    }
-    o.decision_logged = j.at("decision_logged").get<bool>();
-    o.version = j.at("version").get<std::string>();
-    for (const auto& v : j.at("votes")) {
-      WTX_RETURN_IF_ERROR(
-          CheckFields(v, "commit outcome.votes[]", {"rank", "kind", "vote", "status"}));
-      VoteReport r;
-      r.rank = static_cast<int>(JsonIntOrThrow(v.at("rank"), "votes[].rank", -1, kMaxRanks - 1));
-      const std::string kind = v.at("kind").get<std::string>();
-      r.kind = kind == "yes"       ? VoteReport::Kind::kYes
-               : kind == "no"      ? VoteReport::Kind::kNo
-               : kind == "timeout" ? VoteReport::Kind::kTimeout
-                                   : VoteReport::Kind::kCrashed;
-      WTX_ASSIGN_OR_RETURN(vote, net::VoteFromJson(v.at("vote")));
-      r.vote = std::move(vote);
-      r.status = StatusFromJson(v.at("status"));
-      o.votes.push_back(std::move(r));
-    }
-    for (const auto& r : j.at("unacknowledged")) {
-      o.unacknowledged.push_back(
-          static_cast<int>(JsonIntOrThrow(r, "unacknowledged[]", 0, kMaxRanks - 1)));
-    }
-    return o;
-  });
-}
-
-json DecisionsToJson(const std::vector<DecisionEntry>& ds) {
-  json a = json::array();
-  for (const auto& d : ds) {
-    a.push_back({{"tx", d.tx},
-                 {"decision", DecisionName(d.decision)},
-                 {"version", d.version},
-                 {"reason", d.reason},
-                 {"ts", d.time_micros}});
+  if (m == "decisions") return json{{"decisions", sim::DecisionsToJson(c_->decisions())}};
+  if (m == "recover") {
+    Status s = c_->Recover();
+    if (s.ok()) t_->SetDecisionOracle(c_);
+    return StatusToJson(s);
   }
-  return a;
+  if (m == "connected") return json{{"ranks", t_->ConnectedRanks()}};
+  if (m == "wait_ranks") {
+    // Checked: a rank outside 0..ranks-1 (or 2^40, which get<int> truncates to 0) can never
+    // connect, so it is refused rather than waited for or confused with another rank.
+    WTX_ASSIGN_OR_RETURN(ranks, JsonIntList(Param(p, "ranks"), "wait_ranks.ranks", 0, ranks_ - 1));
+    WTX_ASSIGN_OR_RETURN(timeout,
+                         JsonInt(Param(p, "timeout_ms"), "wait_ranks.timeout_ms", 0, kMaxTimeoutMs));
+    return json{{"ok", t_->WaitForRanks(ranks, milliseconds(timeout))}};
+  }
+  if (auto r = HandleTestHook(hooks_, m, p)) return std::move(*r);
+  return UnknownMethod(m);
 }
 
-Result<std::vector<DecisionEntry>> DecisionsFromJson(const json& j) {
-  if (!j.is_array()) return Status::InvalidArgument("decisions: expected an array");
-  return Guard<std::vector<DecisionEntry>>(
-      "decisions", [&]() -> Result<std::vector<DecisionEntry>> {
-        std::vector<DecisionEntry> out;
-        for (const auto& e : j) {
-          WTX_RETURN_IF_ERROR(
-              CheckFields(e, "decisions[]", {"tx", "decision", "version", "reason", "ts"}));
-          DecisionEntry d;
-          d.tx = e.at("tx").get<std::string>();
-          d.decision =
-              DecisionFromName(e.at("decision").get<std::string>()).value_or(Decision::kAbort);
-          d.version = e.at("version").get<std::string>();
-          d.reason = e.at("reason").get<std::string>();
-          d.time_micros = JsonIntOrThrow(e.at("ts"), "ts", INT64_MIN, INT64_MAX);
-          out.push_back(std::move(d));
-        }
-        return out;
-      });
+ControlHandler CoordinatorControlService::Handler() {
+  return [this](const std::string& m, const json& p) -> std::optional<Result<json>> {
+    return Handle(m, p);
+  };
 }
 
-void PrintReadyLine(const nlohmann::json& line) { std::cout << line.dump() << std::endl; }
+// ---------------------------------------------------------------------------------------------
+// Rank
 
-int FailToStart(std::string_view command, const Status& s) {
-  PrintReadyLine({{"ready", false}, {"error", StatusJson(s)}});
-  std::cerr << "wtx " << command << ": " << s.ToString() << "\n";
-  return 1;
+RankControlService::RankControlService(Participant* participant, TcpRankAgent* agent,
+                                       ControlTestHooks hooks)
+    : p_(participant), agent_(agent), hooks_(std::move(hooks)) {
+  assert(p_ != nullptr && "a rank service needs its participant");
+  assert((!hooks_.enabled || (hooks_.crash_point != nullptr && hooks_.agent != nullptr)) &&
+         "rank test hooks need a crash point and the agent's hooks");
 }
 
-}  // namespace wtx::sim
+Result<json> RankControlService::Handle(const std::string& m, const json& q) {
+  WTX_RETURN_IF_ERROR(sim::CheckControlParams(m, q));
+  if (m == "step") {
+    WTX_ASSIGN_OR_RETURN(step, sim::RankStepFromJson(Param(q, "step")));
+    std::optional<BeginRequest> scope;
+    if (const json& s = Param(q, "scope"); !s.is_null()) {
+      WTX_ASSIGN_OR_RETURN(req, BeginRequestFromJson(s));
+      scope = std::move(req);
+    }
+    WTX_RETURN_IF_ERROR(sim::ApplyRankStep(step, scope, *p_));
+    return json::object();
+  }
+  if (m == "status") return RankStatusToJson(p_->status());
+  if (m == "verify" || m == "reattach") {  // Participant::Verify / Reattach on this rank
+    auto r = m == "verify" ? p_->Verify() : p_->Reattach();
+    if (!r.ok()) return r.status();
+    return VerifyReportToJson(r.value());
+  }
+  if (m == "wait_resolved") {
+    WTX_ASSIGN_OR_RETURN(timeout, JsonInt(Param(q, "timeout_ms"), "wait_resolved.timeout_ms", 0,
+                                          kMaxTimeoutMs));
+    if (agent_ == nullptr) {
+      return Status::InvalidArgument("wait_resolved: this rank has no transport agent");
+    }
+    RankAgentState s;
+    const bool done = agent_->WaitResolved(milliseconds(timeout), &s);
+    return json{{"resolved", done},
+                {"connected", s.connected},
+                {"resolution", StatusToJson(s.resolution)},
+                {"last_error", StatusToJson(s.last_error)}};
+  }
+  if (m == "ping") return json::object();
+  if (hooks_.enabled && m == "set_silent") {
+    WTX_ASSIGN_OR_RETURN(silent, BoolParam(q, m, "silent", std::nullopt));
+    hooks_.agent->silent = silent;
+    return json::object();
+  }
+  if (auto r = HandleTestHook(hooks_, m, q)) return std::move(*r);
+  return UnknownMethod(m);
+}
+
+RequestHandler RankControlService::Handler() {
+  return [this](const std::string& m, const json& q) -> std::optional<Result<json>> {
+    return Handle(m, q);
+  };
+}
+
+}  // namespace wtx::net

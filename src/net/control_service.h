@@ -1,57 +1,98 @@
-// The control protocol of `wtx coordinator` and `wtx rank` (docs/protocol.md, "Control"):
-// JSON forms of the values a driver exchanges with those processes over a control
-// connection. Decoders return kInvalidArgument for malformed input and never throw.
+// Control services: the request dispatch of the `wtx coordinator` and `wtx rank` processes
+// (docs/protocol.md, "Control protocol"). A front end (the CLI, a test, another embedding)
+// builds the coordinator, the participant and their transport, then hands a service the
+// objects it answers for; the service turns one control request (method + JSON parameters)
+// into calls on them and their answer into JSON (control_codec.h). The CLI only parses flags
+// and wires a service to its connection (TcpTransport::SetControlHandler, ControlServer).
 //
-// Coordinator methods: begin {req}, commit {tx}, abort {tx}, committed_version {tx},
-//   decisions, recover, connected, wait_ranks {ranks, timeout_ms}; test hooks (--test-hooks):
-//   arm_crash {point}, disarm, crash {power_loss}.
-// Rank methods (--control): step {step, scope}, status, wait_resolved {timeout_ms}; test hooks:
-//   arm_crash {point}, disarm, set_silent {silent}, crash {power_loss}.
+//  * CoordinatorControlService: begin, commit, abort, committed_version, decisions, recover,
+//    connected, wait_ranks {ranks, timeout_ms}.
+//  * RankControlService: step {step, scope}, status, verify, reattach, wait_resolved
+//    {timeout_ms}, ping.
+//  * With test hooks (`--test-hooks`; ControlTestHooks): arm_crash {point}, disarm, crash
+//    {power_loss}, and on a rank set_silent {silent}. Without them these methods are unknown.
 //
-// Thread-safety: pure functions.
+// Contract: every request's parameters are checked first (CheckControlParams: a field the
+// method does not take is refused by name); a malformed value is kInvalidArgument naming the
+// field; an unknown method is kInvalidArgument "unknown method 'M'". Nothing untrusted throws.
+//
+// Thread-safety: Handle may be called from any thread, concurrently; the services hold no
+// state of their own beyond the (thread-safe) objects they were given.
 #pragma once
 
-#include <optional>
+#include <functional>
 #include <string>
-#include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "src/conformance/scenario.h"
+#include "src/net/channel.h"
 #include "wtx/coordinator.h"
+#include "wtx/participant.h"
+#include "wtx/status.h"
+#include "wtx/tcp_rank_agent.h"
+#include "wtx/tcp_transport.h"
 
-namespace wtx::sim {
+namespace wtx {
 
-// Status with OK: {"code": "OK", "message": ""}.
-nlohmann::json StatusJson(const Status& s);
-Status StatusFromJson(const nlohmann::json& j);
+class ArmedCrashPoint;
+class FaultInjectionFileSystem;
+struct RankAgentHooks;
 
-// The first stdout line of a serving process (`wtx coordinator`, `wtx rank`), flushed:
-// {"ready": true, ...} once it serves.
-void PrintReadyLine(const nlohmann::json& line);
-// A process that cannot start: prints {"ready": false, "error": StatusJson(s)} on stdout and
-// "wtx COMMAND: ..." on stderr; returns the exit code (1).
-int FailToStart(std::string_view command, const Status& s);
+namespace net {
 
-// The params of a control request: a field the method does not take is kInvalidArgument
-// "METHOD.FIELD: unknown field" (methods not listed above are refused by the handler by name).
-Status CheckControlParams(const std::string& method, const nlohmann::json& params);
+// The test hooks of a process's control service (never enabled in production).
+struct ControlTestHooks {
+  bool enabled = false;  // false: arm_crash, disarm, set_silent and crash are unknown methods
+  // The process's crash point (arm_crash / disarm; a commit answer reports crash_fired).
+  // REQUIRES: non-null when enabled.
+  ArmedCrashPoint* crash_point = nullptr;
+  // The rank agent's hooks (set_silent); ranks only. REQUIRES: non-null on a rank when enabled.
+  RankAgentHooks* agent = nullptr;
+  // What "crash {power_loss}" does. Default: CrashProcess(fs, power_loss), the process ends.
+  std::function<void(bool power_loss)> crash;
+  // The filesystem the process's journal runs on (power loss drops its unsynced data); may be
+  // null (a crash is then a plain process death).
+  FaultInjectionFileSystem* fs = nullptr;
+};
 
-// The data-plane fields of a step (op, param, shard, source, box, fill, indices, part,
-// derived, value).
-nlohmann::json RankStepToJson(const Step& step);
-Result<Step> RankStepFromJson(const nlohmann::json& j);
+// A process death: with power loss, no more writes reach the journal's files and every file
+// goes back to its synced size; then the process ends at once (_exit(137), no destructor runs:
+// one could write).
+[[noreturn]] void CrashProcess(FaultInjectionFileSystem* fs, bool power_loss);
 
-nlohmann::json BeginOutcomeToJson(const BeginOutcome& o);
-Result<BeginOutcome> BeginOutcomeFromJson(const nlohmann::json& j);
+class CoordinatorControlService {
+ public:
+  // REQUIRES: coordinator and transport outlive the service; transport is the coordinator's.
+  // `ranks`: the rank count (wait_ranks refuses any id outside 0..ranks-1).
+  CoordinatorControlService(Coordinator* coordinator, TcpTransport* transport, int ranks,
+                            ControlTestHooks hooks = {});
 
-// {"expect_version": V|null, "expect_rank_digests": [...]}
-nlohmann::json CommitOptionsToJson(const CommitOptions& o);
-Result<CommitOptions> CommitOptionsFromJson(const nlohmann::json& j);
-nlohmann::json CommitOutcomeToJson(const CommitOutcome& o);
-Result<CommitOutcome> CommitOutcomeFromJson(const nlohmann::json& j);
+  Result<nlohmann::json> Handle(const std::string& method, const nlohmann::json& params);
+  // Handle, as TcpTransport::SetControlHandler takes it. REQUIRES: the service outlives it.
+  ControlHandler Handler();
 
-nlohmann::json DecisionsToJson(const std::vector<DecisionEntry>& d);
-Result<std::vector<DecisionEntry>> DecisionsFromJson(const nlohmann::json& j);
+ private:
+  Coordinator* c_;
+  TcpTransport* t_;
+  int ranks_;
+  ControlTestHooks hooks_;
+};
 
-}  // namespace wtx::sim
+class RankControlService {
+ public:
+  // REQUIRES: participant (and agent, when not null) outlive the service. A null agent (a
+  // participant served without a transport) refuses wait_resolved.
+  RankControlService(Participant* participant, TcpRankAgent* agent, ControlTestHooks hooks = {});
+
+  Result<nlohmann::json> Handle(const std::string& method, const nlohmann::json& params);
+  // Handle, as ControlServer::Listen takes it. REQUIRES: the service outlives it.
+  RequestHandler Handler();
+
+ private:
+  Participant* p_;
+  TcpRankAgent* agent_;
+  ControlTestHooks hooks_;
+};
+
+}  // namespace net
+}  // namespace wtx

@@ -8,7 +8,7 @@
 #include "src/net/codec.h"
 #include "src/net/rank_service.h"
 #include "src/net/rank_agent_hooks.h"
-#include "wtx/participant_endpoint.h"
+#include "wtx/tcp_rank_agent.h"
 #include "src/util/thread_annotations.h"
 
 namespace wtx {

@@ -1,4 +1,4 @@
-// Test hooks of TcpRankAgent (include/wtx/participant_endpoint.h). Not part of the public API:
+// Test hooks of TcpRankAgent (include/wtx/tcp_rank_agent.h). Not part of the public API:
 // the multi-process fault tests (`wtx rank --test-hooks`) and tests/net start their agents
 // through StartRankAgentWithHooks; TcpRankAgent::Start is it with no hooks.
 //
@@ -8,7 +8,7 @@
 #include <atomic>
 #include <memory>
 
-#include "wtx/participant_endpoint.h"
+#include "wtx/tcp_rank_agent.h"
 
 namespace wtx {
 

@@ -3,11 +3,13 @@
 // control protocol and of the codec refuses fields it does not know, naming them.
 #include <catch2/catch.hpp>
 
+#include "src/manifest/box_json.h"
 #include "src/net/channel.h"
 #include "src/net/codec.h"
-#include "src/net/control_service.h"
+#include "src/net/control_codec.h"
 #include "src/net/rank_service.h"
 #include "tests/test_util.h"
+#include "wtx/coordinator.h"
 #include "wtx/participant.h"
 
 namespace wtx {
@@ -141,6 +143,72 @@ TEST_CASE("RankRequestsWithUnknownFieldsAreRefusedNamingThem", "[net]") {
   CHECK(part.status().active_tx.has_value());  // still active: the bad decide changed nothing
   CHECK(net::ServeRankRequest(part, "describe", {{"x", 1}}).status().code() ==
         ErrorCode::kInvalidArgument);
+}
+
+// Issue 13 item 8: one JSON codec per value (boxes, statuses, vote report kinds).
+TEST_CASE("BoxCodecRefusesMalformedBoxesNamingWhereAndNeverWraps") {
+  const Box b = {{0, 16}, {-3, 8}};
+  CHECK(BoxToJson(b) == json::parse("[[0, 16], [-3, 8]]"));
+  auto back = BoxFromJson(BoxToJson(b), "x.box");
+  REQUIRE(back.ok());
+  CHECK(back.value() == b);
+  CHECK(BoxFromJson(json::array(), "x.box").value().empty());
+  CHECK(BoxFromJson(json("all"), "steps[2].box").status().message() ==
+        "steps[2].box: expected an array of [begin, end] pairs");
+  CHECK(BoxFromJson(json::parse("[[0, 1], [2]]"), "m.box").status().message() ==
+        "m.box[1]: expected [begin, end] integers");
+  CHECK(BoxFromJson(json::parse("[[0, 1.5]]"), "m.box").status().message() ==
+        "m.box[0]: expected [begin, end] integers");
+  // 2^64-1 would be -1 as an int64: refused, never wrapped.
+  auto huge = BoxFromJson(json::parse("[[0, 18446744073709551615]]"), "m.box");
+  REQUIRE_FALSE(huge.ok());
+  CHECK_THAT(huge.status().message(), Catch::StartsWith("m.box[0]"));
+  // Manifests and the codec of frames use the same form.
+  const json vote = net::VoteToJson(Vote{});
+  CHECK(net::VoteFromJson(vote).ok());
+}
+
+TEST_CASE("StatusCodecTakesOkOnlyWhereAStatusMayBeOk") {
+  const json ok = net::StatusToJson(Status::OK());
+  CHECK(ok == json{{"code", "OK"}, {"message", ""}});
+  CHECK(net::StatusOrOkFromJson(ok).ok());
+  // An error frame never carries success.
+  CHECK(net::StatusFromJson(ok).code() == ErrorCode::kIOError);
+  const json dirty = net::StatusToJson(Status(ErrorCode::kDirty, "rank 0 is dirty"));
+  for (const Status& s : {net::StatusFromJson(dirty), net::StatusOrOkFromJson(dirty)}) {
+    CHECK(s.code() == ErrorCode::kDirty);
+    CHECK(s.message() == "rank 0 is dirty");
+  }
+  Status extra = net::StatusOrOkFromJson({{"code", "OK"}, {"message", ""}, {"mesage", "x"}});
+  CHECK(extra.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(extra.message(), Catch::Contains("status.mesage: unknown field"));
+  // A code of the wrong type is an error status, not an exception.
+  CHECK_FALSE(net::StatusOrOkFromJson({{"code", 0}, {"message", ""}}).ok());
+}
+
+TEST_CASE("VoteKindNamesRoundTripAndUnknownKindsAreRefused") {
+  for (auto k : {VoteReport::Kind::kYes, VoteReport::Kind::kNo, VoteReport::Kind::kTimeout,
+                 VoteReport::Kind::kCrashed}) {
+    CHECK(VoteKindFromName(VoteKindName(k)) == k);
+  }
+  CHECK(VoteKindName(VoteReport::Kind::kTimeout) == "timeout");
+  CHECK_FALSE(VoteKindFromName("maybe").has_value());
+  CommitOutcome o;
+  o.decision = Decision::kAbort;
+  VoteReport v;
+  v.rank = 0;
+  v.kind = VoteReport::Kind::kTimeout;
+  v.status = Status(ErrorCode::kTimeout, "no vote");
+  o.votes.push_back(v);
+  json j = sim::CommitOutcomeToJson(o);
+  CHECK(j["votes"][0]["kind"] == "timeout");
+  auto back = sim::CommitOutcomeFromJson(j);
+  REQUIRE(back.ok());
+  CHECK(back->votes[0].kind == VoteReport::Kind::kTimeout);
+  j["votes"][0]["kind"] = "maybe";
+  auto refused = sim::CommitOutcomeFromJson(j);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.status().message(), Catch::Contains("votes[].kind"));
 }
 
 }  // namespace

@@ -24,7 +24,7 @@
 #include "src/net/tls.h"
 #include "src/net/rank_agent_hooks.h"
 #include "wtx/logger.h"
-#include "wtx/participant_endpoint.h"
+#include "wtx/tcp_rank_agent.h"
 #include "wtx/tcp_transport.h"
 
 namespace wtx {

@@ -12,14 +12,11 @@
 #include <sstream>
 #include <thread>
 
-#include "src/testing/fault_injection_fs.h"
-#include "src/testing/armed_crash_point.h"
-#include "src/txn/test_hooks.h"
+#include "src/testing/inproc_cluster.h"
 #include "tools/torture/model.h"
 #include "journal/verify.h"
 #include "wtx/content_hash.h"
 #include "wtx/coordinator.h"
-#include "wtx/inproc_transport.h"
 #include "wtx/participant.h"
 
 namespace wtx::torture {
@@ -128,13 +125,7 @@ class Script {
         rep_(*rep),
         index_(index),
         dir_(std::move(dir)),
-        rng_(Mix(o.seed, index)),
-        transport_(o.ranks) {}
-
-  ~Script() {
-    coord_.reset();
-    for (auto& p : ranks_) p.reset();
-  }
+        rng_(Mix(o.seed, index)) {}
 
   void Run();
 
@@ -187,25 +178,29 @@ class Script {
         return Power::kTearLastRecord;
     }
   }
-  FaultInjectionFileSystem& FsOf(int who) { return who < 0 ? *coord_fs_ : *rank_fs_[who]; }
+  FaultInjectionFileSystem& FsOf(int who) {
+    return who < 0 ? cluster_->coordinator_fs() : cluster_->rank_fs(who);
+  }
+  bool Alive(int r) const { return cluster_->RankAlive(r); }
+  Participant& RankP(int r) { return cluster_->rank(r); }
+  bool CoordAlive() const { return cluster_->CoordinatorAlive(); }
+  Coordinator& Coord() { return cluster_->coordinator(); }
   std::string Who(int who) const { return who < 0 ? "coordinator" : "rank " + std::to_string(who); }
 
   // ---- processes ----
-  Status OpenRank(int r);
   void StartRank(int r, bool inject_io);
   void KillRank(int r, Power p);
-  Status OpenCoordinator();
   void StartCoordinator(bool inject_io);
   void KillCoordinator(Power p);
-  void Drop(FaultInjectionFileSystem& f, Power p);
+  PowerLoss Loss(Power p);
   void CheckCrashedJournal(const std::string& dir);
   bool Crashed(int r) {
     BeginRequest probe;
     probe.tx = "__probe__";
-    return ranks_[r]->CheckBegin(probe).code() == ErrorCode::kCrashed;
+    return RankP(r).CheckBegin(probe).code() == ErrorCode::kCrashed;
   }
   bool CoordinatorCrashed() {
-    return coord_->Commit("__probe__").status.code() == ErrorCode::kCrashed;
+    return Coord().Commit("__probe__").status.code() == ErrorCode::kCrashed;
   }
 
   // ---- I/O error injection around one call ----
@@ -248,15 +243,11 @@ class Script {
   int step_ = 0;
   std::vector<std::string> trace_;
 
-  InProcTransport transport_;
   std::vector<ManifestPtr> manifests_;
   std::unique_ptr<Model> model_;
-  std::vector<std::shared_ptr<FaultInjectionFileSystem>> rank_fs_;
-  std::vector<std::unique_ptr<ArmedCrashPoint>> rank_crash_;
-  std::vector<std::unique_ptr<Participant>> ranks_;
-  std::shared_ptr<FaultInjectionFileSystem> coord_fs_;
-  ArmedCrashPoint coord_crash_;
-  std::unique_ptr<Coordinator> coord_;
+  // The processes (library InProcCluster): participants, coordinator, their fault-injecting
+  // filesystems and crash points.
+  std::unique_ptr<InProcCluster> cluster_;
   std::string current_tx_;
   std::set<std::string> commit_attempted_;
 };
@@ -264,32 +255,17 @@ class Script {
 // ---------------------------------------------------------------------------------------------
 // Processes
 
-Status Script::OpenRank(int r) {
-  ParticipantOptions po;
-  po.rank = r;
-  po.journal_dir = dir_ + "/rank-" + std::to_string(r);
-  po.env.fs = rank_fs_[r];
-  po.kernel_identity = model_->default_kernel();
-  ParticipantHooks hooks;
-  hooks.crash_points = rank_crash_[r].get();
-  auto p = OpenParticipantWithHooks(std::move(po), manifests_[r], hooks);
-  if (!p.ok()) return p.status();
-  ranks_[r] = std::move(p).value();
-  transport_.SetParticipant(r, ranks_[r].get());
-  return Status::OK();
-}
-
 void Script::StartRank(int r, bool inject_io) {
   ++step_;
   Status s;
   bool opened = false;
   if (inject_io) {
     // A restart whose own journal writes fail must fail, not come up half-recovered.
-    const uint64_t before = rank_fs_[r]->injected_errors();
-    rank_fs_[r]->FailNextWrites(1);
-    s = OpenRank(r);
-    rank_fs_[r]->FailNextWrites(0);
-    if (rank_fs_[r]->injected_errors() > before) {
+    const uint64_t before = FsOf(r).injected_errors();
+    FsOf(r).FailNextWrites(1);
+    s = cluster_->OpenRank(r);
+    FsOf(r).FailNextWrites(0);
+    if (FsOf(r).injected_errors() > before) {
       ++rep_.io_errors_injected;
       CrashPoint("io_error_during_restart", Power::kNone);
       Trace("restart rank " + std::to_string(r) + " with an injected write error -> " +
@@ -301,43 +277,39 @@ void Script::StartRank(int r, bool inject_io) {
       opened = s.ok();
     }
   }
-  if (!opened) s = OpenRank(r);
+  if (!opened) s = cluster_->OpenRank(r);
   ++rep_.recoveries;
   Trace("restart rank " + std::to_string(r) + " -> " + s.ToString());
   if (!s.ok()) {
     Fail("rank " + std::to_string(r) + " cannot recover from its journal: " + s.ToString());
   }
   model_->Restart(r);
-  if (coord_) {
-    Status rs = ranks_[r]->ResolveInDoubt(*coord_);
+  if (CoordAlive()) {
+    Status rs = RankP(r).ResolveInDoubt(Coord());
     Trace("rank " + std::to_string(r) + " resolves in-doubt -> " + rs.ToString());
     if (!rs.ok()) Fail("rank " + std::to_string(r) + " cannot resolve in doubt: " + rs.ToString());
   }
 }
 
-void Script::Drop(FaultInjectionFileSystem& f, Power p) {
+// The seed is drawn whatever the mode, so that a script's random sequence does not depend on
+// which kills lose power.
+PowerLoss Script::Loss(Power p) {
   const uint64_t seed = rng_();
   switch (p) {
     case Power::kNone:
-      break;
+      return PowerLoss::None();
     case Power::kAllUnsynced:
-      f.DropUnsyncedData(DropMode::kAllUnsynced, seed);
-      break;
+      return {true, DropMode::kAllUnsynced, seed};
     case Power::kRandomPrefix:
-      f.DropUnsyncedData(DropMode::kRandomPrefix, seed);
-      break;
+      return {true, DropMode::kRandomPrefix, seed};
     case Power::kTearLastRecord:
-      f.DropUnsyncedData(DropMode::kTearLastRecord, seed);
-      break;
+      return {true, DropMode::kTearLastRecord, seed};
   }
+  return PowerLoss::None();
 }
 
 void Script::KillRank(int r, Power p) {
-  rank_fs_[r]->SetActive(false);
-  transport_.SetParticipant(r, nullptr);
-  ranks_[r].reset();
-  Drop(*rank_fs_[r], p);
-  rank_fs_[r]->SetActive(true);
+  cluster_->KillRank(r, Loss(p));
   model_->Kill(r);
   Trace("kill rank " + std::to_string(r) + " (" + PowerName(p) + ")");
   CheckCrashedJournal(dir_ + "/rank-" + std::to_string(r));
@@ -353,53 +325,38 @@ void Script::CheckCrashedJournal(const std::string& dir) {
                             " as corrupt: " + v.status.ToString());
 }
 
-Status Script::OpenCoordinator() {
-  CoordinatorOptions co;
-  co.journal_dir = dir_ + "/coordinator";
-  co.env.fs = coord_fs_;
-  CoordinatorHooks hooks;
-  hooks.crash_points = &coord_crash_;
-  auto c = OpenCoordinatorWithHooks(co, &transport_, hooks);
-  if (!c.ok()) return c.status();
-  coord_ = std::move(c).value();
-  return Status::OK();
-}
-
 void Script::StartCoordinator(bool inject_io) {
   ++step_;
   if (inject_io) {
-    const uint64_t before = coord_fs_->injected_errors();
-    coord_fs_->FailNextWrites(1);
-    Status s = OpenCoordinator();
-    coord_fs_->FailNextWrites(0);
+    const uint64_t before = FsOf(-1).injected_errors();
+    FsOf(-1).FailNextWrites(1);
+    Status s = cluster_->OpenCoordinator();
+    FsOf(-1).FailNextWrites(0);
     // Open writes nothing when the journal exists; a fired error must fail the open.
-    if (coord_fs_->injected_errors() > before) {
+    if (FsOf(-1).injected_errors() > before) {
       ++rep_.io_errors_injected;
       CrashPoint("io_error_during_restart", Power::kNone);
       Expect(!s.ok(), "the coordinator opened although its journal write failed");
     }
-    coord_.reset();
+    cluster_->CloseCoordinator();
   }
-  Status s = OpenCoordinator();
+  Status s = cluster_->OpenCoordinator();
   ++rep_.recoveries;
   Trace("restart coordinator -> " + s.ToString());
   if (!s.ok()) Fail("the coordinator cannot recover from its journal: " + s.ToString());
-  s = coord_->Recover();
+  s = Coord().Recover();
   Trace("coordinator re-sends logged decisions -> " + s.ToString());
   if (!s.ok()) Fail("coordinator Recover failed: " + s.ToString());
   for (int r = 0; r < o_.ranks; ++r) {
-    if (!ranks_[r]) continue;
-    Status rs = ranks_[r]->ResolveInDoubt(*coord_);
+    if (!Alive(r)) continue;
+    Status rs = RankP(r).ResolveInDoubt(Coord());
     Trace("rank " + std::to_string(r) + " resolves in-doubt -> " + rs.ToString());
     if (!rs.ok()) Fail("rank " + std::to_string(r) + " cannot resolve in doubt: " + rs.ToString());
   }
 }
 
 void Script::KillCoordinator(Power p) {
-  coord_fs_->SetActive(false);
-  coord_.reset();
-  Drop(*coord_fs_, p);
-  coord_fs_->SetActive(true);
+  cluster_->KillCoordinator(Loss(p));
   Trace(std::string("kill coordinator (") + PowerName(p) + ")");
   CheckCrashedJournal(dir_ + "/coordinator");
 }
@@ -407,8 +364,8 @@ void Script::KillCoordinator(Power p) {
 template <typename F>
 Script::IoResult Script::WithIo(const std::optional<Fault>& f, F&& call) {
   std::vector<uint64_t> before(o_.ranks);
-  for (int r = 0; r < o_.ranks; ++r) before[r] = rank_fs_[r]->injected_errors();
-  const uint64_t cbefore = coord_fs_->injected_errors();
+  for (int r = 0; r < o_.ranks; ++r) before[r] = FsOf(r).injected_errors();
+  const uint64_t cbefore = FsOf(-1).injected_errors();
   const bool io = f && (f->kind == Fault::Kind::kIoWrite || f->kind == Fault::Kind::kIoSync);
   if (io) {
     if (f->kind == Fault::Kind::kIoWrite) FsOf(f->who).FailNextWrites(1, f->after);
@@ -421,9 +378,9 @@ Script::IoResult Script::WithIo(const std::optional<Fault>& f, F&& call) {
   }
   IoResult out;
   for (int r = 0; r < o_.ranks; ++r) {
-    if (rank_fs_[r]->injected_errors() > before[r]) out.ranks.push_back(r);
+    if (FsOf(r).injected_errors() > before[r]) out.ranks.push_back(r);
   }
-  out.coordinator = coord_fs_->injected_errors() > cbefore;
+  out.coordinator = FsOf(-1).injected_errors() > cbefore;
   if (io && (!out.ranks.empty() || out.coordinator)) {
     ++rep_.io_errors_injected;
     CrashPoint(
@@ -436,7 +393,7 @@ Script::IoResult Script::WithIo(const std::optional<Fault>& f, F&& call) {
 
 void Script::ReapIoCrashes(const IoResult& io, const std::string& during) {
   for (int r : io.ranks) {
-    if (!ranks_[r]) continue;
+    if (!Alive(r)) continue;
     Expect(Crashed(r), "rank " + std::to_string(r) +
                            " is still alive after an injected I/O error "
                            "in its journal during " +
@@ -445,7 +402,7 @@ void Script::ReapIoCrashes(const IoResult& io, const std::string& during) {
                            "success)");
     KillRank(r, RandomPower());
   }
-  if (io.coordinator && coord_) {
+  if (io.coordinator && CoordAlive()) {
     Expect(CoordinatorCrashed(),
            "the coordinator is still alive after an injected I/O error in "
            "its journal during " +
@@ -718,20 +675,20 @@ void Script::ApplyKill(const Fault& f) {
   ++step_;
   switch (f.kind) {
     case Fault::Kind::kKillRank:
-      if (!ranks_[f.who]) return;
+      if (!Alive(f.who)) return;
       CrashPoint("kill_rank_between_steps", f.power);
       KillRank(f.who, f.power);
       break;
     case Fault::Kind::kKillCoordinator:
-      if (!coord_) return;
+      if (!CoordAlive()) return;
       CrashPoint("kill_coordinator_between_steps", f.power);
       KillCoordinator(f.power);
       break;
     case Fault::Kind::kKillAll:
       CrashPoint("kill_all_between_steps", f.power);
-      if (coord_) KillCoordinator(f.power);
+      if (CoordAlive()) KillCoordinator(f.power);
       for (int r = 0; r < o_.ranks; ++r) {
-        if (ranks_[r]) KillRank(r, f.power);
+        if (Alive(r)) KillRank(r, f.power);
       }
       break;
     default:
@@ -764,8 +721,8 @@ void Script::Execute(const Op& op, const std::optional<Fault>& f) {
       DoRefresh(op);
       break;
     case Op::Kind::kSetKernel:
-      if (!ranks_[op.rank]) return;
-      ranks_[op.rank]->SetKernelIdentity(op.name);
+      if (!Alive(op.rank)) return;
+      RankP(op.rank).SetKernelIdentity(op.name);
       model_->SetKernelIdentity(op.rank, op.name);
       Trace("rank " + std::to_string(op.rank) + " kernel identity -> " + op.name);
       break;
@@ -786,7 +743,7 @@ void Script::DoBegin(const Op& op, const std::optional<Fault>& f) {
                      (req.base.empty() ? "" : " base " + req.base.substr(0, 8));
   for (const auto& m : req.modules) what += " module:" + m;
   for (const auto& s : req.sources) what += " source:" + s;
-  if (!coord_) {
+  if (!CoordAlive()) {
     Trace(what + " -> skipped (coordinator down)");
     return;
   }
@@ -818,7 +775,7 @@ void Script::DoBegin(const Op& op, const std::optional<Fault>& f) {
     }
   }
   BeginOutcome out;
-  IoResult io = WithIo(f, [&] { out = coord_->Begin(req); });
+  IoResult io = WithIo(f, [&] { out = Coord().Begin(req); });
   Trace(what + " -> " + out.status.ToString());
   if (!io.ranks.empty() || io.coordinator) {
     Expect(!out.status.ok(), "begin " + req.tx + " succeeded although a journal write failed on " +
@@ -857,7 +814,7 @@ void Script::DoWrite(const Op& op, const std::optional<Fault>& f) {
     what += " " + m.params()[w.param].name + (w.shard.empty() ? "" : "/" + w.shard) +
             BoxStr(w.box) + "#" + std::to_string(w.seed);
   }
-  if (!ranks_[r]) {
+  if (!Alive(r)) {
     Trace(what + " -> skipped (rank down)");
     return;
   }
@@ -875,7 +832,7 @@ void Script::DoWrite(const Op& op, const std::optional<Fault>& f) {
     pieces.push_back({p.name, w.shard, w.box, buffers.back().data(), buffers.back().size()});
   }
   Status s;
-  IoResult io = WithIo(f, [&] { s = ranks_[r]->Write(pieces); });
+  IoResult io = WithIo(f, [&] { s = RankP(r).Write(pieces); });
   Trace(what + " -> " + s.ToString());
   if (std::find(io.ranks.begin(), io.ranks.end(), r) != io.ranks.end()) {
     Expect(!s.ok(),
@@ -896,7 +853,7 @@ void Script::DoPatch(const Op& op, const std::optional<Fault>& f) {
   std::string what = "rank " + std::to_string(r) + " patch " + op.source + " part " +
                      std::to_string(op.part) + "/" + std::to_string(op.parts) + " indices";
   for (int64_t i : op.indices) what += " " + std::to_string(i);
-  if (!ranks_[r]) {
+  if (!Alive(r)) {
     Trace(what + " -> skipped (rank down)");
     return;
   }
@@ -910,7 +867,7 @@ void Script::DoPatch(const Op& op, const std::optional<Fault>& f) {
   req.part = op.part;
   req.parts = op.parts;
   Status s;
-  IoResult io = WithIo(f, [&] { s = ranks_[r]->Patch(req); });
+  IoResult io = WithIo(f, [&] { s = RankP(r).Patch(req); });
   Trace(what + " -> " + s.ToString());
   if (std::find(io.ranks.begin(), io.ranks.end(), r) != io.ranks.end()) {
     Expect(!s.ok(),
@@ -928,7 +885,7 @@ void Script::DoPatch(const Op& op, const std::optional<Fault>& f) {
 
 void Script::DoRefresh(const Op& op) {
   const int r = op.rank;
-  if (!ranks_[r]) {
+  if (!Alive(r)) {
     Trace("rank " + std::to_string(r) + " refresh " + op.name + " -> skipped (rank down)");
     return;
   }
@@ -939,7 +896,7 @@ void Script::DoRefresh(const Op& op) {
       expect.insert(m.derived()[d].name);
     }
   }
-  auto res = ranks_[r]->Refresh(op.name);
+  auto res = RankP(r).Refresh(op.name);
   Trace("rank " + std::to_string(r) + " refresh " + op.name + " -> " + res.status().ToString());
   Expect(res.ok(), "rank " + std::to_string(r) + " refresh failed: " + res.status().ToString());
   std::set<std::string> got(res.value().begin(), res.value().end());
@@ -953,7 +910,7 @@ void Script::DoCommit(const Op& op, const std::optional<Fault>& f) {
   std::string what = "commit " + tx;
   for (int s : op.silent) what += " silent:" + std::to_string(s);
   if (f && f->kind == Fault::Kind::kCrashPoint) what += " crash:" + Who(f->who) + "@" + f->at;
-  if (!coord_) {
+  if (!CoordAlive()) {
     Trace(what + " -> skipped (coordinator down)");
     return;
   }
@@ -962,21 +919,19 @@ void Script::DoCommit(const Op& op, const std::optional<Fault>& f) {
   for (int r = 0; r < o_.ranks; ++r) predicted[r] = model_->PredictVote(r, tx);
   ArmedCrashPoint* armed = nullptr;
   if (f && f->kind == Fault::Kind::kCrashPoint) {
-    armed = f->who < 0 ? &coord_crash_ : rank_crash_[f->who].get();
+    armed = f->who < 0 ? &cluster_->coordinator_crash_point()
+                        : &cluster_->rank_crash_point(f->who);
     armed->Arm(f->at);
   }
-  transport_.SetSilent(op.silent);
+  cluster_->transport().SetSilent(op.silent);
   CommitOutcome out;
-  IoResult io = WithIo(f, [&] { out = coord_->Commit(tx); });
-  transport_.SetSilent({});
+  IoResult io = WithIo(f, [&] { out = Coord().Commit(tx); });
+  cluster_->transport().SetSilent({});
   const bool point_fired = armed && armed->Disarm();
   std::string votes;
   for (const auto& v : out.votes) {
-    votes += " r" + std::to_string(v.rank) + ":" +
-             (v.kind == VoteReport::Kind::kYes       ? "yes"
-              : v.kind == VoteReport::Kind::kNo      ? "no(" + Codes(v.vote.errors) + ")"
-              : v.kind == VoteReport::Kind::kTimeout ? "timeout"
-                                                     : "crashed");
+    votes += " r" + std::to_string(v.rank) + ":" + std::string(VoteKindName(v.kind)) +
+             (v.kind == VoteReport::Kind::kNo ? "(" + Codes(v.vote.errors) + ")" : "");
   }
   Trace(what + " -> " + out.status.ToString() + " decision " +
         (out.decision ? std::string(DecisionName(*out.decision)) : "-") +
@@ -1045,7 +1000,7 @@ void Script::DoCommit(const Op& op, const std::optional<Fault>& f) {
     if (f->who < 0) {
       KillCoordinator(f->power);
     } else {
-      Expect(ranks_[f->who] && Crashed(f->who),
+      Expect(Alive(f->who) && Crashed(f->who),
              "rank " + std::to_string(f->who) + " survived its crash point " + f->at);
       KillRank(f->who, f->power);
     }
@@ -1095,7 +1050,7 @@ void Script::DoCommit(const Op& op, const std::optional<Fault>& f) {
     const bool delivered = !(point_fired && f->who < 0 && f->at == "after_decision_logged");
     if (delivered) {
       for (int r = 0; r < o_.ranks; ++r) {
-        if (!ranks_[r]) continue;
+        if (!Alive(r)) continue;
         if (std::find(out.unacknowledged.begin(), out.unacknowledged.end(), r) !=
             out.unacknowledged.end()) {
           Fail("rank " + std::to_string(r) + " is alive but did not acknowledge the decision on " +
@@ -1118,16 +1073,16 @@ void Script::DoCommit(const Op& op, const std::optional<Fault>& f) {
 }
 
 void Script::DoAbort(const std::string& tx, const std::optional<Fault>& f) {
-  if (!coord_) {
+  if (!CoordAlive()) {
     Trace("abort " + tx + " -> skipped (coordinator down)");
     return;
   }
   BeginOutcome out;
-  IoResult io = WithIo(f, [&] { out = coord_->Abort(tx); });
+  IoResult io = WithIo(f, [&] { out = Coord().Abort(tx); });
   Trace("abort " + tx + " -> " + out.status.ToString());
   bool any = false;
   for (int r = 0; r < o_.ranks; ++r) {
-    if (!ranks_[r] || std::find(io.ranks.begin(), io.ranks.end(), r) != io.ranks.end()) continue;
+    if (!Alive(r) || std::find(io.ranks.begin(), io.ranks.end(), r) != io.ranks.end()) continue;
     if (model_->rank(r).tx && model_->rank(r).tx->id == tx) {
       any = true;
       model_->ApplyDecision(r, tx, DKind::kAbort);
@@ -1188,8 +1143,8 @@ void Script::RunTransaction(int t, bool clean) {
   }
   // Kernel identities back to normal, then recovery and the closing checks.
   for (int r = 0; r < o_.ranks; ++r) {
-    if (ranks_[r] && model_->rank(r).kernel != model_->default_kernel()) {
-      ranks_[r]->SetKernelIdentity(model_->default_kernel());
+    if (Alive(r) && model_->rank(r).kernel != model_->default_kernel()) {
+      RankP(r).SetKernelIdentity(model_->default_kernel());
       model_->SetKernelIdentity(r, model_->default_kernel());
     }
   }
@@ -1206,8 +1161,8 @@ void Script::Recover() {
   for (int r = -1; r < o_.ranks; ++r) order.push_back(r);
   std::shuffle(order.begin(), order.end(), rng_);
   for (int who : order) {
-    if (who < 0 && !coord_) StartCoordinator(Chance(0.05));
-    if (who >= 0 && !ranks_[who]) StartRank(who, Chance(0.05));
+    if (who < 0 && !CoordAlive()) StartCoordinator(Chance(0.05));
+    if (who >= 0 && !Alive(who)) StartRank(who, Chance(0.05));
   }
   ResolveUnknownDecisions();
   SyncResolution();
@@ -1215,10 +1170,10 @@ void Script::Recover() {
 }
 
 void Script::ResolveUnknownDecisions() {
-  if (!coord_) return;
+  if (!CoordAlive()) return;
   for (auto& [tx, d] : model_->decisions()) {
     if (d.kind != DKind::kUnknown) continue;
-    auto v = coord_->CommittedVersion(tx);
+    auto v = Coord().CommittedVersion(tx);
     ModelDecision nd = d;
     if (v) {
       Expect(*v == d.version, "the recovered coordinator says " + tx + " committed as " + *v +
@@ -1237,9 +1192,9 @@ void Script::ResolveUnknownDecisions() {
 
 void Script::SyncResolution() {
   for (int r = 0; r < o_.ranks; ++r) {
-    if (!ranks_[r] || !model_->rank(r).tx) continue;
+    if (!Alive(r) || !model_->rank(r).tx) continue;
     const std::string tx = model_->rank(r).tx->id;
-    const RankStatus st = ranks_[r]->status();
+    const RankStatus st = RankP(r).status();
     if (st.active_tx && *st.active_tx == tx) continue;  // still pending there
     auto it = model_->decisions().find(tx);
     DKind kind = DKind::kAbort;
@@ -1252,10 +1207,10 @@ void Script::SyncResolution() {
 }
 
 void Script::CloseOpenTransactions() {
-  if (!coord_) return;
+  if (!CoordAlive()) return;
   std::set<std::string> open;
   for (int r = 0; r < o_.ranks; ++r) {
-    if (ranks_[r] && model_->rank(r).tx) open.insert(model_->rank(r).tx->id);
+    if (Alive(r) && model_->rank(r).tx) open.insert(model_->rank(r).tx->id);
   }
   for (const auto& tx : open) {
     ++step_;
@@ -1274,11 +1229,11 @@ void Script::CloseOpenTransactions() {
 
 void Script::CheckRanks() {
   for (int r = 0; r < o_.ranks; ++r) {
-    if (!ranks_[r]) continue;
+    if (!Alive(r)) continue;
     const std::string R = "rank " + std::to_string(r);
     const ModelRank& m = model_->rank(r);
-    const RankStatus s = ranks_[r]->status();
-    auto recomputed = ranks_[r]->RecomputeDigest();
+    const RankStatus s = RankP(r).status();
+    auto recomputed = RankP(r).RecomputeDigest();
     const std::string live = recomputed.ok() ? recomputed.value() : recomputed.status().ToString();
     Expect(live == model_->Digest(r), [&] {
       return StrCat(R, "'s live bytes (digest ", live,
@@ -1350,10 +1305,10 @@ void Script::CheckRanks() {
 }
 
 void Script::CheckAfterRecovery() {
-  Expect(coord_ != nullptr, "the coordinator is down after recovery");
+  Expect(CoordAlive(), "the coordinator is down after recovery");
   for (int r = 0; r < o_.ranks; ++r) {
-    Expect(ranks_[r] != nullptr, "rank " + std::to_string(r) + " is down after recovery");
-    const RankStatus s = ranks_[r]->status();
+    Expect(Alive(r), "rank " + std::to_string(r) + " is down after recovery");
+    const RankStatus s = RankP(r).status();
     Expect(!s.in_doubt, "rank " + std::to_string(r) + " is still in doubt about " +
                             s.in_doubt.value_or("") + " after recovery");
     Expect(!s.active_tx, "rank " + std::to_string(r) + " still has transaction " +
@@ -1367,7 +1322,7 @@ void Script::CheckAfterRecovery() {
   }
   for (const auto& [tx, d] : model_->decisions()) {
     if (d.kind != DKind::kCommit) continue;
-    auto v = coord_->CommittedVersion(tx);
+    auto v = Coord().CommittedVersion(tx);
     Expect(v && *v == d.version, "the coordinator no longer knows that " + tx + " committed as " +
                                      d.version + " (a decided commit was lost)");
   }
@@ -1377,16 +1332,13 @@ void Script::CheckAfterRecovery() {
 void Script::FinalCheck() {
   // After the fault-free full commit every rank serves the same committed version.
   for (int r = 0; r < o_.ranks; ++r) {
-    const RankStatus s = ranks_[r]->status();
+    const RankStatus s = RankP(r).status();
     Expect(s.serving && !s.dirty && s.loaded,
            "rank " + std::to_string(r) + " does not serve after a fault-free full commit");
   }
   // Clean shutdown, then every journal must pass `wtx check`.
-  coord_.reset();
-  for (int r = 0; r < o_.ranks; ++r) {
-    transport_.SetParticipant(r, nullptr);
-    ranks_[r].reset();
-  }
+  cluster_->CloseCoordinator();
+  for (int r = 0; r < o_.ranks; ++r) cluster_->CloseRank(r);
   std::vector<std::string> dirs = {dir_ + "/coordinator"};
   for (int r = 0; r < o_.ranks; ++r) dirs.push_back(dir_ + "/rank-" + std::to_string(r));
   for (const auto& d : dirs) {
@@ -1409,18 +1361,22 @@ void Script::Run() {
     auto m = ParseManifest(TortureManifestJson(r, o_.ranks));
     if (!m.ok()) Fail("torture manifest invalid: " + m.status().ToString());
     manifests_.push_back(m.value());
-    rank_fs_.push_back(std::make_shared<FaultInjectionFileSystem>());
-    rank_fs_.back()->RestrictInjectionToThread(std::this_thread::get_id());
-    rank_crash_.push_back(std::make_unique<ArmedCrashPoint>());
   }
-  ranks_.resize(o_.ranks);
-  coord_fs_ = std::make_shared<FaultInjectionFileSystem>();
-  coord_fs_->RestrictInjectionToThread(std::this_thread::get_id());
   model_ = std::make_unique<Model>(manifests_, "torture-kernel/bf16");
+  InProcClusterOptions co;
+  co.dir = dir_;
+  co.manifests = manifests_;
+  co.kernel_identity = model_->default_kernel();
+  cluster_ = std::make_unique<InProcCluster>(std::move(co));
+  // Injected I/O errors hit the script's own journal calls only (see FailNextWrites).
+  for (int r = 0; r < o_.ranks; ++r) FsOf(r).RestrictInjectionToThread(std::this_thread::get_id());
+  FsOf(-1).RestrictInjectionToThread(std::this_thread::get_id());
   for (int r = 0; r < o_.ranks; ++r) {
-    if (Status s = OpenRank(r); !s.ok()) Fail("rank " + std::to_string(r) + ": " + s.ToString());
+    if (Status s = cluster_->OpenRank(r); !s.ok()) {
+      Fail("rank " + std::to_string(r) + ": " + s.ToString());
+    }
   }
-  if (Status s = OpenCoordinator(); !s.ok()) Fail("coordinator: " + s.ToString());
+  if (Status s = cluster_->OpenCoordinator(); !s.ok()) Fail("coordinator: " + s.ToString());
   for (int t = 0; t < o_.transactions; ++t) RunTransaction(t, /*clean=*/false);
   RunTransaction(o_.transactions, /*clean=*/true);
   Expect(model_->last_committed() == "t" + std::to_string(o_.transactions),

@@ -1,7 +1,7 @@
 // `wtx control HOST:PORT --secret-file F METHOD [PARAMS_JSON]`
 //
 // One authenticated control call to a `wtx coordinator` (its --listen port) or a `wtx rank`
-// (its --control port), printing the JSON answer (control_protocol.h lists the methods).
+// (its --control port), printing the JSON answer (src/net/control_service.h lists the methods).
 // Exit 0 on an answer, 1 when the process answered with an error, 2 on a usage or connection
 // failure. Example: wtx control 127.0.0.1:7070 --secret-file s begin
 //   '{"req": {"tx": "t1", "kind": "full", "base": "", "modules": [], "sources": [],
@@ -9,7 +9,7 @@
 #include <iostream>
 
 #include "tools/wtx/commands.h"
-#include "src/net/control_service.h"
+#include "src/net/codec.h"
 #include "src/net/control.h"
 
 namespace wtx::cli {
@@ -50,7 +50,7 @@ int RunControl(const std::string& address, const std::string& secret_file,
   }
   auto r = c.value()->Call(method, params, std::chrono::milliseconds(timeout_ms));
   if (!r.ok()) {
-    std::cout << sim::StatusJson(r.status()).dump() << "\n";
+    std::cout << net::StatusToJson(r.status()).dump() << "\n";
     return 1;
   }
   std::cout << r.value().dump() << "\n";

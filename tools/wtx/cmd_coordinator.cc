@@ -2,30 +2,28 @@
 //
 // Runs a coordinator on the TCP transport until SIGINT/SIGTERM. Ranks (`wtx rank`, or an
 // engine embedding TcpRankAgent) connect to --listen; drivers connect to the same port with
-// role "control" and call begin/commit/abort/decisions (control_protocol.h). On start it waits
-// up to --startup-wait-ms for every rank, re-sends logged decisions (Recover) and only then
-// answers in-doubt ranks; it re-sends pending decisions whenever a rank (re)connects.
+// role "control" and call begin/commit/abort/decisions, answered by the library's
+// CoordinatorControlService (src/net/control_service.h). On start it waits up to
+// --startup-wait-ms for every rank, re-sends logged decisions (Recover) and only then answers
+// in-doubt ranks; it re-sends pending decisions whenever a rank (re)connects (the library's
+// CoordinatorRecovery, src/net/coordinator_recovery.h). This file parses flags and wires.
 // --defer-recovery leaves both to a control "recover" call (the simulator's ordering).
 // Prints one JSON line on stdout when listening: {"ready": true, "port": P}.
 #include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
-
-#include <condition_variable>
 #include <iostream>
-#include <mutex>
-#include <thread>
 
 #include "tools/wtx/commands.h"
+#include "src/net/control_codec.h"
 #include "src/net/control_service.h"
+#include "src/net/coordinator_recovery.h"
 #include "src/testing/fault_injection_fs.h"
 #include "src/testing/armed_crash_point.h"
 #include "src/txn/test_hooks.h"
 #include "src/testing/slow_sync_fs.h"
 #include "src/net/channel.h"
 #include "src/net/codec.h"
-#include "src/util/json_number.h"
 #include "wtx/coordinator.h"
 #include "wtx/tcp_transport.h"
 
@@ -53,46 +51,6 @@ struct CoordinatorArgs {
 };
 
 int Fail(const Status& s) { return sim::FailToStart("coordinator", s); }
-
-// Re-sends pending decisions in the background whenever asked (a rank registered).
-class Recoverer {
- public:
-  explicit Recoverer(Coordinator* c) : c_(c), thread_([this] { Run(); }) {}
-  ~Recoverer() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void Kick() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      kicked_ = true;
-    }
-    cv_.notify_all();
-  }
-
- private:
-  void Run() {
-    std::unique_lock<std::mutex> l(mu_);
-    for (;;) {
-      cv_.wait(l, [&] { return stop_ || kicked_; });
-      if (stop_) return;
-      kicked_ = false;
-      l.unlock();
-      Status s = c_->Recover();
-      if (!s.ok()) net::LogLine("coordinator", "recover: " + s.ToString());
-      l.lock();
-    }
-  }
-  Coordinator* c_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false, kicked_ = false;
-  std::thread thread_;
-};
 
 int RunCoordinator(const CoordinatorArgs& a) {
   ::signal(SIGPIPE, SIG_IGN);
@@ -140,97 +98,26 @@ int RunCoordinator(const CoordinatorArgs& a) {
   auto opened = OpenCoordinatorWithHooks(co, &t, hooks);
   if (!opened.ok()) return Fail(opened.status());
   Coordinator* c = opened.value().get();
-  auto recoverer = std::make_unique<Recoverer>(c);
 
-  t.SetControlHandler([&](const std::string& m, const json& p) -> std::optional<Result<json>> {
-    auto ok = [](json j) { return std::optional<Result<json>>(Result<json>(std::move(j))); };
-    if (Status s = sim::CheckControlParams(m, p); !s.ok()) return Result<json>(s);
-    if (m == "begin") {
-      auto req = net::BeginRequestFromJson(p.value("req", json()));
-      if (!req.ok()) return Result<json>(req.status());
-      return ok(sim::BeginOutcomeToJson(c->Begin(req.value())));
-    }
-    if (m == "commit") {
-      auto opts = sim::CommitOptionsFromJson(p.value("options", json()));
-      if (!opts.ok()) return Result<json>(opts.status());
-      CommitOutcome o = c->Commit(p.at("tx").get<std::string>(), opts.value());
-      json j = sim::CommitOutcomeToJson(o);
-      j["crash_fired"] = crash.Disarm();
-      return ok(std::move(j));
-    }
-    if (m == "abort") return ok(sim::BeginOutcomeToJson(c->Abort(p.at("tx").get<std::string>())));
-    if (m == "committed_version") {
-      auto v = c->CommittedVersion(p.at("tx").get<std::string>());
-      return ok({{"version", v ? json(*v) : json()}});
-    }
-    if (m == "decisions") return ok({{"decisions", sim::DecisionsToJson(c->decisions())}});
-    if (m == "recover") {
-      Status s = c->Recover();
-      if (s.ok()) t.SetDecisionOracle(c);
-      return ok(sim::StatusJson(s));
-    }
-    if (m == "connected") return ok({{"ranks", t.ConnectedRanks()}});
-    if (m == "wait_ranks") {
-      // Checked: a rank outside 0..ranks-1 (or 2^40, which get<int> truncates to 0) can never
-      // connect, so it is refused rather than waited for or confused with another rank.
-      auto ranks = JsonIntList(p.at("ranks"), "wait_ranks.ranks", 0, a.ranks - 1);
-      if (!ranks.ok()) return Result<json>(ranks.status());
-      auto timeout = JsonInt(p.at("timeout_ms"), "wait_ranks.timeout_ms", 0, kMaxTimeoutMs);
-      if (!timeout.ok()) return Result<json>(timeout.status());
-      const bool all = t.WaitForRanks(ranks.value(), milliseconds(timeout.value()));
-      return ok({{"ok", all}});
-    }
-    if (!a.test_hooks) {
-      return Result<json>(Status::InvalidArgument("unknown method '" + m + "'"));
-    }
-    if (m == "arm_crash") {
-      crash.Arm(p.at("point").get<std::string>());
-      return ok(json::object());
-    }
-    if (m == "disarm") return ok({{"fired", crash.Disarm()}});
-    if (m == "crash") {
-      if (p.value("power_loss", false) && fs) {
-        fs->SetActive(false);
-        fs->DropUnsyncedData();
-      }
-      ::_exit(137);
-    }
-    return Result<json>(Status::InvalidArgument("unknown method '" + m + "'"));
-  });
+  net::ControlTestHooks test_hooks;
+  test_hooks.enabled = a.test_hooks;
+  test_hooks.crash_point = &crash;
+  test_hooks.fs = fs.get();
+  net::CoordinatorControlService control(c, &t, a.ranks, test_hooks);
+  t.SetControlHandler(control.Handler());
 
   sim::PrintReadyLine({{"ready", true}, {"role", "coordinator"}, {"port", t.port()}});
 
-  std::atomic<bool> stopping{false};
-  std::thread startup;
-  if (!a.defer_recovery) {
-    startup = std::thread([&] {
-      std::vector<int> all;
-      all.reserve(a.ranks);
-      for (int r = 0; r < a.ranks; ++r) all.push_back(r);
-      // WaitForRanks returns at once when a signal shuts the transport down.
-      const bool everyone = t.WaitForRanks(all, milliseconds(a.startup_wait_ms));
-      if (stopping.load()) return;
-      if (!everyone) {
-        net::LogLine("coordinator", "not every rank connected within " +
-                                        std::to_string(a.startup_wait_ms) +
-                                        " ms; recovering with those present");
-      }
-      Status s = c->Recover();
-      if (!s.ok()) net::LogLine("coordinator", "recover: " + s.ToString());
-      t.SetDecisionOracle(c);
-      t.SetOnRankRegistered([&](int) { recoverer->Kick(); });
-    });
-  }
+  // Unless deferred: wait for the ranks, re-send logged decisions, then answer in-doubt ranks
+  // and re-send pending decisions whenever a rank (re)connects.
+  net::CoordinatorRecovery recovery(c, &t);
+  if (!a.defer_recovery) recovery.Start(a.ranks, milliseconds(a.startup_wait_ms));
   int sig = 0;
   sigwait(&stop_signals, &sig);
   // Every blocking wait ends within a second: the startup wait and WaitForRanks calls return,
   // and calls in flight (prepare, decide, recover) fail at once on their closed connections.
-  stopping = true;
   t.Shutdown();
-  if (startup.joinable()) startup.join();
-  t.SetOnRankRegistered(nullptr);
-  t.SetDecisionOracle(nullptr);
-  recoverer.reset();
+  recovery.Stop();
   transport.value().reset();
   return 0;
 }

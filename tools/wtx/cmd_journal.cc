@@ -1,16 +1,15 @@
-// `wtx log|show|status|replay|check DIR`: read a participant's or the coordinator's journal.
-// All of them open the journal read-only (safe beside a running process); log, show, status and
-// replay first run the full integrity check of `wtx check` (journal/verify.h) and refuse a
-// journal that fails it rather than print wrong history. Warnings (a torn unsynced tail) go to stderr.
+// `wtx log|show|status|replay|check DIR`: read a participant's or the coordinator's journal
+// through the public journal reader (include/wtx/journal_reader.h). All of them open the
+// journal read-only (safe beside a running process); log, show, status and replay first run
+// the full integrity check of `wtx check` and refuse a journal that fails it rather than print
+// wrong history. Warnings (a torn unsynced tail) go to stderr.
 #include <ctime>
 #include <iomanip>
 #include <iostream>
+#include <sstream>
 
 #include "tools/wtx/commands.h"
-#include "journal/history.h"
-#include "journal/journal.h"
-#include "src/txn/participant_state.h"
-#include "journal/verify.h"
+#include "wtx/journal_reader.h"
 
 namespace wtx::cli {
 
@@ -18,16 +17,13 @@ using nlohmann::json;
 
 namespace {
 
-Result<std::unique_ptr<Journal>> OpenReadOnly(const std::string& dir) {
-  JournalOptions o;
-  o.read_only = true;
-  o.create_if_missing = false;
-  return Journal::Open(dir, o);
-}
-
 int Refuse(const std::string& cmd, const Status& s) {
   std::cerr << "wtx " << cmd << ": " << s.ToString() << "\n";
   return s.code() == ErrorCode::kJournalCorrupt ? 3 : 1;
+}
+
+void Warn(const std::string& cmd, const std::vector<std::string>& warnings) {
+  for (const auto& w : warnings) std::cerr << "wtx " << cmd << ": warning: " << w << "\n";
 }
 
 std::string Time(int64_t micros) {
@@ -40,99 +36,82 @@ std::string Time(int64_t micros) {
   return os.str();
 }
 
-std::string Short(const json& v) {
-  if (!v.is_string()) return "-";
-  std::string s = v.get<std::string>();
-  return s.size() > 16 ? s.substr(0, 16) : s;
+std::string Short(const std::optional<std::string>& v) {
+  if (!v) return "-";
+  return v->size() > 16 ? v->substr(0, 16) : *v;
 }
 
-// Loads and verifies; every reader goes through this so that corruption is never printed.
-Result<std::unique_ptr<Journal>> OpenChecked(const std::string& dir, const std::string& cmd) {
-  JournalCheckReport rep = VerifyJournalDir(dir);
-  if (!rep.status.ok()) return rep.status;
-  for (const auto& w : rep.warnings) std::cerr << "wtx " << cmd << ": warning: " << w << "\n";
-  auto j = OpenReadOnly(dir);
-  if (!j.ok()) return j.status();
-  Status s = CheckJournal(*j.value());
-  if (!s.ok()) return s;
-  return j;
-}
+json OptionalJson(const std::optional<std::string>& v) { return v ? json(*v) : json(); }
 
 int Log(const std::string& dir, bool as_json) {
-  auto j = OpenChecked(dir, "log");
-  if (!j.ok()) return Refuse("log", j.status());
-  auto h = ReadHistory(*j.value());
+  auto h = ReadJournalHistory(dir);
   if (!h.ok()) return Refuse("log", h.status());
+  Warn("log", h->warnings);
   if (as_json) {
-    std::cout << json(h.value()).dump() << "\n";
+    json entries = json::array();
+    for (const HistoryEntry& e : h->entries) entries.push_back(json::parse(e.json));
+    std::cout << entries.dump() << "\n";
     return 0;
   }
-  const bool coord = j.value()->identity().role == "coordinator";
+  const bool coord = h->owner.role == "coordinator";
   std::cout << std::left << std::setw(12) << "TX" << std::setw(9) << (coord ? "DECISION" : "KIND")
             << std::setw(18) << "BASE" << std::setw(18) << "VERSION" << std::setw(11) << "OUTCOME"
             << std::setw(26) << "TIME" << "REASON\n";
-  for (const auto& e : h.value()) {
-    std::cout << std::left << std::setw(12) << e["tx"].get<std::string>() << std::setw(9)
-              << (coord ? e["decision"].get<std::string>() : e["kind"].get<std::string>())
-              << std::setw(18) << Short(e.value("base", json())) << std::setw(18)
-              << Short(e["version"]) << std::setw(11) << e["outcome"].get<std::string>()
-              << std::setw(26) << Time(e["time"].get<int64_t>()) << e.value("reason", "")
-              << "\n";
+  for (const HistoryEntry& e : h->entries) {
+    const std::string what = coord ? (e.decision ? std::string(DecisionName(*e.decision)) : "")
+                                   : (e.kind ? std::string(TxKindName(*e.kind)) : "");
+    std::cout << std::left << std::setw(12) << e.tx << std::setw(9) << what << std::setw(18)
+              << Short(e.base) << std::setw(18) << Short(e.version) << std::setw(11) << e.outcome
+              << std::setw(26) << Time(e.time_micros) << e.reason << "\n";
   }
   return 0;
 }
 
 int Show(const std::string& dir, const std::string& tx, bool as_json) {
-  auto j = OpenChecked(dir, "show");
-  if (!j.ok()) return Refuse("show", j.status());
-  auto h = ReadHistory(*j.value());
+  auto h = ReadJournalHistory(dir);
   if (!h.ok()) return Refuse("show", h.status());
-  json found;
-  for (const auto& e : h.value()) {
-    if (e["tx"] == tx) found = e;  // the latest entry of a reused id
+  Warn("show", h->warnings);
+  const HistoryEntry* found = nullptr;
+  for (const HistoryEntry& e : h->entries) {
+    if (e.tx == tx) found = &e;  // the latest entry of a reused id
   }
-  if (found.is_null()) {
+  if (found == nullptr) {
     std::cerr << "wtx show: no transaction '" << tx << "' in " << dir << "\n";
     return 1;
   }
+  auto recs = ReadJournalRecords(dir, tx);
+  if (!recs.ok()) return Refuse("show", recs.status());
+  json out = json::parse(found->json);
   json records = json::array();
-  j.value()->ForEachRecord([&](const json& r) {
-    if (r.value("tx", json()) == tx) records.push_back(r);
-    return Status::OK();
-  }).ok();
-  found["records"] = records;
-  std::cout << found.dump(as_json ? -1 : 2) << "\n";
+  for (const StoredRecord& r : recs->records) records.push_back(json::parse(r.json));
+  out["records"] = std::move(records);
+  std::cout << out.dump(as_json ? -1 : 2) << "\n";
   return 0;
 }
 
-json StatusJson(const Journal& j) {
-  json st = StripBookkeeping(j.state());
-  json out = {{"role", j.identity().role}, {"records", j.last_seq()}};
-  if (j.identity().role == "coordinator") {
-    out["decisions"] = st.value("decisions", 0);
-    out["pending"] = st.value("pending", json::array());
+json StateJson(const JournalState& st) {
+  json out = {{"role", st.owner.role}, {"records", st.records}};
+  if (st.owner.role == "coordinator") {
+    out["decisions"] = st.decisions;
+    out["pending"] = st.pending;
     return out;
   }
-  const json act = st.value("active", json());
-  out["rank"] = j.identity().rank;
-  out["version"] = st.value("version", json());
-  out["committed_tx"] = st.value("committed_tx", json());
-  // From BEGIN to the decision the rank is dirty (the state says so since BEGIN records carry
-  // it; an older journal's BEGIN did not, hence the active transaction here too).
-  out["dirty"] = st.value("dirty", false) || act.is_object();
-  out["loaded"] = st.value("loaded", false);
-  out["active_tx"] = act.is_object() ? act["tx"] : json();
-  out["in_doubt"] =
-      act.is_object() && act.value("vote", json()) == "yes" ? act["tx"] : json();
-  out["serving"] = out["loaded"].get<bool>() && !out["dirty"].get<bool>() &&
-                   !out["version"].is_null() && out["in_doubt"].is_null();
+  out["rank"] = st.owner.rank;
+  out["version"] = OptionalJson(st.version);
+  out["committed_tx"] = OptionalJson(st.committed_tx);
+  out["dirty"] = st.dirty;
+  out["loaded"] = st.loaded;
+  out["active_tx"] = OptionalJson(st.active_tx);
+  out["in_doubt"] = OptionalJson(st.in_doubt);
+  out["serving"] = st.serving;
   return out;
 }
 
 int StatusCmd(const std::string& dir, bool as_json) {
-  auto j = OpenChecked(dir, "status");
-  if (!j.ok()) return Refuse("status", j.status());
-  json s = StatusJson(*j.value());
+  auto st = ReadJournalState(dir);
+  if (!st.ok()) return Refuse("status", st.status());
+  Warn("status", st->warnings);
+  json s = StateJson(st.value());
   if (as_json) {
     std::cout << s.dump() << "\n";
     return 0;
@@ -144,34 +123,32 @@ int StatusCmd(const std::string& dir, bool as_json) {
 int Replay(const std::string& dir) {
   // The same integrity check as `wtx check` first: a replay of damaged history would print a
   // state that never existed.
-  auto j = OpenChecked(dir, "replay");
-  if (!j.ok()) return Refuse("replay", j.status());
-  auto st = ReplayState(*j.value());
-  if (!st.ok()) return Refuse("replay", st.status());
-  json stored = StripBookkeeping(j.value()->state());
-  json out = {{"records", j.value()->last_seq()},
-              {"state", st.value()},
-              {"matches_stored_state", st.value() == stored}};
+  auto r = ReplayJournal(dir);
+  if (!r.ok()) return Refuse("replay", r.status());
+  Warn("replay", r->warnings);
+  json out = {{"records", r->records},
+              {"state", json::parse(r->state_json)},
+              {"matches_stored_state", r->matches_stored_state}};
   std::cout << out.dump(2) << "\n";
-  return st.value() == stored ? 0 : 3;
+  return r->matches_stored_state ? 0 : 3;
 }
 
 // Exit 0: consistent (warnings on stderr); 3: corrupt (the message names what is wrong);
 // 1: no journal or unreadable.
 int Check(const std::string& dir, int expect_rank, bool expect_coordinator, bool strict) {
-  VerifyOptions o;
+  JournalVerifyOptions o;
   o.strict = strict;
-  if (expect_coordinator) o.expect = JournalIdentity{"coordinator", -1};
-  if (expect_rank >= 0) o.expect = JournalIdentity{"participant", expect_rank};
-  JournalCheckReport rep = VerifyJournalDir(dir, o);
+  if (expect_coordinator) o.expect = JournalOwner{"coordinator", -1};
+  if (expect_rank >= 0) o.expect = JournalOwner{"participant", expect_rank};
+  JournalVerification rep = VerifyJournal(dir, o);
   if (!rep.status.ok()) return Refuse("check", rep.status);
-  for (const auto& w : rep.warnings) std::cerr << "wtx check: warning: " << w << "\n";
-  const JournalIdentity& id = rep.identity;
+  Warn("check", rep.warnings);
+  const JournalOwner& id = rep.owner;
   std::cout << "ok: " << dir << " (" << id.role
             << (id.role == "participant" ? " rank " + std::to_string(id.rank) : "")
-            << (rep.identity_checked ? " as expected" : "; identity not checked") << ", "
+            << (rep.owner_checked ? " as expected" : "; identity not checked") << ", "
             << rep.records << " records, synced through record "
-            << (rep.watermark ? std::to_string(rep.watermark->seq) : std::string("-"))
+            << (rep.synced_through ? std::to_string(*rep.synced_through) : std::string("-"))
             << ", checksums, chain and state consistent"
             << (rep.torn_tail ? ", torn unsynced tail" : "") << ")\n";
   return 0;

@@ -6,7 +6,8 @@
 // Participant + TcpRankAgent and writes its own bytes. With --control HOST:PORT it also serves
 // an authenticated control port for the data-plane steps of spec/scenario.md (write, patch,
 // refresh, set_kernel_identity with deterministic fills), status queries and, with
-// --test-hooks, crash points, silence and crashes (control_protocol.h).
+// --test-hooks, crash points, silence and crashes, answered by the library's
+// RankControlService (src/net/control_service.h); this file parses flags and wires.
 // Prints one JSON line on stdout when up: {"ready": true, "rank": R, "control_port": P}.
 #include <signal.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <sstream>
 
 #include "tools/wtx/commands.h"
+#include "src/net/control_codec.h"
 #include "src/net/control_service.h"
 #include "src/testing/fault_injection_fs.h"
 #include "src/testing/armed_crash_point.h"
@@ -24,12 +26,10 @@
 #include "src/net/rank_agent_hooks.h"
 #include "src/testing/slow_sync_fs.h"
 #include "src/net/codec.h"
-#include "src/util/json_number.h"
 #include "src/net/control.h"
-#include "src/conformance/simulator.h"
 #include "wtx/hf_manifest.h"
 #include "wtx/participant.h"
-#include "wtx/participant_endpoint.h"
+#include "wtx/tcp_rank_agent.h"
 
 namespace wtx::cli {
 
@@ -130,68 +130,21 @@ int RunRank(const RankArgs& a) {
   if (!agent.ok()) return FailRank(agent.status());
   TcpRankAgent& ag = *agent.value();
 
+  net::ControlTestHooks test_hooks;
+  test_hooks.enabled = a.test_hooks;
+  test_hooks.crash_point = &crash;
+  test_hooks.agent = &agent_hooks;
+  test_hooks.fs = fs.get();
+  net::RankControlService service(&p, &ag, test_hooks);
   std::unique_ptr<net::ControlServer> control;
   if (!a.control.empty()) {
     auto chp = net::ParseHostPort(a.control);
     if (!chp.ok()) return FailRank(chp.status());
-    auto handler = [&](const std::string& m, const json& q) -> std::optional<Result<json>> {
-      auto ok = [](json j) { return std::optional<Result<json>>(Result<json>(std::move(j))); };
-      if (Status s = sim::CheckControlParams(m, q); !s.ok()) return Result<json>(s);
-      if (m == "step") {
-        auto st = sim::RankStepFromJson(q.at("step"));
-        if (!st.ok()) return Result<json>(st.status());
-        std::optional<BeginRequest> scope;
-        if (q.contains("scope") && !q["scope"].is_null()) {
-          auto s = net::BeginRequestFromJson(q["scope"]);
-          if (!s.ok()) return Result<json>(s.status());
-          scope = s.value();
-        }
-        Status s = sim::ApplyRankStep(st.value(), scope, p);
-        if (!s.ok()) return Result<json>(s);
-        return ok(json::object());
-      }
-      if (m == "status") return ok(net::RankStatusToJson(p.status()));
-      if (m == "verify" || m == "reattach") {  // Participant::Verify / Reattach on this rank
-        auto r = m == "verify" ? p.Verify() : p.Reattach();
-        if (!r.ok()) return Result<json>(r.status());
-        return ok(net::VerifyReportToJson(r.value()));
-      }
-      if (m == "wait_resolved") {
-        RankAgentState s;
-        auto timeout = JsonInt(q.at("timeout_ms"), "wait_resolved.timeout_ms", 0, kMaxTimeoutMs);
-        if (!timeout.ok()) return Result<json>(timeout.status());
-        const bool done = ag.WaitResolved(milliseconds(timeout.value()), &s);
-        return ok({{"resolved", done},
-                   {"connected", s.connected},
-                   {"resolution", sim::StatusJson(s.resolution)},
-                   {"last_error", sim::StatusJson(s.last_error)}});
-      }
-      if (m == "ping") return ok(json::object());
-      if (!a.test_hooks) return Result<json>(Status::InvalidArgument("unknown method '" + m + "'"));
-      if (m == "arm_crash") {
-        crash.Arm(q.at("point").get<std::string>());
-        return ok(json::object());
-      }
-      if (m == "disarm") return ok({{"fired", crash.Disarm()}});
-      if (m == "set_silent") {
-        agent_hooks.silent = q.at("silent").get<bool>();
-        return ok(json::object());
-      }
-      if (m == "crash") {
-        // Power loss: no more writes reach the files, every file goes back to its synced size,
-        // and the process ends without running destructors (which could write).
-        if (q.value("power_loss", false) && fs) {
-          fs->SetActive(false);
-          fs->DropUnsyncedData();
-        }
-        ::_exit(137);
-      }
-      return Result<json>(Status::InvalidArgument("unknown method '" + m + "'"));
-    };
     net::NetOptions no;
     no.max_frame_bytes = a.max_frame_bytes;
     no.tls = a.tls;
-    auto cs = net::ControlServer::Listen(chp->first, chp->second, secret.value(), handler, no,
+    auto cs = net::ControlServer::Listen(chp->first, chp->second, secret.value(),
+                                         service.Handler(), no,
                                          "rank-" + std::to_string(a.rank) + "-control");
     if (!cs.ok()) return FailRank(cs.status());
     control = std::move(cs).value();

@@ -22,7 +22,6 @@
 #include <nlohmann/json.hpp>
 
 #include "src/net/control.h"
-#include "src/net/control_service.h"
 #include "tools/wtx/commands.h"
 #include "wtx/live_verify.h"
 

@@ -1,0 +1,71 @@
+// TcpRankAgent: the participant's side of the TCP transport, embedded in an inference rank.
+// It connects to the coordinator's TcpTransport over TLS 1.3 (PSK from the shared secret, or
+// certificates: options.tls), authenticates with the shared secret inside it (HMAC-SHA-256
+// challenge-response; the coordinator must prove the secret too), registers its
+// rank id, and serves the coordinator's Describe / CheckBegin / Begin / Prepare / Decide
+// requests against the local Participant. After every (re)connection it resolves an in-doubt
+// transaction by asking the coordinator QueryDecision over the same connection, retrying
+// while the coordinator cannot answer. A lost connection is re-established with exponential
+// backoff (backoff_initial doubling up to backoff_max, with jitter).
+//
+// The engine keeps writing bytes through the Participant directly; the agent only carries the
+// protocol. Requests are served one at a time, in arrival order.
+//
+// Thread-safety: every method is safe from any thread. The agent runs one supervisor thread,
+// one I/O thread and one handler thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "wtx/participant.h"
+#include "wtx/status.h"
+#include "wtx/tls_files.h"
+
+namespace wtx {
+
+struct RankAgentOptions {
+  std::string coordinator_host = "127.0.0.1";
+  uint16_t coordinator_port = 0;
+  int rank = 0;
+  std::string secret;                                // REQUIRED: non-empty
+  TlsFiles tls;  // empty: TLS 1.3 with a PSK derived from `secret`
+  std::chrono::milliseconds request_timeout{10000};  // its own QueryDecision calls
+  std::chrono::milliseconds connect_timeout{3000};
+  std::chrono::milliseconds handshake_timeout{5000};
+  std::chrono::milliseconds backoff_initial{20};
+  std::chrono::milliseconds backoff_max{1000};
+  size_t max_frame_bytes = size_t{64} << 20;
+  std::string log_tag;  // default "rank-N"
+};
+
+struct RankAgentState {
+  bool connected = false;
+  // In-doubt resolution finished on the current connection; resolution is its result.
+  bool resolved = false;
+  Status resolution;
+  int64_t connections = 0;  // successful handshakes so far
+  Status last_error;        // of the last failed connection attempt
+};
+
+class TcpRankAgent {
+ public:
+  // Starts connecting in the background. REQUIRES: `participant` outlives the agent.
+  static Result<std::unique_ptr<TcpRankAgent>> Start(const RankAgentOptions& options,
+                                                     Participant* participant);
+  ~TcpRankAgent();  // disconnects and joins its threads
+
+  RankAgentState state() const;
+  // Waits until connected with in-doubt resolution done; false on timeout.
+  bool WaitResolved(std::chrono::milliseconds timeout, RankAgentState* state = nullptr) const;
+  // The implementation, private to the library; use Start().
+  class Impl;
+  explicit TcpRankAgent(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wtx

@@ -1,0 +1,95 @@
+// include/wtx/journal_reader.h: the record, state and replay views (`wtx show`, `wtx status`,
+// `wtx replay`) over journal/journal.h and journal/history.h. The history view and the
+// verification are journal_reader.cc.
+#include <nlohmann/json.hpp>
+
+#include "journal/history.h"
+#include "journal/journal.h"
+#include "journal/verify.h"
+#include "src/txn/participant_state.h"
+#include "wtx/journal_reader.h"
+
+namespace wtx {
+
+using nlohmann::json;
+
+namespace {
+
+// Verified (files, checksums, chain, identity, then replay == stored state), then opened
+// read-only: corrupt data is never returned.
+Result<std::unique_ptr<Journal>> OpenVerifiedJournal(const std::string& dir,
+                                                     std::vector<std::string>* warnings) {
+  JournalVerification v = VerifyJournal(dir);
+  if (!v.status.ok()) return v.status;
+  *warnings = std::move(v.warnings);
+  JournalOptions o;
+  o.read_only = true;
+  o.create_if_missing = false;
+  auto j = Journal::Open(dir, o);
+  if (!j.ok()) return j.status();
+  WTX_RETURN_IF_ERROR(CheckJournal(*j.value()));
+  return j;
+}
+
+std::optional<std::string> OptionalString(const json& obj, const char* key) {
+  auto it = obj.is_object() ? obj.find(key) : obj.end();
+  if (it == obj.end() || !it->is_string()) return std::nullopt;
+  return it->get<std::string>();
+}
+
+}  // namespace
+
+Result<JournalTxRecords> ReadJournalRecords(const std::string& dir, const std::string& tx) {
+  JournalTxRecords out;
+  WTX_ASSIGN_OR_RETURN(j, OpenVerifiedJournal(dir, &out.warnings));
+  WTX_RETURN_IF_ERROR(j->ForEachRecord([&](const json& r) {
+    if (r.is_object() && r.value("tx", json()) == tx) {
+      out.records.push_back(
+          {OptionalString(r, "type").value_or(""), tx, r.dump()});
+    }
+    return Status::OK();
+  }));
+  return out;
+}
+
+Result<JournalState> ReadJournalState(const std::string& dir) {
+  JournalState out;
+  WTX_ASSIGN_OR_RETURN(j, OpenVerifiedJournal(dir, &out.warnings));
+  out.owner = JournalOwner{j->identity().role, j->identity().rank};
+  out.records = j->last_seq();
+  const json st = StripBookkeeping(j->state());
+  if (out.owner.role == "coordinator") {
+    if (auto d = st.find("decisions"); d != st.end() && d->is_number_integer()) {
+      out.decisions = d->get<int64_t>();
+    }
+    if (auto p = st.find("pending"); p != st.end() && p->is_array()) {
+      for (const auto& tx : *p) {
+        if (tx.is_string()) out.pending.push_back(tx.get<std::string>());
+      }
+    }
+    return out;
+  }
+  const json act = st.value("active", json());
+  out.version = OptionalString(st, "version");
+  out.committed_tx = OptionalString(st, "committed_tx");
+  // From BEGIN to the decision the rank is dirty (the state says so since BEGIN records carry
+  // it; an older journal's BEGIN did not, hence the active transaction here too).
+  out.dirty = st.value("dirty", false) || act.is_object();
+  out.loaded = st.value("loaded", false);
+  out.active_tx = OptionalString(act, "tx");
+  if (act.is_object() && act.value("vote", json()) == "yes") out.in_doubt = out.active_tx;
+  out.serving = out.loaded && !out.dirty && out.version.has_value() && !out.in_doubt;
+  return out;
+}
+
+Result<JournalReplay> ReplayJournal(const std::string& dir) {
+  JournalReplay out;
+  WTX_ASSIGN_OR_RETURN(j, OpenVerifiedJournal(dir, &out.warnings));
+  WTX_ASSIGN_OR_RETURN(state, ReplayState(*j));
+  out.records = j->last_seq();
+  out.state_json = state.dump();
+  out.matches_stored_state = state == StripBookkeeping(j->state());
+  return out;
+}
+
+}  // namespace wtx

@@ -1,0 +1,250 @@
+#include "src/net/control_codec.h"
+
+#include <algorithm>
+#include <iostream>
+
+#include "src/manifest/box_json.h"
+#include "src/net/codec.h"
+#include "src/util/json_number.h"
+#include "wtx/limits.h"
+#include "src/util/json_fields.h"
+
+namespace wtx::sim {
+
+using nlohmann::json;
+
+namespace {
+
+template <typename T, typename Fn>
+Result<T> Guard(const char* what, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(std::string(what) + ": malformed: " + e.what());
+  }
+}
+
+}  // namespace
+
+Status CheckControlParams(const std::string& m, const json& p) {
+  if (!p.is_null() && !p.is_object()) {
+    return Status::InvalidArgument(m + ": expected a map of parameters");
+  }
+  if (m == "begin") return CheckFields(p, m, {"req"});
+  if (m == "commit") return CheckFields(p, m, {"tx", "options"});
+  if (m == "abort" || m == "committed_version") return CheckFields(p, m, {"tx"});
+  if (m == "wait_ranks") return CheckFields(p, m, {"ranks", "timeout_ms"});
+  if (m == "step") return CheckFields(p, m, {"step", "scope"});
+  if (m == "wait_resolved") return CheckFields(p, m, {"timeout_ms"});
+  if (m == "arm_crash") return CheckFields(p, m, {"point"});
+  if (m == "set_silent") return CheckFields(p, m, {"silent"});
+  if (m == "crash") return CheckFields(p, m, {"power_loss"});
+  if (m == "status" || m == "ping" || m == "decisions" || m == "recover" || m == "connected" ||
+      m == "disarm" || m == "verify" || m == "reattach") {
+    return CheckFields(p, m, {});
+  }
+  return Status::OK();
+}
+
+json RankStepToJson(const Step& st) {
+  json fill;
+  if (st.fill.zeros) {
+    fill = "zeros";
+  } else {
+    fill = {{"seed", st.fill.seed}};
+    if (st.fill.has_override) {
+      std::vector<int64_t> idx(st.fill.override_indices.begin(), st.fill.override_indices.end());
+      std::sort(idx.begin(), idx.end());
+      fill["override"] = {{"seed", st.fill.override_seed}, {"indices", idx}};
+    }
+  }
+  json j = {{"op", st.op},         {"param", st.param}, {"shard", st.shard},
+            {"source", st.source}, {"fill", fill},      {"indices", st.indices},
+            {"part", st.part},     {"parts", st.parts}, {"derived", st.derived},
+            {"value", st.value},   {"index", st.index}};
+  if (st.box) j["box"] = BoxToJson(*st.box);
+  return j;
+}
+
+Result<Step> RankStepFromJson(const json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("step: expected a map");
+  // Fields default as in a scenario step, so that a hand-written {"op": "write", "param": "*",
+  // "fill": {"seed": 1}} works too.
+  return Guard<Step>("step", [&]() -> Result<Step> {
+    // Checked: an int field is never truncated (2^32+1 is not 1).
+    auto int_field = [&](const char* key, int dflt, int min, int max) {
+      auto it = j.find(key);
+      if (it == j.end()) return dflt;
+      return static_cast<int>(JsonIntOrThrow(*it, std::string("step.") + key, min, max));
+    };
+    WTX_RETURN_IF_ERROR(CheckFields(j, "step", {"op", "index", "param", "shard", "source", "fill",
+                                                "indices", "part", "parts", "derived", "value",
+                                                "box"}));
+    Step st;
+    st.op = j.at("op").get<std::string>();
+    st.index = int_field("index", 0, 0, INT32_MAX);
+    const bool region_op = st.op == "write" || st.op == "reserve" || st.op == "land" ||
+                           st.op == "poke";
+    st.param = j.value("param", region_op ? std::string("*") : std::string());
+    st.shard = j.value("shard", std::string());
+    st.source = j.value("source", std::string());
+    WTX_ASSIGN_OR_RETURN(fill, ParseFill(j.value("fill", json("zeros")), "step.fill"));
+    st.fill = std::move(fill);
+    if (auto it = j.find("indices"); it != j.end()) {
+      for (const auto& i : it->get_ref<const json::array_t&>()) {
+        st.indices.push_back(JsonIntOrThrow(i, "step.indices[]", INT64_MIN, INT64_MAX));
+      }
+    }
+    st.part = int_field("part", 0, INT32_MIN, INT32_MAX);
+    st.parts = int_field("parts", 1, INT32_MIN, INT32_MAX);
+    st.derived = j.value("derived", std::string());
+    st.value = j.value("value", std::string());
+    if (auto b = j.find("box"); b != j.end()) {
+      WTX_ASSIGN_OR_RETURN(box, BoxFromJson(*b, "step.box"));
+      st.box = std::move(box);
+    }
+    return st;
+  });
+}
+
+json BeginOutcomeToJson(const BeginOutcome& o) {
+  json errors = json::array();
+  for (const auto& e : o.errors) {
+    errors.push_back({{"rank", e.rank}, {"status", net::StatusToJson(e.status)}});
+  }
+  return {{"status", net::StatusToJson(o.status)}, {"errors", errors}};
+}
+
+Result<BeginOutcome> BeginOutcomeFromJson(const json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("begin outcome: expected a map");
+  return Guard<BeginOutcome>("begin outcome", [&]() -> Result<BeginOutcome> {
+    WTX_RETURN_IF_ERROR(CheckFields(j, "begin outcome", {"status", "errors"}));
+    BeginOutcome o;
+    o.status = net::StatusOrOkFromJson(j.at("status"));
+    for (const auto& e : j.at("errors")) {
+      WTX_RETURN_IF_ERROR(CheckFields(e, "begin outcome.errors[]", {"rank", "status"}));
+      o.errors.push_back(
+          {static_cast<int>(JsonIntOrThrow(e.at("rank"), "errors[].rank", -1, kMaxRanks - 1)),
+           net::StatusOrOkFromJson(e.at("status"))});
+    }
+    return o;
+  });
+}
+
+json CommitOptionsToJson(const CommitOptions& o) {
+  return {{"expect_version", o.expect_version ? json(*o.expect_version) : json()},
+          {"expect_rank_digests", o.expect_rank_digests}};
+}
+
+Result<CommitOptions> CommitOptionsFromJson(const json& j) {
+  CommitOptions o;
+  if (j.is_null()) return o;
+  if (!j.is_object()) return Status::InvalidArgument("commit options: expected a map");
+  WTX_RETURN_IF_ERROR(CheckFields(j, "commit.options", {"expect_version", "expect_rank_digests"}));
+  return Guard<CommitOptions>("commit options", [&]() -> Result<CommitOptions> {
+    if (auto v = j.find("expect_version"); v != j.end() && !v->is_null()) {
+      o.expect_version = v->get<std::string>();
+    }
+    o.expect_rank_digests = j.value("expect_rank_digests", std::vector<std::string>());
+    return o;
+  });
+}
+
+json CommitOutcomeToJson(const CommitOutcome& o) {
+  json votes = json::array();
+  for (const auto& v : o.votes) {
+    votes.push_back({{"rank", v.rank},
+                     {"kind", VoteKindName(v.kind)},
+                     {"vote", net::VoteToJson(v.vote)},
+                     {"status", net::StatusToJson(v.status)}});
+  }
+  return {{"status", net::StatusToJson(o.status)},
+          {"decision", o.decision ? json(DecisionName(*o.decision)) : json()},
+          {"decision_logged", o.decision_logged},
+          {"version", o.version},
+          {"votes", votes},
+          {"unacknowledged", o.unacknowledged}};
+}
+
+Result<CommitOutcome> CommitOutcomeFromJson(const json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("commit outcome: expected a map");
+  return Guard<CommitOutcome>("commit outcome", [&]() -> Result<CommitOutcome> {
+    // crash_fired: added by `wtx coordinator --test-hooks` beside the outcome.
+    WTX_RETURN_IF_ERROR(CheckFields(j, "commit outcome",
+                                    {"status", "decision", "decision_logged", "version", "votes",
+                                     "unacknowledged", "crash_fired"}));
+    CommitOutcome o;
+    o.status = net::StatusOrOkFromJson(j.at("status"));
+    if (!j.at("decision").is_null()) {
+      auto d = DecisionFromName(j.at("decision").get<std::string>());
+      if (!d) return Status::InvalidArgument("commit outcome: unknown decision");
+      o.decision = *d;
+    }
+    o.decision_logged = j.at("decision_logged").get<bool>();
+    o.version = j.at("version").get<std::string>();
+    for (const auto& v : j.at("votes")) {
+      WTX_RETURN_IF_ERROR(
+          CheckFields(v, "commit outcome.votes[]", {"rank", "kind", "vote", "status"}));
+      VoteReport r;
+      r.rank = static_cast<int>(JsonIntOrThrow(v.at("rank"), "votes[].rank", -1, kMaxRanks - 1));
+      auto kind = VoteKindFromName(v.at("kind").get<std::string>());
+      if (!kind) {
+        return Status::InvalidArgument("commit outcome.votes[].kind: expected yes, no, timeout "
+                                       "or crashed");
+      }
+      r.kind = *kind;
+      WTX_ASSIGN_OR_RETURN(vote, net::VoteFromJson(v.at("vote")));
+      r.vote = std::move(vote);
+      r.status = net::StatusOrOkFromJson(v.at("status"));
+      o.votes.push_back(std::move(r));
+    }
+    for (const auto& r : j.at("unacknowledged")) {
+      o.unacknowledged.push_back(
+          static_cast<int>(JsonIntOrThrow(r, "unacknowledged[]", 0, kMaxRanks - 1)));
+    }
+    return o;
+  });
+}
+
+json DecisionsToJson(const std::vector<DecisionEntry>& ds) {
+  json a = json::array();
+  for (const auto& d : ds) {
+    a.push_back({{"tx", d.tx},
+                 {"decision", DecisionName(d.decision)},
+                 {"version", d.version},
+                 {"reason", d.reason},
+                 {"ts", d.time_micros}});
+  }
+  return a;
+}
+
+Result<std::vector<DecisionEntry>> DecisionsFromJson(const json& j) {
+  if (!j.is_array()) return Status::InvalidArgument("decisions: expected an array");
+  return Guard<std::vector<DecisionEntry>>(
+      "decisions", [&]() -> Result<std::vector<DecisionEntry>> {
+        std::vector<DecisionEntry> out;
+        for (const auto& e : j) {
+          WTX_RETURN_IF_ERROR(
+              CheckFields(e, "decisions[]", {"tx", "decision", "version", "reason", "ts"}));
+          DecisionEntry d;
+          d.tx = e.at("tx").get<std::string>();
+          d.decision =
+              DecisionFromName(e.at("decision").get<std::string>()).value_or(Decision::kAbort);
+          d.version = e.at("version").get<std::string>();
+          d.reason = e.at("reason").get<std::string>();
+          d.time_micros = JsonIntOrThrow(e.at("ts"), "ts", INT64_MIN, INT64_MAX);
+          out.push_back(std::move(d));
+        }
+        return out;
+      });
+}
+
+void PrintReadyLine(const nlohmann::json& line) { std::cout << line.dump() << std::endl; }
+
+int FailToStart(std::string_view command, const Status& s) {
+  PrintReadyLine({{"ready", false}, {"error", net::StatusToJson(s)}});
+  std::cerr << "wtx " << command << ": " << s.ToString() << "\n";
+  return 1;
+}
+
+}  // namespace wtx::sim
