@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "wtx/content_hash.h"
 #include "wtx/gpu.h"
+#include "kernels/kernel_args.h"
 
 namespace wtx {
 namespace {
@@ -19,11 +21,15 @@ class ReferenceDeviceLiveMemory : public LiveMemory {
     for (const auto& p : m.params()) {
       owned_.emplace_back(static_cast<size_t>(p.num_bytes()), 0);
       bufs_.emplace_back(owned_.back().data(), owned_.back().size());
+      names_.push_back(p.name);
     }
   }
   // Borrowed buffers (the caller's "device tensors"), left as they are.
-  explicit ReferenceDeviceLiveMemory(std::vector<std::span<uint8_t>> spans)
-      : bufs_(std::move(spans)) {}
+  // REQUIRES: one span per parameter of `m`, each of its size
+  ReferenceDeviceLiveMemory(const Manifest& m, std::vector<std::span<uint8_t>> spans)
+      : bufs_(std::move(spans)) {
+    for (const auto& p : m.params()) names_.push_back(p.name);
+  }
 
   std::span<uint8_t> Param(uint32_t) override { return {}; }  // not host-addressable
   void Discard() override {
@@ -48,12 +54,10 @@ class ReferenceDeviceLiveMemory : public LiveMemory {
                       before ? flat.size() * elem_size : 0);
   }
   Status ChunkDigests(uint32_t i, size_t first, size_t count, uint64_t* out) override {
-    const size_t begin = first * kHashChunkBytes;
     if (count == 0) return Status::OK();
-    if (begin >= bufs_[i].size()) {
-      return Status::Error(ErrorCode::kOutOfRange, "chunk " + std::to_string(first) +
-                                                       " outside parameter " + std::to_string(i));
-    }
+    WTX_RETURN_IF_ERROR(
+        kernel_args::CheckFirstChunk(names_[i], bufs_[i].size(), first, kHashChunkBytes));
+    const size_t begin = first * kHashChunkBytes;
     const size_t bytes = std::min(count * kHashChunkBytes, bufs_[i].size() - begin);
     ChunkDigestsRef(bufs_[i].data() + begin, bytes, out);
     return Status::OK();
@@ -72,17 +76,11 @@ class ReferenceDeviceLiveMemory : public LiveMemory {
 
  private:
   Status CheckRange(uint32_t i, size_t offset, size_t len, const char* what) const {
-    if (offset > bufs_[i].size() || len > bufs_[i].size() - offset) {
-      return Status::Error(ErrorCode::kOutOfRange,
-                           std::string(what) + " of " + std::to_string(len) + " bytes at " +
-                               std::to_string(offset) + " outside parameter " +
-                               std::to_string(i) + " (" + std::to_string(bufs_[i].size()) +
-                               " bytes)");
-    }
-    return Status::OK();
+    return kernel_args::CheckByteRange(what, names_[i], bufs_[i].size(), offset, len);
   }
   std::vector<std::vector<uint8_t>> owned_;
   std::vector<std::span<uint8_t>> bufs_;
+  std::vector<std::string> names_;  // the parameters', for errors
 };
 
 }  // namespace
@@ -94,19 +92,13 @@ std::unique_ptr<LiveMemory> NewReferenceDeviceLiveMemory(const Manifest& manifes
 Result<std::unique_ptr<LiveMemory>> NewBorrowedReferenceDeviceLiveMemory(
     const Manifest& manifest, std::vector<std::span<uint8_t>> spans) {
   const auto& params = manifest.params();
-  if (spans.size() != params.size()) {
-    return Status::InvalidArgument(std::to_string(spans.size()) + " buffers for " +
-                                   std::to_string(params.size()) + " parameters");
-  }
+  WTX_RETURN_IF_ERROR(kernel_args::CheckBufferCount("buffer", spans.size(), params.size()));
   for (size_t i = 0; i < params.size(); ++i) {
-    if (spans[i].size() != static_cast<size_t>(params[i].num_bytes())) {
-      return Status::InvalidArgument("buffer of '" + params[i].name + "' has " +
-                                     std::to_string(spans[i].size()) + " bytes, expected " +
-                                     std::to_string(params[i].num_bytes()));
-    }
+    WTX_RETURN_IF_ERROR(kernel_args::CheckBufferSize("buffer", params[i].name, spans[i].size(),
+                                                     static_cast<size_t>(params[i].num_bytes())));
   }
   return std::unique_ptr<LiveMemory>(
-      std::make_unique<ReferenceDeviceLiveMemory>(std::move(spans)));
+      std::make_unique<ReferenceDeviceLiveMemory>(manifest, std::move(spans)));
 }
 
 #ifndef WTX_HAVE_CUDA

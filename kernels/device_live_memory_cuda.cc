@@ -12,6 +12,7 @@
 #include "wtx/content_hash.h"
 #include "wtx/device_live_memory.h"
 #include "wtx/gpu.h"
+#include "kernels/kernel_args.h"
 
 namespace wtx {
 namespace {
@@ -61,16 +62,12 @@ class CudaLiveMemory : public LiveMemory {
   // The engine's tensors: no allocation, no copy, no zeroing.
   Status Borrow(const Manifest& m, const std::vector<DeviceSpan>& spans) {
     const auto& params = m.params();
-    if (spans.size() != params.size()) {
-      return Status::InvalidArgument(std::to_string(spans.size()) + " device tensors for " +
-                                     std::to_string(params.size()) + " parameters");
-    }
+    WTX_RETURN_IF_ERROR(
+        kernel_args::CheckBufferCount("device tensor", spans.size(), params.size()));
     for (size_t i = 0; i < params.size(); ++i) {
-      if (spans[i].bytes != static_cast<size_t>(params[i].num_bytes())) {
-        return Status::InvalidArgument("device tensor of '" + params[i].name + "' has " +
-                                       std::to_string(spans[i].bytes) + " bytes, expected " +
-                                       std::to_string(params[i].num_bytes()));
-      }
+      WTX_RETURN_IF_ERROR(kernel_args::CheckBufferSize("device tensor", params[i].name,
+                                                       spans[i].bytes,
+                                                       static_cast<size_t>(params[i].num_bytes())));
       if (spans[i].ptr == 0 && spans[i].bytes > 0) {
         return Status::InvalidArgument("device tensor of '" + params[i].name + "' is null");
       }
@@ -134,11 +131,8 @@ class CudaLiveMemory : public LiveMemory {
   }
   Status ChunkDigests(uint32_t i, size_t first, size_t count, uint64_t* out) override {
     if (count == 0) return Status::OK();
+    WTX_RETURN_IF_ERROR(kernel_args::CheckFirstChunk(names_[i], sizes_[i], first, kHashChunkBytes));
     const size_t begin = first * kHashChunkBytes;
-    if (begin >= sizes_[i]) {
-      return Status::Error(ErrorCode::kOutOfRange,
-                           "chunk " + std::to_string(first) + " outside '" + names_[i] + "'");
-    }
     const size_t bytes = std::min(count * kHashChunkBytes, sizes_[i] - begin);
     return GpuChunkDigests(At(i, begin), bytes, out, stream_);
   }
@@ -157,13 +151,7 @@ class CudaLiveMemory : public LiveMemory {
   }
   void* At(uint32_t i, size_t offset) const { return static_cast<char*>(bufs_[i]) + offset; }
   Status CheckRange(uint32_t i, size_t offset, size_t len, const char* what) const {
-    if (offset > sizes_[i] || len > sizes_[i] - offset) {
-      return Status::Error(ErrorCode::kOutOfRange,
-                           std::string(what) + " of " + std::to_string(len) + " bytes at " +
-                               std::to_string(offset) + " outside '" + names_[i] + "' (" +
-                               std::to_string(sizes_[i]) + " bytes)");
-    }
-    return Status::OK();
+    return kernel_args::CheckByteRange(what, names_[i], sizes_[i], offset, len);
   }
 
   cudaStream_t stream_;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "wtx/gpu.h"
+#include "kernels/kernel_args.h"
 #include "kernels/xxh3_hd.h"
 
 namespace wtx {
@@ -179,7 +180,7 @@ __global__ void RestoreKernel(T* param, const int64_t* idx, size_t count, const 
 Status ValidateIndices(const int64_t* dev_indices, size_t count, size_t param_bytes,
                        size_t elem_size, cudaStream_t stream) {
   if (count == 0) return Status::OK();
-  const int64_t elems = static_cast<int64_t>(param_bytes / elem_size);
+  const int64_t elems = kernel_args::ParamElems(param_bytes, elem_size);
   DeviceBuffer<unsigned long long> flags;
   WTX_RETURN_IF_ERROR(flags.Allocate(2));
   const unsigned long long init[2] = {0, ~0ULL};
@@ -193,23 +194,7 @@ Status ValidateIndices(const int64_t* dev_indices, size_t count, size_t param_by
   if (out[0] != 0) {
     int64_t v = 0;
     WTX_CUDA_TRY(cudaMemcpy(&v, dev_indices + out[1], sizeof v, cudaMemcpyDeviceToHost));
-    return Status::Error(ErrorCode::kOutOfRange,
-                         "scatter: " + std::to_string(out[0]) + " indices outside [0, " +
-                             std::to_string(elems) + "), first: " + std::to_string(v) + " (entry " +
-                             std::to_string(out[1]) + ")");
-  }
-  return Status::OK();
-}
-
-Status CheckElemAndAlignment(size_t elem_size, std::initializer_list<const void*> ptrs) {
-  if (elem_size != 1 && elem_size != 2 && elem_size != 4 && elem_size != 8) {
-    return Status::InvalidArgument("scatter: element size " + std::to_string(elem_size) +
-                                   " is not 1, 2, 4 or 8");
-  }
-  for (const void* p : ptrs) {
-    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % elem_size != 0) {
-      return Status::InvalidArgument("scatter: device pointer not aligned to the element size");
-    }
+    return kernel_args::IndicesOutOfRange(out[0], v, out[1], elems);
   }
   return Status::OK();
 }
@@ -319,13 +304,11 @@ Status GpuScatter(void* dev_param, size_t param_bytes, const int64_t* dev_indice
                   const void* dev_values, size_t elem_size, void* dev_before,
                   size_t before_capacity, void* stream_ptr) {
   auto stream = static_cast<cudaStream_t>(stream_ptr);
-  WTX_RETURN_IF_ERROR(CheckElemAndAlignment(elem_size, {dev_param, dev_values, dev_before}));
-  const size_t need = count * elem_size;
-  if (dev_before != nullptr && need > before_capacity) {
-    return Status::Error(ErrorCode::kBudgetExceeded,
-                         "scatter: before-image needs " + std::to_string(need) +
-                             " bytes, buffer holds " + std::to_string(before_capacity));
-  }
+  // The same checks, in the same order, as ScatterRef (plus the device pointers' alignment).
+  WTX_RETURN_IF_ERROR(
+      kernel_args::CheckScatter(count, elem_size, dev_before != nullptr, before_capacity));
+  WTX_RETURN_IF_ERROR(
+      kernel_args::CheckAligned("scatter", elem_size, {dev_param, dev_values, dev_before}));
   WTX_RETURN_IF_ERROR(ValidateIndices(dev_indices, count, param_bytes, elem_size, stream));
   if (count == 0) return Status::OK();
   switch (elem_size) {
@@ -350,7 +333,8 @@ Status GpuScatter(void* dev_param, size_t param_bytes, const int64_t* dev_indice
 Status GpuRestore(void* dev_param, size_t param_bytes, const int64_t* dev_indices, size_t count,
                   const void* dev_before, size_t elem_size, void* stream_ptr) {
   auto stream = static_cast<cudaStream_t>(stream_ptr);
-  WTX_RETURN_IF_ERROR(CheckElemAndAlignment(elem_size, {dev_param, dev_before}));
+  WTX_RETURN_IF_ERROR(kernel_args::CheckElemSize(elem_size));
+  WTX_RETURN_IF_ERROR(kernel_args::CheckAligned("scatter", elem_size, {dev_param, dev_before}));
   WTX_RETURN_IF_ERROR(ValidateIndices(dev_indices, count, param_bytes, elem_size, stream));
   if (count == 0) return Status::OK();
   switch (elem_size) {
@@ -373,16 +357,10 @@ Status GpuRestore(void* dev_param, size_t param_bytes, const int64_t* dev_indice
 }
 
 Result<ScanCounts> GpuVerifyScan(const void* dev, size_t bytes, DType dtype, size_t row_elems) {
+  WTX_RETURN_IF_ERROR(kernel_args::CheckScanRows(bytes, dtype, row_elems));
   const size_t esize = DTypeSize(dtype);
   const size_t row_bytes = row_elems * esize;
-  if (row_elems != 0 && bytes % row_bytes != 0) {
-    return Status::InvalidArgument("scan: " + std::to_string(bytes) +
-                                   " bytes is not a whole number of " + std::to_string(row_bytes) +
-                                   "-byte rows");
-  }
-  if (reinterpret_cast<uintptr_t>(dev) % esize != 0) {
-    return Status::InvalidArgument("scan: device pointer not aligned to the element size");
-  }
+  WTX_RETURN_IF_ERROR(kernel_args::CheckAligned("scan", esize, {dev}));
   ScanCounts c;
   auto digest = GpuParamDigest(dev, bytes);
   if (!digest.ok()) return digest.status();

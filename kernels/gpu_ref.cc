@@ -8,6 +8,7 @@
 
 #include "wtx/content_hash.h"
 #include "wtx/gpu.h"
+#include "kernels/kernel_args.h"
 #include "kernels/xxh3_hd.h"
 
 namespace wtx {
@@ -35,22 +36,6 @@ uint32_t Load32(const uint8_t* p) {
   return v;
 }
 
-Status CheckScatterArgs(size_t param_bytes, std::span<const int64_t> indices, size_t elem_size) {
-  if (elem_size != 1 && elem_size != 2 && elem_size != 4 && elem_size != 8) {
-    return Status::InvalidArgument("scatter: element size " + std::to_string(elem_size) +
-                                   " is not 1, 2, 4 or 8");
-  }
-  const int64_t elems = static_cast<int64_t>(param_bytes / elem_size);
-  for (size_t i = 0; i < indices.size(); ++i) {
-    if (indices[i] < 0 || indices[i] >= elems) {
-      return Status::Error(ErrorCode::kOutOfRange,
-                           "scatter: index " + std::to_string(indices[i]) + " (entry " +
-                               std::to_string(i) + ") outside [0, " + std::to_string(elems) + ")");
-    }
-  }
-  return Status::OK();
-}
-
 }  // namespace
 
 void ChunkDigestsRef(const void* data, size_t bytes, uint64_t* out) {
@@ -69,13 +54,10 @@ uint64_t ParamDigestRef(const void* data, size_t bytes) {
 
 Status ScatterRef(void* param, size_t param_bytes, std::span<const int64_t> indices,
                   const void* values, size_t elem_size, void* before, size_t before_capacity) {
-  WTX_RETURN_IF_ERROR(CheckScatterArgs(param_bytes, indices, elem_size));
-  const size_t need = indices.size() * elem_size;
-  if (before != nullptr && need > before_capacity) {
-    return Status::Error(ErrorCode::kBudgetExceeded,
-                         "scatter: before-image needs " + std::to_string(need) +
-                             " bytes, buffer holds " + std::to_string(before_capacity));
-  }
+  // The same checks, in the same order, as GpuScatter.
+  WTX_RETURN_IF_ERROR(
+      kernel_args::CheckScatter(indices.size(), elem_size, before != nullptr, before_capacity));
+  WTX_RETURN_IF_ERROR(kernel_args::CheckIndices(indices, param_bytes, elem_size));
   uint8_t* dst = static_cast<uint8_t*>(param);
   const uint8_t* src = static_cast<const uint8_t*>(values);
   uint8_t* save = static_cast<uint8_t*>(before);
@@ -89,7 +71,8 @@ Status ScatterRef(void* param, size_t param_bytes, std::span<const int64_t> indi
 
 Status RestoreRef(void* param, size_t param_bytes, std::span<const int64_t> indices,
                   const void* before, size_t elem_size) {
-  WTX_RETURN_IF_ERROR(CheckScatterArgs(param_bytes, indices, elem_size));
+  WTX_RETURN_IF_ERROR(kernel_args::CheckElemSize(elem_size));
+  WTX_RETURN_IF_ERROR(kernel_args::CheckIndices(indices, param_bytes, elem_size));
   uint8_t* dst = static_cast<uint8_t*>(param);
   const uint8_t* save = static_cast<const uint8_t*>(before);
   for (size_t i = indices.size(); i-- > 0;) {
@@ -99,13 +82,9 @@ Status RestoreRef(void* param, size_t param_bytes, std::span<const int64_t> indi
 }
 
 Result<ScanCounts> VerifyScanRef(const void* data, size_t bytes, DType dtype, size_t row_elems) {
+  WTX_RETURN_IF_ERROR(kernel_args::CheckScanRows(bytes, dtype, row_elems));
   const size_t esize = DTypeSize(dtype);
   const size_t row_bytes = row_elems * esize;
-  if (row_elems != 0 && bytes % row_bytes != 0) {
-    return Status::InvalidArgument("scan: " + std::to_string(bytes) +
-                                   " bytes is not a whole number of " + std::to_string(row_bytes) +
-                                   "-byte rows");
-  }
   const uint8_t* p = static_cast<const uint8_t*>(data);
   ScanCounts c;
   c.digest = ParamDigestRef(data, bytes);

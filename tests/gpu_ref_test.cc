@@ -13,6 +13,7 @@
 #include "tests/device_participant_run.h"
 #include "tests/test_util.h"
 #include "wtx/content_hash.h"
+#include "wtx/device_live_memory.h"
 #include "wtx/gpu.h"
 #include "wtx/live_verify.h"
 #include "kernels/xxh3_hd.h"
@@ -143,6 +144,59 @@ TEST_CASE("scatter refuses bad indices and small before buffers and changes noth
   REQUIRE(param == original);
   // Without a before buffer there is no budget to exceed.
   REQUIRE(ScatterRef(param.data(), param.size(), ok, values.data(), 4, nullptr, 0).ok());
+}
+
+// The GPU's order (kernels/kernel_args.h): the O(1) checks before the index scan.
+TEST_CASE("ScatterChecksElementSizeAndBudgetBeforeIndices") {
+  auto param = RandomBytes(64, 6);
+  const auto original = param;
+  const std::vector<uint8_t> values(3 * 4, 0xab);
+  std::vector<uint8_t> before(12);
+  const std::vector<int64_t> bad = {0, 16, 99};  // two of 16 elements out of range
+  Status s = ScatterRef(param.data(), param.size(), bad, values.data(), 4, before.data(), 11);
+  CHECK(s.code() == ErrorCode::kBudgetExceeded);
+  s = ScatterRef(param.data(), param.size(), bad, values.data(), 3, before.data(), 12);
+  CHECK(s.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("element size 3"));
+  s = ScatterRef(param.data(), param.size(), bad, values.data(), 4, before.data(), 12);
+  REQUIRE(s.code() == ErrorCode::kOutOfRange);
+  CHECK_THAT(s.message(), Catch::Contains("2 indices outside [0, 16), first: 16 (entry 1)"));
+  s = RestoreRef(param.data(), param.size(), bad, before.data(), 4);
+  CHECK(s.code() == ErrorCode::kOutOfRange);
+  CHECK(param == original);
+}
+
+TEST_CASE("ReferenceDeviceMemoryRefusalsNameTheParameter") {
+  const auto m = testing::SmallManifest();  // kv_b: parameter 1, bf16 [8, 4] = 64 bytes
+  auto mem = NewReferenceDeviceLiveMemory(*m);
+  const std::vector<uint8_t> bytes(64, 1);
+  Status s = mem->Store(1, 60, bytes.data(), 8);
+  REQUIRE(s.code() == ErrorCode::kOutOfRange);
+  CHECK_THAT(s.message(), Catch::Contains("store of 8 bytes at 60 outside 'kv_b' (64 bytes)"));
+  std::vector<uint8_t> out(8);
+  s = mem->Load(1, 65, out.data(), 0);
+  CHECK_THAT(s.message(), Catch::Contains("load of 0 bytes at 65 outside 'kv_b'"));
+  uint64_t digest = 0;
+  s = mem->ChunkDigests(1, 1, 1, &digest);
+  REQUIRE(s.code() == ErrorCode::kOutOfRange);
+  CHECK_THAT(s.message(), Catch::Contains("chunk 1 outside 'kv_b' (64 bytes)"));
+  const std::vector<int64_t> idx = {0, -1};
+  s = mem->Scatter(1, idx, bytes.data(), 2, nullptr);
+  REQUIRE(s.code() == ErrorCode::kOutOfRange);
+  CHECK_THAT(s.message(), Catch::Contains("1 index outside [0, 32), first: -1 (entry 1)"));
+
+  // Borrowed buffers: one per parameter, each of its size.
+  std::vector<std::vector<uint8_t>> owned;
+  for (const auto& p : m->params()) owned.emplace_back(static_cast<size_t>(p.num_bytes()));
+  owned[1].pop_back();
+  std::vector<std::span<uint8_t>> spans(owned.begin(), owned.end());
+  auto r = NewBorrowedReferenceDeviceLiveMemory(*m, spans);
+  REQUIRE(r.status().code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(r.status().message(), Catch::Contains("buffer of 'kv_b' has 63 bytes, expected 64"));
+  spans.pop_back();
+  r = NewBorrowedReferenceDeviceLiveMemory(*m, spans);
+  REQUIRE(r.status().code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(r.status().message(), Catch::Contains("3 buffers for 4 parameters"));
 }
 
 TEST_CASE("scan counts NaN, Inf and all-zero rows") {

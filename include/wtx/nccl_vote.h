@@ -23,8 +23,6 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <condition_variable>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -98,15 +96,11 @@ class NcclVoteTransport : public Transport {
 
  private:
   class Endpoint;
+  struct Exchange;  // the last vote exchange, shared by the endpoints (mutex-protected)
   Transport* control_;
   NcclVoteGroup* group_;
   Participant* local_;
-  std::mutex mu_;
-  std::condition_variable exchanged_;  // an exchange finished (voted_tx_ or failed_tx_ set)
-  std::string failed_tx_;              // the last exchange failed, for this transaction
-  std::string voted_tx_;  // the transaction of the last exchange
-  std::vector<Vote> votes_;
-  std::string broadcast_tx_;  // decision broadcast done for this transaction
+  std::unique_ptr<Exchange> exchange_;
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
 };
 

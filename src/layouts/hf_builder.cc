@@ -408,6 +408,45 @@ void AddLmHead(Builder* b, int64_t hidden, int64_t vocab, bool tied, DType dtype
   if (!tied) b->AddVocabParallel("lm_head.weight", vocab, hidden);
 }
 
+std::string LayerPrefix(int64_t layer) { return "model.layers." + std::to_string(layer); }
+
+namespace {
+
+// Opens `model.layers.N.<name>` with the replicated norm `model.layers.N.<norm>.weight`.
+std::string BeginLayerModule(Builder* b, int64_t layer, std::string_view name,
+                             std::string_view norm, int64_t hidden) {
+  const std::string lp = LayerPrefix(layer);
+  std::string module = lp + "." + std::string(name);
+  b->BeginModule(module);
+  b->AddReplicated(lp + "." + std::string(norm) + ".weight", {hidden}, b->format().dtype);
+  return module;
+}
+
+}  // namespace
+
+std::string BeginAttentionModule(Builder* b, int64_t layer, int64_t hidden) {
+  return BeginLayerModule(b, layer, "self_attn", "input_layernorm", hidden);
+}
+
+std::string BeginMlpModule(Builder* b, int64_t layer, int64_t hidden, std::string_view name) {
+  return BeginLayerModule(b, layer, name, "post_attention_layernorm", hidden);
+}
+
+LayerKinds ClassifyLayers(int64_t layers, const std::function<bool(int64_t layer)>& is_moe) {
+  LayerKinds kinds;
+  for (int64_t l = 0; l < layers; ++l) (is_moe(l) ? kinds.moe : kinds.dense) = true;
+  return kinds;
+}
+
+Status AddDecoderLayers(Builder* b, int64_t hidden, int64_t layers, int64_t vocab, bool tied,
+                        const std::function<Status(int64_t layer)>& layer) {
+  WTX_RETURN_IF_ERROR(b->CheckVocab(vocab));
+  AddEmbedding(b, vocab, hidden);
+  for (int64_t l = 0; l < layers; ++l) WTX_RETURN_IF_ERROR(layer(l));
+  AddLmHead(b, hidden, vocab, tied, b->format().dtype);
+  return Status::OK();
+}
+
 Result<GqaAttention> ReadGqaAttention(const ConfigReader& c, int tp) {
   GqaAttention a;
   WTX_ASSIGN_OR_RETURN(hidden, c.PositiveInt("hidden_size"));
@@ -450,10 +489,7 @@ Status AddGqaAttention(Builder* b, const GqaAttention& a, int64_t layer) {
     kv_rows = {head * a.head_dim, (head + 1) * a.head_dim};
   }
   const DType dtype = b->format().dtype;
-  const std::string lp = "model.layers." + std::to_string(layer);
-  const std::string attn = lp + ".self_attn";
-  b->BeginModule(attn);
-  b->AddReplicated(lp + ".input_layernorm.weight", {a.hidden}, dtype);
+  const std::string attn = BeginAttentionModule(b, layer, a.hidden);
   const LinearPart qkv[] = {{"q", attn + ".q_proj", a.heads * a.head_dim, q_rows},
                             {"k", attn + ".k_proj", a.kv_heads * a.head_dim, kv_rows},
                             {"v", attn + ".v_proj", a.kv_heads * a.head_dim, kv_rows}};
@@ -470,13 +506,10 @@ Status AddGqaAttention(Builder* b, const GqaAttention& a, int64_t layer) {
   return Status::OK();
 }
 
-Status AddRoutedMoeModule(Builder* b, int64_t layer, const std::string& module,
+Status AddRoutedMoeModule(Builder* b, int64_t layer, std::string_view name,
                           const ExpertsSpec& spec) {
-  const DType dtype = b->format().dtype;
-  b->BeginModule(module);
-  b->AddReplicated("model.layers." + std::to_string(layer) + ".post_attention_layernorm.weight",
-                   {spec.hidden}, dtype);
-  b->AddReplicated(module + ".gate.weight", {spec.experts, spec.hidden}, dtype);
+  const std::string module = BeginMlpModule(b, layer, spec.hidden, name);
+  b->AddReplicated(module + ".gate.weight", {spec.experts, spec.hidden}, b->format().dtype);
   WTX_RETURN_IF_ERROR(b->AddExperts(module, spec));
   b->AddModuleScalesDerived(module + ".fp8_scales");
   return Status::OK();
@@ -498,23 +531,17 @@ Result<DecoderFrame> ReadDecoderFrame(const ConfigReader& c, const Builder& b) {
 
 Status AddDecoder(Builder* b, const DecoderFrame& f,
                   const std::function<Status(int64_t layer)>& mlp) {
-  WTX_RETURN_IF_ERROR(b->CheckVocab(f.vocab));
-  AddEmbedding(b, f.vocab, f.attn.hidden);
-  for (int64_t layer = 0; layer < f.layers; ++layer) {
+  return AddDecoderLayers(b, f.attn.hidden, f.layers, f.vocab, f.tied, [&](int64_t layer) {
     WTX_RETURN_IF_ERROR(AddGqaAttention(b, f.attn, layer));
-    WTX_RETURN_IF_ERROR(mlp(layer));
-  }
-  AddLmHead(b, f.attn.hidden, f.vocab, f.tied, b->format().dtype);
-  return Status::OK();
+    return mlp(layer);
+  });
 }
 
 Status AddDenseMlpModule(Builder* b, int64_t layer, int64_t hidden, int64_t intermediate,
                          bool bias) {
-  const std::string lp = "model.layers." + std::to_string(layer);
-  b->BeginModule(lp + ".mlp");
-  b->AddReplicated(lp + ".post_attention_layernorm.weight", {hidden}, b->format().dtype);
-  WTX_RETURN_IF_ERROR(AddGatedMlp(b, lp + ".mlp", hidden, intermediate, bias));
-  b->AddModuleScalesDerived(lp + ".mlp.fp8_scales");
+  const std::string mlp = BeginMlpModule(b, layer, hidden, "mlp");
+  WTX_RETURN_IF_ERROR(AddGatedMlp(b, mlp, hidden, intermediate, bias));
+  b->AddModuleScalesDerived(mlp + ".fp8_scales");
   return Status::OK();
 }
 

@@ -192,6 +192,29 @@ void AddEmbedding(Builder* b, int64_t vocab, int64_t hidden);
 // embedding is tied, the vocab-parallel `lm_head.weight`.
 void AddLmHead(Builder* b, int64_t hidden, int64_t vocab, bool tied, DType dtype);
 
+// The per-layer preamble every family shares. "model.layers.N".
+std::string LayerPrefix(int64_t layer);
+// Opens the attention module `model.layers.N.self_attn` with the layer's replicated
+// `model.layers.N.input_layernorm.weight` [hidden]; returns the module name.
+std::string BeginAttentionModule(Builder* b, int64_t layer, int64_t hidden);
+// Opens the MLP module `model.layers.N.<name>` ("mlp", "block_sparse_moe") with the layer's
+// replicated `model.layers.N.post_attention_layernorm.weight` [hidden]; returns the module name.
+std::string BeginMlpModule(Builder* b, int64_t layer, int64_t hidden, std::string_view name);
+
+// Which decoder layers are MoE: `moe` and `dense` tell whether at least one layer of
+// [0, layers) is of that kind (a family reads the fields of a kind only when some layer has it).
+struct LayerKinds {
+  bool dense = false;
+  bool moe = false;
+};
+LayerKinds ClassifyLayers(int64_t layers, const std::function<bool(int64_t layer)>& is_moe);
+
+// The decoder skeleton of every family: checks the (padded) vocabulary against tp, then lays
+// out the embedding, `layer(N)` for N in [0, layers) (which opens its own modules, normally
+// with BeginAttentionModule and BeginMlpModule), then the final norm and lm_head.
+Status AddDecoderLayers(Builder* b, int64_t hidden, int64_t layers, int64_t vocab, bool tied,
+                        const std::function<Status(int64_t layer)>& layer);
+
 // Grouped-query attention as vLLM's LlamaAttention (llama, mistral, qwen2, qwen3, qwen3_moe,
 // mixtral): fused qkv_proj, o_proj, and Qwen3's per-head q_norm / k_norm.
 struct GqaAttention {
@@ -211,11 +234,11 @@ Result<GqaAttention> ReadGqaAttention(const ConfigReader& c, int tp);
 // q_norm / k_norm [head_dim] when qk_norm, and the fp8 scales' derived state.
 Status AddGqaAttention(Builder* b, const GqaAttention& a, int64_t layer);
 
-// A sparse MoE module `module` ("model.layers.N.mlp", "...block_sparse_moe") of decoder layer
-// `layer`: post_attention_layernorm, the replicated router `module.gate.weight` [E, H], the
-// routed experts, and the fp8 scales' derived state.
+// The sparse MoE module `model.layers.N.<name>` ("mlp", "block_sparse_moe") of decoder layer
+// N: post_attention_layernorm, the replicated router `<module>.gate.weight` [E, H], the routed
+// experts, and the fp8 scales' derived state.
 // REQUIRES: b->CheckExperts(spec).ok()
-Status AddRoutedMoeModule(Builder* b, int64_t layer, const std::string& module,
+Status AddRoutedMoeModule(Builder* b, int64_t layer, std::string_view name,
                           const ExpertsSpec& spec);
 
 // The frame of a llama-shaped decoder: attention, layer count, vocabulary, tied embeddings.
@@ -227,8 +250,8 @@ struct DecoderFrame {
 };
 // Reads ReadGqaAttention's fields, num_hidden_layers, vocab_size and tie_word_embeddings.
 Result<DecoderFrame> ReadDecoderFrame(const ConfigReader& c, const Builder& b);
-// Checks the (padded) vocabulary against tp, then lays out the embedding, per layer the
-// attention and `mlp(layer)` (which opens its own module), then the final norm and lm_head.
+// AddDecoderLayers with, per layer, the GQA attention and `mlp(layer)` (which opens its own
+// module).
 Status AddDecoder(Builder* b, const DecoderFrame& f,
                   const std::function<Status(int64_t layer)>& mlp);
 // The dense MLP module `model.layers.N.mlp` of a llama-shaped decoder: post_attention_layernorm

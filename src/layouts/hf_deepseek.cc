@@ -26,24 +26,23 @@ Status BuildDeepseekV3(const ConfigReader& c, Builder* b) {
   auto is_moe = [&](int64_t layer) {
     return routed_experts.has_value() && layer >= first_dense && layer % moe_freq == 0;
   };
-  bool any_dense = false, any_moe = false;
-  for (int64_t l = 0; l < layers; ++l) (is_moe(l) ? any_moe : any_dense) = true;
+  const LayerKinds kinds = ClassifyLayers(layers, is_moe);
 
   int64_t inter = 0, moe_inter = 0;
-  if (any_dense) {
+  if (kinds.dense) {
     WTX_ASSIGN_OR_RETURN(i, c.PositiveInt("intermediate_size"));
     inter = i;
   }
-  if (any_moe) {
+  if (kinds.moe) {
     WTX_ASSIGN_OR_RETURN(i, c.PositiveInt("moe_intermediate_size"));
     moe_inter = i;
   }
 
   const int tp = b->tp();
   WTX_RETURN_IF_ERROR(CheckTpDivides(tp, heads, "num_attention_heads"));
-  if (any_dense) WTX_RETURN_IF_ERROR(CheckTpDivides(tp, inter, "intermediate_size"));
+  if (kinds.dense) WTX_RETURN_IF_ERROR(CheckTpDivides(tp, inter, "intermediate_size"));
   ExpertsSpec experts;
-  if (any_moe) {
+  if (kinds.moe) {
     experts = {*routed_experts, "n_routed_experts", hidden, moe_inter, "moe_intermediate_size", {}};
     WTX_RETURN_IF_ERROR(CheckTpAtMostExperts(tp, *routed_experts, "n_routed_experts"));
     WTX_RETURN_IF_ERROR(b->CheckExperts(experts));
@@ -52,8 +51,6 @@ Status BuildDeepseekV3(const ConfigReader& c, Builder* b) {
                                          "moe_intermediate_size * n_shared_experts"));
     }
   }
-  WTX_RETURN_IF_ERROR(b->CheckVocab(vocab));
-
   const DType dtype = b->format().dtype;
   const bool fp8 = b->format().fp8.has_value();
   const int64_t qk_dim = nope_dim + rope_dim;
@@ -62,13 +59,8 @@ Status BuildDeepseekV3(const ConfigReader& c, Builder* b) {
   const Range kv_b_rows = b->TpSlice(heads * (nope_dim + v_dim));
   const Range o_cols = b->TpSlice(heads * v_dim);
 
-  AddEmbedding(b, vocab, hidden);
-
-  for (int64_t layer = 0; layer < layers; ++layer) {
-    const std::string lp = "model.layers." + std::to_string(layer);
-    const std::string attn = lp + ".self_attn";
-    b->BeginModule(attn);
-    b->AddReplicated(lp + ".input_layernorm.weight", {hidden}, dtype);
+  return AddDecoderLayers(b, hidden, layers, vocab, tie, [&](int64_t layer) -> Status {
+    const std::string attn = BeginAttentionModule(b, layer, hidden);
     if (q_lora_rank) {
       // The two down-projections read the same input: vLLM fuses them, replicated.
       const LinearPart qkv_a[] = {{"0", attn + ".q_a_proj", *q_lora_rank, {0, *q_lora_rank}},
@@ -102,29 +94,22 @@ Status BuildDeepseekV3(const ConfigReader& c, Builder* b) {
     b->AddDerived(attn + ".W_UV", std::move(kv_b_sources), Phase::kAttention);
     b->AddModuleScalesDerived(attn + ".fp8_scales");
 
-    const std::string mlp = lp + ".mlp";
-    b->BeginModule(mlp);
-    b->AddReplicated(lp + ".post_attention_layernorm.weight", {hidden}, dtype);
-    if (is_moe(layer)) {
-      b->AddReplicated(mlp + ".gate.weight", {*routed_experts, hidden}, dtype);
-      if (topk_method == "noaux_tc") {
-        // vLLM keeps the routing bias in f32 whatever the model dtype.
-        b->AddReplicated(mlp + ".gate.e_score_correction_bias", {*routed_experts}, DType::kF32);
-      }
-      WTX_RETURN_IF_ERROR(b->AddExperts(mlp, experts));
-      if (shared_experts > 0) {
-        // Shared experts are a plain tp-sliced MLP, with or without expert parallelism.
-        WTX_RETURN_IF_ERROR(
-            AddGatedMlp(b, mlp + ".shared_experts", hidden, moe_inter * shared_experts, false));
-      }
-    } else {
-      WTX_RETURN_IF_ERROR(AddGatedMlp(b, mlp, hidden, inter, false));
+    if (!is_moe(layer)) return AddDenseMlpModule(b, layer, hidden, inter, false);
+    const std::string mlp = BeginMlpModule(b, layer, hidden, "mlp");
+    b->AddReplicated(mlp + ".gate.weight", {*routed_experts, hidden}, dtype);
+    if (topk_method == "noaux_tc") {
+      // vLLM keeps the routing bias in f32 whatever the model dtype.
+      b->AddReplicated(mlp + ".gate.e_score_correction_bias", {*routed_experts}, DType::kF32);
+    }
+    WTX_RETURN_IF_ERROR(b->AddExperts(mlp, experts));
+    if (shared_experts > 0) {
+      // Shared experts are a plain tp-sliced MLP, with or without expert parallelism.
+      WTX_RETURN_IF_ERROR(
+          AddGatedMlp(b, mlp + ".shared_experts", hidden, moe_inter * shared_experts, false));
     }
     b->AddModuleScalesDerived(mlp + ".fp8_scales");
-  }
-
-  AddLmHead(b, hidden, vocab, tie, dtype);
-  return Status::OK();
+    return Status::OK();
+  });
 }
 
 }  // namespace wtx::hf

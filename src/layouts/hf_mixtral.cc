@@ -16,8 +16,7 @@ Status BuildMixtral(const ConfigReader& c, Builder* b) {
   WTX_RETURN_IF_ERROR(b->CheckExperts(spec));
 
   return AddDecoder(b, frame, [&](int64_t layer) {
-    return AddRoutedMoeModule(b, layer,
-                              "model.layers." + std::to_string(layer) + ".block_sparse_moe", spec);
+    return AddRoutedMoeModule(b, layer, "block_sparse_moe", spec);
   });
 }
 

@@ -22,17 +22,16 @@ Status BuildQwen3Moe(const ConfigReader& c, Builder* b) {
     return experts > 0 && (layer + 1) % sparse_step == 0 &&
            std::find(mlp_only.begin(), mlp_only.end(), layer) == mlp_only.end();
   };
-  bool any_dense = false, any_moe = false;
-  for (int64_t l = 0; l < frame.layers; ++l) (is_moe(l) ? any_moe : any_dense) = true;
+  const LayerKinds kinds = ClassifyLayers(frame.layers, is_moe);
 
   int64_t inter = 0;
-  if (any_dense) {
+  if (kinds.dense) {
     WTX_ASSIGN_OR_RETURN(i, c.PositiveInt("intermediate_size"));
     WTX_RETURN_IF_ERROR(CheckTpDivides(b->tp(), i, "intermediate_size"));
     inter = i;
   }
   ExpertsSpec spec;
-  if (any_moe) {
+  if (kinds.moe) {
     WTX_ASSIGN_OR_RETURN(i, c.PositiveInt("moe_intermediate_size"));
     spec = {experts, "num_experts", hidden, i, "moe_intermediate_size", {}};
     WTX_RETURN_IF_ERROR(CheckTpAtMostExperts(b->tp(), experts, "num_experts"));
@@ -41,7 +40,7 @@ Status BuildQwen3Moe(const ConfigReader& c, Builder* b) {
 
   return AddDecoder(b, frame, [&](int64_t layer) {
     if (!is_moe(layer)) return AddDenseMlpModule(b, layer, hidden, inter, false);
-    return AddRoutedMoeModule(b, layer, "model.layers." + std::to_string(layer) + ".mlp", spec);
+    return AddRoutedMoeModule(b, layer, "mlp", spec);
   });
 }
 

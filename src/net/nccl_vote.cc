@@ -4,10 +4,13 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "src/net/crypto.h"
+#include "src/util/thread_annotations.h"
 
 namespace wtx {
 
@@ -230,6 +233,15 @@ Status NcclVoteGroup::FollowCommit(Participant& p, const std::string& tx) {
 
 // ---------------------------------------------------------------------------------------------
 
+struct NcclVoteTransport::Exchange {
+  std::mutex mu;
+  std::condition_variable done;          // an exchange finished (voted_tx or failed_tx set)
+  std::string failed_tx GUARDED_BY(mu);  // the last exchange failed, for this transaction
+  std::string voted_tx GUARDED_BY(mu);   // the transaction of the last exchange
+  std::vector<Vote> votes GUARDED_BY(mu);
+  std::string broadcast_tx GUARDED_BY(mu);  // decision broadcast done for this transaction
+};
+
 class NcclVoteTransport::Endpoint : public ParticipantEndpoint {
  public:
   Endpoint(NcclVoteTransport* t, int rank) : t_(t), rank_(rank) {}
@@ -240,7 +252,8 @@ class NcclVoteTransport::Endpoint : public ParticipantEndpoint {
   Status Begin(const BeginRequest& req) override { return control()->Begin(req); }
 
   Result<Vote> Prepare(const std::string& tx, std::chrono::milliseconds timeout) override {
-    std::unique_lock<std::mutex> l(t_->mu_);
+    Exchange& x = *t_->exchange_;
+    std::unique_lock<std::mutex> l(x.mu);
     if (rank_ == 0) {
       auto v = t_->local_->Prepare(tx);
       Vote mine;
@@ -253,39 +266,40 @@ class NcclVoteTransport::Endpoint : public ParticipantEndpoint {
       }
       auto all = t_->group_->ExchangeVotes(tx, mine);
       if (!all.ok()) {
-        t_->failed_tx_ = tx;
-        t_->exchanged_.notify_all();
+        x.failed_tx = tx;
+        x.done.notify_all();
         return all.status();
       }
-      t_->voted_tx_ = tx;
-      t_->failed_tx_.clear();
-      t_->votes_ = std::move(all).value();
-      t_->exchanged_.notify_all();
+      x.voted_tx = tx;
+      x.failed_tx.clear();
+      x.votes = std::move(all).value();
+      x.done.notify_all();
       if (!v.ok()) return v.status();
-      return t_->votes_[0];
+      return x.votes[0];
     }
     // Rank 0's Prepare runs the exchange, possibly after this call began (the coordinator asks
     // every rank at once).
-    t_->exchanged_.wait_for(l, timeout, [&] { return t_->voted_tx_ == tx || t_->failed_tx_ == tx; });
-    if (t_->voted_tx_ != tx || rank_ >= static_cast<int>(t_->votes_.size())) {
+    x.done.wait_for(l, timeout, [&] { return x.voted_tx == tx || x.failed_tx == tx; });
+    if (x.voted_tx != tx || rank_ >= static_cast<int>(x.votes.size())) {
       return Status(ErrorCode::kTimeout, "rank " + std::to_string(rank_) + " did not answer");
     }
-    return t_->votes_[rank_];
+    return x.votes[rank_];
   }
 
   Status Decide(const std::string& tx, Decision d, const std::string& version) override {
-    std::unique_lock<std::mutex> l(t_->mu_);
-    if (t_->voted_tx_ == tx && t_->broadcast_tx_ != tx) {
+    Exchange& x = *t_->exchange_;
+    std::unique_lock<std::mutex> l(x.mu);
+    if (x.voted_tx == tx && x.broadcast_tx != tx) {
       // The first delivery after the vote: one broadcast tells every rank.
       auto b = t_->group_->BroadcastDecision(tx, d, version);
       if (!b.ok()) {
-        t_->voted_tx_.clear();
+        x.voted_tx.clear();
         l.unlock();
         return rank_ == 0 ? t_->local_->Decide(tx, d, version) : control()->Decide(tx, d, version);
       }
-      t_->broadcast_tx_ = tx;
+      x.broadcast_tx = tx;
     }
-    if (t_->broadcast_tx_ == tx) {
+    if (x.broadcast_tx == tx) {
       l.unlock();
       if (rank_ == 0) return t_->local_->Decide(tx, d, version);
       return Status::OK();  // the follower applied the broadcast decision
@@ -301,7 +315,7 @@ class NcclVoteTransport::Endpoint : public ParticipantEndpoint {
 };
 
 NcclVoteTransport::NcclVoteTransport(Transport* control, NcclVoteGroup* group, Participant* local)
-    : control_(control), group_(group), local_(local) {
+    : control_(control), group_(group), local_(local), exchange_(std::make_unique<Exchange>()) {
   for (int r = 0; r < control->num_ranks(); ++r) {
     endpoints_.push_back(std::make_unique<Endpoint>(this, r));
   }

@@ -25,6 +25,8 @@
 
 #include <rocksdb/file_system.h>
 
+#include "src/util/thread_annotations.h"
+
 namespace wtx {
 
 class FaultInjectionFileSystem : public rocksdb::FileSystemWrapper {
@@ -94,17 +96,17 @@ class FaultInjectionFileSystem : public rocksdb::FileSystemWrapper {
                          std::unique_ptr<rocksdb::FSWritableFile>* result);
 
   mutable std::mutex mu_;
-  std::map<std::string, FileState> files_;
-  bool active_ = true;
-  int fail_writes_ = 0;
-  int fail_syncs_ = 0;
-  int fail_writes_after_ = 0;
-  int fail_syncs_after_ = 0;
-  std::optional<std::thread::id> inject_thread_;
-  bool Eligible(const std::string& fname) const;
-  uint64_t syncs_ = 0;
-  uint64_t wal_syncs_ = 0;
-  uint64_t injected_errors_ = 0;
+  std::map<std::string, FileState> files_ GUARDED_BY(mu_);
+  bool active_ GUARDED_BY(mu_) = true;
+  int fail_writes_ GUARDED_BY(mu_) = 0;
+  int fail_syncs_ GUARDED_BY(mu_) = 0;
+  int fail_writes_after_ GUARDED_BY(mu_) = 0;
+  int fail_syncs_after_ GUARDED_BY(mu_) = 0;
+  std::optional<std::thread::id> inject_thread_ GUARDED_BY(mu_);
+  bool Eligible(const std::string& fname) const REQUIRES(mu_);
+  uint64_t syncs_ GUARDED_BY(mu_) = 0;
+  uint64_t wal_syncs_ GUARDED_BY(mu_) = 0;
+  uint64_t injected_errors_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace wtx

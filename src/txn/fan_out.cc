@@ -8,7 +8,7 @@ struct FanOut::Batch {
   const std::function<void(int)>* fn;
   std::mutex mu;
   std::condition_variable done_cv;
-  int remaining;
+  int remaining GUARDED_BY(mu);
 };
 
 FanOut::FanOut(int max_threads) : max_threads_(max_threads < 1 ? 1 : max_threads) {}

@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "src/util/thread_annotations.h"
+
 namespace wtx {
 
 class FanOut {
@@ -41,16 +43,17 @@ class FanOut {
     Batch* batch;
     int index;
   };
-  void Work();
+  void Work() EXCLUDES(mu_);
   static void Execute(const Task& t);
 
   const int max_threads_;
   std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Task> queue_;
+  std::condition_variable cv_;  // a task was queued, or stopping_ set
+  std::deque<Task> queue_ GUARDED_BY(mu_);
+  // Written under mu_ (Run starts threads); joined by the destructor, when no Run is active.
   std::vector<std::thread> threads_;
-  int idle_ = 0;
-  bool stopping_ = false;
+  int idle_ GUARDED_BY(mu_) = 0;
+  bool stopping_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace wtx

@@ -24,7 +24,7 @@ class StderrLoggerImpl : public Logger {
   }
 
  private:
-  std::mutex mu_;
+  std::mutex mu_;  // keeps whole lines together on stderr; guards no member
 };
 
 struct LoggerSlot {
