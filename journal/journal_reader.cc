@@ -102,20 +102,15 @@ JournalVerification VerifyJournal(const std::string& dir, const JournalVerifyOpt
 }
 
 Result<JournalHistory> ReadJournalHistory(const std::string& dir) {
-  JournalVerification v = VerifyJournal(dir);
-  if (!v.status.ok()) return v.status;
-  JournalOptions o;
-  o.read_only = true;
-  o.create_if_missing = false;
-  auto j = Journal::Open(dir, o);
+  std::vector<std::string> warnings;
+  auto j = OpenVerifiedReadOnly(dir, &warnings);
   if (!j.ok()) return j.status();
-  WTX_RETURN_IF_ERROR(CheckJournal(*j.value()));
   auto h = ReadHistory(*j.value());
   if (!h.ok()) return h.status();
   JournalHistory out;
   out.owner = OwnerOf(j.value()->identity());
   out.records = j.value()->last_seq();
-  out.warnings = std::move(v.warnings);
+  out.warnings = std::move(warnings);
   for (const auto& e : h.value()) out.entries.push_back(EntryFromJson(e));
   return out;
 }

@@ -15,22 +15,6 @@ using nlohmann::json;
 
 namespace {
 
-// Verified (files, checksums, chain, identity, then replay == stored state), then opened
-// read-only: corrupt data is never returned.
-Result<std::unique_ptr<Journal>> OpenVerifiedJournal(const std::string& dir,
-                                                     std::vector<std::string>* warnings) {
-  JournalVerification v = VerifyJournal(dir);
-  if (!v.status.ok()) return v.status;
-  *warnings = std::move(v.warnings);
-  JournalOptions o;
-  o.read_only = true;
-  o.create_if_missing = false;
-  auto j = Journal::Open(dir, o);
-  if (!j.ok()) return j.status();
-  WTX_RETURN_IF_ERROR(CheckJournal(*j.value()));
-  return j;
-}
-
 std::optional<std::string> OptionalString(const json& obj, const char* key) {
   auto it = obj.is_object() ? obj.find(key) : obj.end();
   if (it == obj.end() || !it->is_string()) return std::nullopt;
@@ -41,7 +25,7 @@ std::optional<std::string> OptionalString(const json& obj, const char* key) {
 
 Result<JournalTxRecords> ReadJournalRecords(const std::string& dir, const std::string& tx) {
   JournalTxRecords out;
-  WTX_ASSIGN_OR_RETURN(j, OpenVerifiedJournal(dir, &out.warnings));
+  WTX_ASSIGN_OR_RETURN(j, OpenVerifiedReadOnly(dir, &out.warnings));
   WTX_RETURN_IF_ERROR(j->ForEachRecord([&](const json& r) {
     if (r.is_object() && r.value("tx", json()) == tx) {
       out.records.push_back(
@@ -54,7 +38,7 @@ Result<JournalTxRecords> ReadJournalRecords(const std::string& dir, const std::s
 
 Result<JournalState> ReadJournalState(const std::string& dir) {
   JournalState out;
-  WTX_ASSIGN_OR_RETURN(j, OpenVerifiedJournal(dir, &out.warnings));
+  WTX_ASSIGN_OR_RETURN(j, OpenVerifiedReadOnly(dir, &out.warnings));
   out.owner = JournalOwner{j->identity().role, j->identity().rank};
   out.records = j->last_seq();
   const json st = StripBookkeeping(j->state());
@@ -84,7 +68,7 @@ Result<JournalState> ReadJournalState(const std::string& dir) {
 
 Result<JournalReplay> ReplayJournal(const std::string& dir) {
   JournalReplay out;
-  WTX_ASSIGN_OR_RETURN(j, OpenVerifiedJournal(dir, &out.warnings));
+  WTX_ASSIGN_OR_RETURN(j, OpenVerifiedReadOnly(dir, &out.warnings));
   WTX_ASSIGN_OR_RETURN(state, ReplayState(*j));
   out.records = j->last_seq();
   out.state_json = state.dump();

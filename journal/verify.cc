@@ -114,6 +114,19 @@ Result<std::unique_ptr<Journal>> OpenTrustedJournal(const std::string& dir,
   return Journal::Open(dir, o);
 }
 
+Result<std::unique_ptr<Journal>> OpenVerifiedReadOnly(const std::string& dir,
+                                                      std::vector<std::string>* warnings) {
+  JournalCheckReport rep = VerifyJournalDir(dir);
+  if (!rep.status.ok()) return rep.status;
+  if (warnings) warnings->insert(warnings->end(), rep.warnings.begin(), rep.warnings.end());
+  JournalOptions o;
+  o.read_only = true;
+  o.create_if_missing = false;
+  WTX_ASSIGN_OR_RETURN(j, Journal::Open(dir, o));
+  WTX_RETURN_IF_ERROR(CheckJournal(*j));
+  return j;
+}
+
 std::optional<JournalIdentity> IdentityFromDirName(const std::string& dir) {
   std::string d = dir;
   while (d.size() > 1 && d.back() == '/') d.pop_back();

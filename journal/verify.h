@@ -76,6 +76,13 @@ Result<std::unique_ptr<Journal>> OpenTrustedJournal(const std::string& dir,
                                                     const JournalOptions& options,
                                                     std::vector<std::string>* warnings = nullptr);
 
+// Opens the journal in `dir` read-only after it passed VerifyJournalDir (its warnings are
+// appended to *warnings when given) and, once open, CheckJournal (replay equals the stored
+// state): a reader that goes through this never returns corrupt data. kNotFound when `dir`
+// holds no journal; kJournalCorrupt naming what is wrong.
+Result<std::unique_ptr<Journal>> OpenVerifiedReadOnly(const std::string& dir,
+                                                      std::vector<std::string>* warnings = nullptr);
+
 // The identity a directory name implies: "rank-N" -> participant N, "coordinator" ->
 // coordinator; nullopt for any other name.
 std::optional<JournalIdentity> IdentityFromDirName(const std::string& dir);
