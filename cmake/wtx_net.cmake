@@ -36,7 +36,10 @@ add_library(wtx_tcp_sim STATIC
   src/conformance/tcp_simulator.cc
 )
 target_include_directories(wtx_tcp_sim PRIVATE ${PROJECT_SOURCE_DIR})
-target_link_libraries(wtx_tcp_sim PUBLIC wtx_sim wtx_net Boost::headers)
+# Boost.Asio's SSL layer is header-only: whatever includes src/net/ headers calls OpenSSL itself,
+# and needs it on its own link line once wtx_net is a shared library (-DBUILD_SHARED_LIBS=ON).
+target_link_libraries(wtx_tcp_sim PUBLIC wtx_sim wtx_net Boost::headers OpenSSL::SSL
+                                         OpenSSL::Crypto)
 if(WTX_PCH)
   target_precompile_headers(wtx_tcp_sim REUSE_FROM wtx_core)
 endif()

@@ -116,7 +116,7 @@ Result<std::unique_ptr<LiveMemory>> NewDeviceLiveMemory(const Manifest&,
 }
 
 Result<std::unique_ptr<LiveMemory>> NewBorrowedDeviceLiveMemory(const Manifest&,
-                                                                std::vector<DeviceSpan>,
+                                                                const std::vector<DeviceSpan>&,
                                                                 DeviceLiveMemoryOptions) {
   return NoCuda();
 }

@@ -171,9 +171,9 @@ Result<std::unique_ptr<LiveMemory>> NewDeviceLiveMemory(const Manifest& manifest
   return std::unique_ptr<LiveMemory>(std::move(m));
 }
 
-Result<std::unique_ptr<LiveMemory>> NewBorrowedDeviceLiveMemory(const Manifest& manifest,
-                                                                std::vector<DeviceSpan> spans,
-                                                                DeviceLiveMemoryOptions options) {
+Result<std::unique_ptr<LiveMemory>> NewBorrowedDeviceLiveMemory(
+    const Manifest& manifest, const std::vector<DeviceSpan>& spans,
+    DeviceLiveMemoryOptions options) {
   WTX_RETURN_IF_ERROR(GpuProbe());
   auto m = std::make_unique<CudaLiveMemory>(options);
   WTX_RETURN_IF_ERROR(m->Borrow(manifest, spans));

@@ -50,7 +50,8 @@ Result<std::unique_ptr<LiveMemory>> NewDeviceLiveMemory(const Manifest& manifest
                                                         DeviceLiveMemoryOptions options = {});
 // spans[i] is parameter i (manifest order); sizes are checked against the manifest.
 Result<std::unique_ptr<LiveMemory>> NewBorrowedDeviceLiveMemory(
-    const Manifest& manifest, std::vector<DeviceSpan> spans, DeviceLiveMemoryOptions options = {});
+    const Manifest& manifest, const std::vector<DeviceSpan>& spans,
+    DeviceLiveMemoryOptions options = {});
 std::unique_ptr<LiveMemory> NewReferenceDeviceLiveMemory(const Manifest& manifest);
 // The reference backend over host buffers the caller owns and keeps alive (standing in for an
 // engine's device tensors: survives a participant reopen, never zeroed at creation). Sizes are

@@ -207,7 +207,7 @@ std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir, c
                                                  .attr("current_stream")(dev)
                                                  .attr("cuda_stream")
                                                  .cast<uintptr_t>());
-      o.memory = Unwrap(NewBorrowedDeviceLiveMemory(man, std::move(device_spans), dopts));
+      o.memory = Unwrap(NewBorrowedDeviceLiveMemory(man, device_spans, dopts));
       out->device = true;
     } else {
       o.memory = Unwrap(NewBorrowedLiveMemory(man, std::move(spans)));

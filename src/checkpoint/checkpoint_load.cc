@@ -46,6 +46,7 @@ SourceLookup LookupIn(const SafetensorsCheckpoint& c) {
 
 std::vector<const Manifest*> Raw(const std::vector<ManifestPtr>& ms) {
   std::vector<const Manifest*> out;
+  out.reserve(ms.size());
   for (const auto& m : ms) out.push_back(m.get());
   return out;
 }

@@ -108,9 +108,11 @@ class CheckpointImpl : public SafetensorsCheckpoint {
     if (only) {
       for (const std::string& n : *only) {
         if (!seen.count(n)) {
-          return Status(ErrorCode::kNotFound,
-                        path + ": tensor '" + n + "' is mapped to this file by the index, but "
-                        "the file does not hold it");
+          std::string msg = path;
+          msg.append(": tensor '")
+              .append(n)
+              .append("' is mapped to this file by the index, but the file does not hold it");
+          return Status(ErrorCode::kNotFound, std::move(msg));
         }
       }
     }
@@ -142,8 +144,13 @@ class CheckpointImpl : public SafetensorsCheckpoint {
       // Shard files live next to the index: no folders, no "..", no absolute paths.
       if (file.empty() || rel.has_parent_path() || rel.is_absolute() || file == "." ||
           file == "..") {
-        return Status::InvalidArgument(index_path + ": tensor '" + it.key() + "': shard file '" +
-                                       file + "' is not a file name in the index's folder");
+        std::string msg = index_path;
+        msg.append(": tensor '")
+            .append(it.key())
+            .append("': shard file '")
+            .append(file)
+            .append("' is not a file name in the index's folder");
+        return Status::InvalidArgument(std::move(msg));
       }
       by_file[(dir / rel).string()].insert(it.key());
     }

@@ -5,7 +5,7 @@ namespace wtx::hf {
 namespace {
 
 constexpr Family kFamilies[] = {
-#define WTX_HF_FAMILY(model_type, builder) {model_type, &builder},
+#define WTX_HF_FAMILY(model_type, builder) {(model_type), &(builder)},
 #include "src/layouts/hf_families.inc"
 #undef WTX_HF_FAMILY
 };
