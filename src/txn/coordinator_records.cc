@@ -67,12 +67,7 @@ Result<DecisionRecord> DecodeDecision(const json& j) {
   RecordFields f = CoordinatorFields(j, CoordinatorRecordType::kDecision);
   DecisionRecord r;
   r.tx = f.String("tx");
-  r.decision = f.Enum<Decision>("decision", DecisionFromName, "is not commit, abort or noop")
-                   .value_or(Decision::kAbort);
-  r.version = f.OptString("version");
-  if (f.ok() && r.decision == Decision::kCommit && !r.version) {
-    f.Fail("version", "is missing from a commit");
-  }
+  ReadDecision(f, &r.decision, &r.version);
   r.reason = f.OptString("reason").value_or("");
   f.ForEachObject("votes", false, [&](RecordFields& v) {
     DecisionVote dv;

@@ -361,12 +361,7 @@ Result<OutcomeRecord> DecodeOutcome(const json& j) {
   RecordFields f = ParticipantFields(j, ParticipantRecordType::kOutcome);
   OutcomeRecord r;
   r.tx = f.String("tx");
-  r.decision = f.Enum<Decision>("decision", DecisionFromName, "is not commit, abort or noop")
-                   .value_or(Decision::kAbort);
-  r.version = f.OptString("version");
-  if (f.ok() && r.decision == Decision::kCommit && !r.version) {
-    f.Fail("version", "is missing from a commit");
-  }
+  ReadDecision(f, &r.decision, &r.version);
   r.reason = f.OptString("reason");
   r.interrupted = f.OptBool("interrupted");
   r.dirty = f.OptBool("dirty");
