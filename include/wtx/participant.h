@@ -29,11 +29,19 @@
 //    box). On error nothing was reserved and the engine must not write.
 //  * Between Reserve and Landed the engine may write the reserved bytes any number of times,
 //    in any order, from any thread or stream; it must not write outside them. Other wtx calls
-//    (Write, Patch, more Reserves) may interleave. The bytes are not read by wtx until
-//    Prepare, which rehashes every touched chunk from live memory, so the transfer must be
-//    complete (stream synchronized) before Landed is called.
-//  * Landed(region), with the region as reserved, records the region as coverage. A region
-//    reserved but never landed is E_COVERAGE_INCOMPLETE at prepare, naming it.
+//    (Write, Patch, more Reserves) may interleave. The bytes are not read by wtx before
+//    Landed, so the transfer must be complete (stream synchronized) before Landed is called.
+//  * Landed(region), with the region as reserved, records the region as coverage and hashes,
+//    from live memory, every hash chunk the region covers whole (while the transfer most
+//    likely left the bytes in cache; on device memory with the device's kernel); chunks it
+//    covers only in part are rehashed from live memory at Prepare. A region reserved but
+//    never landed is E_COVERAGE_INCOMPLETE at prepare, naming it.
+//  * After Landed the region's bytes are final for this transaction: a later change (without
+//    another declared write) is an undeclared write. verify "touched" (the default) trusts the
+//    declaration, as it trusts that undeclared chunks did not change: the version describes
+//    the bytes as landed, and the next Verify() or verify "all" finds the difference. A
+//    verify "all" prepare rehashes every chunk and votes no with E_UNDECLARED_WRITE naming a
+//    chunk that changed after its landing (or after a Write that covered it whole).
 //  * Abort: with rollback the before-images are restored (whatever the engine had written);
 //    without, the rank stays dirty (its bytes are mixed) until a full commit.
 //  * Delta transactions land patches only through Patch; Reserve on a shard whose packed layout

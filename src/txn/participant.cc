@@ -216,9 +216,16 @@ class ParticipantImpl : public Participant {
     return (c && c->Overlaps(begin, len)) || (r && r->Overlaps(begin, len));
   }
   Status PatchLocked(const PatchRequest& req);
+  // Landed: digests of the chunks `landing` covers whole, computed now from the live bytes
+  // (host memory directly, device memory through its ChunkDigests kernel); the chunks it
+  // covers in part stay touched for prepare.
+  Status HashLanded(const Landing& landing);
   // Rehashes every chunk of the live bytes, installs the digests in the hash caches and, when
   // `committed` is not null, compares the chunks `tx` did not declare (all when tx is null)
-  // with it. Fills *report (comparable = committed != null).
+  // with it. Chunks `tx` declared whose digest was taken when the write or landing was
+  // declared (a whole chunk copied by Write, or landed) are compared with that digest: a
+  // change since is undeclared too, committed digests or not. Fills *report (comparable =
+  // committed != null).
   Status VerifyLiveLocked(const ActiveTx* tx, const std::vector<std::vector<uint64_t>>* committed,
                           VerifyReport* report);
   // Logs (synced) that undeclared changes were found: the rank is durably dirty.
@@ -1312,7 +1319,9 @@ Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
     const bool comparable = !tx.dirty_at_begin && loaded_ && committed_chunks_known_;
     WTX_RETURN_IF_ERROR(
         VerifyLiveLocked(&tx, comparable ? &committed_chunks_ : nullptr, &verified));
-    if (comparable && !verified.ok) {
+    // A difference from the committed version, or a chunk changed after its write or landing
+    // was declared (detectable on a dirty base too).
+    if (verified.chunks_differing > 0) {
       vote.errors.insert(vote.errors.begin(), ErrorCode::kUndeclaredWrite);
       vote.error = ErrorCode::kUndeclaredWrite;
       vote.yes = false;
@@ -1654,6 +1663,9 @@ Status ParticipantImpl::Landed(const LandingRegion& region) {
     return Err(ErrorCode::kDuplicateWrite, "landed " + name + ": already landed in transaction '" +
                                                tx.req.tx + "'");
   }
+  // The transfer is complete (the contract): hash the chunks it covers whole now, while the
+  // engine's copy most likely left them in cache, instead of reading them again at prepare.
+  WTX_RETURN_IF_ERROR(HashLanded(landing));
   for (const auto& [param, run] : landing.runs) {
     const ParamSpec& p = manifest_->params()[param];
     auto& cov = tx.coverage[param];
@@ -1683,12 +1695,42 @@ Status ParticipantImpl::Landed(const LandingRegion& region) {
   return Status::OK();
 }
 
+Status ParticipantImpl::HashLanded(const Landing& landing) {
+  if (hooks_.benchmark_hash_landings_at_prepare && *hooks_.benchmark_hash_landings_at_prepare) {
+    return Status::OK();
+  }
+  // Runs of one parameter that touch are hashed as one range (rows of a box, adjacent shards).
+  auto runs = landing.runs;
+  std::sort(runs.begin(), runs.end());
+  for (size_t i = 0; i < runs.size();) {
+    const uint32_t param = runs[i].first;
+    const int64_t begin = runs[i].second.first;
+    int64_t end = begin + runs[i].second.second;
+    for (++i; i < runs.size() && runs[i].first == param && runs[i].second.first == end; ++i) {
+      end += runs[i].second.second;
+    }
+    const size_t esz = DTypeSize(manifest_->params()[param].dtype);
+    const size_t off = static_cast<size_t>(begin) * esz;
+    const size_t len = static_cast<size_t>(end - begin) * esz;
+    if (host_memory_) {
+      hash_[param].HashCovered(memory_->Param(param), off, len);
+      continue;
+    }
+    auto hashed = hash_[param].HashCovered(off, len, [&](size_t first, size_t count, uint64_t* out) {
+      return memory_->ChunkDigests(param, first, count, out);
+    });
+    if (!hashed.ok()) return MemoryFailed(hashed.status());
+  }
+  return Status::OK();
+}
+
 Status ParticipantImpl::VerifyLiveLocked(const ActiveTx* tx,
                                          const std::vector<std::vector<uint64_t>>* committed,
                                          VerifyReport* report) {
   const auto& params = manifest_->params();
   report->comparable = committed != nullptr;
   std::vector<uint64_t> fresh;
+  size_t changed_after_declared = 0;
   for (uint32_t i = 0; i < params.size(); ++i) {
     const size_t bytes = memory_->Size(i);
     const size_t n = hash_[i].num_chunks();
@@ -1708,11 +1750,18 @@ Status ParticipantImpl::VerifyLiveLocked(const ActiveTx* tx,
         tx && !tx->declared_chunks[i].empty() ? &tx->declared_chunks[i] : nullptr;
     bool param_differs = false;
     for (size_t c = 0; c < n; ++c) {
-      const bool differs = committed && !(declared && (*declared)[c]) &&
-                           ((*committed)[i].size() != n || (*committed)[i][c] != fresh[c]);
+      const bool is_declared = declared && (*declared)[c];
+      // Declared and not touched since: its digest was taken when the write or landing was
+      // declared complete, so the bytes must still be those.
+      const bool settled = is_declared && !hash_[i].touched(c);
+      const bool differs =
+          settled ? hash_[i].chunk_digests()[c] != fresh[c]
+                  : committed && !is_declared &&
+                        ((*committed)[i].size() != n || (*committed)[i][c] != fresh[c]);
       hash_[i].SetChunkDigest(c, fresh[c]);
       if (!differs) continue;
       ++report->chunks_differing;
+      if (settled) ++changed_after_declared;
       param_differs = true;
       auto& diffs = report->differences;
       if (!diffs.empty() && diffs.back().param == params[i].name &&
@@ -1747,7 +1796,7 @@ Status ParticipantImpl::VerifyLiveLocked(const ActiveTx* tx,
     report->boxes.push_back(d.box);
   }
   report->ok = report->comparable && report->chunks_differing == 0;
-  if (!report->comparable) {
+  if (report->chunks_differing == 0 && !report->comparable) {
     report->message = "rank " + Rank() + ": no committed chunk digests to compare with";
   } else if (report->ok) {
     report->message = "rank " + Rank() + ": " + std::to_string(report->chunks_checked) +
@@ -1765,6 +1814,10 @@ Status ParticipantImpl::VerifyLiveLocked(const ActiveTx* tx,
            std::to_string(d.first_chunk + d.chunks) + ") box " + BoxToString(d.box) + ";";
     }
     if (m.back() == ';') m.pop_back();
+    if (changed_after_declared > 0) {
+      m += " (" + std::to_string(changed_after_declared) +
+           " of them after this transaction declared them written or landed)";
+    }
     report->message = m;
   }
   return Status::OK();

@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "src/txn/test_hooks.h"
 #include "tools/bench/bench.h"
 #include "wtx/coordinator.h"
 #include "wtx/inproc_transport.h"
@@ -62,6 +63,7 @@ struct OneRank {
   std::unique_ptr<InProcTransport> transport;
   std::unique_ptr<Coordinator> coordinator;
 };
-Result<OneRank> OpenOneRank(const std::string& dir, ManifestPtr manifest);
+Result<OneRank> OpenOneRank(const std::string& dir, ManifestPtr manifest,
+                            const ParticipantHooks& hooks = {});
 
 }  // namespace wtx::bench
