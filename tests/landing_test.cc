@@ -658,3 +658,51 @@ TEST_CASE("PartialChunkLandingIsRehashedAtPrepare") {
   REQUIRE(ol.decision == Decision::kCommit);
   CHECK(VersionIsTheLiveBytes(wc.rank(0)));
 }
+
+TEST_CASE("LandingHashThreadsHashInTheBackgroundWithTheSameResults") {
+  // landing_hash_threads: Landed hands the whole chunks to background threads; prepare waits
+  // for them. Same version as hashing in the caller's thread, same catch of a later change.
+  auto m = ChunkyManifest();
+  Cluster inline_rank(1, m);
+  Cluster threaded(1, m);
+  threaded.SetLandingHashThreads(2);
+  REQUIRE(threaded.Restart(0).ok());
+  std::string versions[2];
+  int k = 0;
+  for (Cluster* c : {&inline_rank, &threaded}) {
+    REQUIRE(c->coordinator()
+                .Begin(Req("t1", TxKind::kFull, "", {}, {}, false, VerifyMode::kAll))
+                .status.ok());
+    for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 100}, {100, 192}, {192, 256}}) {
+      REQUIRE(Land(c->rank(0), Rows(b, e), 6).ok());
+    }
+    REQUIRE(Land(c->rank(0), {"small", "", "", std::nullopt}, 6).ok());
+    CommitOutcome o = c->coordinator().Commit("t1");
+    REQUIRE(o.decision == Decision::kCommit);
+    CHECK(VersionIsTheLiveBytes(c->rank(0)));
+    versions[k++] = o.version;
+  }
+  CHECK(versions[0] == versions[1]);
+  // A change after Landed, under verify all.
+  REQUIRE(threaded.coordinator()
+              .Begin(Req("t2", TxKind::kFull, "", {}, {}, false, VerifyMode::kAll))
+              .status.ok());
+  REQUIRE(LandAll(threaded.rank(0), 7).ok());
+  Flip(threaded.rank(0), "big", 130 * kBigRowBytes);  // chunk 2
+  CommitOutcome bad = threaded.coordinator().Commit("t2");
+  CHECK(bad.decision == Decision::kAbort);
+  CHECK(bad.votes[0].vote.error == ErrorCode::kUndeclaredWrite);
+  // A rollback abort waits for the hashing before restoring the bytes.
+  REQUIRE(threaded.FullCommit("t3", 8).status.ok());
+  const std::string v3 = threaded.coordinator().CommittedVersion("t3").value();
+  REQUIRE(threaded.coordinator()
+              .Begin(Req("t4", TxKind::kPartial, v3, {"all"}, {}, true))
+              .status.ok());
+  REQUIRE(LandAll(threaded.rank(0), 9).ok());
+  REQUIRE(threaded.coordinator().Abort("t4").status.ok());
+  CHECK(threaded.rank(0).status().serving);
+  CHECK(VersionIsTheLiveBytes(threaded.rank(0)));
+  // Out of range: Open refuses it.
+  threaded.SetLandingHashThreads(-1);
+  CHECK(threaded.Restart(0).code() == ErrorCode::kInvalidArgument);
+}

@@ -131,6 +131,8 @@ class Cluster {
   void SetMemoryFactory(std::function<std::shared_ptr<LiveMemory>(const Manifest&)> f) {
     memory_factory_ = std::move(f);
   }
+  // ParticipantOptions::landing_hash_threads of ranks started from now on (default 0).
+  void SetLandingHashThreads(int n) { landing_hash_threads_ = n; }
   Coordinator& coordinator() { return *c_; }
   FaultInjectionFileSystem& fs(int r) { return *fs_[r]; }
   InProcTransport& transport() { return transport_; }
@@ -147,6 +149,7 @@ class Cluster {
     o.env.fs = fs_[r];
     o.kernel_identity = kernel_;
     o.rollback_budget_bytes = rollback_budget;
+    o.landing_hash_threads = landing_hash_threads_;
     o.memory = memory_factory_ ? memory_factory_(*manifest_) : TestLiveMemory(*manifest_);
     ParticipantHooks hooks;
     hooks.crash_points = cp;
@@ -250,6 +253,7 @@ class Cluster {
   std::shared_ptr<FaultInjectionFileSystem> coord_fs_;
   std::unique_ptr<Coordinator> c_;
   std::function<std::shared_ptr<LiveMemory>(const Manifest&)> memory_factory_;
+  int landing_hash_threads_ = 0;
 };
 
 // What a shell command did: its exit status (128 + N when killed by signal N, -1 when it could

@@ -25,6 +25,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "wtx/manifest.h"
@@ -65,6 +66,9 @@ class ParamHashCache {
   // chunks the range covers only in part keep their mark. Returns how many were hashed.
   // REQUIRES: bytes.size() equals the constructor's num_bytes, offset + len <= bytes.size().
   size_t HashCovered(std::span<const uint8_t> bytes, size_t offset, size_t len);
+  // The chunks [first, end) that bytes [offset, offset + len) cover whole, as HashCovered
+  // counts them (first == end: none).
+  std::pair<size_t, size_t> CoveredChunks(size_t offset, size_t len) const;
   // Rehashes touched chunks of `bytes` and returns the parameter digest.
   // REQUIRES: bytes.size() equals the constructor's num_bytes.
   uint64_t Digest(std::span<const uint8_t> bytes);

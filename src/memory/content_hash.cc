@@ -288,24 +288,18 @@ void ParamHashCache::CopyIn(std::span<uint8_t> bytes, size_t offset, const void*
   }
 }
 
-namespace {
-
-// Chunks [first, end) that bytes [offset, offset + len) of a `num_bytes` buffer cover whole.
-std::pair<size_t, size_t> CoveredChunks(size_t num_bytes, size_t offset, size_t len) {
+std::pair<size_t, size_t> ParamHashCache::CoveredChunks(size_t offset, size_t len) const {
+  if (len == 0) return {0, 0};
   const size_t first = (offset + kHashChunkBytes - 1) / kHashChunkBytes;
   const size_t stop = offset + len;
-  const size_t end = stop == num_bytes ? (num_bytes + kHashChunkBytes - 1) / kHashChunkBytes
-                                       : stop / kHashChunkBytes;
+  const size_t end = stop == num_bytes_ ? chunks_.size() : stop / kHashChunkBytes;
   return {first, std::max(first, end)};
 }
-
-}  // namespace
 
 size_t ParamHashCache::HashCovered(std::span<const uint8_t> bytes, size_t offset, size_t len) {
   assert(bytes.size() == num_bytes_ && "hashing a buffer of another size");
   assert(offset + len <= num_bytes_ && "range outside the parameter");
-  if (len == 0) return 0;
-  const auto [first, end] = CoveredChunks(num_bytes_, offset, len);
+  const auto [first, end] = CoveredChunks(offset, len);
   for (size_t c = first; c < end; ++c) {
     const size_t off = c * kHashChunkBytes;
     SetChunkDigest(c, ChunkDigest(bytes.data() + off, std::min(kHashChunkBytes, num_bytes_ - off)));
@@ -316,8 +310,7 @@ size_t ParamHashCache::HashCovered(std::span<const uint8_t> bytes, size_t offset
 Result<size_t> ParamHashCache::HashCovered(size_t offset, size_t len,
                                            const ChunkDigestFn& compute) {
   assert(offset + len <= num_bytes_ && "range outside the parameter");
-  if (len == 0) return size_t{0};
-  const auto [first, end] = CoveredChunks(num_bytes_, offset, len);
+  const auto [first, end] = CoveredChunks(offset, len);
   if (first == end) return size_t{0};
   std::vector<uint64_t> out(end - first);
   WTX_RETURN_IF_ERROR(compute(first, end - first, out.data()));

@@ -9,6 +9,7 @@
 #include <set>
 #include <unordered_set>
 
+#include "src/memory/chunk_hash_pool.h"
 #include "src/txn/coverage.h"
 #include "src/util/checked_math.h"
 #include "journal/journal.h"
@@ -220,6 +221,10 @@ class ParticipantImpl : public Participant {
   // (host memory directly, device memory through its ChunkDigests kernel); the chunks it
   // covers in part stay touched for prepare.
   Status HashLanded(const Landing& landing);
+  // Waits for the background hashes of landed chunks (landing_pool_) and installs them in the
+  // hash caches. Called before anything reads the caches or may change landed bytes: prepare,
+  // decide, verify, reattach.
+  void DrainLandingHashes();
   // Rehashes every chunk of the live bytes, installs the digests in the hash caches and, when
   // `committed` is not null, compares the chunks `tx` did not declare (all when tx is null)
   // with it. Chunks `tx` declared whose digest was taken when the write or landing was
@@ -283,6 +288,10 @@ class ParticipantImpl : public Participant {
   // commit and by Reattach; empty otherwise).
   std::vector<std::vector<uint64_t>> committed_chunks_ GUARDED_BY(mu_);
   bool committed_chunks_known_ GUARDED_BY(mu_) = false;
+  // options_.landing_hash_threads > 0 on host memory: hashes landed chunks in the background
+  // (HashLanded submits, DrainLandingHashes installs). Declared last: destroyed (joined) first,
+  // while the live memory its jobs read is still alive.
+  std::unique_ptr<ChunkHashPool> landing_pool_;
 };
 
 Status ParticipantImpl::Init() {
@@ -290,6 +299,13 @@ Status ParticipantImpl::Init() {
   memory_ = options_.memory ? options_.memory
                             : std::shared_ptr<LiveMemory>(NewHostLiveMemory(*manifest_));
   host_memory_ = memory_->HostAddressable();
+  if (options_.landing_hash_threads < 0 || options_.landing_hash_threads > 256) {
+    return Status::InvalidArgument("landing_hash_threads must be in [0, 256], got " +
+                                   std::to_string(options_.landing_hash_threads));
+  }
+  if (options_.landing_hash_threads > 0 && host_memory_) {
+    landing_pool_ = std::make_unique<ChunkHashPool>(options_.landing_hash_threads);
+  }
   const auto& params = manifest_->params();
   for (uint32_t i = 0; i < params.size(); ++i) {
     if (memory_->Size(i) != static_cast<size_t>(params[i].num_bytes())) {
@@ -1255,6 +1271,7 @@ Result<Vote> ParticipantImpl::CheckPrepare(std::string_view txid) const {
 }
 
 Result<std::string> ParticipantImpl::DigestLocked() {
+  DrainLandingHashes();
   const auto& params = manifest_->params();
   std::vector<uint64_t> digests(params.size());
   for (uint32_t i = 0; i < params.size(); ++i) {
@@ -1399,6 +1416,8 @@ Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::st
                                      "' is not active");
   }
   ActiveTx& tx = *active_;
+  // Background hashes of landed bytes finish before a restore may change those bytes.
+  DrainLandingHashes();
   if (decision == Decision::kCommit && !(tx.prepared && tx.vote_yes)) {
     return Err(ErrorCode::kVoteNo, "rank " + Rank() + ": commit of '" + tx.req.tx +
                                        "' which this rank did not vote yes on");
@@ -1640,10 +1659,11 @@ Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& r
   tx.landings.emplace(key, std::move(landing));
   UpdateCoveragePeak();
   // The rank is durably dirty already: the synced BEGIN makes an interrupted transaction dirty
-  // on recovery, and tx.wrote makes it dirty now. The record is for the history.
+  // on recovery, and tx.wrote makes it dirty now. The record is for the history: batched like
+  // WRITE records (a bucketed landing reserves thousands of regions).
   pending_.emplace_back(json{{"type", "RESERVE"}, {"tx", tx.req.tx}, {"region", name},
                             {"boxes", std::move(shards)}, {"ts", now}});
-  WTX_RETURN_IF_ERROR(FlushPending());
+  if (pending_.size() >= kWriteRecordBatch) WTX_RETURN_IF_ERROR(FlushPending());
   return out;
 }
 
@@ -1712,6 +1732,11 @@ Status ParticipantImpl::HashLanded(const Landing& landing) {
     const size_t esz = DTypeSize(manifest_->params()[param].dtype);
     const size_t off = static_cast<size_t>(begin) * esz;
     const size_t len = static_cast<size_t>(end - begin) * esz;
+    if (host_memory_ && landing_pool_) {
+      const auto [first, end] = hash_[param].CoveredChunks(off, len);
+      if (first < end) landing_pool_->Submit(param, memory_->Param(param), first, end - first);
+      continue;
+    }
     if (host_memory_) {
       hash_[param].HashCovered(memory_->Param(param), off, len);
       continue;
@@ -1724,9 +1749,19 @@ Status ParticipantImpl::HashLanded(const Landing& landing) {
   return Status::OK();
 }
 
+void ParticipantImpl::DrainLandingHashes() {
+  if (!landing_pool_) return;
+  for (const ChunkHashPool::Done& d : landing_pool_->Drain()) {
+    for (size_t k = 0; k < d.digests.size(); ++k) {
+      hash_[d.tag].SetChunkDigest(d.first + k, d.digests[k]);
+    }
+  }
+}
+
 Status ParticipantImpl::VerifyLiveLocked(const ActiveTx* tx,
                                          const std::vector<std::vector<uint64_t>>* committed,
                                          VerifyReport* report) {
+  DrainLandingHashes();
   const auto& params = manifest_->params();
   report->comparable = committed != nullptr;
   std::vector<uint64_t> fresh;

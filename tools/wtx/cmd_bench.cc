@@ -70,6 +70,8 @@ const Figure kFigures[] = {
     {"replay_records_per_s", ">= 1e6", [](double v) { return v >= 1e6; }},
     {"journal_vs_rocksdb", ">= 0.80", [](double v) { return v >= 0.80; }},
     {"landed_update_vs_memcpy", ">= 0.90", [](double v) { return v >= 0.90; }},
+    // Not the goal's figure: a second thread hashes (docs/performance.md).
+    {"landed_update_vs_memcpy_hasher_thread", "(2 threads)", [](double v) { return v >= 0.90; }},
     {"verify_all_vs_xxh3", "<= 1.10", [](double v) { return v <= 1.10; }},
     {"load_vs_read", ">= 0.80", [](double v) { return v >= 0.80; }},
 };
