@@ -75,9 +75,12 @@ Result<nlohmann::json> BenchJournal(const BenchOptions& options);
 // piece, the engine's own memcpy into the returned addresses, Landed each piece, which hashes
 // the chunks it covers whole; prepare rehashes the rest; 2PC commit) against the same memcpy
 // calls of the same bytes into the same live buffers, without wtx (higher is better).
-// verify_all_vs_xxh3: Participant::Verify() (every chunk rehashed and compared with the
-// committed chunk digests) on the clean rank against one XXH3_64bits pass over the same bytes
-// (its cost: lower is better). Keys: those two, details.
+// landed_update_vs_memcpy_hasher_thread: the same landing by a second participant over the same
+// buffers with ParticipantOptions::landing_hash_threads = 1 (two threads against one). The
+// details also hold the landing with all hashing left to prepare (a hook) and one memcpy per
+// whole parameter. verify_all_vs_xxh3: Participant::Verify() (every chunk rehashed and
+// compared with the committed chunk digests) on the clean rank against one XXH3_64bits pass
+// over the same bytes (its cost: lower is better). Keys: those three, details.
 Result<nlohmann::json> BenchLanding(const BenchOptions& options);
 
 // load_vs_read: `wtx load` (checkpoint_load.h: open + validate, fresh participants and

@@ -183,7 +183,7 @@ Result<json> BenchLanding(const BenchOptions& o) {
   run_xxh3();
   const int rounds = o.quick ? 3 : 7;
   std::vector<double> t_landed, t_commit, t_prepare_hash, t_prepare_hash_commit, t_memcpy,
-      t_memcpy_params, t_verify, t_xxh3, t_threaded;
+      t_memcpy_params, t_verify, t_xxh3, t_threaded, t_threaded_commit;
   constexpr int kKinds = 7;
   for (int r = 0; r < rounds; ++r) {
     for (int k = 0; k < kKinds; ++k) {
@@ -223,6 +223,7 @@ Result<json> BenchLanding(const BenchOptions& o) {
           // Same bytes as the other rank commits, so `rank` stays clean for its Verify.
           WTX_RETURN_IF_ERROR(run_landed(threaded, &s, &sc));
           t_threaded.push_back(s);
+          t_threaded_commit.push_back(sc);
           break;
       }
     }
@@ -270,6 +271,7 @@ Result<json> BenchLanding(const BenchOptions& o) {
                 {"hash_at_prepare_commit_ms", Median(t_prepare_hash_commit) * 1e3},
                 {"hash_at_prepare_landed_update_vs_memcpy", tm / tp},
                 {"hasher_thread_landed_update_ms", tt * 1e3},
+                {"hasher_thread_commit_ms", Median(t_threaded_commit) * 1e3},
                 {"verify_all_ms", tv * 1e3},
                 {"verify_all_gb_per_s", gb / tv},
                 {"xxh3_ms", tx * 1e3},

@@ -113,7 +113,8 @@ std::string Baseline(const std::string& name, const json& d) {
   }
   if (name == "landing") {
     return "memcpy " + g("memcpy_ms") + " ms, landed update " + g("landed_update_ms") +
-           " ms (hashing at prepare only: " + g("hash_at_prepare_landed_update_ms") + " ms) in " +
+           " ms (hashing at prepare only: " + g("hash_at_prepare_landed_update_ms") +
+           " ms, hasher thread: " + g("hasher_thread_landed_update_ms") + " ms) in " +
            d.value("buckets", json(0)).dump() + " buckets of " +
            Num(d.value("bucket_bytes", 0.0) / (1024.0 * 1024)) + " MiB; xxh3 " + g("xxh3_ms") +
            " ms, verify all " + g("verify_all_ms") + " ms for " +
