@@ -1733,17 +1733,20 @@ Status ParticipantImpl::HashLanded(const Landing& landing) {
     const size_t off = static_cast<size_t>(begin) * esz;
     const size_t len = static_cast<size_t>(end - begin) * esz;
     if (host_memory_ && landing_pool_) {
-      const auto [first, end] = hash_[param].CoveredChunks(off, len);
-      if (first < end) landing_pool_->Submit(param, memory_->Param(param), first, end - first);
+      const auto [first_chunk, end_chunk] = hash_[param].CoveredChunks(off, len);
+      if (first_chunk < end_chunk) {
+        landing_pool_->Submit(param, memory_->Param(param), first_chunk, end_chunk - first_chunk);
+      }
       continue;
     }
     if (host_memory_) {
       hash_[param].HashCovered(memory_->Param(param), off, len);
       continue;
     }
-    auto hashed = hash_[param].HashCovered(off, len, [&](size_t first, size_t count, uint64_t* out) {
-      return memory_->ChunkDigests(param, first, count, out);
-    });
+    auto hashed =
+        hash_[param].HashCovered(off, len, [&](size_t first, size_t count, uint64_t* out) {
+          return memory_->ChunkDigests(param, first, count, out);
+        });
     if (!hashed.ok()) return MemoryFailed(hashed.status());
   }
   return Status::OK();
