@@ -133,6 +133,8 @@ class Cluster {
           return f(m);
         });
   }
+  // ParticipantOptions::landing_hash_threads of ranks started from now on (default 0).
+  void SetLandingHashThreads(int n) { landing_hash_threads_ = n; }
   Coordinator& coordinator() { return cluster_.coordinator(); }
   FaultInjectionFileSystem& fs(int r) { return cluster_.rank_fs(r); }
   InProcTransport& transport() { return cluster_.transport(); }
@@ -223,11 +225,15 @@ class Cluster {
     o.memory = [](int, const Manifest& m) -> Result<std::shared_ptr<LiveMemory>> {
       return TestLiveMemory(m);
     };
+    o.customize_rank = [this](int, ParticipantOptions& po) {
+      po.landing_hash_threads = landing_hash_threads_;
+    };
     return o;
   }
 
   TempDir dir_;
   ManifestPtr manifest_;
+  int landing_hash_threads_ = 0;  // read by the cluster's customize_rank
   InProcCluster cluster_;  // after dir_: closed before the directory is removed
 };
 

@@ -14,7 +14,10 @@
 // touched. Writes through CopyIn hash every chunk they cover whole in the same pass as the copy
 // (the bytes are hashed while they are in registers, not read back from memory later), so a
 // full update costs about one memcpy; chunks a write covers only in part are marked touched and
-// rehashed by Digest. The digests are the same whatever path computed them.
+// rehashed by Digest. Bytes the engine landed in place itself are hashed by HashCovered when
+// the landing is reported complete (chunks it covers whole; the rest stay touched), so they
+// are read again while still likely in cache rather than at prepare. The digests are the same
+// whatever path computed them.
 // Thread-safety: a ParamHashCache is not synchronized; the free functions keep no state.
 #pragma once
 
@@ -22,6 +25,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "wtx/manifest.h"
@@ -56,6 +60,15 @@ class ParamHashCache {
   // REQUIRES: bytes.size() equals the constructor's num_bytes, offset + len <= bytes.size(),
   // and `src` does not overlap the destination.
   void CopyIn(std::span<uint8_t> bytes, size_t offset, const void* src, size_t len);
+  // Bytes [offset, offset + len) are final (an in-place landing completed): computes now the
+  // digest of every chunk the range covers whole (a last, shorter chunk counts when the range
+  // reaches the end) and clears its touched mark, while the bytes are likely still in cache;
+  // chunks the range covers only in part keep their mark. Returns how many were hashed.
+  // REQUIRES: bytes.size() equals the constructor's num_bytes, offset + len <= bytes.size().
+  size_t HashCovered(std::span<const uint8_t> bytes, size_t offset, size_t len);
+  // The chunks [first, end) that bytes [offset, offset + len) cover whole, as HashCovered
+  // counts them (first == end: none).
+  std::pair<size_t, size_t> CoveredChunks(size_t offset, size_t len) const;
   // Rehashes touched chunks of `bytes` and returns the parameter digest.
   // REQUIRES: bytes.size() equals the constructor's num_bytes.
   uint64_t Digest(std::span<const uint8_t> bytes);
@@ -64,7 +77,12 @@ class ParamHashCache {
   // A failing `compute` leaves its chunks touched and returns its error.
   using ChunkDigestFn = std::function<Status(size_t first, size_t count, uint64_t* out)>;
   Result<uint64_t> Digest(const ChunkDigestFn& compute);
+  // The same for bytes the host cannot read: one `compute` call for the covered chunks. A
+  // failing `compute` leaves them touched and returns its error.
+  Result<size_t> HashCovered(size_t offset, size_t len, const ChunkDigestFn& compute);
   size_t touched_chunks() const { return touched_count_; }
+  // Whether chunk `chunk` is marked for rehashing. REQUIRES: chunk < num_chunks()
+  bool touched(size_t chunk) const { return touched_[chunk]; }
   // The cached chunk digests; exact for the live bytes only when touched_chunks() == 0.
   std::span<const uint64_t> chunk_digests() const { return chunks_; }
   size_t num_chunks() const { return chunks_.size(); }

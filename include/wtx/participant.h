@@ -29,18 +29,28 @@
 //    box). On error nothing was reserved and the engine must not write.
 //  * Between Reserve and Landed the engine may write the reserved bytes any number of times,
 //    in any order, from any thread or stream; it must not write outside them. Other wtx calls
-//    (Write, Patch, more Reserves) may interleave. The bytes are not read by wtx until
-//    Prepare, which rehashes every touched chunk from live memory, so the transfer must be
-//    complete (stream synchronized) before Landed is called.
-//  * Landed(region), with the region as reserved, records the region as coverage. A region
+//    (Write, Patch, more Reserves) may interleave. The bytes are not read by wtx before
+//    Landed, so the transfer must be complete (stream synchronized) before Landed is called.
+//  * Landed(region), with the region as reserved, records the region as coverage and hashes,
+//    from live memory, every hash chunk the region covers whole (while the transfer most
+//    likely left the bytes in cache; on device memory with the device's kernel; with
+//    ParticipantOptions::landing_hash_threads, on background threads, Landed not waiting);
+//    chunks it covers only in part are rehashed from live memory at Prepare. A region
 //    reserved but never landed is E_COVERAGE_INCOMPLETE at prepare, naming it.
+//  * After Landed the region's bytes are final for this transaction: a later change (without
+//    another declared write) is an undeclared write. verify "touched" (the default) trusts the
+//    declaration, as it trusts that undeclared chunks did not change: the version describes
+//    the bytes as landed, and the next Verify() or verify "all" finds the difference. A
+//    verify "all" prepare rehashes every chunk and votes no with E_UNDECLARED_WRITE naming a
+//    chunk that changed after its landing (or after a Write that covered it whole).
 //  * Abort: with rollback the before-images are restored (whatever the engine had written);
 //    without, the rank stays dirty (its bytes are mixed) until a full commit.
 //  * Delta transactions land patches only through Patch; Reserve on a shard whose packed layout
 //    is not a translation of the source is E_LAYOUT_MISMATCH; a delta Reserve is E_OUT_OF_SCOPE.
 //
 // Thread-safety: all methods are safe to call from several threads; calls are serialized by
-// an internal mutex.
+// an internal mutex (Landed hashes under it). With landing_hash_threads > 0 the participant
+// owns that many threads, which only read landed bytes; they are joined when it is destroyed.
 #pragma once
 
 #include <memory>
@@ -77,6 +87,12 @@ struct ParticipantOptions {
   // Where the live bytes are (live_memory.h; a GPU: device_live_memory.h). Null: zeroed host
   // buffers owned by the participant. Sizes must match the manifest (checked at Open).
   std::shared_ptr<LiveMemory> memory;
+  // Host live memory: 0 (default): Landed hashes the chunks a landing covers whole in the
+  // calling thread. N in [1, 256]: N background threads of this participant hash them and
+  // Landed returns at once, so the engine's next transfer overlaps the hashing (on another
+  // core); prepare, decide and Verify wait for them. Ignored for device memory. Out of range:
+  // Open fails with kInvalidArgument.
+  int landing_hash_threads = 0;
 };
 
 // Where a caller's buffer is: host memory, or device memory on the live memory's device (for

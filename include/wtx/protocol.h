@@ -20,12 +20,15 @@ std::string_view TxKindName(TxKind kind);
 std::optional<TxKind> TxKindFromName(std::string_view name);
 
 // What prepare hashes (DESIGN.md, docs/protocol.md "Verification"):
-//  * kTouched: only the hash chunks this transaction wrote, patched or reserved are rehashed
-//    from live memory; every other chunk keeps its cached digest. Cheap, but a byte changed
-//    behind wtx's back (an undeclared write) goes unseen.
-//  * kAll: every chunk of the rank is rehashed (one XXH3 pass over the live bytes) and each
-//    chunk the transaction did not touch is compared with the committed chunk digest; any
-//    difference votes no with E_UNDECLARED_WRITE and makes the rank durably dirty.
+//  * kTouched: only the hash chunks this transaction wrote, patched or reserved get fresh
+//    digests from live memory: those a Write copied whole or a landing covered whole when the
+//    Write or Landed happened (participant.h), the others at prepare; every other chunk keeps
+//    its cached digest. Cheap, but a byte changed behind wtx's back (an undeclared write,
+//    also one into bytes already written or landed) goes unseen.
+//  * kAll: every chunk of the rank is rehashed (one XXH3 pass over the live bytes); each chunk
+//    the transaction did not touch is compared with the committed chunk digest, and each chunk
+//    hashed at its Write or Landed with that digest; any difference votes no with
+//    E_UNDECLARED_WRITE and makes the rank durably dirty.
 enum class VerifyMode { kTouched, kAll };
 std::string_view VerifyModeName(VerifyMode mode);  // "touched", "all"
 std::optional<VerifyMode> VerifyModeFromName(std::string_view name);

@@ -288,6 +288,36 @@ void ParamHashCache::CopyIn(std::span<uint8_t> bytes, size_t offset, const void*
   }
 }
 
+std::pair<size_t, size_t> ParamHashCache::CoveredChunks(size_t offset, size_t len) const {
+  if (len == 0) return {0, 0};
+  const size_t first = (offset + kHashChunkBytes - 1) / kHashChunkBytes;
+  const size_t stop = offset + len;
+  const size_t end = stop == num_bytes_ ? chunks_.size() : stop / kHashChunkBytes;
+  return {first, std::max(first, end)};
+}
+
+size_t ParamHashCache::HashCovered(std::span<const uint8_t> bytes, size_t offset, size_t len) {
+  assert(bytes.size() == num_bytes_ && "hashing a buffer of another size");
+  assert(offset + len <= num_bytes_ && "range outside the parameter");
+  const auto [first, end] = CoveredChunks(offset, len);
+  for (size_t c = first; c < end; ++c) {
+    const size_t off = c * kHashChunkBytes;
+    SetChunkDigest(c, ChunkDigest(bytes.data() + off, std::min(kHashChunkBytes, num_bytes_ - off)));
+  }
+  return end - first;
+}
+
+Result<size_t> ParamHashCache::HashCovered(size_t offset, size_t len,
+                                           const ChunkDigestFn& compute) {
+  assert(offset + len <= num_bytes_ && "range outside the parameter");
+  const auto [first, end] = CoveredChunks(offset, len);
+  if (first == end) return size_t{0};
+  std::vector<uint64_t> out(end - first);
+  WTX_RETURN_IF_ERROR(compute(first, end - first, out.data()));
+  for (size_t c = first; c < end; ++c) SetChunkDigest(c, out[c - first]);
+  return end - first;
+}
+
 void ParamHashCache::TouchAll() {
   touched_.assign(chunks_.size(), true);
   touched_count_ = chunks_.size();

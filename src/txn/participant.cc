@@ -9,6 +9,7 @@
 #include <set>
 #include <unordered_set>
 
+#include "src/memory/chunk_hash_pool.h"
 #include "src/txn/coverage.h"
 #include "src/util/checked_math.h"
 #include "journal/journal.h"
@@ -218,9 +219,20 @@ class ParticipantImpl : public Participant {
     return (c && c->Overlaps(begin, len)) || (r && r->Overlaps(begin, len));
   }
   Status PatchLocked(const PatchRequest& req);
+  // Landed: digests of the chunks `landing` covers whole, computed now from the live bytes
+  // (host memory directly, device memory through its ChunkDigests kernel); the chunks it
+  // covers in part stay touched for prepare.
+  Status HashLanded(const Landing& landing);
+  // Waits for the background hashes of landed chunks (landing_pool_) and installs them in the
+  // hash caches. Called before anything reads the caches or may change landed bytes: prepare,
+  // decide, verify, reattach.
+  void DrainLandingHashes();
   // Rehashes every chunk of the live bytes, installs the digests in the hash caches and, when
   // `committed` is not null, compares the chunks `tx` did not declare (all when tx is null)
-  // with it. Fills *report (comparable = committed != null).
+  // with it. Chunks `tx` declared whose digest was taken when the write or landing was
+  // declared (a whole chunk copied by Write, or landed) are compared with that digest: a
+  // change since is undeclared too, committed digests or not. Fills *report (comparable =
+  // committed != null).
   Status VerifyLiveLocked(const ActiveTx* tx, const std::vector<std::vector<uint64_t>>* committed,
                           VerifyReport* report);
   // Logs (synced) that undeclared changes were found: the rank is durably dirty.
@@ -280,6 +292,10 @@ class ParticipantImpl : public Participant {
   // commit and by Reattach; empty otherwise).
   std::vector<std::vector<uint64_t>> committed_chunks_ GUARDED_BY(mu_);
   bool committed_chunks_known_ GUARDED_BY(mu_) = false;
+  // options_.landing_hash_threads > 0 on host memory: hashes landed chunks in the background
+  // (HashLanded submits, DrainLandingHashes installs). Declared last: destroyed (joined) first,
+  // while the live memory its jobs read is still alive.
+  std::unique_ptr<ChunkHashPool> landing_pool_;
 };
 
 Status ParticipantImpl::Init() {
@@ -287,6 +303,13 @@ Status ParticipantImpl::Init() {
   memory_ = options_.memory ? options_.memory
                             : std::shared_ptr<LiveMemory>(NewHostLiveMemory(*manifest_));
   host_memory_ = memory_->HostAddressable();
+  if (options_.landing_hash_threads < 0 || options_.landing_hash_threads > 256) {
+    return Status::InvalidArgument("landing_hash_threads must be in [0, 256], got " +
+                                   std::to_string(options_.landing_hash_threads));
+  }
+  if (options_.landing_hash_threads > 0 && host_memory_) {
+    landing_pool_ = std::make_unique<ChunkHashPool>(options_.landing_hash_threads);
+  }
   const auto& params = manifest_->params();
   for (uint32_t i = 0; i < params.size(); ++i) {
     if (memory_->Size(i) != static_cast<size_t>(params[i].num_bytes())) {
@@ -1296,6 +1319,7 @@ Result<Vote> ParticipantImpl::CheckPrepare(std::string_view txid) const {
 }
 
 Result<std::string> ParticipantImpl::DigestLocked() {
+  DrainLandingHashes();
   const auto& params = manifest_->params();
   std::vector<uint64_t> digests(params.size());
   for (uint32_t i = 0; i < params.size(); ++i) {
@@ -1360,7 +1384,9 @@ Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
     const bool comparable = !tx.dirty_at_begin && loaded_ && committed_chunks_known_;
     WTX_RETURN_IF_ERROR(
         VerifyLiveLocked(&tx, comparable ? &committed_chunks_ : nullptr, &verified));
-    if (comparable && !verified.ok) {
+    // A difference from the committed version, or a chunk changed after its write or landing
+    // was declared (detectable on a dirty base too).
+    if (verified.chunks_differing > 0) {
       vote.errors.insert(vote.errors.begin(), ErrorCode::kUndeclaredWrite);
       vote.error = ErrorCode::kUndeclaredWrite;
       vote.yes = false;
@@ -1435,6 +1461,8 @@ Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::st
                                      "' is not active");
   }
   ActiveTx& tx = *active_;
+  // Background hashes of landed bytes finish before a restore may change those bytes.
+  DrainLandingHashes();
   if (decision == Decision::kCommit && !(tx.prepared && tx.vote_yes)) {
     return Err(ErrorCode::kVoteNo, "rank " + Rank() + ": commit of '" + tx.req.tx +
                                        "' which this rank did not vote yes on");
@@ -1678,9 +1706,10 @@ Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& r
   tx.landings.emplace(key, std::move(landing));
   UpdateCoveragePeak();
   // The rank is durably dirty already: the synced BEGIN makes an interrupted transaction dirty
-  // on recovery, and tx.wrote makes it dirty now. The record is for the history.
+  // on recovery, and tx.wrote makes it dirty now. The record is for the history: batched like
+  // WRITE records (a bucketed landing reserves thousands of regions).
   pending_.emplace_back(Encode(rec));
-  WTX_RETURN_IF_ERROR(FlushPending());
+  if (pending_.size() >= kWriteRecordBatch) WTX_RETURN_IF_ERROR(FlushPending());
   return out;
 }
 
@@ -1700,6 +1729,9 @@ Status ParticipantImpl::Landed(const LandingRegion& region) {
     return Err(ErrorCode::kDuplicateWrite, "landed " + name + ": already landed in transaction '" +
                                                tx.req.tx + "'");
   }
+  // The transfer is complete (the contract): hash the chunks it covers whole now, while the
+  // engine's copy most likely left them in cache, instead of reading them again at prepare.
+  WTX_RETURN_IF_ERROR(HashLanded(landing));
   for (const auto& [param, run] : landing.runs) {
     const ParamSpec& p = manifest_->params()[param];
     auto& cov = tx.coverage[param];
@@ -1728,12 +1760,60 @@ Status ParticipantImpl::Landed(const LandingRegion& region) {
   return Status::OK();
 }
 
+Status ParticipantImpl::HashLanded(const Landing& landing) {
+  if (hooks_.benchmark_hash_landings_at_prepare && *hooks_.benchmark_hash_landings_at_prepare) {
+    return Status::OK();
+  }
+  // Runs of one parameter that touch are hashed as one range (rows of a box, adjacent shards).
+  auto runs = landing.runs;
+  std::sort(runs.begin(), runs.end());
+  for (size_t i = 0; i < runs.size();) {
+    const uint32_t param = runs[i].first;
+    const int64_t begin = runs[i].second.first;
+    int64_t end = begin + runs[i].second.second;
+    for (++i; i < runs.size() && runs[i].first == param && runs[i].second.first == end; ++i) {
+      end += runs[i].second.second;
+    }
+    const size_t esz = DTypeSize(manifest_->params()[param].dtype);
+    const size_t off = static_cast<size_t>(begin) * esz;
+    const size_t len = static_cast<size_t>(end - begin) * esz;
+    if (host_memory_ && landing_pool_) {
+      const auto [first_chunk, end_chunk] = hash_[param].CoveredChunks(off, len);
+      if (first_chunk < end_chunk) {
+        landing_pool_->Submit(param, memory_->Param(param), first_chunk, end_chunk - first_chunk);
+      }
+      continue;
+    }
+    if (host_memory_) {
+      hash_[param].HashCovered(memory_->Param(param), off, len);
+      continue;
+    }
+    auto hashed =
+        hash_[param].HashCovered(off, len, [&](size_t first, size_t count, uint64_t* out) {
+          return memory_->ChunkDigests(param, first, count, out);
+        });
+    if (!hashed.ok()) return MemoryFailed(hashed.status());
+  }
+  return Status::OK();
+}
+
+void ParticipantImpl::DrainLandingHashes() {
+  if (!landing_pool_) return;
+  for (const ChunkHashPool::Done& d : landing_pool_->Drain()) {
+    for (size_t k = 0; k < d.digests.size(); ++k) {
+      hash_[d.tag].SetChunkDigest(d.first + k, d.digests[k]);
+    }
+  }
+}
+
 Status ParticipantImpl::VerifyLiveLocked(const ActiveTx* tx,
                                          const std::vector<std::vector<uint64_t>>* committed,
                                          VerifyReport* report) {
+  DrainLandingHashes();
   const auto& params = manifest_->params();
   report->comparable = committed != nullptr;
   std::vector<uint64_t> fresh;
+  size_t changed_after_declared = 0;
   for (uint32_t i = 0; i < params.size(); ++i) {
     const size_t bytes = memory_->Size(i);
     const size_t n = hash_[i].num_chunks();
@@ -1753,11 +1833,18 @@ Status ParticipantImpl::VerifyLiveLocked(const ActiveTx* tx,
         tx && !tx->declared_chunks[i].empty() ? &tx->declared_chunks[i] : nullptr;
     bool param_differs = false;
     for (size_t c = 0; c < n; ++c) {
-      const bool differs = committed && !(declared && (*declared)[c]) &&
-                           ((*committed)[i].size() != n || (*committed)[i][c] != fresh[c]);
+      const bool is_declared = declared && (*declared)[c];
+      // Declared and not touched since: its digest was taken when the write or landing was
+      // declared complete, so the bytes must still be those.
+      const bool settled = is_declared && !hash_[i].touched(c);
+      const bool differs =
+          settled ? hash_[i].chunk_digests()[c] != fresh[c]
+                  : committed && !is_declared &&
+                        ((*committed)[i].size() != n || (*committed)[i][c] != fresh[c]);
       hash_[i].SetChunkDigest(c, fresh[c]);
       if (!differs) continue;
       ++report->chunks_differing;
+      if (settled) ++changed_after_declared;
       param_differs = true;
       auto& diffs = report->differences;
       if (!diffs.empty() && diffs.back().param == params[i].name &&
@@ -1792,7 +1879,7 @@ Status ParticipantImpl::VerifyLiveLocked(const ActiveTx* tx,
     report->boxes.push_back(d.box);
   }
   report->ok = report->comparable && report->chunks_differing == 0;
-  if (!report->comparable) {
+  if (report->chunks_differing == 0 && !report->comparable) {
     report->message = "rank " + Rank() + ": no committed chunk digests to compare with";
   } else if (report->ok) {
     report->message = "rank " + Rank() + ": " + std::to_string(report->chunks_checked) +
@@ -1810,6 +1897,10 @@ Status ParticipantImpl::VerifyLiveLocked(const ActiveTx* tx,
            std::to_string(d.first_chunk + d.chunks) + ") box " + BoxToString(d.box) + ";";
     }
     if (m.back() == ';') m.pop_back();
+    if (changed_after_declared > 0) {
+      m += " (" + std::to_string(changed_after_declared) +
+           " of them after this transaction declared them written or landed)";
+    }
     report->message = m;
   }
   return Status::OK();

@@ -21,6 +21,11 @@ struct ParticipantHooks {
   // neither copies nor hashes the bytes, so the version no longer describes the live bytes.
   // Lets the coverage check of a 120 GiB rank be measured without moving 120 GiB.
   bool benchmark_coverage_only = false;
+  // Benchmarks only (`wtx bench --only landing`): while *this is true, Landed does not hash
+  // the chunks it covers whole and prepare rehashes them all from live memory (how landings
+  // were hashed before), so both ways are measured in one run over the same buffers. Not
+  // owned; may be null.
+  const bool* benchmark_hash_landings_at_prepare = nullptr;
 };
 
 struct CoordinatorHooks {

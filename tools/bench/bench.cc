@@ -149,13 +149,17 @@ Buffer::Buffer(size_t n, bool zeroed) : size_(n) {
 
 Buffer::~Buffer() { std::free(p_); }
 
-Result<OneRank> OpenOneRank(const std::string& dir, ManifestPtr manifest) {
+Result<OneRank> OpenOneRank(const std::string& dir, ManifestPtr manifest,
+                            const OneRankOptions& options) {
   OneRank r;
   ParticipantOptions po;
   po.rank = 0;
   po.journal_dir = dir + "/rank0";
   po.kernel_identity = "bench";
-  WTX_ASSIGN_OR_RETURN(participant, Participant::Open(po, std::move(manifest)));
+  po.memory = options.memory;
+  po.landing_hash_threads = options.landing_hash_threads;
+  WTX_ASSIGN_OR_RETURN(participant,
+                       OpenParticipantWithHooks(po, std::move(manifest), options.hooks));
   r.participant = std::move(participant);
   r.transport = std::make_unique<InProcTransport>(1);
   r.transport->SetParticipant(0, r.participant.get());

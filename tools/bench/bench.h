@@ -15,6 +15,7 @@
 // single-threaded work and are meant to run one at a time.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <iosfwd>
 #include <string>
@@ -31,6 +32,10 @@ struct BenchOptions {
   std::string model;           // config.json of the update figure (tp 1)
   std::string coverage_model;  // config.json of the coverage figure
   int coverage_tp = 8;         // ... its TP degree (rank 0 is measured)
+  // The landing figure's engine lands its bytes in buckets of at most this many bytes (a
+  // parameter larger than a bucket in row slices, smaller ones packed together); 0: one
+  // parameter at a time.
+  size_t landing_bucket_bytes = size_t{32} << 20;
   std::string scratch_dir;     // where journals live; must exist
   std::ostream* progress = nullptr;
 };
@@ -65,12 +70,17 @@ Result<nlohmann::json> BenchReplay(const BenchOptions& options);
 // options. Keys: journal_vs_rocksdb, details.
 Result<nlohmann::json> BenchJournal(const BenchOptions& options);
 
-// landed_update_vs_memcpy: a full transaction of the model landed in place (per parameter
-// Reserve, the engine's own memcpy into the returned address, Landed; prepare rehashes every
-// reserved chunk from live memory; 2PC commit) against memcpy of the same bytes into the same
-// live buffers (higher is better). verify_all_vs_xxh3: Participant::Verify() (every chunk
-// rehashed and compared with the committed chunk digests) on the clean rank against one
-// XXH3_64bits pass over the same bytes (its cost: lower is better). Keys: those two, details.
+// landed_update_vs_memcpy: a full transaction of the model landed in place by an engine that
+// receives its bytes in buckets of options.landing_bucket_bytes (per bucket: Reserve each
+// piece, the engine's own memcpy into the returned addresses, Landed each piece, which hashes
+// the chunks it covers whole; prepare rehashes the rest; 2PC commit) against the same memcpy
+// calls of the same bytes into the same live buffers, without wtx (higher is better).
+// landed_update_vs_memcpy_hasher_thread: the same landing by a second participant over the same
+// buffers with ParticipantOptions::landing_hash_threads = 1 (two threads against one). The
+// details also hold the landing with all hashing left to prepare (a hook) and one memcpy per
+// whole parameter. verify_all_vs_xxh3: Participant::Verify() (every chunk rehashed and
+// compared with the committed chunk digests) on the clean rank against one XXH3_64bits pass
+// over the same bytes (its cost: lower is better). Keys: those three, details.
 Result<nlohmann::json> BenchLanding(const BenchOptions& options);
 
 // load_vs_read: `wtx load` (checkpoint_load.h: open + validate, fresh participants and

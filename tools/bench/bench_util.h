@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "src/txn/test_hooks.h"
 #include "tools/bench/bench.h"
 #include "wtx/coordinator.h"
 #include "wtx/inproc_transport.h"
@@ -57,11 +58,17 @@ Result<ManifestPtr> Tp1Bf16Manifest(const BenchOptions& options);
 
 // One rank and a coordinator over the in-process transport, journals under `dir` (rank0/,
 // coordinator/). Members are destroyed coordinator first.
+struct OneRankOptions {
+  ParticipantHooks hooks;
+  std::shared_ptr<LiveMemory> memory;  // null: the participant's own host buffers
+  int landing_hash_threads = 0;        // ParticipantOptions::landing_hash_threads
+};
 struct OneRank {
   std::unique_ptr<Participant> participant;
   std::unique_ptr<InProcTransport> transport;
   std::unique_ptr<Coordinator> coordinator;
 };
-Result<OneRank> OpenOneRank(const std::string& dir, ManifestPtr manifest);
+Result<OneRank> OpenOneRank(const std::string& dir, ManifestPtr manifest,
+                            const OneRankOptions& options = {});
 
 }  // namespace wtx::bench

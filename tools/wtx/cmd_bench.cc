@@ -25,6 +25,7 @@ struct BenchArgs {
   std::string model;
   std::string coverage_model;
   int coverage_tp = 8;
+  int64_t landing_bucket_mib = 32;
   std::string shared_dir;
   std::string scratch_dir;
   std::vector<std::string> only;
@@ -69,6 +70,8 @@ const Figure kFigures[] = {
     {"replay_records_per_s", ">= 1e6", [](double v) { return v >= 1e6; }},
     {"journal_vs_rocksdb", ">= 0.80", [](double v) { return v >= 0.80; }},
     {"landed_update_vs_memcpy", ">= 0.90", [](double v) { return v >= 0.90; }},
+    // Not the goal's figure: a second thread hashes (docs/performance.md).
+    {"landed_update_vs_memcpy_hasher_thread", "(2 threads)", [](double v) { return v >= 0.90; }},
     {"verify_all_vs_xxh3", "<= 1.10", [](double v) { return v <= 1.10; }},
     {"load_vs_read", ">= 0.80", [](double v) { return v >= 0.80; }},
 };
@@ -110,7 +113,11 @@ std::string Baseline(const std::string& name, const json& d) {
   }
   if (name == "landing") {
     return "memcpy " + g("memcpy_ms") + " ms, landed update " + g("landed_update_ms") +
-           " ms; xxh3 " + g("xxh3_ms") + " ms, verify all " + g("verify_all_ms") + " ms for " +
+           " ms (hashing at prepare only: " + g("hash_at_prepare_landed_update_ms") +
+           " ms, hasher thread: " + g("hasher_thread_landed_update_ms") + " ms) in " +
+           d.value("buckets", json(0)).dump() + " buckets of " +
+           Num(d.value("bucket_bytes", 0.0) / (1024.0 * 1024)) + " MiB; xxh3 " + g("xxh3_ms") +
+           " ms, verify all " + g("verify_all_ms") + " ms for " +
            d.value("bytes", json(0)).dump() + " bytes";
   }
   if (name == "load") {
@@ -152,6 +159,7 @@ int RunBench(BenchArgs a) {
   o.model = a.model;
   o.coverage_model = a.coverage_model;
   o.coverage_tp = a.coverage_tp;
+  o.landing_bucket_bytes = static_cast<size_t>(a.landing_bucket_mib) << 20;
   o.scratch_dir = parent;
   o.progress = &std::cerr;
 
@@ -264,6 +272,10 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
                   "at --coverage-tp 8, with --quick tiny-deepseek at tp 1)");
   cmd->add_option("--coverage-tp", a->coverage_tp, "TP degree of the coverage model (rank 0)")
       ->check(RankCountRange());
+  cmd->add_option("--landing-bucket-mib", a->landing_bucket_mib,
+                  "the landing figure's engine lands in buckets of this many MiB (larger "
+                  "parameters in row slices, smaller ones packed); 0: one parameter at a time")
+      ->check(CLI::Range(int64_t{0}, int64_t{65536}));
   cmd->add_option("--shared-dir", a->shared_dir,
                   "the shared/ folder with models/ (default: $WTX_CONFORMANCE_DIR or found upward "
                   "from the executable)");
