@@ -84,6 +84,7 @@ Journal::~Journal() {
         db_->FlushWAL(/*sync=*/true).ok()) {
       WriteWatermark(/*sync=*/true).ok();  // best effort: a stale watermark only says less
     }
+    CloseWatermark();
     db_->Close().PermitUncheckedError();
   }
 }
@@ -178,14 +179,54 @@ Status Journal::CheckWatermark() const {
 }
 
 Status Journal::WriteWatermark(bool sync) {
+  // Rewritten in place (one pwrite) after the first write rather than written to a new file and
+  // renamed over the old one every time: a synced append is the journal's hot path, and at
+  // hundreds of ranks per process the create + rename cost more than the append. Either way
+  // the content is written after the records it names are durable and is not itself synced,
+  // so after a power loss it is older, missing or (torn) unreadable, never newer: the same
+  // three cases Open and VerifyJournalDir already handle.
   auto fs = FsOf(options_.env.fs);
   const std::string path = dir_ + "/" + kWatermarkFile;
-  const std::string tmp = path + ".tmp";
-  json w = {{"seq", last_seq_}, {"head", Hex64(last_checksum_)}};
-  rocksdb::IOStatus s = rocksdb::WriteStringToFile(fs.get(), EncodeValue(w), tmp, sync);
-  if (s.ok()) s = fs->RenameFile(tmp, path, rocksdb::IOOptions(), nullptr);
-  if (!s.ok()) return Status::IOError(dir_ + ": writing " + kWatermarkFile + ": " + s.ToString());
+  const std::string data =
+      EncodeValue(json{{"seq", last_seq_}, {"head", Hex64(last_checksum_)}});
+  auto failed = [&](const rocksdb::IOStatus& s) {
+    return Status::IOError(dir_ + ": writing " + kWatermarkFile + ": " + s.ToString());
+  };
+  const rocksdb::IOOptions io;
+  rocksdb::IOStatus s;
+  if (!watermark_file_) {
+    // The first write of this journal: a new file renamed over the old one (atomic: a crash
+    // leaves the old content or the new), whose descriptor is then kept for the rewrites. A
+    // plain (not append-mode) descriptor, so that a write at offset 0 lands at offset 0.
+    const std::string tmp = path + ".tmp";
+    rocksdb::FileOptions fo;
+    fo.allow_fallocate = false;
+    s = fs->NewWritableFile(tmp, fo, &watermark_file_, nullptr);
+    if (s.ok()) s = watermark_file_->PositionedAppend(data, 0, io, nullptr);
+    if (s.ok() && sync) s = watermark_file_->Sync(io, nullptr);
+    if (s.ok()) s = fs->RenameFile(tmp, path, io, nullptr);
+  } else {
+    s = watermark_file_->PositionedAppend(data, 0, io, nullptr);
+    // The encoding only grows with the sequence number; cut anything beyond the new content
+    // should it ever get shorter.
+    if (s.ok() && data.size() < watermark_bytes_) {
+      s = watermark_file_->Truncate(data.size(), io, nullptr);
+    }
+    if (s.ok() && sync) s = watermark_file_->Sync(io, nullptr);
+  }
+  if (!s.ok()) {
+    CloseWatermark();  // the next attempt starts over with a new file
+    return failed(s);
+  }
+  watermark_bytes_ = data.size();
   return Status::OK();
+}
+
+void Journal::CloseWatermark() {
+  if (!watermark_file_) return;
+  watermark_file_->Close(rocksdb::IOOptions(), nullptr).PermitUncheckedError();
+  watermark_file_.reset();
+  watermark_bytes_ = 0;
 }
 
 Status Journal::LoadTail() {

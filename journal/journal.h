@@ -15,7 +15,9 @@
 //  * Sync watermark: after every synced Append (and after a clean close, which syncs the WAL)
 //    the journal writes the sequence and checksum of its last durable record to the file
 //    kWatermarkFile (not fsynced itself: after a power loss it can only be older, never
-//    newer, than the durable records). Open refuses a journal that ends before the watermark or
+//    newer, than the durable records; it is rewritten in place through a descriptor kept open
+//    from the first synced Append on, one pwrite per sync, so a torn rewrite is unreadable,
+//    never a wrong record). Open refuses a journal that ends before the watermark or
 //    whose record at the watermark differs: a synced record was lost or rewritten. A missing or
 //    unreadable watermark carries no information at Open (a power loss may take it);
 //    VerifyJournalDir (`wtx check`) reports it.
@@ -45,6 +47,7 @@ class DB;
 struct Options;
 class Env;
 class FileSystem;
+class FSWritableFile;
 }
 
 namespace wtx {
@@ -144,6 +147,8 @@ class Journal {
   // Refuses a journal that lost or rewrote records up to the watermark read at open.
   Status CheckWatermark() const;
   Status WriteWatermark(bool sync);
+  // Closes the watermark file (its content stays); errors are ignored (best effort).
+  void CloseWatermark();
 
   std::string dir_;
   JournalOptions options_;
@@ -157,6 +162,9 @@ class Journal {
   bool append_failed_ = false;
   std::optional<SyncWatermark> watermark_at_open_;
   std::string watermark_problem_;
+  // kWatermarkFile, open for rewriting in place once this journal wrote it (null before).
+  std::unique_ptr<rocksdb::FSWritableFile> watermark_file_;
+  uint64_t watermark_bytes_ = 0;  // its length as this journal last wrote it
 };
 
 // The RocksDB options every journal database is opened with (before the per-open recovery mode

@@ -387,29 +387,63 @@ TEST_CASE("KernelIdentityChangedDuringTransactionVotesNo") {
   CHECK(c.FullCommit("t3", 1).status.ok());
 }
 
-TEST_CASE("ManifestFingerprintMismatchRefusesBegin") {
+// Two ranks whose manifests differ (rank 1's third parameter has another shape), and a
+// coordinator over them.
+struct MismatchedRanks {
   TempDir dir;
-  auto j = SmallManifestJson();
-  auto m0 = ParseManifest(j).value();
-  j["params"][2]["shape"] = nlohmann::json::array({16});
-  auto m1 = ParseManifest(j).value();
-  InProcTransport t(2);
+  ManifestPtr m0, m1;
+  InProcTransport t{2};
   std::vector<std::unique_ptr<Participant>> ps;
-  for (int r = 0; r < 2; ++r) {
-    ParticipantOptions o;
-    o.rank = r;
-    o.journal_dir = dir.sub("rank-" + std::to_string(r));
-    ps.push_back(std::move(Participant::Open(std::move(o), r ? m1 : m0).value()));
-    t.SetParticipant(r, ps.back().get());
+  std::unique_ptr<Coordinator> c;
+  MismatchedRanks() {
+    auto j = SmallManifestJson();
+    m0 = ParseManifest(j).value();
+    j["params"][2]["shape"] = nlohmann::json::array({16});
+    m1 = ParseManifest(j).value();
+    for (int r = 0; r < 2; ++r) {
+      ps.push_back(Open(r, "rank-" + std::to_string(r), r ? m1 : m0));
+      t.SetParticipant(r, ps.back().get());
+    }
+    CoordinatorOptions co;
+    co.journal_dir = dir.sub("coordinator");
+    c = std::move(Coordinator::Open(co, &t).value());
   }
-  CoordinatorOptions co;
-  co.journal_dir = dir.sub("coordinator");
-  auto c = std::move(Coordinator::Open(co, &t).value());
-  BeginOutcome b = c->Begin(Req("t1", TxKind::kFull));
+  std::unique_ptr<Participant> Open(int rank, const std::string& sub, ManifestPtr m) {
+    ParticipantOptions o;
+    o.rank = rank;
+    o.journal_dir = dir.sub(sub);
+    return std::move(Participant::Open(std::move(o), std::move(m)).value());
+  }
+};
+
+TEST_CASE("ManifestFingerprintMismatchRefusesBegin") {
+  MismatchedRanks x;
+  BeginOutcome b = x.c->Begin(Req("t1", TxKind::kFull));
   CHECK(b.status.code() == ErrorCode::kManifestMismatch);
   REQUIRE(b.errors.size() == 1);
   CHECK(b.errors[0].rank == 1);
-  CHECK_FALSE(ps[0]->status().active_tx);
+  CHECK_FALSE(x.ps[0]->status().active_tx);
+}
+
+TEST_CASE("ManifestMismatchIsReportedAloneWhenARankWouldAlsoRefuseTheBegin") {
+  // Describe and CheckBegin go out in one round, but the result is as if the checks followed
+  // the comparison: a mismatch is the only error, not rank 0's refusal behind it; once the
+  // manifests agree, the refusal is what is reported.
+  MismatchedRanks x;
+  REQUIRE(x.ps[0]->Begin(Req("elsewhere", TxKind::kFull)).ok());  // rank 0 refuses a new begin
+  BeginOutcome b = x.c->Begin(Req("t1", TxKind::kFull));
+  CHECK(b.status.code() == ErrorCode::kManifestMismatch);
+  REQUIRE(b.errors.size() == 1);
+  CHECK(b.errors[0].rank == 1);
+  // Rank 1 back on the common manifest: now rank 0's refusal is the error.
+  x.t.SetParticipant(1, nullptr);
+  x.ps[1] = x.Open(1, "rank-1b", x.m0);
+  x.t.SetParticipant(1, x.ps[1].get());
+  b = x.c->Begin(Req("t2", TxKind::kFull));
+  CHECK(b.status.code() == ErrorCode::kTxActive);
+  REQUIRE(b.errors.size() == 1);
+  CHECK(b.errors[0].rank == 0);
+  CHECK_FALSE(x.ps[1]->status().active_tx);
 }
 
 TEST_CASE("RollbackDeltaAbortRestoresBytesAndStaysClean") {

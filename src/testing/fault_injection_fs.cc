@@ -1,5 +1,6 @@
 #include "src/testing/fault_injection_fs.h"
 
+#include <algorithm>
 #include <filesystem>
 
 namespace wtx {
@@ -41,8 +42,13 @@ class TrackedWritableFile : public rocksdb::FSWritableFileOwnerWrapper {
   }
   IOStatus PositionedAppend(const Slice& data, uint64_t off, const IOOptions& o,
                             IODebugContext* d) override {
-    IOStatus s = fs_->OnAppend(fname_, data.size());
+    IOStatus s = fs_->OnPositionedWrite(fname_, off, data.size());
     return s.ok() ? target()->PositionedAppend(data, off, o, d) : s;
+  }
+  IOStatus Truncate(uint64_t size, const IOOptions& o, IODebugContext* d) override {
+    IOStatus s = target()->Truncate(size, o, d);
+    if (s.ok()) fs_->OnTruncate(fname_, size);
+    return s;
   }
   IOStatus Sync(const IOOptions& o, IODebugContext* d) override {
     IOStatus s = target()->Flush(o, d);
@@ -74,6 +80,7 @@ IOStatus FaultInjectionFileSystem::Wrap(const std::string& fname, IOStatus s, bo
   if (!s.ok()) return s;
   {
     std::lock_guard<std::mutex> l(mu_);
+    renamed_.erase(fname);  // a file opened under this name now: writes to it are its own
     if (fresh) {
       files_[fname] = FileState{};
     } else {
@@ -108,7 +115,10 @@ IOStatus FaultInjectionFileSystem::ReopenWritableFile(const std::string& fname,
   if (!active()) return IOStatus::IOError("filesystem inactive (process crashed): " + fname);
   FileOptions o = opts;
   o.allow_fallocate = false;
-  return Wrap(fname, target()->ReopenWritableFile(fname, o, result, dbg), false, result);
+  // Reopening a file that does not exist creates it: as new (and as unsynced) as any other.
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(fname, ec);
+  return Wrap(fname, target()->ReopenWritableFile(fname, o, result, dbg), !existed, result);
 }
 
 IOStatus FaultInjectionFileSystem::ReuseWritableFile(const std::string& fname,
@@ -133,6 +143,8 @@ IOStatus FaultInjectionFileSystem::RenameFile(const std::string& src, const std:
       files_[dst] = it->second;
       files_.erase(it);
     }
+    renamed_.erase(dst);
+    renamed_[src] = dst;
   }
   return s;
 }
@@ -179,16 +191,50 @@ bool FaultInjectionFileSystem::Eligible(const std::string& fname) const {
   return !IsInfoLog(fname) && (!inject_thread_ || *inject_thread_ == std::this_thread::get_id());
 }
 
-IOStatus FaultInjectionFileSystem::OnAppend(const std::string& fname, size_t n) {
-  std::lock_guard<std::mutex> l(mu_);
+const std::string& FaultInjectionFileSystem::CurrentNameLocked(const std::string& fname) const {
+  const std::string* name = &fname;
+  // Renames form chains (a -> b, later b -> c); a cycle (a -> b -> a) cannot loop forever.
+  for (size_t hops = 0; hops <= renamed_.size(); ++hops) {
+    auto it = renamed_.find(*name);
+    if (it == renamed_.end()) break;
+    name = &it->second;
+  }
+  return *name;
+}
+
+IOStatus FaultInjectionFileSystem::CheckWriteLocked(const std::string& fname) {
   if (!active_) return IOStatus::IOError("filesystem inactive (process crashed): " + fname);
   if (fail_writes_ > 0 && Eligible(fname) && fail_writes_after_-- <= 0) {
     --fail_writes_;
     ++injected_errors_;
     return IOStatus::IOError("injected write error: " + fname);
   }
-  files_[fname].size += n;
   return IOStatus::OK();
+}
+
+IOStatus FaultInjectionFileSystem::OnAppend(const std::string& fname, size_t n) {
+  std::lock_guard<std::mutex> l(mu_);
+  IOStatus s = CheckWriteLocked(fname);
+  if (s.ok()) files_[CurrentNameLocked(fname)].size += n;
+  return s;
+}
+
+IOStatus FaultInjectionFileSystem::OnPositionedWrite(const std::string& fname, uint64_t offset,
+                                                     size_t n) {
+  std::lock_guard<std::mutex> l(mu_);
+  IOStatus s = CheckWriteLocked(fname);
+  if (s.ok()) {
+    FileState& st = files_[CurrentNameLocked(fname)];
+    st.size = std::max<uint64_t>(st.size, offset + n);
+  }
+  return s;
+}
+
+void FaultInjectionFileSystem::OnTruncate(const std::string& fname, uint64_t size) {
+  std::lock_guard<std::mutex> l(mu_);
+  FileState& st = files_[CurrentNameLocked(fname)];
+  st.size = size;
+  st.synced = std::min(st.synced, size);
 }
 
 IOStatus FaultInjectionFileSystem::OnSync(const std::string& fname) {
@@ -199,7 +245,7 @@ IOStatus FaultInjectionFileSystem::OnSync(const std::string& fname) {
     ++injected_errors_;
     return IOStatus::IOError("injected sync error: " + fname);
   }
-  auto& st = files_[fname];
+  auto& st = files_[CurrentNameLocked(fname)];
   st.synced = st.size;
   st.ever_synced = true;
   ++syncs_;

@@ -84,6 +84,11 @@ class FaultInjectionFileSystem : public rocksdb::FileSystemWrapper {
 
   // Callbacks from the file wrapper.
   rocksdb::IOStatus OnAppend(const std::string& fname, size_t n);
+  // A write of n bytes at `offset` (a rewrite in place, e.g. the journal's sync watermark):
+  // counted and failed like an append; the file's length becomes at least offset + n.
+  rocksdb::IOStatus OnPositionedWrite(const std::string& fname, uint64_t offset, size_t n);
+  // The file was cut to `size` bytes (nothing beyond it can survive a crash either).
+  void OnTruncate(const std::string& fname, uint64_t size);
   rocksdb::IOStatus OnSync(const std::string& fname);
 
  private:
@@ -92,11 +97,20 @@ class FaultInjectionFileSystem : public rocksdb::FileSystemWrapper {
     uint64_t synced = 0;
     bool ever_synced = false;
   };
+  // Fails the write when the filesystem is inactive or an injected write error is due.
+  // REQUIRES: mu_ held.
+  rocksdb::IOStatus CheckWriteLocked(const std::string& fname);
   rocksdb::IOStatus Wrap(const std::string& fname, rocksdb::IOStatus s, bool fresh,
                          std::unique_ptr<rocksdb::FSWritableFile>* result);
 
   mutable std::mutex mu_;
   std::map<std::string, FileState> files_ GUARDED_BY(mu_);
+  // Files renamed while open for writing: old name -> new name, so that writes through the
+  // descriptor opened under the old name (the journal's sync watermark, renamed into place and
+  // then rewritten in place) are tracked under the name the file now has.
+  std::map<std::string, std::string> renamed_ GUARDED_BY(mu_);
+  // The name `fname` (as opened) now has.
+  const std::string& CurrentNameLocked(const std::string& fname) const REQUIRES(mu_);
   bool active_ GUARDED_BY(mu_) = true;
   int fail_writes_ GUARDED_BY(mu_) = 0;
   int fail_syncs_ GUARDED_BY(mu_) = 0;

@@ -238,14 +238,21 @@ BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
       if (!st[r].ok()) out.errors.push_back({r, st[r]});
     }
   };
+  // Describe and CheckBegin go out in one round (CheckBegin only reads): a rank's check is
+  // reported only when every rank answered Describe with the same manifest and kernel, exactly
+  // as if the checks had been sent after the comparison.
   std::vector<RankDescription> desc(n);
+  std::vector<Status> check(n);
+  std::vector<std::vector<bool>> holds(n);
   fan_out_.Run(n, [&](int r) {
-    auto d = transport_->endpoint(r)->Describe();
+    ParticipantEndpoint* ep = transport_->endpoint(r);
+    auto d = ep->Describe();
     if (!d.ok()) {
       st[r] = d.status();
-    } else {
-      desc[r] = d.value();
+      return;
     }
+    desc[r] = std::move(d).value();
+    check[r] = ep->CheckBegin(req, &holds[r]);
   });
   collect();
   if (out.errors.empty()) {
@@ -265,8 +272,7 @@ BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
     }
   }
   if (out.errors.empty()) {
-    std::vector<std::vector<bool>> holds(n);
-    fan_out_.Run(n, [&](int r) { st[r] = transport_->endpoint(r)->CheckBegin(req, &holds[r]); });
+    st = std::move(check);
     collect();
     if (out.errors.empty() && req.kind == TxKind::kDelta) {
       std::vector<bool> held(req.sources.size(), false);
