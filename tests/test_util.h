@@ -126,8 +126,9 @@ class Cluster {
   }
 
   Participant& rank(int r) { return cluster_.rank(r); }
-  // The live memory of ranks started from now on (default: TestLiveMemory).
+  // The live memory of ranks started from now on (null: back to TestLiveMemory).
   void SetMemoryFactory(std::function<std::shared_ptr<LiveMemory>(const Manifest&)> f) {
+    if (!f) f = TestLiveMemory;
     cluster_.set_memory_factory(
         [f = std::move(f)](int, const Manifest& m) -> Result<std::shared_ptr<LiveMemory>> {
           return f(m);
