@@ -431,21 +431,8 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
       for (const auto& v : out.votes) {
         DecisionVote dv;
         dv.rank = v.rank;
-        switch (v.kind) {
-          case VoteReport::Kind::kYes:
-            dv.vote = "yes";
-            break;
-          case VoteReport::Kind::kNo:
-            dv.vote = "no";
-            dv.error = std::string(ErrorCodeName(v.vote.error));
-            break;
-          case VoteReport::Kind::kTimeout:
-            dv.vote = "timeout";
-            break;
-          case VoteReport::Kind::kCrashed:
-            dv.vote = "crashed";
-            break;
-        }
+        dv.vote = std::string(VoteKindName(v.kind));
+        if (v.kind == VoteReport::Kind::kNo) dv.error = std::string(ErrorCodeName(v.vote.error));
         votes.push_back(std::move(dv));
       }
       // The commit point: a commit decision is synced before any rank hears it.
