@@ -15,9 +15,12 @@ namespace {
 
 std::string OutcomeName(Decision d) {
   switch (d) {
-    case Decision::kCommit: return "committed";
-    case Decision::kAbort: return "aborted";
-    case Decision::kNoop: return "noop";
+    case Decision::kCommit:
+      return "committed";
+    case Decision::kAbort:
+      return "aborted";
+    case Decision::kNoop:
+      return "noop";
   }
   return "";
 }
@@ -177,10 +180,9 @@ Status CheckJournal(const Journal& journal) {
   }
   WTX_ASSIGN_OR_RETURN(stored, DecodeCoordinatorState(journal.state(), journal.dir() + ": state"));
   if (replayed != stored) {
-    return Status::Corruption(journal.dir() + ": replayed state " +
-                              EncodeCoordinatorState(replayed).dump() +
-                              " differs from the stored state " +
-                              EncodeCoordinatorState(stored).dump());
+    return Status::Corruption(
+        journal.dir() + ": replayed state " + EncodeCoordinatorState(replayed).dump() +
+        " differs from the stored state " + EncodeCoordinatorState(stored).dump());
   }
   return Status::OK();
 }

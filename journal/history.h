@@ -14,9 +14,9 @@
 namespace wtx {
 
 // Entries in order of first appearance, from the typed records (participant_records.h,
-// coordinator_records.h); a participant's dirty_after is what the dirty rule derives. Participant entries: {tx, kind, base, version,
-// outcome, reason, time, coverage, timings_us, vote, refreshed}; coordinator entries:
-// {tx, decision, outcome, version, reason, time, votes, timings_us}.
+// coordinator_records.h); a participant's dirty_after is what the dirty rule derives. Participant
+// entries: {tx, kind, base, version, outcome, reason, time, coverage, timings_us, vote, refreshed};
+// coordinator entries: {tx, decision, outcome, version, reason, time, votes, timings_us}.
 Result<std::vector<nlohmann::json>> ReadHistory(const Journal& journal);
 
 // Replays every record from empty; returns the rebuilt state.

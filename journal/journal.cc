@@ -8,8 +8,8 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
-#include "src/util/hash_util.h"
 #include "journal/record.h"
+#include "src/util/hash_util.h"
 
 namespace wtx {
 
@@ -187,8 +187,7 @@ Status Journal::WriteWatermark(bool sync) {
   // three cases Open and VerifyJournalDir already handle.
   auto fs = FsOf(options_.env.fs);
   const std::string path = dir_ + "/" + kWatermarkFile;
-  const std::string data =
-      EncodeValue(json{{"seq", last_seq_}, {"head", Hex64(last_checksum_)}});
+  const std::string data = EncodeValue(json{{"seq", last_seq_}, {"head", Hex64(last_checksum_)}});
   auto failed = [&](const rocksdb::IOStatus& s) {
     return Status::IOError(dir_ + ": writing " + kWatermarkFile + ": " + s.ToString());
   };

@@ -48,7 +48,7 @@ struct Options;
 class Env;
 class FileSystem;
 class FSWritableFile;
-}
+}  // namespace rocksdb
 
 namespace wtx {
 

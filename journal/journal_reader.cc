@@ -74,8 +74,8 @@ HistoryEntry EntryFromJson(const json& e) {
   if (auto vs = e.find("votes"); vs != e.end() && vs->is_array()) {
     for (const auto& v : *vs) {
       if (!v.is_object()) continue;
-      h.votes.push_back(LoggedVote{static_cast<int>(Int(v, "rank")), String(v, "vote"),
-                                   String(v, "error")});
+      h.votes.push_back(
+          LoggedVote{static_cast<int>(Int(v, "rank")), String(v, "vote"), String(v, "error")});
     }
   }
   h.acknowledged = e.value("acknowledged", false);

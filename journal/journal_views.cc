@@ -28,8 +28,7 @@ Result<JournalTxRecords> ReadJournalRecords(const std::string& dir, const std::s
   WTX_ASSIGN_OR_RETURN(j, OpenVerifiedReadOnly(dir, &out.warnings));
   WTX_RETURN_IF_ERROR(j->ForEachRecord([&](const json& r) {
     if (r.is_object() && r.value("tx", json()) == tx) {
-      out.records.push_back(
-          {OptionalString(r, "type").value_or(""), tx, r.dump()});
+      out.records.push_back({OptionalString(r, "type").value_or(""), tx, r.dump()});
     }
     return Status::OK();
   }));

@@ -11,8 +11,8 @@ std::string RecordFields::What() const {
 
 void RecordFields::Fail(std::string_view field, std::string_view message) {
   if (!status_.ok()) return;
-  status_ = Status::Corruption(What() + ": field '" + std::string(field) + "' " +
-                               std::string(message));
+  status_ =
+      Status::Corruption(What() + ": field '" + std::string(field) + "' " + std::string(message));
 }
 
 RecordFields RecordFields::Nested(const json& v, std::string_view name) const {

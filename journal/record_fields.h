@@ -70,8 +70,8 @@ class RecordFields {
   template <typename E, typename Parse>
   std::optional<E> Enum(std::string_view key, Parse&& parse, std::string_view expected,
                         bool required = true) {
-    std::optional<std::string> name = required ? std::optional<std::string>(String(key))
-                                               : OptString(key);
+    std::optional<std::string> name =
+        required ? std::optional<std::string>(String(key)) : OptString(key);
     if (!ok() || !name) return std::nullopt;
     std::optional<E> v = parse(*name);
     if (!v) Fail(key, expected);

@@ -18,7 +18,8 @@ std::string Describe(const JournalIdentity& id) {
 }
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 struct Inventory {
@@ -42,7 +43,8 @@ Inventory Scan(const std::string& dir) {
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     std::error_code sec;
-    const std::string sized = name + " (" + std::to_string(fs::file_size(e.path(), sec)) + " bytes)";
+    const std::string sized =
+        name + " (" + std::to_string(fs::file_size(e.path(), sec)) + " bytes)";
     if (name == "CURRENT") inv.current = true;
     if (EndsWith(name, ".log")) inv.logs.push_back(sized);
     if (EndsWith(name, ".sst")) inv.tables.push_back(sized);
@@ -149,8 +151,10 @@ JournalCheckReport VerifyJournalDir(const std::string& dir, const VerifyOptions&
   const Inventory inv = Scan(dir);
   if (!inv.current) {
     if (!inv.logs.empty() || !inv.tables.empty() || !inv.manifests.empty()) {
-      rep.status = Status::Corruption(dir + ": CURRENT is missing (deleted?) but the directory "
-                                      "holds journal files: " + inv.Files());
+      rep.status = Status::Corruption(dir +
+                                      ": CURRENT is missing (deleted?) but the directory "
+                                      "holds journal files: " +
+                                      inv.Files());
     } else {
       rep.status = Status(ErrorCode::kNotFound, "no journal at " + dir);
     }

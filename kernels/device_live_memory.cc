@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kernel_args.h"
 #include "wtx/content_hash.h"
 #include "wtx/gpu.h"
-#include "kernels/kernel_args.h"
 
 namespace wtx {
 namespace {
@@ -110,8 +110,7 @@ Status NoCuda() {
 }
 }  // namespace
 
-Result<std::unique_ptr<LiveMemory>> NewDeviceLiveMemory(const Manifest&,
-                                                        DeviceLiveMemoryOptions) {
+Result<std::unique_ptr<LiveMemory>> NewDeviceLiveMemory(const Manifest&, DeviceLiveMemoryOptions) {
   return NoCuda();
 }
 

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kernel_args.h"
 #include "wtx/content_hash.h"
 #include "wtx/device_live_memory.h"
 #include "wtx/gpu.h"
-#include "kernels/kernel_args.h"
 
 namespace wtx {
 namespace {
@@ -95,9 +95,9 @@ class CudaLiveMemory : public LiveMemory {
   Status Load(uint32_t i, size_t offset, void* dst, size_t len) override {
     WTX_RETURN_IF_ERROR(CheckRange(i, offset, len, "load"));
     if (len == 0) return Status::OK();
-    WTX_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(dst, At(i, offset), len, cudaMemcpyDeviceToHost,
-                                             stream_),
-                             "load from '" + names_[i] + "'"));
+    WTX_RETURN_IF_ERROR(
+        Cuda(cudaMemcpyAsync(dst, At(i, offset), len, cudaMemcpyDeviceToHost, stream_),
+             "load from '" + names_[i] + "'"));
     return Sync("load from '" + names_[i] + "'");
   }
   Status CopyDeviceToHost(const void* src, void* dst, size_t len) override {
@@ -116,9 +116,9 @@ class CudaLiveMemory : public LiveMemory {
     WTX_RETURN_IF_ERROR(idx.Allocate(flat.size_bytes(), what));
     WTX_RETURN_IF_ERROR(vals.Allocate(value_bytes, what));
     if (before) WTX_RETURN_IF_ERROR(old.Allocate(value_bytes, what));
-    WTX_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(idx.get(), flat.data(), flat.size_bytes(),
-                                             cudaMemcpyHostToDevice, stream_),
-                             what));
+    WTX_RETURN_IF_ERROR(Cuda(
+        cudaMemcpyAsync(idx.get(), flat.data(), flat.size_bytes(), cudaMemcpyHostToDevice, stream_),
+        what));
     WTX_RETURN_IF_ERROR(Cuda(
         cudaMemcpyAsync(vals.get(), values, value_bytes, cudaMemcpyHostToDevice, stream_), what));
     WTX_RETURN_IF_ERROR(GpuScatter(bufs_[i], sizes_[i], static_cast<const int64_t*>(idx.get()),

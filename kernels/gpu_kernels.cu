@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "wtx/gpu.h"
 #include "kernels/kernel_args.h"
 #include "kernels/xxh3_hd.h"
+#include "wtx/gpu.h"
 
 namespace wtx {
 
@@ -200,8 +200,8 @@ Status ValidateIndices(const int64_t* dev_indices, size_t count, size_t param_by
 }
 
 template <typename T>
-void LaunchScatter(void* param, const int64_t* idx, size_t count, const void* values,
-                   void* before, cudaStream_t stream) {
+void LaunchScatter(void* param, const int64_t* idx, size_t count, const void* values, void* before,
+                   cudaStream_t stream) {
   ScatterKernel<T><<<GridFor(count, 256), 256, 0, stream>>>(
       static_cast<T*>(param), idx, count, static_cast<const T*>(values), static_cast<T*>(before));
 }
@@ -210,7 +210,7 @@ template <typename T>
 void LaunchRestore(void* param, const int64_t* idx, size_t count, const void* before,
                    cudaStream_t stream) {
   RestoreKernel<T><<<GridFor(count, 256), 256, 0, stream>>>(static_cast<T*>(param), idx, count,
-                                                 static_cast<const T*>(before));
+                                                            static_cast<const T*>(before));
 }
 
 // Scan: NaN/Inf per element, block-reduced.

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "wtx/content_hash.h"
-#include "wtx/gpu.h"
 #include "kernels/kernel_args.h"
 #include "kernels/xxh3_hd.h"
+#include "wtx/content_hash.h"
+#include "wtx/gpu.h"
 
 namespace wtx {
 

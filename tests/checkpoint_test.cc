@@ -11,8 +11,8 @@
 #include <map>
 #include <set>
 
-#include <nlohmann/json.hpp>
 #include <xxhash.h>
+#include <nlohmann/json.hpp>
 
 #include "src/checkpoint/checkpoint_load.h"
 #include "src/checkpoint/checkpoint_slices.h"
@@ -80,10 +80,10 @@ std::map<std::string, Source> SourcesOf(const std::vector<ManifestPtr>& ms, uint
       for (const ShardSpec& s : p.shards) {
         if (out.count(s.source)) continue;
         const DType dt = dtype.value_or(p.dtype);
-        out[s.source] = {s.source, s.source_shape, dt,
-                         Bytes(s.source, static_cast<size_t>(NumElements(s.source_shape)) *
-                                             DTypeSize(dt),
-                               seed)};
+        out[s.source] = {
+            s.source, s.source_shape, dt,
+            Bytes(s.source, static_cast<size_t>(NumElements(s.source_shape)) * DTypeSize(dt),
+                  seed)};
       }
     }
   }
@@ -99,7 +99,8 @@ std::string FileBytes(const json& header, const std::string& data) {
 }
 
 void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 // Writes `sources` as `shards` safetensors files plus an index (or one model.safetensors).
@@ -112,8 +113,8 @@ void WriteCheckpoint(const std::string& dir, const std::map<std::string, Source>
   for (int k = 0; k < shards; ++k) {
     json header = json::object();
     std::string data;
-    const std::string file = shards == 1 ? "model.safetensors"
-                                         : "model-" + std::to_string(k + 1) + ".safetensors";
+    const std::string file =
+        shards == 1 ? "model.safetensors" : "model-" + std::to_string(k + 1) + ".safetensors";
     for (size_t i = k * per; i < std::min(all.size(), (k + 1) * per); ++i) {
       const Source& s = *all[i];
       header[s.name] = {{"dtype", SafetensorsDTypeName(s.dtype)},
@@ -146,7 +147,8 @@ std::vector<const Manifest*> Raw(const std::vector<ManifestPtr>& ms) {
 
 // N ranks with their own manifests, an in-process transport and a coordinator.
 struct TpGroup {
-  explicit TpGroup(std::vector<ManifestPtr> ms) : manifests(std::move(ms)), transport(manifests.size()) {
+  explicit TpGroup(std::vector<ManifestPtr> ms)
+      : manifests(std::move(ms)), transport(manifests.size()) {
     for (size_t r = 0; r < manifests.size(); ++r) {
       ParticipantOptions o;
       o.rank = static_cast<int>(r);
@@ -700,8 +702,8 @@ TEST_CASE("WtxExpectEqualsWtxLoadOnTheScriptGeneratedTinyCheckpoint") {
   const std::string script = std::string(WTX_SOURCE_DIR) + "/scripts/make_tiny_checkpoint.py";
   Run g = Sh("/usr/bin/python3 " + script + " --out " + d.sub("ckpt"));
   REQUIRE(g.code == 0);
-  const std::string common = " --checkpoint " + d.sub("ckpt") + " --hf-config " +
-                             Model("tiny-llama") + " --tp 2 --json";
+  const std::string common =
+      " --checkpoint " + d.sub("ckpt") + " --hf-config " + Model("tiny-llama") + " --tp 2 --json";
   Run e = Sh(std::string(WTX_BINARY) + " expect" + common);
   REQUIRE(e.code == 0);
   const json ej = json::parse(e.out);
@@ -729,8 +731,8 @@ TEST_CASE("WtxLoadOfABadCheckpointExitsTwoNamingFileAndTensor") {
              " --hf-config " + Model("tiny-llama") + " --tp 2 --json");
   CHECK(l.code == 2);
   CHECK(l.out.find("model.safetensors: tensor 't'") != std::string::npos);
-  Run e = Sh(std::string(WTX_BINARY) + " expect --checkpoint " + d.sub("nope") +
-             " --hf-config " + Model("tiny-llama") + " --tp 2");
+  Run e = Sh(std::string(WTX_BINARY) + " expect --checkpoint " + d.sub("nope") + " --hf-config " +
+             Model("tiny-llama") + " --tp 2");
   CHECK(e.code == 2);
   CHECK(e.out.find("nope") != std::string::npos);
 }

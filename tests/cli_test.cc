@@ -1,7 +1,7 @@
 // The CLI end to end: `wtx sim` output and exit codes, and the journal readers on what a
 // simulation left behind.
-#include <catch2/catch.hpp>
 #include <array>
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -31,7 +31,8 @@ std::string Write(const TempDir& d, const std::string& name, const json& j) {
 
 json Scenario(json steps, int ranks = 2) {
   return {{"ranks", ranks},
-          {"model", {{"manifest_file", std::string(WTX_CONFORMANCE_DIR) + "/models/tiny-manifest.json"}}},
+          {"model",
+           {{"manifest_file", std::string(WTX_CONFORMANCE_DIR) + "/models/tiny-manifest.json"}}},
           {"kernel_identity", "k"},
           {"steps", std::move(steps)}};
 }
@@ -88,9 +89,14 @@ TEST_CASE("SameBytesGiveTheSameVersionAcrossTransactions") {
   TempDir d;
   // load + delta patch of lm_head == a full write whose lm_head takes the patch's values.
   json steps = Load();
-  steps.push_back({{"op", "begin"}, {"tx", "t2"}, {"kind", "delta"}, {"base", "$t1"},
+  steps.push_back({{"op", "begin"},
+                   {"tx", "t2"},
+                   {"kind", "delta"},
+                   {"base", "$t1"},
                    {"sources", {"lm_head.weight"}}});
-  steps.push_back({{"op", "patch"}, {"source", "lm_head.weight"}, {"indices", {5, 9}},
+  steps.push_back({{"op", "patch"},
+                   {"source", "lm_head.weight"},
+                   {"indices", {5, 9}},
                    {"fill", {{"seed", 7}}}});
   steps.push_back({{"op", "commit"}, {"tx", "t2"}});
   steps.push_back({{"op", "begin"}, {"tx", "t3"}, {"kind", "full"}});
@@ -126,9 +132,18 @@ TEST_CASE("VersionDoesNotDependOnWriteOrder") {
   for (auto it = writes.rbegin(); it != writes.rend(); ++it) rev.push_back(*it);
   // Split one parameter into row boxes in the reversed run.
   rev.erase(rev.begin() + 1);  // lm_head whole ...
-  rev.push_back({{"op", "write"}, {"param", "lm_head.weight"}, {"box", {{20, 32}, {0, 16}}}, {"fill", {{"seed", 3}}}});
-  rev.push_back({{"op", "write"}, {"param", "lm_head.weight"}, {"box", {{0, 20}, {0, 7}}}, {"fill", {{"seed", 3}}}});
-  rev.push_back({{"op", "write"}, {"param", "lm_head.weight"}, {"box", {{0, 20}, {7, 16}}}, {"fill", {{"seed", 3}}}});
+  rev.push_back({{"op", "write"},
+                 {"param", "lm_head.weight"},
+                 {"box", {{20, 32}, {0, 16}}},
+                 {"fill", {{"seed", 3}}}});
+  rev.push_back({{"op", "write"},
+                 {"param", "lm_head.weight"},
+                 {"box", {{0, 20}, {0, 7}}},
+                 {"fill", {{"seed", 3}}}});
+  rev.push_back({{"op", "write"},
+                 {"param", "lm_head.weight"},
+                 {"box", {{0, 20}, {7, 16}}},
+                 {"fill", {{"seed", 3}}}});
   for (json* s : {&fwd, &rev}) {
     s->push_back({{"op", "refresh"}, {"derived", "*"}});
     s->push_back({{"op", "commit"}, {"tx", "t"}});
@@ -227,8 +242,10 @@ TEST_CASE("ScenarioUnknownFieldExitsTwoNamingItsPath") {
   CHECK_THAT(r.out, Catch::Contains("steps[2].derivd: unknown field"));
   // A manifest inside a scenario is strict too.
   s = Scenario(Load());
-  s["model"] = {{"manifest", {{"params", {{{"name", "w"}, {"dtype", "f32"}, {"shape", {4}},
-                                           {"shrads", json::array()}}}}}}};
+  s["model"] = {
+      {"manifest",
+       {{"params",
+         {{{"name", "w"}, {"dtype", "f32"}, {"shape", {4}}, {"shrads", json::array()}}}}}}};
   r = Sh(Wtx() + " sim " + Write(d, "bad7.json", s));
   CHECK(r.code == 2);
   CHECK_THAT(r.out, Catch::Contains("params[0].shrads: unknown field"));
@@ -237,8 +254,9 @@ TEST_CASE("ScenarioUnknownFieldExitsTwoNamingItsPath") {
 TEST_CASE("ShippedScenariosStillParse") {
   // Every scenario the project ships (tests, examples, conformance) is valid under the strict
   // rules: `wtx sim` runs it (exit 0), whatever its steps' outcomes.
-  for (const char* dir : {WTX_SOURCE_DIR "/tests/scenarios", WTX_SOURCE_DIR "/examples",
-                          WTX_CONFORMANCE_DIR "/scenarios", WTX_SOURCE_DIR "/tests/net/scenarios"}) {
+  for (const char* dir :
+       {WTX_SOURCE_DIR "/tests/scenarios", WTX_SOURCE_DIR "/examples",
+        WTX_CONFORMANCE_DIR "/scenarios", WTX_SOURCE_DIR "/tests/net/scenarios"}) {
     for (const auto& e : std::filesystem::directory_iterator(dir)) {
       const std::string p = e.path().string();
       if (e.path().extension() != ".json" || p.find(".expect.json") != std::string::npos) continue;
@@ -254,8 +272,10 @@ TEST_CASE("ShippedScenariosStillParse") {
 TEST_CASE("ScenarioWithZeroExtentParameterExitsTwo") {
   TempDir d;
   json s = Scenario(Load());
-  s["model"] = {{"manifest", {{"params", {{{"name", "w"}, {"dtype", "f32"}, {"shape", {4}}},
-                                          {{"name", "empty"}, {"dtype", "f32"}, {"shape", {0, 4}}}}}}}};
+  s["model"] = {{"manifest",
+                 {{"params",
+                   {{{"name", "w"}, {"dtype", "f32"}, {"shape", {4}}},
+                    {{"name", "empty"}, {"dtype", "f32"}, {"shape", {0, 4}}}}}}}};
   Run r = Sh(Wtx() + " sim " + Write(d, "zero.json", s));
   CHECK(r.code == 2);
   CHECK_THAT(r.out, Catch::Contains("'empty'") && Catch::Contains("zero"));
@@ -267,11 +287,16 @@ TEST_CASE("StatusOfARankMidTransactionIsDirtyAndNotServing") {
   // one that wrote nothing yet: from BEGIN to the decision the journal says dirty.
   for (bool wrote : {true, false}) {
     json steps = Load();
-    steps.push_back({{"op", "begin"}, {"tx", "t2"}, {"kind", "delta"}, {"base", "$t1"},
+    steps.push_back({{"op", "begin"},
+                     {"tx", "t2"},
+                     {"kind", "delta"},
+                     {"base", "$t1"},
                      {"sources", {"lm_head.weight"}}});
     if (wrote) {
-      steps.push_back(
-          {{"op", "patch"}, {"source", "lm_head.weight"}, {"indices", {1}}, {"fill", {{"seed", 2}}}});
+      steps.push_back({{"op", "patch"},
+                       {"source", "lm_head.weight"},
+                       {"indices", {1}},
+                       {"fill", {{"seed", 2}}}});
     }
     const std::string jd = d.sub(wrote ? "wrote" : "begun");
     SimJson(d, Scenario(steps), "--journal-dir " + jd);
@@ -293,11 +318,13 @@ TEST_CASE("StatusOfARankMidTransactionIsDirtyAndNotServing") {
 TEST_CASE("JournalNamesEveryMissingShardOfAVote") {
   TempDir d;
   // tp 2, a full transaction that writes only the embedding: every other shard is missing.
-  json sc = {{"ranks", 2},
-             {"model", {{"hf_config", std::string(WTX_CONFORMANCE_DIR) + "/models/tiny-deepseek/config.json"},
-                        {"tp", 2}}},
-             {"kernel_identity", "k"},
-             {"steps", json::parse(R"([{"op": "begin", "tx": "t1", "kind": "full"},
+  json sc = {
+      {"ranks", 2},
+      {"model",
+       {{"hf_config", std::string(WTX_CONFORMANCE_DIR) + "/models/tiny-deepseek/config.json"},
+        {"tp", 2}}},
+      {"kernel_identity", "k"},
+      {"steps", json::parse(R"([{"op": "begin", "tx": "t1", "kind": "full"},
                {"op": "write", "param": "model.embed_tokens.weight", "fill": {"seed": 1}},
                {"op": "commit", "tx": "t1"}])")}};
   const std::string jd = d.sub("journals");

@@ -9,12 +9,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/testing/fault_injection_fs.h"
-#include "src/testing/armed_crash_point.h"
-#include "src/testing/inproc_cluster.h"
-#include "src/txn/test_hooks.h"
 #include "journal/journal.h"
 #include "journal/verify.h"
+#include "src/testing/armed_crash_point.h"
+#include "src/testing/fault_injection_fs.h"
+#include "src/testing/inproc_cluster.h"
+#include "src/txn/test_hooks.h"
 #include "wtx/coordinator.h"
 #include "wtx/inproc_transport.h"
 #include "wtx/participant.h"

@@ -10,13 +10,13 @@
 #include <random>
 #include <vector>
 
+#include "kernels/xxh3_hd.h"
 #include "tests/device_participant_run.h"
 #include "tests/test_util.h"
 #include "wtx/content_hash.h"
 #include "wtx/device_live_memory.h"
 #include "wtx/gpu.h"
 #include "wtx/live_verify.h"
-#include "kernels/xxh3_hd.h"
 
 namespace wtx {
 namespace {

@@ -5,9 +5,9 @@
 #include <cuda_runtime.h>
 #include <xxhash.h>
 
+#include <unistd.h>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -18,11 +18,11 @@
 
 #include <filesystem>
 
+#include "tests/device_participant_run.h"
 #include "wtx/content_hash.h"
 #include "wtx/device_live_memory.h"
 #include "wtx/gpu.h"
 #include "wtx/participant.h"
-#include "tests/device_participant_run.h"
 
 namespace wtx {
 namespace {
@@ -185,7 +185,6 @@ TEST_CASE("GPU scan counts equal the CPU reference") {
   }
 }
 
-
 TEST_CASE("A participant on device memory commits, patches and rolls back as on host memory") {
   const std::string base = (std::filesystem::temp_directory_path() /
                             ("wtx-gpu-participant-" + std::to_string(::getpid())))
@@ -202,9 +201,9 @@ TEST_CASE("A participant on device memory commits, patches and rolls back as on 
 }
 
 TEST_CASE("Engine-owned device tensors on a stream: device writes, landings, verify, reattach") {
-  const std::string base = (std::filesystem::temp_directory_path() /
-                            ("wtx-gpu-borrowed-" + std::to_string(::getpid())))
-                               .string();
+  const std::string base =
+      (std::filesystem::temp_directory_path() / ("wtx-gpu-borrowed-" + std::to_string(::getpid())))
+          .string();
   std::filesystem::remove_all(base);
   auto manifest = testing::DeltaRollbackManifest();
   const auto& params = manifest->params();

@@ -16,8 +16,8 @@
 #include <random>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
 #include <rocksdb/db.h>
+#include <nlohmann/json.hpp>
 
 #include "journal/record.h"
 #include "journal/verify.h"
@@ -58,8 +58,9 @@ class Scratch {
  public:
   Scratch() {
     std::random_device rd;
-    path_ = (fs::temp_directory_path() / ("wtx-corrupt-" + std::to_string(rd()) + std::to_string(rd())))
-                .string();
+    path_ =
+        (fs::temp_directory_path() / ("wtx-corrupt-" + std::to_string(rd()) + std::to_string(rd())))
+            .string();
     fs::create_directories(path_);
   }
   ~Scratch() {
@@ -108,7 +109,9 @@ const std::string& SimJournals() {
       steps.push_back({{"op", "restart"}, {"who", 1}});
     }
   }
-  json sc = {{"ranks", 2}, {"model", {{"manifest", manifest}}}, {"kernel_identity", "k"},
+  json sc = {{"ranks", 2},
+             {"model", {{"manifest", manifest}}},
+             {"kernel_identity", "k"},
              {"steps", steps}};
   const std::string path = dir.path() + "/scenario.json";
   std::ofstream(path) << sc.dump();
@@ -132,7 +135,8 @@ struct Copy {
     std::vector<std::string> v;
     for (const auto& e : fs::directory_iterator(path)) {
       const std::string n = e.path().filename().string();
-      if (n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      if (n.size() >= suffix.size() &&
+          n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) {
         v.push_back(e.path().string());
       }
       if (suffix == "MANIFEST-" && n.rfind(suffix, 0) == 0) v.push_back(e.path().string());
@@ -298,9 +302,8 @@ TEST_CASE("RecordsOutOfOrderAreDetected") {
 
 TEST_CASE("MissingRecordIsDetected") {
   Copy c;
-  Rewrite(c.path, [](rocksdb::DB* db) {
-    REQUIRE(db->Delete(rocksdb::WriteOptions(), RecordKey(4)).ok());
-  });
+  Rewrite(c.path,
+          [](rocksdb::DB* db) { REQUIRE(db->Delete(rocksdb::WriteOptions(), RecordKey(4)).ok()); });
   ExpectCorrupt(c.path, "records missing");
 }
 
@@ -401,12 +404,12 @@ TEST_CASE("EveryFlippedSstContentByteIsDetected") {
   // The block-based table footer (53 bytes) has padding no reader looks at; every byte before
   // it is covered by a block checksum.
   const uint64_t covered = fs::file_size(sst) - 53;
-  const int checked = ForEachFlippedCopy(
-      base.path, sst_name, covered, 200, [&](const std::string& dir, uint64_t off) {
-        JournalCheckReport rep = VerifyJournalDir(dir);
-        INFO("offset " << off << " of " << covered);
-        CHECK(rep.status.code() == ErrorCode::kJournalCorrupt);
-      });
+  const int checked = ForEachFlippedCopy(base.path, sst_name, covered, 200,
+                                         [&](const std::string& dir, uint64_t off) {
+                                           JournalCheckReport rep = VerifyJournalDir(dir);
+                                           INFO("offset " << off << " of " << covered);
+                                           CHECK(rep.status.code() == ErrorCode::kJournalCorrupt);
+                                         });
   CHECK(checked > 50);
 }
 
@@ -456,7 +459,8 @@ Status OpenCoordinator(const std::string& dir) {
 }
 
 // Opening `dir` (a damaged journal) is refused as corrupt, naming `names`, and changes no file.
-void ExpectOpenRefused(const std::string& dir, const std::function<Status(const std::string&)>& open,
+void ExpectOpenRefused(const std::string& dir,
+                       const std::function<Status(const std::string&)>& open,
                        const std::string& names) {
   const auto before = Listing(dir);
   Status s = open(dir);
@@ -523,13 +527,14 @@ TEST_CASE("RankRefusesATruncatedManifestAndDeletesNothing") {
   const std::string m = c.One("MANIFEST-");
   fs::resize_file(m, fs::file_size(m) / 2);
   REQUIRE(Check(c.path).code == 3);
-  ExpectOpenRefused(c.path, [](const std::string& d) { return OpenRank(d); }, "journal");
+  ExpectOpenRefused(
+      c.path, [](const std::string& d) { return OpenRank(d); }, "journal");
   Scratch s;
   std::ofstream(s.path() + "/m.json") << SimManifest()->ToJson().dump();
   const auto before = Listing(c.path);
-  Run r = Sh("timeout 30 " + Q(WTX_BINARY) + " rank --connect 127.0.0.1:1 --rank 0 --journal " +
-             Q(c.path) + " --secret-file " + Q(Secret(s)) + " --manifest " +
-             Q(s.path() + "/m.json"));
+  Run r =
+      Sh("timeout 30 " + Q(WTX_BINARY) + " rank --connect 127.0.0.1:1 --rank 0 --journal " +
+         Q(c.path) + " --secret-file " + Q(Secret(s)) + " --manifest " + Q(s.path() + "/m.json"));
   INFO(r.out);
   CHECK(r.code != 0);
   CHECK(r.code != 124);
@@ -546,7 +551,8 @@ TEST_CASE("DaemonsRefuseFlippedBytesInOldSstBlocks") {
       base.path, sst_name, covered, 40, [&](const std::string& dir, uint64_t off) {
         INFO("offset " << off << " of " << covered);
         REQUIRE(VerifyJournalDir(dir).status.code() == ErrorCode::kJournalCorrupt);
-        ExpectOpenRefused(dir, [](const std::string& d) { return OpenRank(d); }, "");
+        ExpectOpenRefused(
+            dir, [](const std::string& d) { return OpenRank(d); }, "");
       });
   CHECK(refused >= 40);
 }
@@ -555,10 +561,12 @@ TEST_CASE("DaemonsRefuseEveryDamageThatCheckRejects") {
   // One copy per kind of damage `wtx check` reports; each daemon refuses it too.
   const std::vector<std::pair<std::string, std::function<void(Copy&)>>> damages = {
       {"flipped WAL byte", [](Copy& c) { Flip(c.One(".log"), fs::file_size(c.One(".log")) / 2); }},
-      {"truncated WAL", [](Copy& c) {
-         fs::resize_file(c.One(".log"), fs::file_size(c.One(".log")) * 2 / 3);
+      {"truncated WAL",
+       [](Copy& c) { fs::resize_file(c.One(".log"), fs::file_size(c.One(".log")) * 2 / 3); }},
+      {"deleted WAL",
+       [](Copy& c) {
+         for (const auto& f : c.Files(".log")) fs::remove(f);
        }},
-      {"deleted WAL", [](Copy& c) { for (const auto& f : c.Files(".log")) fs::remove(f); }},
       {"deleted SST", [](Copy& c) { fs::remove(c.One(".sst")); }},
       {"deleted CURRENT", [](Copy& c) { fs::remove(c.path + "/CURRENT"); }},
       {"flipped MANIFEST byte",
@@ -569,12 +577,14 @@ TEST_CASE("DaemonsRefuseEveryDamageThatCheckRejects") {
     damage(c);
     INFO(what);
     REQUIRE(Check(c.path).code == 3);
-    ExpectOpenRefused(c.path, [](const std::string& d) { return OpenRank(d); }, "");
+    ExpectOpenRefused(
+        c.path, [](const std::string& d) { return OpenRank(d); }, "");
   }
   // Another rank's journal: the identity check.
   Copy foreign("rank-1", "rank-0");
-  ExpectOpenRefused(foreign.path, [](const std::string& d) { return OpenRank(d, 0); },
-                    "journal of participant rank 1 where the journal of participant rank 0");
+  ExpectOpenRefused(
+      foreign.path, [](const std::string& d) { return OpenRank(d, 0); },
+      "journal of participant rank 1 where the journal of participant rank 0");
 }
 
 TEST_CASE("ReplayRefusesACorruptJournal") {

@@ -10,12 +10,12 @@
 #include <xxhash.h>
 #include <nlohmann/json.hpp>
 
-#include "src/util/hash_util.h"
 #include "journal/history.h"
 #include "journal/journal.h"
+#include "journal/record.h"
 #include "src/txn/participant_records.h"
 #include "src/txn/participant_state.h"
-#include "journal/record.h"
+#include "src/util/hash_util.h"
 #include "tests/test_util.h"
 
 using nlohmann::json;

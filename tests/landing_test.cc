@@ -1,8 +1,8 @@
 // In-place landings (Reserve/Landed), the verifier (verify all, Verify) and Reattach, through
 // the public Participant API. Run on host memory and again on the reference device backend
 // (CTest prefix "device.", WTX_TEST_MEMORY=reference-device).
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstring>
 
 #include "tests/test_util.h"
@@ -13,7 +13,6 @@ using namespace wtx;
 using namespace wtx::testing;
 
 namespace {
-
 
 bool DeviceRun() {
   const char* name = std::getenv("WTX_TEST_MEMORY");
@@ -233,8 +232,7 @@ TEST_CASE("DeltaLandsInPlaceBySourceButNotOnAPackedLayout") {
   auto packed = c.rank(0).Reserve({"", "", "packed_src", std::nullopt});
   CHECK(packed.status().code() == ErrorCode::kLayoutMismatch);
   CHECK(packed.status().message().find("packed") != std::string::npos);
-  CHECK(c.rank(0).Reserve({"qkv", "", "", std::nullopt}).status().code() ==
-        ErrorCode::kOutOfScope);
+  CHECK(c.rank(0).Reserve({"qkv", "", "", std::nullopt}).status().code() == ErrorCode::kOutOfScope);
   CHECK(c.rank(0).Reserve({"", "", "q_proj", std::nullopt}).status().code() ==
         ErrorCode::kOutOfScope);
   REQUIRE(Land(c.rank(0), {"", "", "k_proj", std::nullopt}, 4).ok());
@@ -262,7 +260,8 @@ TEST_CASE("VerifyAllCatchesAnUndeclaredWriteInAWouldBeNoop") {
   Cluster c(2, SmallManifest());
   REQUIRE(c.FullCommit("t1", 1).status.ok());
   const std::string v1 = c.coordinator().CommittedVersion("t1").value();
-  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kFull, "", {}, {}, false, VerifyMode::kAll))
+  REQUIRE(c.coordinator()
+              .Begin(Req("t2", TxKind::kFull, "", {}, {}, false, VerifyMode::kAll))
               .status.ok());
   Poke(c.rank(0), "kv_b", 3, 0x5A);
   CommitOutcome o = c.coordinator().Commit("t2");
@@ -520,7 +519,8 @@ TEST_CASE("LandedChunksHashedAtLandingMatchPrepareRehash") {
   // they all matched the live bytes.
   auto m = ChunkyManifest();
   Cluster c(1, m);
-  REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull, "", {}, {}, false, VerifyMode::kAll))
+  REQUIRE(c.coordinator()
+              .Begin(Req("t1", TxKind::kFull, "", {}, {}, false, VerifyMode::kAll))
               .status.ok());
   for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 64}, {64, 200}}) {
     REQUIRE(Land(c.rank(0), Rows(b, e), 3).ok());
@@ -536,8 +536,8 @@ TEST_CASE("LandedChunksHashedAtLandingMatchPrepareRehash") {
   // The same bytes through Write alone: the same version.
   Cluster wc(1, m);
   REQUIRE(wc.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
-  for (const Box& box : {Box{{0, 64}, {0, 512}}, Box{{64, 200}, {0, 512}},
-                         Box{{200, 256}, {0, 512}}}) {
+  for (const Box& box :
+       {Box{{0, 64}, {0, 512}}, Box{{64, 200}, {0, 512}}, Box{{200, 256}, {0, 512}}}) {
     auto bytes = Pattern(*m, "big", box, 3);
     WritePiece piece{"big", "", box, bytes.data(), bytes.size()};
     REQUIRE(wc.rank(0).Write({&piece, 1}).ok());
@@ -555,7 +555,8 @@ TEST_CASE("BytesChangedAfterLandedAreCaughtByVerifyAll") {
   // On a clean committed rank: the landed chunk 1 of big changes after Landed.
   Cluster c(1, m);
   REQUIRE(c.FullCommit("t1", 1).status.ok());
-  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kFull, "", {}, {}, false, VerifyMode::kAll))
+  REQUIRE(c.coordinator()
+              .Begin(Req("t2", TxKind::kFull, "", {}, {}, false, VerifyMode::kAll))
               .status.ok());
   REQUIRE(LandAll(c.rank(0), 2).ok());
   Flip(c.rank(0), "big", 70 * kBigRowBytes);  // row 70: chunk 1
@@ -589,7 +590,8 @@ TEST_CASE("BytesChangedAfterLandedAreCaughtByVerifyAll") {
   // then includes the change.
   Cluster wc(1, m);
   REQUIRE(wc.FullCommit("t1", 1).status.ok());
-  REQUIRE(wc.coordinator().Begin(Req("t2", TxKind::kFull, "", {}, {}, false, VerifyMode::kAll))
+  REQUIRE(wc.coordinator()
+              .Begin(Req("t2", TxKind::kFull, "", {}, {}, false, VerifyMode::kAll))
               .status.ok());
   REQUIRE(wc.WriteAll(2).ok());
   Flip(wc.rank(0), "big", 130 * kBigRowBytes);  // chunk 2
@@ -695,9 +697,8 @@ TEST_CASE("LandingHashThreadsHashInTheBackgroundWithTheSameResults") {
   // A rollback abort waits for the hashing before restoring the bytes.
   REQUIRE(threaded.FullCommit("t3", 8).status.ok());
   const std::string v3 = threaded.coordinator().CommittedVersion("t3").value();
-  REQUIRE(threaded.coordinator()
-              .Begin(Req("t4", TxKind::kPartial, v3, {"all"}, {}, true))
-              .status.ok());
+  REQUIRE(
+      threaded.coordinator().Begin(Req("t4", TxKind::kPartial, v3, {"all"}, {}, true)).status.ok());
   REQUIRE(LandAll(threaded.rank(0), 9).ok());
   REQUIRE(threaded.coordinator().Abort("t4").status.ok());
   CHECK(threaded.rank(0).status().serving);

@@ -10,8 +10,8 @@
 #include <functional>
 #include <future>
 #include <mutex>
-#include <set>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -85,7 +85,8 @@ int LoadConcurrently(Participant& p, uint8_t fill) {
       // Each shard in single-row pieces, to interleave many calls.
       for (int row = b; row < e; ++row) {
         std::vector<uint8_t> bytes(16 * 2, static_cast<uint8_t>(fill + row));
-        WritePiece w{"w", std::to_string(s), Box{{row, row + 1}, {0, 16}}, bytes.data(), bytes.size()};
+        WritePiece w{"w", std::to_string(s), Box{{row, row + 1}, {0, 16}}, bytes.data(),
+                     bytes.size()};
         if (!p.Write({&w, 1}).ok()) ++failures;
       }
     });
@@ -139,8 +140,9 @@ TEST_CASE("ParticipantServesConcurrentWritersReadersAndTheProtocol") {
     b.tx = tx;
     REQUIRE(c.value()->Begin(b).status.ok());
     int failures[2] = {0, 0};
-    std::thread loaders[2] = {std::thread([&] { failures[0] = LoadConcurrently(*p[0], uint8_t(t)); }),
-                              std::thread([&] { failures[1] = LoadConcurrently(*p[1], uint8_t(t)); })};
+    std::thread loaders[2] = {
+        std::thread([&] { failures[0] = LoadConcurrently(*p[0], uint8_t(t)); }),
+        std::thread([&] { failures[1] = LoadConcurrently(*p[1], uint8_t(t)); })};
     for (auto& l : loaders) l.join();
     REQUIRE(failures[0] == 0);
     REQUIRE(failures[1] == 0);

@@ -92,8 +92,8 @@ std::vector<ParticipantRecord> Samples() {
   out.push_back(rs);
   out.push_back(ReserveRecord{"t1", "'qkv'", {ReservedBox{"qkv", "q", {{0, 16}, {0, 8}}}}, 9});
   out.push_back(LandedRecord{"t1", "'qkv'", 10});
-  out.push_back(UndeclaredRecord{std::nullopt, {"norm"}, 1, {UndeclaredDifference{"norm", 0, 1}},
-                                 11});
+  out.push_back(
+      UndeclaredRecord{std::nullopt, {"norm"}, 1, {UndeclaredDifference{"norm", 0, 1}}, 11});
   out.push_back(ReattachRecord{"t1", 12, 13});
   return out;
 }
@@ -231,7 +231,8 @@ TEST_CASE("EachRecordTypeRoundTrips") {
   d.votes = {DecisionVote{0, "yes", ""}, DecisionVote{1, "no", "E_MISSING_SHARD"}};
   d.prepare_us = 42;
   d.ts = 5;
-  for (const json& c : {Encode(CoordinatorCreateRecord{1}), Encode(d), Encode(EndRecord{"t1", 6})}) {
+  for (const json& c :
+       {Encode(CoordinatorCreateRecord{1}), Encode(d), Encode(EndRecord{"t1", 6})}) {
     auto back = DecodeCoordinatorRecord(WithSeq(c, 3));
     REQUIRE(back.ok());
     CHECK(std::visit([](const auto& r) { return Encode(r); }, back.value()) == c);
@@ -242,8 +243,8 @@ TEST_CASE("EachRecordTypeRoundTrips") {
   st.digest = "d1";
   st.dirty = true;
   st.txs = 4;
-  st.active = ActiveTxState{"t2", TxKind::kDelta, "v1", {}, {"q_proj"}, true, true, true, true,
-                            "d2", true, true, true};
+  st.active = ActiveTxState{"t2", TxKind::kDelta, "v1", {},   {"q_proj"}, true, true,
+                            true, true,           "d2", true, true,       true};
   auto st_back = DecodeParticipantState(EncodeParticipantState(st), "state");
   REQUIRE(st_back.ok());
   CHECK(st_back.value() == st);
@@ -264,11 +265,13 @@ TEST_CASE("RecordWithMissingFieldIsCorruptNamingIt") {
   CHECK_THAT(CorruptMessage(begin),
              Catch::Contains("record 8 (BEGIN): field 'kind' is not full, partial or delta"));
   begin["kind"] = 5;
-  CHECK_THAT(CorruptMessage(begin), Catch::Contains("record 8 (BEGIN): field 'kind' is not a string"));
+  CHECK_THAT(CorruptMessage(begin),
+             Catch::Contains("record 8 (BEGIN): field 'kind' is not a string"));
 
   auto prepared = WithSeq(EncodeAny(Samples()[5]), 9);
   prepared["coverage"]["bytes"] = "many";
-  CHECK_THAT(CorruptMessage(prepared), Catch::Contains("record 9 (PREPARED coverage): field 'bytes'"));
+  CHECK_THAT(CorruptMessage(prepared),
+             Catch::Contains("record 9 (PREPARED coverage): field 'bytes'"));
 
   auto chunks = WithSeq(EncodeAny(Samples()[6]), 10);
   chunks["counts"] = {1, 1};
@@ -331,10 +334,8 @@ TEST_CASE("DecideOutcomeFollowsTheDirtyRule") {
 
 TEST_CASE("ReplayRederivesDirtyAfterAbort") {
   Status s;
-  std::vector<json> recs = {Encode(CreateRecord{0, "fp", 0}),
-                            Encode(Begin("t1", TxKind::kFull)),
-                            EncodeJson(SampleWrite("t1")),
-                            Encode(YesVote("t1")),
+  std::vector<json> recs = {Encode(CreateRecord{0, "fp", 0}), Encode(Begin("t1", TxKind::kFull)),
+                            EncodeJson(SampleWrite("t1")), Encode(YesVote("t1")),
                             Encode(Decided("t1", Decision::kCommit, "v1"))};
   ParticipantReplay r = Replay(recs, &s);
   REQUIRE(s.ok());
@@ -437,10 +438,10 @@ TEST_CASE("OutcomeWhoseStoredDirtyDisagreesIsCorrupt") {
   REQUIRE(s.code() == ErrorCode::kJournalCorrupt);
   CHECK_THAT(s.message(), Catch::Contains("record 4 (OUTCOME): field 'loaded' is false"));
 
-  Replay({Encode(CreateRecord{0, "fp", 0}), Encode(Begin("t1", TxKind::kFull)),
-          Encode(YesVote("t1")), Encode(Decided("t1", Decision::kCommit, "v1")),
-          Encode(RestartRecord{false, 0})},
-         &s);
+  Replay(
+      {Encode(CreateRecord{0, "fp", 0}), Encode(Begin("t1", TxKind::kFull)), Encode(YesVote("t1")),
+       Encode(Decided("t1", Decision::kCommit, "v1")), Encode(RestartRecord{false, 0})},
+      &s);
   REQUIRE(s.code() == ErrorCode::kJournalCorrupt);
   CHECK_THAT(s.message(), Catch::Contains("record 5 (RESTART): field 'dirty' is false"));
 
@@ -471,26 +472,45 @@ namespace {
 // stored dirty/loaded/restored, a recovery abort (no loaded) before its RESTART, a state
 // snapshot without the dirty rule's facts.
 json OldBegin(const std::string& tx, const std::string& fp) {
-  return {{"type", "BEGIN"},    {"tx", tx},       {"kind", "full"},       {"base", nullptr},
-          {"modules", json::array()}, {"sources", json::array()}, {"rollback", false},
-          {"verify", "touched"}, {"fingerprint", fp}, {"kernel_identity", "k1"},
-          {"ts", 100},          {"dirty", true}};
+  return {{"type", "BEGIN"},
+          {"tx", tx},
+          {"kind", "full"},
+          {"base", nullptr},
+          {"modules", json::array()},
+          {"sources", json::array()},
+          {"rollback", false},
+          {"verify", "touched"},
+          {"fingerprint", fp},
+          {"kernel_identity", "k1"},
+          {"ts", 100},
+          {"dirty", true}};
 }
 
 json OldPrepared(const std::string& tx) {
-  return {{"type", "PREPARED"}, {"tx", tx},          {"vote", "yes"},
-          {"digest", "d-" + tx}, {"errors", json::array()}, {"message", ""},
-          {"coverage", {{"shards", 6}, {"pieces", 4}, {"rows", 45}, {"elements", 328},
-                        {"bytes", 632}, {"patched", 0}, {"missing", 0}}},
+  return {{"type", "PREPARED"},
+          {"tx", tx},
+          {"vote", "yes"},
+          {"digest", "d-" + tx},
+          {"errors", json::array()},
+          {"message", ""},
+          {"coverage",
+           {{"shards", 6},
+            {"pieces", 4},
+            {"rows", 45},
+            {"elements", 328},
+            {"bytes", 632},
+            {"patched", 0},
+            {"missing", 0}}},
           {"missing", json::array()},
           {"timings_us", {{"first_write", 1}, {"writes", 2}, {"prepare", 3}}},
           {"ts", 101}};
 }
 
 json OldOutcome(const std::string& tx, const std::string& decision, bool dirty, bool loaded) {
-  json o = {{"type", "OUTCOME"}, {"tx", tx},     {"decision", decision},
-            {"version", decision == "commit" ? json("v-" + tx) : json()},
-            {"dirty", dirty},    {"loaded", loaded}, {"restored", false}, {"ts", 102}};
+  json o = {{"type", "OUTCOME"},    {"tx", tx},
+            {"decision", decision}, {"version", decision == "commit" ? json("v-" + tx) : json()},
+            {"dirty", dirty},       {"loaded", loaded},
+            {"restored", false},    {"ts", 102}};
   return o;
 }
 
@@ -518,8 +538,8 @@ TEST_CASE("PreChangeJournalReplaysAndAcceptsNewTransaction") {
     jo.identity = {"participant", 0};
     auto j = Journal::Open(rank_dir, jo);
     REQUIRE(j.ok());
-    json st = {{"rank", 0},           {"version", nullptr}, {"committed_tx", nullptr},
-               {"dirty", false},      {"loaded", false},    {"active", nullptr},
+    json st = {{"rank", 0},      {"version", nullptr}, {"committed_tx", nullptr},
+               {"dirty", false}, {"loaded", false},    {"active", nullptr},
                {"txs", 0}};
     AppendOld(*j.value(), {{{"type", "CREATE"}, {"rank", 0}, {"fingerprint", fp}, {"ts", 1}}}, st,
               false);
@@ -540,7 +560,8 @@ TEST_CASE("PreChangeJournalReplaysAndAcceptsNewTransaction") {
     st["loaded"] = false;
     st["txs"] = 2;
     AppendOld(*j.value(),
-              {OldBegin("t2", fp), OldPrepared("t2"),
+              {OldBegin("t2", fp),
+               OldPrepared("t2"),
                {{"type", "RESTART"}, {"dirty", true}, {"ts", 103}},
                OldOutcome("t2", "commit", true, false)},
               st, true);
@@ -550,9 +571,12 @@ TEST_CASE("PreChangeJournalReplaysAndAcceptsNewTransaction") {
       st["txs"] = 3;
       AppendOld(*j.value(),
                 {OldBegin("t3", fp),
-                 {{"type", "OUTCOME"}, {"tx", "t3"}, {"decision", "abort"},
+                 {{"type", "OUTCOME"},
+                  {"tx", "t3"},
+                  {"decision", "abort"},
                   {"reason", "process restarted before the transaction was decided"},
-                  {"dirty", true}, {"ts", 104}},
+                  {"dirty", true},
+                  {"ts", 104}},
                  {{"type", "RESTART"}, {"dirty", true}, {"ts", 105}}},
                 st, true);
     }
@@ -560,12 +584,19 @@ TEST_CASE("PreChangeJournalReplaysAndAcceptsNewTransaction") {
       // t3 prepared yes and the process died: the old snapshot of the active transaction has
       // none of the dirty rule's facts.
       st["txs"] = 3;
-      st["active"] = {{"tx", "t3"},         {"kind", "full"},         {"base", nullptr},
-                      {"modules", json::array()}, {"sources", json::array()}, {"rollback", false},
-                      {"wrote", true},      {"prepared", true},       {"vote", "yes"},
+      st["active"] = {{"tx", "t3"},
+                      {"kind", "full"},
+                      {"base", nullptr},
+                      {"modules", json::array()},
+                      {"sources", json::array()},
+                      {"rollback", false},
+                      {"wrote", true},
+                      {"prepared", true},
+                      {"vote", "yes"},
                       {"digest", "d-t3"}};
       AppendOld(*j.value(),
-                {OldBegin("t3", fp), OldPrepared("t3"),
+                {OldBegin("t3", fp),
+                 OldPrepared("t3"),
                  {{"type", "RESTART"}, {"dirty", true}, {"ts", 105}}},
                 st, true);
     }

@@ -10,7 +10,6 @@ using namespace wtx::testing;
 
 namespace {
 
-
 Status WriteBox(Participant& p, const std::string& param, const std::string& shard,
                 std::optional<Box> box, uint32_t seed = 1) {
   const Manifest& m = p.manifest();
@@ -26,14 +25,15 @@ Status WriteBox(Participant& p, const std::string& param, const std::string& sha
     return p.Write({&w, 1});
   }
   Box b = box ? *box
-              : (shard.empty() ? WholeBox(ps.shape) : ps.shards[*m.FindShard(*m.FindParam(param), shard)].box);
+              : (shard.empty() ? WholeBox(ps.shape)
+                               : ps.shards[*m.FindShard(*m.FindParam(param), shard)].box);
   auto bytes = Pattern(m, param, b, seed);
   WritePiece w{param, shard, box, bytes.data(), bytes.size()};
   return p.Write({&w, 1});
 }
 
-Status PatchIdx(Participant& p, const std::string& source, std::vector<int64_t> idx,
-                uint8_t value, int part = 0, int parts = 1) {
+Status PatchIdx(Participant& p, const std::string& source, std::vector<int64_t> idx, uint8_t value,
+                int part = 0, int parts = 1) {
   const Manifest& m = p.manifest();
   const auto& refs = m.ShardsOfSource(source);
   size_t esz = refs.empty() ? 1 : DTypeSize(m.params()[refs[0].param].dtype);
@@ -114,7 +114,8 @@ TEST_CASE("RankTurnsDirtyAtFirstWriteNotAtBegin") {
 TEST_CASE("FusedQkvWithOnlyQIsIncompleteNamingKAndV") {
   Cluster c(1, SmallManifest());
   REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
-  for (const char* p : {"kv_b", "norm", "packed"}) REQUIRE(WriteBox(c.rank(0), p, "", std::nullopt).ok());
+  for (const char* p : {"kv_b", "norm", "packed"})
+    REQUIRE(WriteBox(c.rank(0), p, "", std::nullopt).ok());
   REQUIRE(WriteBox(c.rank(0), "qkv", "q", std::nullopt).ok());
   REQUIRE(c.RefreshAll().ok());
   auto v = c.rank(0).Prepare("t1");
@@ -139,11 +140,13 @@ TEST_CASE("DuplicateShardIsRejectedAndChangesNothing") {
   Status s = WriteBox(c.rank(0), "qkv", "q", std::nullopt, 2);
   CHECK(s.code() == ErrorCode::kDuplicateWrite);
   // An overlapping sub-box of another write is a duplicate too.
-  CHECK(WriteBox(c.rank(0), "qkv", "", Box{{15, 17}, {0, 8}}, 3).code() == ErrorCode::kDuplicateWrite);
+  CHECK(WriteBox(c.rank(0), "qkv", "", Box{{15, 17}, {0, 8}}, 3).code() ==
+        ErrorCode::kDuplicateWrite);
   std::vector<uint8_t> after = LiveBytes(c.rank(0).memory(), 0);
   CHECK(before == after);
   // A duplicated shard must not complete the module early: k and v are still missing.
-  for (const char* p : {"kv_b", "norm", "packed"}) REQUIRE(WriteBox(c.rank(0), p, "", std::nullopt).ok());
+  for (const char* p : {"kv_b", "norm", "packed"})
+    REQUIRE(WriteBox(c.rank(0), p, "", std::nullopt).ok());
   REQUIRE(c.RefreshAll().ok());
   auto v = c.rank(0).Prepare("t1");
   REQUIRE(v.ok());
@@ -167,7 +170,8 @@ TEST_CASE("OverlappingPiecesOfOneWriteAreRejectedAtomically") {
 TEST_CASE("PartialRowWritesCoverExactlyAndGapsAreReportedAsBoxes") {
   Cluster c(1, SmallManifest());
   REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
-  for (const char* p : {"kv_b", "norm", "packed"}) REQUIRE(WriteBox(c.rank(0), p, "", std::nullopt).ok());
+  for (const char* p : {"kv_b", "norm", "packed"})
+    REQUIRE(WriteBox(c.rank(0), p, "", std::nullopt).ok());
   // Columns 0-3 of every row, then columns 3-8 except element (5, 6).
   REQUIRE(WriteBox(c.rank(0), "qkv", "", Box{{0, 32}, {0, 3}}).ok());
   REQUIRE(WriteBox(c.rank(0), "qkv", "", Box{{0, 5}, {3, 8}}).ok());
@@ -185,7 +189,8 @@ TEST_CASE("PartialRowWritesCoverExactlyAndGapsAreReportedAsBoxes") {
 TEST_CASE("CompletedPiecewiseWritesCommit") {
   Cluster c(1, SmallManifest());
   REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
-  for (const char* p : {"kv_b", "norm", "packed"}) REQUIRE(WriteBox(c.rank(0), p, "", std::nullopt).ok());
+  for (const char* p : {"kv_b", "norm", "packed"})
+    REQUIRE(WriteBox(c.rank(0), p, "", std::nullopt).ok());
   REQUIRE(WriteBox(c.rank(0), "qkv", "", Box{{0, 32}, {0, 3}}).ok());
   REQUIRE(WriteBox(c.rank(0), "qkv", "", Box{{0, 32}, {3, 8}}).ok());
   REQUIRE(c.RefreshAll().ok());
@@ -313,14 +318,16 @@ TEST_CASE("PatchesMapSourceIndicesThroughShardTranslation") {
   const size_t off = (18 * 8 + 3) * 2;
   CHECK(qkv[off] == 0xAB);
   CHECK(qkv[off + 1] == 0xAB);
-  CHECK(PatchIdx(c.rank(0), "k_proj", {64}, 1).code() == ErrorCode::kDuplicateWrite);  // part 0 again
+  CHECK(PatchIdx(c.rank(0), "k_proj", {64}, 1).code() ==
+        ErrorCode::kDuplicateWrite);  // part 0 again
 }
 
 TEST_CASE("PatchIndexOutsideSourceOrDuplicatedIsRejected") {
   Cluster c(1, SmallManifest());
   REQUIRE(c.FullCommit("t1", 1).status.ok());
   auto v1 = c.coordinator().CommittedVersion("t1").value();
-  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kDelta, v1, {}, {"k_proj", "q_proj"})).status.ok());
+  REQUIRE(
+      c.coordinator().Begin(Req("t2", TxKind::kDelta, v1, {}, {"k_proj", "q_proj"})).status.ok());
   CHECK(PatchIdx(c.rank(0), "k_proj", {64}, 1).code() == ErrorCode::kOutOfRange);
   CHECK(PatchIdx(c.rank(0), "k_proj", {3, 3}, 1).code() == ErrorCode::kDuplicateWrite);
   CHECK(PatchIdx(c.rank(0), "v_proj", {3}, 1).code() == ErrorCode::kOutOfScope);
@@ -451,7 +458,9 @@ TEST_CASE("RollbackDeltaAbortRestoresBytesAndStaysClean") {
   REQUIRE(c.FullCommit("t1", 1).status.ok());
   auto v1 = c.coordinator().CommittedVersion("t1").value();
   const std::string d0 = c.rank(0).RecomputeDigest().value();
-  REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kDelta, v1, {}, {"kv_b", "k_proj"}, true)).status.ok());
+  REQUIRE(c.coordinator()
+              .Begin(Req("t2", TxKind::kDelta, v1, {}, {"kv_b", "k_proj"}, true))
+              .status.ok());
   for (int r = 0; r < 2; ++r) {
     REQUIRE(PatchIdx(c.rank(r), "kv_b", {0, 31}, 0xEE).ok());
     REQUIRE(PatchIdx(c.rank(r), "k_proj", {7}, 0xEE).ok());
@@ -584,8 +593,8 @@ TEST_CASE("LiveMemoryFailureCrashesTheRankAndKeepsTheCommittedVersion") {
   memory->FailFromNow();
   Status s = c.WriteAll(2);
   CHECK(s.code() == ErrorCode::kCrashed);
-  CHECK_THAT(s.message(), Catch::Contains("live memory failed") &&
-                              Catch::Contains("injected device error"));
+  CHECK_THAT(s.message(),
+             Catch::Contains("live memory failed") && Catch::Contains("injected device error"));
   // The rank refuses everything from now on; the transaction cannot commit.
   CHECK(WriteBox(c.rank(0), "norm", "", std::nullopt).code() == ErrorCode::kCrashed);
   CHECK(c.coordinator().Commit("t2").decision != Decision::kCommit);
@@ -639,7 +648,8 @@ ManifestPtr MlaManifest() {
     "derived": [{"name": "W_UK_T", "sources": ["kv_b"], "phase": "attention"},
                 {"name": "W_UV", "sources": ["kv_b"], "phase": "attention"},
                 {"name": "lm_scale", "sources": ["lm_head"], "phase": "post_load"}]
-  })")).value();
+  })"))
+      .value();
 }
 
 std::vector<std::string> Stale(Participant& p) {
@@ -681,7 +691,7 @@ TEST_CASE("RollbackAbortMakesStaleOnlyDerivedStateRefreshedFromAbortedBytes") {
               .Begin(Req("t2", TxKind::kDelta, v1, {}, {"lm_head", "kv_b"}, true))
               .status.ok());
   REQUIRE(PatchIdx(c.rank(0), "kv_b", {0}, 0xEE).ok());
-  REQUIRE(c.rank(0).Refresh("W_UK_T").ok());  // recomputed from the patched kv_b
+  REQUIRE(c.rank(0).Refresh("W_UK_T").ok());    // recomputed from the patched kv_b
   REQUIRE(c.rank(0).Refresh("lm_scale").ok());  // lm_head not written yet: from the old bytes
   REQUIRE(PatchIdx(c.rank(0), "lm_head", {1}, 0xEE).ok());
   REQUIRE(c.coordinator().Abort("t2").status.ok());
@@ -743,7 +753,8 @@ TEST_CASE("WriteBySourceHonoursBox") {
   w.data = bytes.data();
   w.bytes = bytes.size();
   REQUIRE(c.rank(0).Write({&w, 1}).ok());
-  for (const char* p : {"kv_b", "norm", "packed"}) REQUIRE(WriteBox(c.rank(0), p, "", std::nullopt).ok());
+  for (const char* p : {"kv_b", "norm", "packed"})
+    REQUIRE(WriteBox(c.rank(0), p, "", std::nullopt).ok());
   REQUIRE(WriteBox(c.rank(0), "qkv", "q", std::nullopt).ok());
   REQUIRE(WriteBox(c.rank(0), "qkv", "v", std::nullopt).ok());
   REQUIRE(c.RefreshAll().ok());

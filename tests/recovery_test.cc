@@ -2,8 +2,8 @@
 // order or chunking; a delta patch equals the full write of the patched content; a crash at
 // every record boundary of a transaction (with and without power loss) recovers to a state
 // that the journal replays exactly and that the coordinator's decision explains.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <random>
 
@@ -29,13 +29,15 @@ ManifestPtr WideManifest() {
     ],
     "modules": [{"name": "all", "params": ["w", "n"]}],
     "derived": [{"name": "d", "sources": ["w"], "phase": "kernel"}]
-  })")).value();
+  })"))
+      .value();
 }
 
 // The full image of a parameter: byte i is a function of (seed, i).
 std::vector<uint8_t> Image(const ParamSpec& p, uint32_t seed) {
   std::vector<uint8_t> out(static_cast<size_t>(p.num_bytes()));
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>((i * 2654435761u) ^ seed ^ (i >> 7));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<uint8_t>((i * 2654435761u) ^ seed ^ (i >> 7));
   return out;
 }
 
@@ -66,7 +68,8 @@ std::vector<Box> RandomPartition(const Shape& shape, std::mt19937& rng) {
       continue;
     }
     auto cols = cuts(shape[1], 5);
-    for (size_t j = 0; j + 1 < cols.size(); ++j) out.push_back({{rows[i], rows[i + 1]}, {cols[j], cols[j + 1]}});
+    for (size_t j = 0; j + 1 < cols.size(); ++j)
+      out.push_back({{rows[i], rows[i + 1]}, {cols[j], cols[j + 1]}});
   }
   std::shuffle(out.begin(), out.end(), rng);
   return out;
@@ -79,7 +82,8 @@ std::string CommitImages(Cluster& c, const std::string& tx, uint32_t seed, std::
   REQUIRE(c.coordinator().Begin(b).status.ok());
   for (const auto& p : c.manifest().params()) {
     auto img = Image(p, seed);
-    std::vector<Box> boxes = rng ? RandomPartition(p.shape, *rng) : std::vector<Box>{WholeBox(p.shape)};
+    std::vector<Box> boxes =
+        rng ? RandomPartition(p.shape, *rng) : std::vector<Box>{WholeBox(p.shape)};
     for (const Box& box : boxes) {
       auto bytes = Slice(p, img, box);
       WritePiece w{p.name, "", box, bytes.data(), bytes.size()};
@@ -90,8 +94,10 @@ std::string CommitImages(Cluster& c, const std::string& tx, uint32_t seed, std::
   CommitOutcome o = c.coordinator().Commit(tx);
   std::string why;
   for (const auto& v : o.votes) {
-    why += std::to_string(v.rank) + ":" + std::string(ErrorCodeName(v.vote.error)) + " " + v.vote.message;
-    for (const auto& m : v.vote.missing) why += " [" + m.param + "/" + m.shard + " " + BoxToString(m.box) + "]";
+    why += std::to_string(v.rank) + ":" + std::string(ErrorCodeName(v.vote.error)) + " " +
+           v.vote.message;
+    for (const auto& m : v.vote.missing)
+      why += " [" + m.param + "/" + m.shard + " " + BoxToString(m.box) + "]";
   }
   INFO(o.status.ToString() << " " << why);
   REQUIRE(o.status.ok());

@@ -16,8 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/testing/fault_injection_fs.h"
 #include "src/testing/armed_crash_point.h"
+#include "src/testing/fault_injection_fs.h"
 #include "src/testing/inproc_cluster.h"
 #include "src/txn/test_hooks.h"
 #include "wtx/coordinator.h"
@@ -162,9 +162,7 @@ class Cluster {
     return resolve_errors.empty() ? Status::OK() : resolve_errors.front().second;
   }
 
-  void KillCoordinator(bool power_loss) {
-    cluster_.KillCoordinator(PowerLoss::Of(power_loss));
-  }
+  void KillCoordinator(bool power_loss) { cluster_.KillCoordinator(PowerLoss::Of(power_loss)); }
 
   // Writes every parameter whole on every rank with pattern `seed`.
   Status WriteAll(uint32_t seed) {
@@ -235,7 +233,7 @@ class Cluster {
   TempDir dir_;
   ManifestPtr manifest_;
   int landing_hash_threads_ = 0;  // read by the cluster's customize_rank
-  InProcCluster cluster_;  // after dir_: closed before the directory is removed
+  InProcCluster cluster_;         // after dir_: closed before the directory is removed
 };
 
 // What a shell command did: its exit status (128 + N when killed by signal N, -1 when it could

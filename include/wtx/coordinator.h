@@ -61,8 +61,8 @@ struct BeginOutcome {
 struct VoteReport {
   int rank = -1;
   enum class Kind { kYes, kNo, kTimeout, kCrashed } kind = Kind::kTimeout;
-  Vote vote;       // kYes / kNo
-  Status status;   // kTimeout / kCrashed
+  Vote vote;      // kYes / kNo
+  Status status;  // kTimeout / kCrashed
 };
 
 // "yes", "no", "timeout", "crashed": the one name of each kind, in every JSON form of a vote
@@ -71,12 +71,12 @@ std::string_view VoteKindName(VoteReport::Kind kind);
 std::optional<VoteReport::Kind> VoteKindFromName(std::string_view name);
 
 struct CommitOutcome {
-  Status status;  // OK for committed and noop
+  Status status;                     // OK for committed and noop
   std::optional<Decision> decision;  // nullopt when the coordinator died before deciding
   bool decision_logged = false;
-  std::string version;               // committed: the new version
+  std::string version;  // committed: the new version
   std::vector<VoteReport> votes;
-  std::vector<int> unacknowledged;   // ranks that did not hear the decision
+  std::vector<int> unacknowledged;  // ranks that did not hear the decision
 };
 
 // What the sender asks of a commit beyond the ranks' votes.

@@ -24,8 +24,8 @@
 // Thread-safety: as LiveMemory (not synchronized; the participant serializes access).
 #pragma once
 
-#include <memory>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>

@@ -53,7 +53,6 @@ Result<ExpectedVersion> ComputeExpectedVersion(const std::vector<const Manifest*
 Result<ExpectedVersion> ComputeExpectedVersion(const std::vector<const Manifest*>& rank_manifests,
                                                const SourceLookup& lookup);
 // One rank's digest (the same rules, one manifest).
-Result<std::string> ComputeExpectedRankDigest(const Manifest& manifest,
-                                              const SourceLookup& lookup);
+Result<std::string> ComputeExpectedRankDigest(const Manifest& manifest, const SourceLookup& lookup);
 
 }  // namespace wtx

@@ -25,8 +25,8 @@
 // duplicate wins is unspecified.
 //
 // Device pointers are plain CUDA device pointers (cudaMalloc or an engine's allocator); every
-// Gpu* call is synchronous on the legacy default stream, or on the stream given to it, and returns IOError naming the CUDA
-// error when a CUDA call fails, or when no device is present.
+// Gpu* call is synchronous on the legacy default stream, or on the stream given to it, and returns
+// IOError naming the CUDA error when a CUDA call fails, or when no device is present.
 //
 // Thread-safety: the functions share no state; concurrent calls on distinct buffers are safe.
 #pragma once

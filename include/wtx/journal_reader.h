@@ -51,19 +51,19 @@ struct LoggedVote {
 // One transaction, in order of first appearance in the journal.
 struct HistoryEntry {
   std::string tx;
-  int64_t time_micros = 0;             // when it began (participant) or was decided
+  int64_t time_micros = 0;  // when it began (participant) or was decided
   // Participant: "active", "prepared", "committed", "aborted" or "noop";
   // coordinator: "committed", "aborted" or "noop".
   std::string outcome;
-  std::optional<std::string> version;  // committed: the version
-  std::string reason;                  // why it aborted ("" otherwise)
+  std::optional<std::string> version;         // committed: the version
+  std::string reason;                         // why it aborted ("" otherwise)
   std::map<std::string, int64_t> timings_us;  // per phase ("prepare", "total", ...)
 
   // Participant journals.
   std::optional<TxKind> kind;
-  std::optional<std::string> base;     // partial/delta: the base version
-  std::vector<std::string> modules;    // partial: modules in scope
-  std::vector<std::string> sources;    // delta: sources patched
+  std::optional<std::string> base;   // partial/delta: the base version
+  std::vector<std::string> modules;  // partial: modules in scope
+  std::vector<std::string> sources;  // delta: sources patched
   bool rollback = false;
   TxCoverageSummary coverage;
   std::vector<std::string> refreshed;  // derived states refreshed
@@ -74,7 +74,7 @@ struct HistoryEntry {
   // Coordinator journals.
   std::optional<Decision> decision;
   std::vector<LoggedVote> votes;
-  bool acknowledged = false;           // every rank heard the decision
+  bool acknowledged = false;  // every rank heard the decision
 
   std::string json;  // the whole entry as JSON text (`wtx log --json` prints these)
 };
@@ -97,7 +97,7 @@ struct StoredRecord {
 
 struct JournalTxRecords {
   std::vector<StoredRecord> records;  // in journal order; empty when `tx` never appears
-  std::vector<std::string> warnings;   // verification warnings (a torn unsynced tail)
+  std::vector<std::string> warnings;  // verification warnings (a torn unsynced tail)
 };
 
 // The records of transaction `tx`, in journal order.
@@ -113,13 +113,13 @@ struct JournalState {
   std::optional<std::string> committed_tx;  // the transaction that committed it
   bool dirty = false;                       // from BEGIN to a clean commit
   bool loaded = false;
-  std::optional<std::string> active_tx;     // begun, not decided
-  std::optional<std::string> in_doubt;      // active and voted yes
-  bool serving = false;                     // loaded, clean, committed and not in doubt
+  std::optional<std::string> active_tx;  // begun, not decided
+  std::optional<std::string> in_doubt;   // active and voted yes
+  bool serving = false;                  // loaded, clean, committed and not in doubt
   // Coordinator journals.
-  int64_t decisions = 0;                    // decisions logged
-  std::vector<std::string> pending;         // decided, not yet acknowledged by every rank
-  std::vector<std::string> warnings;        // verification warnings
+  int64_t decisions = 0;              // decisions logged
+  std::vector<std::string> pending;   // decided, not yet acknowledged by every rank
+  std::vector<std::string> warnings;  // verification warnings
 };
 
 Result<JournalState> ReadJournalState(const std::string& dir);
@@ -146,11 +146,11 @@ struct JournalVerification {
   // OK; kJournalCorrupt naming what is wrong; kNotFound when `dir` holds no journal at all.
   Status status;
   std::vector<std::string> warnings;
-  JournalOwner owner;             // as stored (empty role when unreadable)
-  bool owner_checked = false;     // compared with an expected owner
+  JournalOwner owner;          // as stored (empty role when unreadable)
+  bool owner_checked = false;  // compared with an expected owner
   uint64_t records = 0;
   std::optional<uint64_t> synced_through;  // the sync watermark: last record known durable
-  bool torn_tail = false;         // an incomplete unsynced last record was dropped
+  bool torn_tail = false;                  // an incomplete unsynced last record was dropped
 };
 
 // What `wtx check DIR [--strict]` reports (files, checksums, chain, replay, identity; see

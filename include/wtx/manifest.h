@@ -38,12 +38,12 @@ enum class Phase { kPostLoad, kAttention, kKernel };
 std::string_view PhaseName(Phase phase);
 
 struct ShardSpec {
-  std::string id;             // "q", "k", "v", "0", "1", "e3.w1", ...
-  std::string source;         // checkpoint tensor name
-  Shape source_shape;         // full (unsharded) source shape
-  Box box;                    // live coordinates
-  Box source_box;             // source coordinates (the TP slice)
-  bool packed = false;        // live bytes are not a translation of the source
+  std::string id;       // "q", "k", "v", "0", "1", "e3.w1", ...
+  std::string source;   // checkpoint tensor name
+  Shape source_shape;   // full (unsharded) source shape
+  Box box;              // live coordinates
+  Box source_box;       // source coordinates (the TP slice)
+  bool packed = false;  // live bytes are not a translation of the source
   // Live elements that no source feeds (vLLM's vocabulary padding rows): source, source_shape
   // and source_box are empty; not required coverage; their bytes count in the version.
   bool padding = false;
@@ -107,7 +107,9 @@ class Manifest {
   // Shape of a source tensor, if any shard on this rank names it.
   std::optional<Shape> SourceShape(std::string_view source) const;
   // Derived states that read parameter `param`.
-  const std::vector<uint32_t>& DerivedOfParam(uint32_t param) const { return derived_of_param_[param]; }
+  const std::vector<uint32_t>& DerivedOfParam(uint32_t param) const {
+    return derived_of_param_[param];
+  }
   // Parameter names in canonical (sorted) order, as indices.
   const std::vector<uint32_t>& CanonicalOrder() const { return canonical_order_; }
 

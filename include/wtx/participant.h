@@ -106,9 +106,9 @@ enum class BufferLocation { kHost, kDevice };
 // A `source` piece without a box covers every shard it feeds, its bytes being those shards'
 // boxes one after the other, in manifest order (parameter, then shard).
 struct WritePiece {
-  std::string param;        // required unless `source` is given
-  std::string shard;        // empty: whatever shards the box covers; not with `source`
-  std::optional<Box> box;   // live coordinates; default: the shard's box, or the whole param
+  std::string param;       // required unless `source` is given
+  std::string shard;       // empty: whatever shards the box covers; not with `source`
+  std::optional<Box> box;  // live coordinates; default: the shard's box, or the whole param
   const void* data = nullptr;
   size_t bytes = 0;
   // kDevice: `data` is a device address; the copy is device-to-device (device live memory only).
@@ -143,12 +143,12 @@ struct LandingRegion {
 // Where to write one reserved box.
 struct Reservation {
   std::string param;
-  std::string shard;        // the named shard, or empty when the box was given by param/box
-  Box box;                  // resolved live box
-  uint32_t param_index = 0; // manifest order
-  void* host = nullptr;     // host address of the parameter's first byte, or null (device)
-  uint64_t device_ptr = 0;  // device address of the parameter's first byte, or 0 (host)
-  size_t param_bytes = 0;   // byte size of the whole parameter
+  std::string shard;         // the named shard, or empty when the box was given by param/box
+  Box box;                   // resolved live box
+  uint32_t param_index = 0;  // manifest order
+  void* host = nullptr;      // host address of the parameter's first byte, or null (device)
+  uint64_t device_ptr = 0;   // device address of the parameter's first byte, or 0 (host)
+  size_t param_bytes = 0;    // byte size of the whole parameter
 };
 
 // One run of hash chunks of a parameter whose live bytes differ from the committed digests.
@@ -156,19 +156,19 @@ struct ChunkDifference {
   std::string param;
   size_t first_chunk = 0;  // chunks of kHashChunkBytes (content_hash.h)
   size_t chunks = 0;
-  Box box;                 // live elements those chunks hold (the bounding box of the run)
+  Box box;  // live elements those chunks hold (the bounding box of the run)
 };
 
 // What Verify / Reattach / a verify-all prepare found.
 struct VerifyReport {
-  bool ok = false;          // comparable and every chunk matches
-  bool comparable = false;  // committed chunk digests (or digest) were available to compare
-  std::vector<std::string> params;        // parameters with differing bytes (manifest order)
-  std::vector<Box> boxes;                 // differences[i].box, for each difference
+  bool ok = false;                  // comparable and every chunk matches
+  bool comparable = false;          // committed chunk digests (or digest) were available to compare
+  std::vector<std::string> params;  // parameters with differing bytes (manifest order)
+  std::vector<Box> boxes;           // differences[i].box, for each difference
   std::vector<ChunkDifference> differences;
   size_t chunks_checked = 0;
   size_t chunks_differing = 0;
-  std::string message;      // one line for humans, naming what differs
+  std::string message;  // one line for humans, naming what differs
 };
 
 class Participant {

@@ -36,10 +36,10 @@ std::optional<VerifyMode> VerifyModeFromName(std::string_view name);
 struct BeginRequest {
   std::string tx;
   TxKind kind = TxKind::kFull;
-  std::string base;                  // partial/delta: the committed version required
-  std::vector<std::string> modules;  // partial: the modules in scope
-  std::vector<std::string> sources;  // delta: the source tensors patched
-  bool rollback = false;             // partial/delta: keep before-images, abort restores
+  std::string base;                          // partial/delta: the committed version required
+  std::vector<std::string> modules;          // partial: the modules in scope
+  std::vector<std::string> sources;          // delta: the source tensors patched
+  bool rollback = false;                     // partial/delta: keep before-images, abort restores
   VerifyMode verify = VerifyMode::kTouched;  // what prepare rehashes and compares
 };
 
@@ -52,12 +52,12 @@ inline constexpr int64_t kMaxMissingBoxesPerShard = 4;
 struct MissingPiece {
   std::string param;
   std::string shard;
-  Box box;                        // live coordinates of what is missing (boxes > 1: their bound)
-  std::string source;             // delta: the source whose parts are missing
-  std::vector<int> missing_parts; // delta: part numbers not received
-  int parts = 0;                  // delta: n of [k, n]; 0 when no part arrived
-  int64_t boxes = 1;              // gap boxes this piece stands for
-  int64_t elements = 0;           // missing elements in this piece (exact)
+  Box box;                         // live coordinates of what is missing (boxes > 1: their bound)
+  std::string source;              // delta: the source whose parts are missing
+  std::vector<int> missing_parts;  // delta: part numbers not received
+  int parts = 0;                   // delta: n of [k, n]; 0 when no part arrived
+  int64_t boxes = 1;               // gap boxes this piece stands for
+  int64_t elements = 0;            // missing elements in this piece (exact)
 };
 
 struct StaleDerivedState {
@@ -70,13 +70,13 @@ struct Vote {
   int rank = -1;
   std::string tx;
   bool yes = false;
-  bool wrote = false;             // this rank changed live bytes in the transaction
-  std::string digest;             // yes: this rank's content digest (hex)
+  bool wrote = false;                // this rank changed live bytes in the transaction
+  std::string digest;                // yes: this rank's content digest (hex)
   ErrorCode error = ErrorCode::kOk;  // no: the first failing check
   std::string message;
-  std::vector<ErrorCode> errors;  // no: every failing check
+  std::vector<ErrorCode> errors;      // no: every failing check
   std::vector<MissingPiece> missing;  // never truncated (see MissingPiece)
-  size_t missing_total = 0;       // gap boxes missing (the sum of missing[].boxes)
+  size_t missing_total = 0;           // gap boxes missing (the sum of missing[].boxes)
   std::vector<StaleDerivedState> stale;
 };
 
@@ -99,7 +99,7 @@ struct RankStatus {
   bool dirty = false;
   bool loaded = false;
   bool serving = false;
-  std::optional<std::string> in_doubt;   // prepared, decision not known
+  std::optional<std::string> in_doubt;  // prepared, decision not known
   std::optional<std::string> active_tx;
   std::vector<std::string> stale_derived;
 };

@@ -38,15 +38,15 @@ inline constexpr uint64_t kMaxSafetensorsHeaderBytes = uint64_t{100} << 20;  // 
 struct SafetensorsEntry {
   std::string name;
   DType dtype = DType::kF32;
-  std::string dtype_name;   // as in the file: "BF16"
+  std::string dtype_name;  // as in the file: "BF16"
   Shape shape;
-  uint64_t begin = 0;       // byte offsets into the data section
+  uint64_t begin = 0;  // byte offsets into the data section
   uint64_t end = 0;
 };
 
 struct SafetensorsHeader {
-  uint64_t header_bytes = 0;       // N
-  uint64_t data_offset = 0;        // 8 + N: where the data section starts in the file
+  uint64_t header_bytes = 0;              // N
+  uint64_t data_offset = 0;               // 8 + N: where the data section starts in the file
   std::vector<SafetensorsEntry> tensors;  // sorted by begin offset
 };
 
@@ -64,7 +64,7 @@ std::string_view SafetensorsDTypeName(DType dtype);
 // A tensor of an open checkpoint.
 struct CheckpointTensor {
   std::string name;
-  std::string file;           // path of the file that holds it
+  std::string file;  // path of the file that holds it
   DType dtype = DType::kF32;
   Shape shape;
   std::span<const uint8_t> bytes;  // mapped; valid while the checkpoint lives

@@ -30,8 +30,8 @@ struct RankAgentOptions {
   std::string coordinator_host = "127.0.0.1";
   uint16_t coordinator_port = 0;
   int rank = 0;
-  std::string secret;                                // REQUIRED: non-empty
-  TlsFiles tls;  // empty: TLS 1.3 with a PSK derived from `secret`
+  std::string secret;  // REQUIRED: non-empty
+  TlsFiles tls;        // empty: TLS 1.3 with a PSK derived from `secret`
   std::chrono::milliseconds request_timeout{10000};  // its own QueryDecision calls
   std::chrono::milliseconds connect_timeout{3000};
   std::chrono::milliseconds handshake_timeout{5000};

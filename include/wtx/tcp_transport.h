@@ -11,10 +11,10 @@
 //    coordinator passes; every other call for options.request_timeout.
 //  * Refused, and logged to stderr (rate-limited), without affecting other connections: a
 //    failed TLS handshake (wrong PSK, untrusted or missing certificate), a wrong or missing
-//    secret, a handshake that does not finish in time, connections beyond max_connections, a frame above max_frame_bytes (4 KiB
-//    before authentication), a malformed frame, a rank id outside [0, num_ranks), a second
-//    live connection for a registered rank, and any frame or answer in which a rank's
-//    connection speaks for another rank id (the connection is closed).
+//    secret, a handshake that does not finish in time, connections beyond max_connections, a frame
+//    above max_frame_bytes (4 KiB before authentication), a malformed frame, a rank id outside [0,
+//    num_ranks), a second live connection for a registered rank, and any frame or answer in which a
+//    rank's connection speaks for another rank id (the connection is closed).
 //  * Ranks ask the coordinator QueryDecision(tx) when in doubt; the transport answers through
 //    the oracle set by SetDecisionOracle (until then: E_CRASHED "the coordinator is
 //    recovering", and ranks retry).

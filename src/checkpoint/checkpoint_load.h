@@ -32,11 +32,11 @@ struct CheckpointLoadRequest {
 };
 
 struct CheckpointLoadPlan {
-  std::string checkpoint;             // absolute path
-  std::vector<ManifestPtr> manifests;  // one per rank
-  std::vector<std::string> missing;   // tensors the manifests read that the checkpoint lacks
+  std::string checkpoint;                   // absolute path
+  std::vector<ManifestPtr> manifests;       // one per rank
+  std::vector<std::string> missing;         // tensors the manifests read that the checkpoint lacks
   std::optional<ExpectedVersion> expected;  // when requested and nothing is missing
-  sim::Scenario scenario;             // the load's steps
+  sim::Scenario scenario;                   // the load's steps
 };
 
 // Opens and validates the checkpoint against every rank's manifest (shapes, dtypes: errors

@@ -61,9 +61,7 @@ class MappedFile {
     ::close(fd);
     return Status::OK();
   }
-  std::span<const uint8_t> bytes() const {
-    return {static_cast<const uint8_t*>(addr_), size_};
-  }
+  std::span<const uint8_t> bytes() const { return {static_cast<const uint8_t*>(addr_), size_}; }
 
  private:
   void* addr_ = nullptr;
@@ -187,9 +185,11 @@ Result<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::Open(
         if (e.path().extension() == ".safetensors") found.push_back(e.path().string());
       }
       if (found.size() != 1) {
-        return Status::InvalidArgument(
-            path + ": a checkpoint folder needs " + std::string(kIndexName) + " or exactly one "
-            ".safetensors file (found " + std::to_string(found.size()) + ")");
+        return Status::InvalidArgument(path + ": a checkpoint folder needs " +
+                                       std::string(kIndexName) +
+                                       " or exactly one "
+                                       ".safetensors file (found " +
+                                       std::to_string(found.size()) + ")");
       }
       WTX_RETURN_IF_ERROR(c->AddFile(found[0], nullptr));
     }
@@ -209,8 +209,10 @@ Status CheckTensorAgainstManifest(const CheckpointTensor& tensor, const Manifest
   if (!want) return Status::OK();  // this rank does not read it
   if (*want != tensor.shape) {
     return Status::InvalidArgument(tensor.file + ": tensor '" + tensor.name + "' has shape " +
-                                   BoxToString(WholeBox(tensor.shape)) + ", the manifest's "
-                                   "source_shape is " + BoxToString(WholeBox(*want)));
+                                   BoxToString(WholeBox(tensor.shape)) +
+                                   ", the manifest's "
+                                   "source_shape is " +
+                                   BoxToString(WholeBox(*want)));
   }
   return Status::OK();
 }

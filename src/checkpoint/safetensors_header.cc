@@ -17,8 +17,8 @@ struct StName {
   DType dtype;
 };
 constexpr StName kStDTypes[] = {
-    {"BF16", DType::kBF16}, {"F16", DType::kF16}, {"F32", DType::kF32},
-    {"F8_E4M3", DType::kFP8E4M3}, {"I8", DType::kI8}, {"U8", DType::kU8},
+    {"BF16", DType::kBF16},       {"F16", DType::kF16}, {"F32", DType::kF32},
+    {"F8_E4M3", DType::kFP8E4M3}, {"I8", DType::kI8},   {"U8", DType::kU8},
     {"I32", DType::kI32},
 };
 
@@ -54,19 +54,22 @@ std::string_view SafetensorsDTypeName(DType dtype) {
 Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t> file,
                                                  std::string_view file_label) {
   if (file.size() < 8) {
-    return Bad(file_label, "", "truncated: " + std::to_string(file.size()) +
-                                   " bytes, a safetensors file starts with an 8-byte header "
-                                   "length");
+    return Bad(file_label, "",
+               "truncated: " + std::to_string(file.size()) +
+                   " bytes, a safetensors file starts with an 8-byte header "
+                   "length");
   }
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | file[static_cast<size_t>(i)];
   if (n > kMaxSafetensorsHeaderBytes) {
-    return Bad(file_label, "", "header length " + std::to_string(n) + " exceeds the limit of " +
-                                   std::to_string(kMaxSafetensorsHeaderBytes) + " bytes");
+    return Bad(file_label, "",
+               "header length " + std::to_string(n) + " exceeds the limit of " +
+                   std::to_string(kMaxSafetensorsHeaderBytes) + " bytes");
   }
   if (n > file.size() - 8) {
-    return Bad(file_label, "", "header length " + std::to_string(n) + " runs past the end of " +
-                                   "the file (" + std::to_string(file.size()) + " bytes)");
+    return Bad(file_label, "",
+               "header length " + std::to_string(n) + " runs past the end of " + "the file (" +
+                   std::to_string(file.size()) + " bytes)");
   }
   SafetensorsHeader h;
   h.header_bytes = n;
@@ -109,10 +112,12 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t> file,
     uint64_t elements = 1;
     for (const auto& x : *sh) {
       // A number_float (1.5, NaN spelled as 1e999, ...) or a negative value is refused.
-      if (!x.is_number_integer() || (x.is_number_integer() && !x.is_number_unsigned() &&
-                                     x.get<int64_t>() < 0)) {
-        return Bad(file_label, name, "shape " + sh->dump() + " is not a list of non-negative "
-                                     "integers");
+      if (!x.is_number_integer() ||
+          (x.is_number_integer() && !x.is_number_unsigned() && x.get<int64_t>() < 0)) {
+        return Bad(file_label, name,
+                   "shape " + sh->dump() +
+                       " is not a list of non-negative "
+                       "integers");
       }
       const uint64_t v = x.get<uint64_t>();
       if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
@@ -126,27 +131,28 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t> file,
     auto bytes = MulChecked(elements, DTypeSize(t.dtype));
     if (!bytes) return Bad(file_label, name, "shape " + sh->dump() + " overflows");
     auto off = e.find("data_offsets");
-    if (off == e.end() || !off->is_array() || off->size() != 2 ||
-        !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned()) {
+    if (off == e.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
+        !(*off)[1].is_number_unsigned()) {
       return Bad(file_label, name, "data_offsets is not a pair of non-negative integers");
     }
     t.begin = (*off)[0].get<uint64_t>();
     t.end = (*off)[1].get<uint64_t>();
     if (t.begin > t.end) {
-      return Bad(file_label, name, "data_offsets [" + std::to_string(t.begin) + ", " +
-                                       std::to_string(t.end) + "] are inverted");
+      return Bad(file_label, name,
+                 "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                     "] are inverted");
     }
     if (t.end > data_size) {
-      return Bad(file_label, name, "data_offsets [" + std::to_string(t.begin) + ", " +
-                                       std::to_string(t.end) + "] run past the end of the " +
-                                       "data (" + std::to_string(data_size) + " bytes)");
+      return Bad(file_label, name,
+                 "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                     "] run past the end of the " + "data (" + std::to_string(data_size) +
+                     " bytes)");
     }
     if (t.end - t.begin != *bytes) {
-      return Bad(file_label, name, "data_offsets [" + std::to_string(t.begin) + ", " +
-                                       std::to_string(t.end) + "] hold " +
-                                       std::to_string(t.end - t.begin) + " bytes, shape " +
-                                       sh->dump() + " of " + t.dtype_name + " needs " +
-                                       std::to_string(*bytes));
+      return Bad(file_label, name,
+                 "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                     "] hold " + std::to_string(t.end - t.begin) + " bytes, shape " + sh->dump() +
+                     " of " + t.dtype_name + " needs " + std::to_string(*bytes));
     }
     h.tensors.push_back(std::move(t));
   }
@@ -158,10 +164,10 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t> file,
   for (const SafetensorsEntry& t : h.tensors) {
     if (t.end == t.begin) continue;  // zero-byte tensors overlap nothing
     if (last && last->end > t.begin) {
-      return Bad(file_label, t.name, "bytes [" + std::to_string(t.begin) + ", " +
-                                         std::to_string(t.end) + ") overlap those of tensor '" +
-                                         last->name + "' [" + std::to_string(last->begin) +
-                                         ", " + std::to_string(last->end) + ")");
+      return Bad(file_label, t.name,
+                 "bytes [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                     ") overlap those of tensor '" + last->name + "' [" +
+                     std::to_string(last->begin) + ", " + std::to_string(last->end) + ")");
     }
     if (!last || t.end > last->end) last = &t;
   }

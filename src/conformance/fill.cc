@@ -1,10 +1,10 @@
 #include "src/conformance/fill.h"
 
-#include <cstring>
 #include <xxhash.h>
+#include <cstring>
 
-#include "src/util/json_number.h"
 #include "src/util/json_fields.h"
+#include "src/util/json_number.h"
 
 namespace wtx::sim {
 
@@ -66,7 +66,8 @@ Result<FillSpec> ParseFill(const nlohmann::json& j, const std::string& where) {
     WTX_RETURN_IF_ERROR(CheckFields(o, where + ".override", {"seed", "indices"}));
     if (!o.is_object() || !o.contains("seed") || !o["seed"].is_number_integer() ||
         !o.contains("indices") || !o["indices"].is_array()) {
-      return Status::InvalidArgument(where + ".override: expected {\"seed\": M, \"indices\": [...]}");
+      return Status::InvalidArgument(where +
+                                     ".override: expected {\"seed\": M, \"indices\": [...]}");
     }
     f.has_override = true;
     WTX_ASSIGN_OR_RETURN(oseed, JsonUint(o["seed"], where + ".override.seed"));

@@ -5,8 +5,8 @@
 #include <sstream>
 
 #include "src/manifest/box_json.h"
-#include "src/util/json_number.h"
 #include "src/util/json_fields.h"
+#include "src/util/json_number.h"
 #include "wtx/hf_manifest.h"
 #include "wtx/limits.h"
 
@@ -24,8 +24,8 @@ Status Bad(const std::string& where, const std::string& what) {
 // other field is refused: a misspelt "sahrd" must not silently write every shard.
 Status CheckStepFields(const json& s, const std::string& where, const std::string& op) {
   if (op == "begin") {
-    return CheckFields(s, where, {"op", "tx", "kind", "base", "modules", "sources", "rollback",
-                                  "verify"});
+    return CheckFields(s, where,
+                       {"op", "tx", "kind", "base", "modules", "sources", "rollback", "verify"});
   }
   if (op == "write" || op == "land" || op == "poke") {
     return CheckFields(s, where, {"op", "rank", "param", "shard", "source", "box", "fill"});
@@ -297,9 +297,9 @@ Result<Scenario> ParseScenario(const json& j, const std::string& base_dir) {
   auto mit = j.find("model");
   if (mit == j.end() || !mit->is_object()) return Bad("model", "missing object");
   const json& model = *mit;
-  WTX_RETURN_IF_ERROR(CheckFields(
-      model, "model",
-      {"manifest", "rank_manifests", "manifest_file", "hf_config", "tp", "ep", "expert_placement"}));
+  WTX_RETURN_IF_ERROR(CheckFields(model, "model",
+                                  {"manifest", "rank_manifests", "manifest_file", "hf_config", "tp",
+                                   "ep", "expert_placement"}));
   if (model.contains("manifest") + model.contains("manifest_file") + model.contains("hf_config") >
       1) {
     return Bad("model", "give one of manifest, manifest_file or hf_config");

@@ -41,9 +41,9 @@ struct Step {
   BeginRequest begin;
   std::string base_ref;  // as written ("$t1" or a version)
   // write
-  std::string param;     // "*" allowed
+  std::string param;  // "*" allowed
   std::string shard;
-  std::string source;    // write: shard selector; patch: the source
+  std::string source;  // write: shard selector; patch: the source
   std::optional<Box> box;
   FillSpec fill;
   // patch

@@ -2,21 +2,21 @@
 
 #include <cstring>
 #include <filesystem>
-#include <new>
 #include <map>
+#include <new>
 
-#include "src/manifest/box_json.h"
-#include "src/testing/inproc_cluster.h"
-#include "src/testing/fault_injection_fs.h"
-#include "src/testing/armed_crash_point.h"
-#include "src/txn/test_hooks.h"
 #include "journal/journal.h"
-#include "src/txn/coordinator_records.h"
 #include "src/checkpoint/checkpoint_slices.h"
-#include "wtx/safetensors.h"
+#include "src/manifest/box_json.h"
+#include "src/testing/armed_crash_point.h"
+#include "src/testing/fault_injection_fs.h"
+#include "src/testing/inproc_cluster.h"
+#include "src/txn/coordinator_records.h"
+#include "src/txn/test_hooks.h"
 #include "wtx/coordinator.h"
 #include "wtx/inproc_transport.h"
 #include "wtx/participant.h"
+#include "wtx/safetensors.h"
 
 namespace wtx::sim {
 
@@ -119,7 +119,8 @@ Status WriteWholeSource(const Step& st, Participant& p) {
   const int64_t n = NumElements(*m.SourceShape(st.source));
   std::vector<uint8_t> full(static_cast<size_t>(n) * esz);
   const uint64_t h = SourceNameHash(st.source);
-  for (int64_t i = 0; i < n; ++i) FillElement(st.fill, h, i, dtype, &full[static_cast<size_t>(i) * esz]);
+  for (int64_t i = 0; i < n; ++i)
+    FillElement(st.fill, h, i, dtype, &full[static_cast<size_t>(i) * esz]);
   return p.WriteSource(st.source, full.data(), full.size()).status();
 }
 
@@ -235,8 +236,7 @@ Status EngineCopy(Participant& p, uint32_t pi, const Box& box, const FillSpec& f
 }
 
 // land: Reserve, the engine writes `fill` into the live tensor itself, Landed.
-Status DoLand(const Step& st, const std::optional<BeginRequest>& scope, Participant& p,
-              bool land) {
+Status DoLand(const Step& st, const std::optional<BeginRequest>& scope, Participant& p, bool land) {
   const Manifest& m = p.manifest();
   for (const LandingRegion& region : StepRegions(st, scope, m)) {
     auto res = p.Reserve(region);
@@ -273,24 +273,28 @@ Status DoPoke(const Step& st, Participant& p) {
         boxes.emplace_back(ref.param, region.box ? *region.box : ps.shards[ref.shard].box);
       }
       if (boxes.empty()) {
-        return Status(ErrorCode::kUnknownParam, "poke: no shard fed by source '" + region.source + "'");
+        return Status(ErrorCode::kUnknownParam,
+                      "poke: no shard fed by source '" + region.source + "'");
       }
     } else {
       auto pi = m.FindParam(region.param);
-      if (!pi) return Status(ErrorCode::kUnknownParam, "poke: unknown parameter '" + region.param + "'");
+      if (!pi)
+        return Status(ErrorCode::kUnknownParam, "poke: unknown parameter '" + region.param + "'");
       const ParamSpec& ps = m.params()[*pi];
       std::optional<uint32_t> si;
       if (!region.shard.empty() && !(si = m.FindShard(*pi, region.shard))) {
         return Status(ErrorCode::kUnknownParam,
                       "poke: parameter '" + region.param + "' has no shard '" + region.shard + "'");
       }
-      boxes.emplace_back(*pi, region.box ? *region.box : si ? ps.shards[*si].box : WholeBox(ps.shape));
+      boxes.emplace_back(*pi, region.box ? *region.box
+                              : si       ? ps.shards[*si].box
+                                         : WholeBox(ps.shape));
     }
     for (const auto& [pi, box] : boxes) {
       const ParamSpec& ps = m.params()[pi];
       if (!BoxInsideShape(box, ps.shape) || BoxIsEmpty(box)) {
-        return Status(ErrorCode::kOutOfRange, "poke: box " + BoxToString(box) +
-                                                  " lies outside '" + ps.name + "'");
+        return Status(ErrorCode::kOutOfRange,
+                      "poke: box " + BoxToString(box) + " lies outside '" + ps.name + "'");
       }
       WTX_RETURN_IF_ERROR(EngineCopy(p, pi, box, st.fill));
     }
@@ -465,8 +469,7 @@ class Runner {
     if (st.op == "begin") return DoBegin(st, out);
     if (st.op == "write" || st.op == "patch" || st.op == "refresh" ||
         st.op == "set_kernel_identity" || st.op == "reserve" || st.op == "land" ||
-        st.op == "poke" ||
-        st.op == "load_checkpoint") {
+        st.op == "poke" || st.op == "load_checkpoint") {
       return ForRanks(st, out);
     }
     if (st.op == "commit") return DoCommit(st, out);
@@ -519,8 +522,10 @@ class Runner {
     if (!v.vote.missing.empty()) {
       json missing = json::array();
       for (const auto& m : v.vote.missing) {
-        json jm = {
-            {"param", m.param}, {"shard", m.shard}, {"box", BoxToJson(m.box)}, {"source", m.source}};
+        json jm = {{"param", m.param},
+                   {"shard", m.shard},
+                   {"box", BoxToJson(m.box)},
+                   {"source", m.source}};
         if (m.boxes != 1) jm["boxes"] = m.boxes;  // box bounds that many merged gaps
         jm["elements"] = m.elements;
         if (!m.missing_parts.empty()) {
@@ -554,7 +559,8 @@ class Runner {
       // "$tx": each rank's digest in that transaction too, so a mismatch names the ranks.
       if (st.expect_version_ref[0] == '$') {
         auto it = committed_digests_.find(st.expect_version_ref.substr(1));
-        if (it != committed_digests_.end()) resolved.commit_options.expect_rank_digests = it->second;
+        if (it != committed_digests_.end())
+          resolved.commit_options.expect_rank_digests = it->second;
       }
     }
     CommitOutcome o = procs_.Commit(resolved, &coordinator_died);

@@ -45,8 +45,7 @@ class SimProcesses {
   virtual bool RankAlive(int rank) = 0;
   virtual bool CoordinatorAlive() = 0;
   // write / patch / refresh / set_kernel_identity on a live rank (ApplyRankStep there).
-  virtual Status RankStep(int rank, const Step& step,
-                          const std::optional<BeginRequest>& scope) = 0;
+  virtual Status RankStep(int rank, const Step& step, const std::optional<BeginRequest>& scope) = 0;
   // REQUIRES: RankAlive(rank)
   virtual RankStatus RankState(int rank) = 0;
   // REQUIRES: CoordinatorAlive() for the coordinator calls below.

@@ -14,8 +14,8 @@
 #include <fstream>
 #include <thread>
 
-#include "src/net/control_codec.h"
 #include "src/net/codec.h"
+#include "src/net/control_codec.h"
 
 namespace wtx::sim {
 

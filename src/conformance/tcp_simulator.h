@@ -35,8 +35,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/net/control.h"
 #include "src/conformance/simulator.h"
+#include "src/net/control.h"
 
 namespace wtx::sim {
 

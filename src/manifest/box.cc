@@ -163,13 +163,11 @@ void CopyBox(const Shape& shape, const Box& box, size_t elem_size, const void* s
 
 }  // namespace
 
-void CopyBoxOut(const Shape& shape, const Box& box, size_t elem_size, const void* src,
-                void* dst) {
+void CopyBoxOut(const Shape& shape, const Box& box, size_t elem_size, const void* src, void* dst) {
   CopyBox(shape, box, elem_size, src, dst, /*out=*/true);
 }
 
-void CopyBoxIn(const Shape& shape, const Box& box, size_t elem_size, const void* src,
-               void* dst) {
+void CopyBoxIn(const Shape& shape, const Box& box, size_t elem_size, const void* src, void* dst) {
   CopyBox(shape, box, elem_size, src, dst, /*out=*/false);
 }
 

@@ -23,8 +23,7 @@ Result<Box> BoxFromJson(const json& j, const std::string& where) {
   for (size_t i = 0; i < j.size(); ++i) {
     const json& r = j[i];
     const std::string at = where + "[" + std::to_string(i) + "]";
-    if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() ||
-        !r[1].is_number_integer()) {
+    if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer()) {
       return Status::InvalidArgument(at + ": expected [begin, end] integers");
     }
     WTX_ASSIGN_OR_RETURN(begin, JsonInt(r[0], at, INT64_MIN, INT64_MAX));

@@ -92,8 +92,8 @@ Status ValidateShard(const ParamSpec& p, const ShardSpec& s, const std::string& 
   }
   // Every shard holds at least one element (a zero-extent shard could never be written).
   if (!p.shape.empty() && BoxIsEmpty(s.box)) {
-    return Invalid(where + ".box", "shard '" + s.id + "' of " + p.name + " has an empty box " +
-                                       BoxToString(s.box));
+    return Invalid(where + ".box",
+                   "shard '" + s.id + "' of " + p.name + " has an empty box " + BoxToString(s.box));
   }
   if (!s.source_shape.empty() && BoxIsEmpty(s.source_box)) {
     return Invalid(where + ".source_box", "shard '" + s.id + "' of " + p.name +
@@ -159,8 +159,8 @@ Status ValidateShardCover(const ParamSpec& p, const std::string& where) {
     std::erase_if(active, [&](uint32_t a) { return p.shards[a].box[0].end <= bi[0].begin; });
     for (uint32_t a : active) {
       if (Overlaps(p.shards[a].box, bi)) {
-        return Invalid(where, "shards '" + p.shards[a].id + "' and '" + p.shards[i].id +
-                                  "' of " + p.name + " overlap");
+        return Invalid(where, "shards '" + p.shards[a].id + "' and '" + p.shards[i].id + "' of " +
+                                  p.name + " overlap");
       }
     }
     if (!BoxIsEmpty(bi)) active.push_back(i);
@@ -290,8 +290,8 @@ Status Manifest::Index() {
       }
     }
     int64_t bytes = 0;
-    WTX_RETURN_IF_ERROR(ValidateTensorSize(p.shape, p.dtype, "parameter", p.name, where + ".shape",
-                                           &bytes));
+    WTX_RETURN_IF_ERROR(
+        ValidateTensorSize(p.shape, p.dtype, "parameter", p.name, where + ".shape", &bytes));
     if (!CheckedAdd(total_bytes, bytes, &total_bytes) || total_bytes > kMaxManifestBytes) {
       return Invalid(where + ".shape", "parameter '" + p.name + "' brings the manifest above " +
                                            std::to_string(kMaxManifestBytes) + " bytes");
@@ -317,10 +317,10 @@ Status Manifest::Index() {
         const ShardRef& first = refs.front();
         const ShardSpec& other = params_[first.param].shards[first.shard];
         if (other.source_shape != s.source_shape) {
-          return Invalid(sw + ".source_shape",
-                         "source '" + s.source + "' has shape " + ShapeToString(s.source_shape) +
-                             " here but " + ShapeToString(other.source_shape) + " in " +
-                             params_[first.param].name);
+          return Invalid(sw + ".source_shape", "source '" + s.source + "' has shape " +
+                                                   ShapeToString(s.source_shape) + " here but " +
+                                                   ShapeToString(other.source_shape) + " in " +
+                                                   params_[first.param].name);
         }
       }
       refs.push_back({i, k});

@@ -57,8 +57,8 @@ class ChunkHashPool {
   void Run();
 
   mutable std::mutex mu_;
-  std::condition_variable work_;   // a job was queued, or stopping
-  std::condition_variable idle_;   // a job finished
+  std::condition_variable work_;  // a job was queued, or stopping
+  std::condition_variable idle_;  // a job finished
   std::deque<Job> queue_;
   std::vector<Done> done_;
   size_t running_ = 0;

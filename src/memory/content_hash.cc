@@ -1,9 +1,9 @@
 #include "wtx/content_hash.h"
 
+#include <xxhash.h>
 #include <algorithm>
 #include <cassert>
 #include <cstring>
-#include <xxhash.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -209,7 +209,8 @@ uint64_t ParamDigestFromChunks(std::span<const uint64_t> chunk_digests) {
 uint64_t ParamDigest(std::span<const uint8_t> bytes) {
   std::vector<uint64_t> chunks;
   for (size_t off = 0; off < bytes.size(); off += kHashChunkBytes) {
-    chunks.push_back(ChunkDigest(bytes.data() + off, std::min(kHashChunkBytes, bytes.size() - off)));
+    chunks.push_back(
+        ChunkDigest(bytes.data() + off, std::min(kHashChunkBytes, bytes.size() - off)));
   }
   return ParamDigestFromChunks(chunks);
 }

@@ -45,10 +45,9 @@ Result<std::string> RankDigestOf(const Manifest& m, int rank, const SourceLookup
                                        std::string(DTypeName(t->dtype)) + ")");
       }
       if (!DTypeConversionIsExact(t->dtype, p.dtype)) {
-        return Status::InvalidArgument(Where(rank, p, s) + ": source dtype " +
-                                       std::string(DTypeName(t->dtype)) +
-                                       " cannot be converted exactly to the live dtype " +
-                                       std::string(DTypeName(p.dtype)));
+        return Status::InvalidArgument(
+            Where(rank, p, s) + ": source dtype " + std::string(DTypeName(t->dtype)) +
+            " cannot be converted exactly to the live dtype " + std::string(DTypeName(p.dtype)));
       }
       // Slice out of the source (converted first when the dtypes differ), then into the box.
       const uint8_t* src = static_cast<const uint8_t*>(t->data);
@@ -100,12 +99,12 @@ Result<ExpectedVersion> ComputeExpectedVersion(const std::vector<const Manifest*
       return Status::InvalidArgument("source tensor '" + t.name + "' given twice");
     }
   }
-  return ComputeExpectedVersion(rank_manifests, [&](std::string_view name)
-                                                    -> std::optional<SourceTensor> {
-    auto it = by_name.find(name);
-    if (it == by_name.end()) return std::nullopt;
-    return *it->second;
-  });
+  return ComputeExpectedVersion(rank_manifests,
+                                [&](std::string_view name) -> std::optional<SourceTensor> {
+                                  auto it = by_name.find(name);
+                                  if (it == by_name.end()) return std::nullopt;
+                                  return *it->second;
+                                });
 }
 
 }  // namespace wtx

@@ -1,26 +1,26 @@
 #include "src/net/channel.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <map>
+#include <sstream>
 #include <vector>
 
-#include "src/util/cbor.h"
 #include "src/net/codec.h"
+#include "src/net/crypto.h"
+#include "src/util/cbor.h"
 #include "src/util/json_number.h"
 #include "wtx/limits.h"
-#include "src/net/crypto.h"
 #include "wtx/logger.h"
 
 namespace wtx::net {
@@ -507,9 +507,8 @@ void AsyncReadFrame(TlsStream& socket, size_t limit, const std::shared_ptr<std::
 class ServerHandshake : public std::enable_shared_from_this<ServerHandshake> {
  public:
   ServerHandshake(EventLoop& loop, tcp::socket socket, std::shared_ptr<ssl::context> tls,
-                  std::string secret, const NetOptions& o,
-                  std::string tag, AuthorizeFn authorize, InstallFn install, RequestHandler handler,
-                  std::function<void(Channel*)> on_close)
+                  std::string secret, const NetOptions& o, std::string tag, AuthorizeFn authorize,
+                  InstallFn install, RequestHandler handler, std::function<void(Channel*)> on_close)
       : loop_(loop),
         tls_(std::move(tls)),
         socket_(std::make_unique<TlsStream>(std::move(socket), *tls_)),
@@ -532,17 +531,16 @@ class ServerHandshake : public std::enable_shared_from_this<ServerHandshake> {
       if (ec || self->done_) return;
       self->Refuse("no authentication within " + Ms(self->options_.handshake_timeout), "");
     });
-    socket_->async_handshake(ssl::stream_base::server,
-                             [self](const boost::system::error_code& ec) {
-                               if (self->done_) return;
-                               if (ec) {
-                                 return self->Refuse("TLS handshake failed: " + TlsErrorText(ec) +
-                                                         " (wrong secret, or an untrusted or "
-                                                         "missing certificate)",
-                                                     "");
-                               }
-                               self->Hello();
-                             });
+    socket_->async_handshake(ssl::stream_base::server, [self](const boost::system::error_code& ec) {
+      if (self->done_) return;
+      if (ec) {
+        return self->Refuse("TLS handshake failed: " + TlsErrorText(ec) +
+                                " (wrong secret, or an untrusted or "
+                                "missing certificate)",
+                            "");
+      }
+      self->Hello();
+    });
   }
 
  private:
@@ -652,9 +650,8 @@ namespace {
 class ClientHandshake : public std::enable_shared_from_this<ClientHandshake> {
  public:
   ClientHandshake(EventLoop& loop, std::shared_ptr<ssl::context> tls, std::string secret,
-                  std::string role, int rank,
-                  const NetOptions& o, std::string tag, RequestHandler handler,
-                  std::function<void()> on_close)
+                  std::string role, int rank, const NetOptions& o, std::string tag,
+                  RequestHandler handler, std::function<void()> on_close)
       : loop_(loop),
         tls_(std::move(tls)),
         socket_(std::make_unique<TlsStream>(tcp::socket(loop.io()), *tls_)),
@@ -791,9 +788,8 @@ class ClientHandshake : public std::enable_shared_from_this<ClientHandshake> {
 }  // namespace
 
 void AcceptHandshake(EventLoop& loop, tcp::socket socket, std::shared_ptr<ssl::context> tls,
-                     std::string secret,
-                     const NetOptions& options, std::string tag, AuthorizeFn authorize,
-                     InstallFn install, RequestHandler handler,
+                     std::string secret, const NetOptions& options, std::string tag,
+                     AuthorizeFn authorize, InstallFn install, RequestHandler handler,
                      std::function<void(Channel*)> on_close, std::shared_ptr<void> slot) {
   // The slot lives as long as the handshake, then as long as the channel is open.
   std::function<void(Channel*)> closing = [on_close = std::move(on_close),
@@ -802,8 +798,8 @@ void AcceptHandshake(EventLoop& loop, tcp::socket socket, std::shared_ptr<ssl::c
     slot.reset();
   };
   auto hs = std::make_shared<ServerHandshake>(
-      loop, std::move(socket), std::move(tls), std::move(secret), options, std::move(tag), std::move(authorize),
-      std::move(install), std::move(handler), std::move(closing));
+      loop, std::move(socket), std::move(tls), std::move(secret), options, std::move(tag),
+      std::move(authorize), std::move(install), std::move(handler), std::move(closing));
   hs->Start();
 }
 
@@ -822,38 +818,38 @@ void AcceptLoop::Start() {
 
 void AcceptLoop::Accept() {
   if (!acceptor_.is_open()) return;
-  acceptor_.async_accept([self = shared_from_this()](const boost::system::error_code& ec,
-                                                     tcp::socket socket) {
-    if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
-    if (ec) {
-      // Out of descriptors (or another transient failure): wait before trying again, instead
-      // of spinning on an accept that fails at once.
-      LogLineLimited(self->tag_, "accept",
-                     "accept failed: " + ec.message() + "; retrying in " +
-                         std::to_string(self->backoff_.count()) + " ms");
-      self->timer_.expires_after(self->backoff_);
-      self->backoff_ = std::min(self->backoff_ * 2, std::chrono::milliseconds(1000));
-      self->timer_.async_wait([self](const boost::system::error_code& tec) {
-        if (!tec) self->Accept();
+  acceptor_.async_accept(
+      [self = shared_from_this()](const boost::system::error_code& ec, tcp::socket socket) {
+        if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
+        if (ec) {
+          // Out of descriptors (or another transient failure): wait before trying again, instead
+          // of spinning on an accept that fails at once.
+          LogLineLimited(self->tag_, "accept",
+                         "accept failed: " + ec.message() + "; retrying in " +
+                             std::to_string(self->backoff_.count()) + " ms");
+          self->timer_.expires_after(self->backoff_);
+          self->backoff_ = std::min(self->backoff_ * 2, std::chrono::milliseconds(1000));
+          self->timer_.async_wait([self](const boost::system::error_code& tec) {
+            if (!tec) self->Accept();
+          });
+          return;
+        }
+        self->backoff_ = std::chrono::milliseconds(10);
+        if (self->live_->load() >= self->max_connections_) {
+          LogLineLimited(self->tag_, "limit",
+                         "refused connection from " + Address(socket) + ": " +
+                             std::to_string(self->max_connections_) +
+                             " connections open (the limit, --max-connections)");
+          boost::system::error_code cec;
+          socket.close(cec);
+        } else {
+          auto live = self->live_;
+          ++*live;
+          std::shared_ptr<void> slot(nullptr, [live](void*) { --*live; });
+          self->on_socket_(std::move(socket), std::move(slot));
+        }
+        self->Accept();
       });
-      return;
-    }
-    self->backoff_ = std::chrono::milliseconds(10);
-    if (self->live_->load() >= self->max_connections_) {
-      LogLineLimited(self->tag_, "limit",
-                     "refused connection from " + Address(socket) + ": " +
-                         std::to_string(self->max_connections_) +
-                         " connections open (the limit, --max-connections)");
-      boost::system::error_code cec;
-      socket.close(cec);
-    } else {
-      auto live = self->live_;
-      ++*live;
-      std::shared_ptr<void> slot(nullptr, [live](void*) { --*live; });
-      self->on_socket_(std::move(socket), std::move(slot));
-    }
-    self->Accept();
-  });
 }
 
 Result<std::shared_ptr<Channel>> Connect(EventLoop& loop, const std::string& host, uint16_t port,
@@ -867,9 +863,9 @@ Result<std::shared_ptr<Channel>> Connect(EventLoop& loop, const std::string& hos
   auto endpoints = resolver.resolve(host, std::to_string(port), ec);
   if (ec) return Status(ErrorCode::kCrashed, "cannot resolve " + address + ": " + ec.message());
   WTX_ASSIGN_OR_RETURN(tls, MakeTlsContext(false, secret, options.tls));
-  auto hs = std::make_shared<ClientHandshake>(loop, std::move(tls), secret, role, rank, options,
-                                              std::move(tag), std::move(handler),
-                                              std::move(on_close));
+  auto hs =
+      std::make_shared<ClientHandshake>(loop, std::move(tls), secret, role, rank, options,
+                                        std::move(tag), std::move(handler), std::move(on_close));
   auto fut = hs->future();
   asio::post(loop.io(), [hs, endpoints, address] { hs->Start(endpoints, address); });
   const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout +

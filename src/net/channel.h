@@ -10,8 +10,9 @@
 // Everything travels inside TLS 1.3 (tls.h: a PSK derived from the shared secret, or
 // certificates), which authenticates both ends and protects every frame. Inside it, the
 // handshake (Accept/Connect below) runs an HMAC-SHA-256 challenge-response over the shared
-// secret and fixes the client's identity (role and rank). Frames from a peer registered as rank R must carry "from": R; a frame that speaks for
-// another rank is refused and the connection closed. Every refusal is logged to stderr.
+// secret and fixes the client's identity (role and rank). Frames from a peer registered as rank R
+// must carry "from": R; a frame that speaks for another rank is refused and the connection closed.
+// Every refusal is logged to stderr.
 //
 // Thread-safety: Call/Close/closed are safe from any thread. Incoming requests run on the
 // loop's worker pool, in arrival order per channel (a strand); the I/O runs on the loop's one
@@ -35,9 +36,9 @@
 #include <nlohmann/json.hpp>
 
 #include "src/net/tls.h"
+#include "src/util/thread_annotations.h"
 #include "wtx/status.h"
 #include "wtx/tls_files.h"
-#include "src/util/thread_annotations.h"
 
 namespace wtx::net {
 
@@ -223,9 +224,8 @@ using InstallFn = std::function<void(const std::shared_ptr<Channel>& channel)>;
 // `tls` is the server context (MakeTlsContext(true, ...)); the TLS handshake runs first, then
 // the wtx handshake inside it, both within options.handshake_timeout.
 void AcceptHandshake(EventLoop& loop, tcp::socket socket, std::shared_ptr<ssl::context> tls,
-                     std::string secret,
-                     const NetOptions& options, std::string tag, AuthorizeFn authorize,
-                     InstallFn install, RequestHandler handler,
+                     std::string secret, const NetOptions& options, std::string tag,
+                     AuthorizeFn authorize, InstallFn install, RequestHandler handler,
                      std::function<void(Channel*)> on_close, std::shared_ptr<void> slot = nullptr);
 
 // Client side: connects, authenticates as (role, rank) and checks the server's proof of the

@@ -2,9 +2,9 @@
 
 #include "src/manifest/box_json.h"
 
+#include "src/util/json_fields.h"
 #include "src/util/json_number.h"
 #include "wtx/limits.h"
-#include "src/util/json_fields.h"
 
 namespace wtx::net {
 
@@ -56,8 +56,12 @@ ErrorCode CodeFromJson(const json& j) {
 }  // namespace
 
 json BeginRequestToJson(const BeginRequest& r) {
-  return {{"tx", r.tx},           {"kind", TxKindName(r.kind)}, {"base", r.base},
-          {"modules", r.modules}, {"sources", r.sources},       {"rollback", r.rollback},
+  return {{"tx", r.tx},
+          {"kind", TxKindName(r.kind)},
+          {"base", r.base},
+          {"modules", r.modules},
+          {"sources", r.sources},
+          {"rollback", r.rollback},
           {"verify", VerifyModeName(r.verify)}};
 }
 
@@ -135,9 +139,9 @@ Result<Vote> VoteFromJson(const json& j) {
       WTX_RETURN_IF_ERROR(CheckFields(g, "vote.missing[]", {"param", "shards"}));
       const std::string param = g.at("param").get<std::string>();
       for (const auto& m : g.at("shards").get_ref<const json::array_t&>()) {
-        WTX_RETURN_IF_ERROR(CheckFields(m, "vote.missing[].shards[]",
-                                        {"shard", "box", "source", "boxes", "elements",
-                                         "missing_parts", "parts"}));
+        WTX_RETURN_IF_ERROR(
+            CheckFields(m, "vote.missing[].shards[]",
+                        {"shard", "box", "source", "boxes", "elements", "missing_parts", "parts"}));
         MissingPiece p;
         p.param = param;
         p.shard = m.at("shard").get<std::string>();
@@ -218,10 +222,10 @@ json RankStatusToJson(const RankStatus& s) {
 Result<RankStatus> RankStatusFromJson(const json& j) {
   return Decode<RankStatus>("rank status", j, [&]() -> Result<RankStatus> {
     // digest: a rank's own digest as of its last commit, when a peer reports it.
-    WTX_RETURN_IF_ERROR(CheckFields(j, "rank status",
-                                    {"rank", "version", "committed_tx", "dirty", "loaded",
-                                     "serving", "in_doubt", "active_tx", "stale_derived",
-                                     "digest"}));
+    WTX_RETURN_IF_ERROR(
+        CheckFields(j, "rank status",
+                    {"rank", "version", "committed_tx", "dirty", "loaded", "serving", "in_doubt",
+                     "active_tx", "stale_derived", "digest"}));
     RankStatus s;
     s.rank = RankOrThrow(j);
     s.version = GetOptStr(j, "version");

@@ -5,9 +5,9 @@
 
 #include "src/manifest/box_json.h"
 #include "src/net/codec.h"
+#include "src/util/json_fields.h"
 #include "src/util/json_number.h"
 #include "wtx/limits.h"
-#include "src/util/json_fields.h"
 
 namespace wtx::sim {
 
@@ -77,14 +77,14 @@ Result<Step> RankStepFromJson(const json& j) {
       if (it == j.end()) return dflt;
       return static_cast<int>(JsonIntOrThrow(*it, std::string("step.") + key, min, max));
     };
-    WTX_RETURN_IF_ERROR(CheckFields(j, "step", {"op", "index", "param", "shard", "source", "fill",
-                                                "indices", "part", "parts", "derived", "value",
-                                                "box"}));
+    WTX_RETURN_IF_ERROR(CheckFields(j, "step",
+                                    {"op", "index", "param", "shard", "source", "fill", "indices",
+                                     "part", "parts", "derived", "value", "box"}));
     Step st;
     st.op = j.at("op").get<std::string>();
     st.index = int_field("index", 0, 0, INT32_MAX);
-    const bool region_op = st.op == "write" || st.op == "reserve" || st.op == "land" ||
-                           st.op == "poke";
+    const bool region_op =
+        st.op == "write" || st.op == "reserve" || st.op == "land" || st.op == "poke";
     st.param = j.value("param", region_op ? std::string("*") : std::string());
     st.shard = j.value("shard", std::string());
     st.source = j.value("source", std::string());
@@ -189,8 +189,9 @@ Result<CommitOutcome> CommitOutcomeFromJson(const json& j) {
       r.rank = static_cast<int>(JsonIntOrThrow(v.at("rank"), "votes[].rank", -1, kMaxRanks - 1));
       auto kind = VoteKindFromName(v.at("kind").get<std::string>());
       if (!kind) {
-        return Status::InvalidArgument("commit outcome.votes[].kind: expected yes, no, timeout "
-                                       "or crashed");
+        return Status::InvalidArgument(
+            "commit outcome.votes[].kind: expected yes, no, timeout "
+            "or crashed");
       }
       r.kind = *kind;
       WTX_ASSIGN_OR_RETURN(vote, net::VoteFromJson(v.at("vote")));

@@ -129,8 +129,8 @@ Result<json> CoordinatorControlService::Handle(const std::string& m, const json&
     // Checked: a rank outside 0..ranks-1 (or 2^40, which get<int> truncates to 0) can never
     // connect, so it is refused rather than waited for or confused with another rank.
     WTX_ASSIGN_OR_RETURN(ranks, JsonIntList(Param(p, "ranks"), "wait_ranks.ranks", 0, ranks_ - 1));
-    WTX_ASSIGN_OR_RETURN(timeout,
-                         JsonInt(Param(p, "timeout_ms"), "wait_ranks.timeout_ms", 0, kMaxTimeoutMs));
+    WTX_ASSIGN_OR_RETURN(
+        timeout, JsonInt(Param(p, "timeout_ms"), "wait_ranks.timeout_ms", 0, kMaxTimeoutMs));
     return json{{"ok", t_->WaitForRanks(ranks, milliseconds(timeout))}};
   }
   if (auto r = HandleTestHook(hooks_, m, p)) return std::move(*r);
@@ -173,8 +173,8 @@ Result<json> RankControlService::Handle(const std::string& m, const json& q) {
     return VerifyReportToJson(r.value());
   }
   if (m == "wait_resolved") {
-    WTX_ASSIGN_OR_RETURN(timeout, JsonInt(Param(q, "timeout_ms"), "wait_resolved.timeout_ms", 0,
-                                          kMaxTimeoutMs));
+    WTX_ASSIGN_OR_RETURN(
+        timeout, JsonInt(Param(q, "timeout_ms"), "wait_resolved.timeout_ms", 0, kMaxTimeoutMs));
     if (agent_ == nullptr) {
       return Status::InvalidArgument("wait_resolved: this rank has no transport agent");
     }

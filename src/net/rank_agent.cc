@@ -6,10 +6,10 @@
 
 #include "src/net/channel.h"
 #include "src/net/codec.h"
-#include "src/net/rank_service.h"
 #include "src/net/rank_agent_hooks.h"
-#include "wtx/tcp_rank_agent.h"
+#include "src/net/rank_service.h"
 #include "src/util/thread_annotations.h"
+#include "wtx/tcp_rank_agent.h"
 
 namespace wtx {
 
@@ -62,7 +62,6 @@ class TcpRankAgent::Impl : public DecisionOracle {
     if (out) *out = state_;
     return ok;
   }
-
 
   // DecisionOracle over the current connection. Any failure (no connection, the coordinator
   // not ready, a malformed answer) marks the attempt for a retry.

@@ -20,7 +20,9 @@ class TcpTransport::Impl {
  public:
   explicit Impl(const TcpTransportOptions& o);
   ~Impl();
-  void Shutdown() { std::call_once(shutdown_once_, [this] { ShutdownOnce(); }); }
+  void Shutdown() {
+    std::call_once(shutdown_once_, [this] { ShutdownOnce(); });
+  }
   void ShutdownOnce() {
     net::CloseAcceptorOnLoop(loop_, acceptor_);
     std::vector<std::shared_ptr<net::Channel>> all;

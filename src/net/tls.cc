@@ -18,8 +18,9 @@ constexpr unsigned char kPskCipher[] = {0x13, 0x01};
 // The PSK lives in the context's ex-data slot, freed with the context.
 int PskIndex() {
   static const int index = SSL_CTX_get_ex_new_index(
-      0, nullptr, nullptr, nullptr,
-      [](void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) { delete static_cast<Digest256*>(ptr); });
+      0, nullptr, nullptr, nullptr, [](void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
+        delete static_cast<Digest256*>(ptr);
+      });
   return index;
 }
 
@@ -34,8 +35,7 @@ SSL_SESSION* PskSession(SSL* ssl) {
   SSL_SESSION* s = SSL_SESSION_new();
   if (!s) return nullptr;
   if (!SSL_SESSION_set1_master_key(s, key->data(), key->size()) ||
-      !SSL_SESSION_set_cipher(s, cipher) ||
-      !SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION)) {
+      !SSL_SESSION_set_cipher(s, cipher) || !SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION)) {
     SSL_SESSION_free(s);
     return nullptr;
   }
@@ -92,8 +92,8 @@ std::string TlsErrorText(const boost::system::error_code& ec) {
 
 Result<std::shared_ptr<ssl::context>> MakeTlsContext(bool server, const std::string& secret,
                                                      const TlsFiles& files) {
-  auto ctx = std::make_shared<ssl::context>(server ? ssl::context::tls_server
-                                                   : ssl::context::tls_client);
+  auto ctx =
+      std::make_shared<ssl::context>(server ? ssl::context::tls_server : ssl::context::tls_client);
   SSL_CTX* c = ctx->native_handle();
   SSL_CTX_set_min_proto_version(c, TLS1_3_VERSION);
   SSL_CTX_set_max_proto_version(c, TLS1_3_VERSION);

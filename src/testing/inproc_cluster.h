@@ -37,8 +37,8 @@
 namespace wtx {
 
 struct InProcClusterOptions {
-  std::string dir;                      // journals: dir/rank-N, dir/coordinator
-  std::vector<ManifestPtr> manifests;   // one per rank; REQUIRES: non-empty, none null
+  std::string dir;                     // journals: dir/rank-N, dir/coordinator
+  std::vector<ManifestPtr> manifests;  // one per rank; REQUIRES: non-empty, none null
   std::string kernel_identity;
   size_t rollback_budget_bytes = ParticipantOptions().rollback_budget_bytes;
   // The live memory of each rank process start; null (or a factory returning null): the
@@ -61,7 +61,7 @@ struct PowerLoss {
 
 // One rank process start.
 struct RankStart {
-  CrashPoints* crash_points = nullptr;         // null: the rank's ArmedCrashPoint
+  CrashPoints* crash_points = nullptr;          // null: the rank's ArmedCrashPoint
   std::optional<size_t> rollback_budget_bytes;  // nullopt: the cluster's
 };
 

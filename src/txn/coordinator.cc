@@ -263,11 +263,10 @@ BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
                        "rank " + std::to_string(r) + " manifest fingerprint " +
                            desc[r].fingerprint + " differs from rank 0's " + desc[0].fingerprint)});
       } else if (desc[r].kernel_identity != desc[0].kernel_identity) {
-        out.errors.push_back(
-            {r, Status(ErrorCode::kManifestMismatch,
-                       "rank " + std::to_string(r) + " kernel identity '" +
-                           desc[r].kernel_identity + "' differs from rank 0's '" +
-                           desc[0].kernel_identity + "'")});
+        out.errors.push_back({r, Status(ErrorCode::kManifestMismatch,
+                                        "rank " + std::to_string(r) + " kernel identity '" +
+                                            desc[r].kernel_identity + "' differs from rank 0's '" +
+                                            desc[0].kernel_identity + "'")});
       }
     }
   }
@@ -283,9 +282,9 @@ BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
       }
       for (size_t i = 0; i < held.size(); ++i) {
         if (!held[i]) {
-          out.errors.push_back({-1, Status(ErrorCode::kUnknownParam, "delta source '" +
-                                                                         req.sources[i] +
-                                                                         "' is held by no rank")});
+          out.errors.push_back(
+              {-1, Status(ErrorCode::kUnknownParam,
+                          "delta source '" + req.sources[i] + "' is held by no rank")});
         }
       }
     }
@@ -412,9 +411,9 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
       // logged decision stands. Its sender delivered it; ranks that prepared since hear it
       // again below.
       e = *prior;
-      out.status = Status(ErrorCode::kNoTx, "transaction '" + tx +
-                                                "' was aborted while its votes were collected (" +
-                                                e.reason + ")");
+      out.status = Status(
+          ErrorCode::kNoTx,
+          "transaction '" + tx + "' was aborted while its votes were collected (" + e.reason + ")");
       out.decision = e.decision;
       out.decision_logged = true;
     } else if (all_unknown) {
@@ -469,8 +468,8 @@ Status CoordinatorImpl::CheckExpectedVersion(const CommitOptions& opts,
     }
   }
   if (version == *opts.expect_version && (!per_rank || differ.empty())) return Status::OK();
-  std::string msg = "the ranks' digests combine to version " + version + ", expected " +
-                    *opts.expect_version;
+  std::string msg =
+      "the ranks' digests combine to version " + version + ", expected " + *opts.expect_version;
   if (per_rank && differ.empty()) {
     msg += " (the expected rank digests themselves do not combine to it)";
   } else if (per_rank) {
@@ -526,7 +525,8 @@ BeginOutcome CoordinatorImpl::Abort(const std::string& tx) {
   }
   const int n = transport_->num_ranks();
   std::vector<Status> st(n);
-  fan_out_.Run(n, [&](int r) { st[r] = transport_->endpoint(r)->Decide(tx, Decision::kAbort, ""); });
+  fan_out_.Run(n,
+               [&](int r) { st[r] = transport_->endpoint(r)->Decide(tx, Decision::kAbort, ""); });
   int unknown = 0;
   std::vector<int> unacked;
   for (int r = 0; r < n; ++r) {
@@ -575,11 +575,10 @@ Result<std::pair<Decision, std::string>> CoordinatorImpl::QueryDecision(const st
     WTX_RETURN_IF_ERROR(CheckAlive());
     // A Commit collecting votes on `tx` decides soon (within its prepare timeout): wait for
     // that decision rather than presume abort under it. Other transactions are not held up.
-    const auto limit = std::chrono::steady_clock::now() + 2 * options_.prepare_timeout +
-                       std::chrono::seconds(1);
-    decided_cv_.wait_until(l, limit, [&] {
-      return crashed_ || decided_.count(tx) || !collecting_.count(tx);
-    });
+    const auto limit =
+        std::chrono::steady_clock::now() + 2 * options_.prepare_timeout + std::chrono::seconds(1);
+    decided_cv_.wait_until(
+        l, limit, [&] { return crashed_ || decided_.count(tx) || !collecting_.count(tx); });
     WTX_RETURN_IF_ERROR(CheckAlive());
     if (const DecisionEntry* e = DecidedLocked(tx)) {
       return std::make_pair(e->decision, e->version);

@@ -14,7 +14,9 @@ namespace {
 // The stored names, in enum (and variant) order. The only place they are spelled.
 constexpr std::array<std::string_view, 3> kCoordinatorTypeNames = {"CREATE", "DECISION", "END"};
 
-json CoordinatorTypeJson(CoordinatorRecordType t) { return json(std::string(CoordinatorRecordTypeName(t))); }
+json CoordinatorTypeJson(CoordinatorRecordType t) {
+  return json(std::string(CoordinatorRecordTypeName(t)));
+}
 
 RecordFields CoordinatorFields(const json& r, CoordinatorRecordType type) {
   return RecordFields(r, RecordSeqOf(r), std::string(CoordinatorRecordTypeName(type)));

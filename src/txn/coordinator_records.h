@@ -45,8 +45,8 @@ struct DecisionRecord {
   Decision decision = Decision::kAbort;
   std::optional<std::string> version;  // commit: the version
   std::string reason;
-  std::vector<DecisionVote> votes;      // decided by collecting votes (absent otherwise)
-  std::optional<int64_t> prepare_us;    // timings_us.prepare
+  std::vector<DecisionVote> votes;    // decided by collecting votes (absent otherwise)
+  std::optional<int64_t> prepare_us;  // timings_us.prepare
   int64_t ts = 0;
 };
 

@@ -160,13 +160,14 @@ void CoverageSet::ForEachGap(int64_t begin, int64_t len,
 
 size_t CoverageSet::MemoryBytes() const {
   size_t bytes = sizeof(*this) + runs_.size() * kNodeBytes + full_rows_.capacity() * 8;
-  for (const auto& [r, row] : partial_) bytes += kNodeBytes + sizeof(Runs) + row.size() * kNodeBytes;
+  for (const auto& [r, row] : partial_)
+    bytes += kNodeBytes + sizeof(Runs) + row.size() * kNodeBytes;
   return bytes;
 }
 
 namespace {
-void Decompose(const Shape& shape, const std::vector<int64_t>& st, size_t d, Box& prefix,
-               int64_t b, int64_t e, std::vector<Box>* out) {
+void Decompose(const Shape& shape, const std::vector<int64_t>& st, size_t d, Box& prefix, int64_t b,
+               int64_t e, std::vector<Box>* out) {
   if (b >= e) return;
   const size_t n = shape.size();
   auto emit = [&](int64_t lo, int64_t hi) {  // slabs [lo, hi) of dim d, full below

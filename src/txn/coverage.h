@@ -26,8 +26,7 @@ class CoverageSet {
   // `row_length` (elements per row; 0: the whole parameter is one row) drives the row mode;
   // the switch happens once there are more than `min_runs_for_rows` intervals costing more
   // than the bitmap.
-  explicit CoverageSet(int64_t num_elements, int64_t row_length = 0,
-                       size_t min_runs_for_rows = 64);
+  explicit CoverageSet(int64_t num_elements, int64_t row_length = 0, size_t min_runs_for_rows = 64);
 
   // True if any element of [begin, begin + len) is already covered.
   bool Overlaps(int64_t begin, int64_t len) const;
@@ -53,9 +52,9 @@ class CoverageSet {
   size_t min_runs_for_rows_;
   int64_t covered_ = 0;
   bool row_mode_ = false;
-  Runs runs_;                           // interval mode; empty once complete
-  std::vector<uint64_t> full_rows_;     // row mode: bit per row
-  std::map<int64_t, Runs> partial_;     // row mode: row -> its covered intervals
+  Runs runs_;                        // interval mode; empty once complete
+  std::vector<uint64_t> full_rows_;  // row mode: bit per row
+  std::map<int64_t, Runs> partial_;  // row mode: row -> its covered intervals
 };
 
 // Decomposes flat interval [begin, end) of a tensor of `shape` into boxes, in order.

@@ -9,14 +9,14 @@
 #include <set>
 #include <unordered_set>
 
-#include "src/memory/chunk_hash_pool.h"
-#include "src/txn/coverage.h"
-#include "src/util/checked_math.h"
 #include "journal/journal.h"
 #include "journal/verify.h"
+#include "src/memory/chunk_hash_pool.h"
+#include "src/txn/coverage.h"
 #include "src/txn/participant_records.h"
 #include "src/txn/participant_state.h"
 #include "src/txn/test_hooks.h"
+#include "src/util/checked_math.h"
 #include "src/util/thread_annotations.h"
 #include "wtx/content_hash.h"
 #include "wtx/participant.h"
@@ -73,7 +73,7 @@ struct BeforeImage {
 
 // One in-place landing of the active transaction (Reserve .. Landed).
 struct Landing {
-  std::string name;  // for messages: "'w' shard 's0' box [[0, 4]]"
+  std::string name;    // for messages: "'w' shard 's0' box [[0, 4]]"
   std::string source;  // delta: the source the landing stands for
   std::vector<std::pair<uint32_t, std::pair<int64_t, int64_t>>> runs;  // param, (flat begin, len)
   bool landed = false;
@@ -81,25 +81,25 @@ struct Landing {
 
 struct ActiveTx {
   BeginRequest req;
-  std::vector<bool> in_scope;                 // partial: per parameter
-  std::unordered_set<std::string> sources;    // delta
+  std::vector<bool> in_scope;               // partial: per parameter
+  std::unordered_set<std::string> sources;  // delta
   std::string kernel_identity_at_begin;
   bool wrote = false;
   bool prepared = false;
   bool vote_yes = false;
-  bool interrupted = false;                   // recovered after a restart: bytes lost
+  bool interrupted = false;  // recovered after a restart: bytes lost
   bool dirty_at_begin = false;
-  bool undeclared = false;                    // verify all found undeclared changes
+  bool undeclared = false;  // verify all found undeclared changes
   std::vector<std::unique_ptr<CoverageSet>> coverage;
   std::vector<std::unique_ptr<CoverageSet>> reserved;  // elements reserved for landings
   std::map<std::string, Landing> landings;             // by RegionKey
   std::vector<std::vector<bool>> declared_chunks;      // per param: hash chunks this tx changed
   std::map<std::string, PatchState> patches;
-  std::vector<uint64_t> epochs_at_begin;      // rollback: parameter write epochs
+  std::vector<uint64_t> epochs_at_begin;  // rollback: parameter write epochs
   std::vector<uint64_t> derived_epochs_at_begin;
   std::vector<std::vector<std::string>> derived_restored_at_begin;
-  std::vector<uint64_t> first_write_epoch;    // rollback: per parameter, this tx's first write
-                                              // (0: not written)
+  std::vector<uint64_t> first_write_epoch;  // rollback: per parameter, this tx's first write
+                                            // (0: not written)
   std::vector<BeforeImage> before;
   uint64_t begin_epoch = 0;
   // Audit counters.
@@ -345,8 +345,8 @@ Status ParticipantImpl::Init() {
   }
   // Verified (replay equals it) by OpenTrustedJournal.
   bool legacy_facts = false;
-  auto st = DecodeParticipantState(journal_->state(), options_.journal_dir + ": state",
-                                   &legacy_facts);
+  auto st =
+      DecodeParticipantState(journal_->state(), options_.journal_dir + ": state", &legacy_facts);
   if (!st.ok()) return st.status();
   state_ = std::move(st).value();
   if (legacy_facts) {
@@ -418,8 +418,7 @@ Status ParticipantImpl::AppendRecords(std::vector<JournalRecord> records,
   }
   std::optional<ParticipantState> next = std::move(replay).Take();
   assert(next && "records leave a state");
-  WTX_RETURN_IF_ERROR(
-      journal_->Append(std::move(records), EncodeParticipantState(*next), sync));
+  WTX_RETURN_IF_ERROR(journal_->Append(std::move(records), EncodeParticipantState(*next), sync));
   state_ = std::move(*next);
   return Status::OK();
 }
@@ -440,9 +439,9 @@ Status ParticipantImpl::Log(std::optional<ParticipantRecord> record, bool sync) 
 Status ParticipantImpl::CheckBeginLocked(const BeginRequest& req) const {
   WTX_RETURN_IF_ERROR(CheckAlive());
   if (active_) {
-    return Err(ErrorCode::kTxActive, "rank " + Rank() + ": transaction '" + active_->req.tx +
-                                         (active_->prepared ? "' is prepared and in doubt"
-                                                            : "' is active"));
+    return Err(ErrorCode::kTxActive,
+               "rank " + Rank() + ": transaction '" + active_->req.tx +
+                   (active_->prepared ? "' is prepared and in doubt" : "' is active"));
   }
   if (req.tx.empty()) return Status::InvalidArgument("begin: empty transaction id");
   if (req.kind != TxKind::kFull) {
@@ -456,9 +455,9 @@ Status ParticipantImpl::CheckBeginLocked(const BeginRequest& req) const {
     }
     const std::string version = state_.version.value_or("(none: never committed)");
     if (!state_.version || req.base != version) {
-      return Err(ErrorCode::kBaseMismatch,
-                 "rank " + Rank() + ": base " + (req.base.empty() ? "(none)" : req.base) +
-                     " is not the committed version " + version);
+      return Err(ErrorCode::kBaseMismatch, "rank " + Rank() + ": base " +
+                                               (req.base.empty() ? "(none)" : req.base) +
+                                               " is not the committed version " + version);
     }
   }
   size_t rollback_bytes = 0;
@@ -487,10 +486,10 @@ Status ParticipantImpl::CheckBeginLocked(const BeginRequest& req) const {
   }
   if (req.rollback && req.kind != TxKind::kFull &&
       rollback_bytes > options_.rollback_budget_bytes) {
-    return Err(ErrorCode::kBudgetExceeded,
-               "rank " + Rank() + ": rollback needs up to " + std::to_string(rollback_bytes) +
-                   " bytes of before-images, budget is " +
-                   std::to_string(options_.rollback_budget_bytes));
+    return Err(ErrorCode::kBudgetExceeded, "rank " + Rank() + ": rollback needs up to " +
+                                               std::to_string(rollback_bytes) +
+                                               " bytes of before-images, budget is " +
+                                               std::to_string(options_.rollback_budget_bytes));
   }
   return Status::OK();
 }
@@ -564,10 +563,9 @@ struct PlannedRun {
 };
 }  // namespace
 
-Result<ParticipantImpl::Target> ParticipantImpl::ResolveBox(const std::string& param,
-                                                            const std::string& shard,
-                                                            const std::optional<Box>& box,
-                                                            const std::function<Status(uint32_t)>& scope) const {
+Result<ParticipantImpl::Target> ParticipantImpl::ResolveBox(
+    const std::string& param, const std::string& shard, const std::optional<Box>& box,
+    const std::function<Status(uint32_t)>& scope) const {
   auto pi = manifest_->FindParam(param);
   if (!pi) return Err(ErrorCode::kUnknownParam, "unknown parameter '" + param + "'");
   const ParamSpec& p = manifest_->params()[*pi];
@@ -576,7 +574,8 @@ Result<ParticipantImpl::Target> ParticipantImpl::ResolveBox(const std::string& p
   if (!shard.empty()) {
     t.shard = manifest_->FindShard(*pi, shard);
     if (!t.shard) {
-      return Err(ErrorCode::kUnknownParam, "parameter '" + p.name + "' has no shard '" + shard + "'");
+      return Err(ErrorCode::kUnknownParam,
+                 "parameter '" + p.name + "' has no shard '" + shard + "'");
     }
   }
   WTX_RETURN_IF_ERROR(scope(*pi));
@@ -584,8 +583,10 @@ Result<ParticipantImpl::Target> ParticipantImpl::ResolveBox(const std::string& p
   t.where = "'" + p.name + "'" + (t.shard ? " shard '" + shard + "'" : "");
   if (t.box.size() != p.shape.size()) {
     return Err(ErrorCode::kBadWrite, t.where + ": box " + BoxToString(t.box) + " has " +
-                                         std::to_string(t.box.size()) + " dimensions, the "
-                                         "parameter has " + std::to_string(p.shape.size()));
+                                         std::to_string(t.box.size()) +
+                                         " dimensions, the "
+                                         "parameter has " +
+                                         std::to_string(p.shape.size()));
   }
   for (const auto& r : t.box) {
     if (r.begin >= r.end && !p.shape.empty()) {
@@ -618,8 +619,8 @@ Status ParticipantImpl::ResolveSource(const WritePiece& w, std::vector<WritePiec
     out->push_back(w);
     return Status::OK();
   }
-  const std::string what = "source '" + w.source + "'" +
-                           (w.param.empty() ? std::string() : " in '" + w.param + "'");
+  const std::string what =
+      "source '" + w.source + "'" + (w.param.empty() ? std::string() : " in '" + w.param + "'");
   if (!w.shard.empty()) {
     return Err(ErrorCode::kBadWrite, what + ": give either a shard or a source, not both");
   }
@@ -658,8 +659,8 @@ Status ParticipantImpl::ResolveSource(const WritePiece& w, std::vector<WritePiec
     std::string boxes;
     for (size_t k = 0; k < fed.size() && k < 4; ++k) {
       const ParamSpec& p = manifest_->params()[fed[k].param];
-      boxes += std::string(k ? ", " : "") + "'" + p.name + "' shard '" +
-               p.shards[fed[k].shard].id + "' " + BoxToString(p.shards[fed[k].shard].box);
+      boxes += std::string(k ? ", " : "") + "'" + p.name + "' shard '" + p.shards[fed[k].shard].id +
+               "' " + BoxToString(p.shards[fed[k].shard].box);
     }
     if (fed.size() > 4) boxes += ", ...";
     return Err(ErrorCode::kOutOfRange, what + ": box " + BoxToString(*w.box) +
@@ -692,7 +693,8 @@ Status ParticipantImpl::Write(std::span<const WritePiece> given) {
   ActiveTx& tx = *active_;
   std::span<const WritePiece> pieces = given;
   std::vector<WritePiece> resolved;  // only when a piece names a source (no copies otherwise)
-  if (std::any_of(given.begin(), given.end(), [](const WritePiece& w) { return !w.source.empty(); })) {
+  if (std::any_of(given.begin(), given.end(),
+                  [](const WritePiece& w) { return !w.source.empty(); })) {
     for (const WritePiece& w : given) WTX_RETURN_IF_ERROR(ResolveSource(w, &resolved));
     pieces = resolved;
   }
@@ -714,16 +716,16 @@ Status ParticipantImpl::Write(std::span<const WritePiece> given) {
     const Box& box = target.box;
     const std::string& where = target.where;
     if (w.location == BufferLocation::kDevice && host_memory_) {
-      return Status::InvalidArgument(where + ": a write from device memory needs device live "
+      return Status::InvalidArgument(where +
+                                     ": a write from device memory needs device live "
                                      "memory (this rank's live bytes are host memory)");
     }
     const size_t esz = DTypeSize(p.dtype);
     const size_t want = static_cast<size_t>(NumElements(box)) * esz;
     if (w.bytes != want || (want > 0 && w.data == nullptr)) {
-      return Err(ErrorCode::kBadWrite, where + ": " + std::to_string(w.bytes) +
-                                           " bytes for box " + BoxToString(box) + ", expected " +
-                                           std::to_string(want) + " (" +
-                                           std::string(DTypeName(p.dtype)) + ")");
+      return Err(ErrorCode::kBadWrite, where + ": " + std::to_string(w.bytes) + " bytes for box " +
+                                           BoxToString(box) + ", expected " + std::to_string(want) +
+                                           " (" + std::string(DTypeName(p.dtype)) + ")");
     }
     const uint8_t* src = static_cast<const uint8_t*>(w.data);
     const size_t first_run = runs.size();
@@ -821,8 +823,7 @@ Status ParticipantImpl::Write(std::span<const WritePiece> given) {
   return Status::OK();
 }
 
-Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* data,
-                                         size_t bytes) {
+Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* data, size_t bytes) {
   // The manifest is immutable: the slicing needs no lock; Write takes it.
   const std::vector<ShardRef>& refs = manifest_->ShardsOfSource(source);
   if (refs.empty()) return 0;
@@ -834,18 +835,18 @@ Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* da
   for (const ShardRef& r : refs) {
     if (params[r.param].dtype != dtype) {
       return Status::InvalidArgument(
-          where + " feeds parameters of different dtypes ('" + params[refs[0].param].name +
-          "' " + std::string(DTypeName(dtype)) + ", '" + params[r.param].name + "' " +
+          where + " feeds parameters of different dtypes ('" + params[refs[0].param].name + "' " +
+          std::string(DTypeName(dtype)) + ", '" + params[r.param].name + "' " +
           std::string(DTypeName(params[r.param].dtype)) + "); write its shards one by one");
     }
   }
   const size_t esz = DTypeSize(dtype);
   const size_t want = static_cast<size_t>(NumElements(shape)) * esz;
   if (bytes != want || (want > 0 && data == nullptr)) {
-    return Status(ErrorCode::kBadWrite,
-                  where + ": " + std::to_string(bytes) + " bytes, expected " +
-                      std::to_string(want) + " (shape " + BoxToString(WholeBox(shape)) + ", " +
-                      std::string(DTypeName(dtype)) + ")");
+    return Status(ErrorCode::kBadWrite, where + ": " + std::to_string(bytes) + " bytes, expected " +
+                                            std::to_string(want) + " (shape " +
+                                            BoxToString(WholeBox(shape)) + ", " +
+                                            std::string(DTypeName(dtype)) + ")");
   }
   const uint8_t* src = static_cast<const uint8_t*>(data);
   // Shards whose source box is one contiguous run are written straight from `data`; the
@@ -911,7 +912,8 @@ Status ParticipantImpl::Patch(const PatchRequest& req) {
   const bool dev_val = req.values_location == BufferLocation::kDevice;
   if (!dev_idx && !dev_val) return PatchLocked(req);
   if (host_memory_) {
-    return Status::InvalidArgument("patch of '" + req.source + "': index/value arrays in device "
+    return Status::InvalidArgument("patch of '" + req.source +
+                                   "': index/value arrays in device "
                                    "memory need device live memory (this rank's live bytes are "
                                    "host memory)");
   }
@@ -948,22 +950,21 @@ Status ParticipantImpl::PatchLocked(const PatchRequest& req) {
                                            "; patches belong to delta transactions");
   }
   if (!tx.sources.count(req.source)) {
-    return Err(ErrorCode::kOutOfScope, where + ": source not declared by transaction '" +
-                                           tx.req.tx + "'");
+    return Err(ErrorCode::kOutOfScope,
+               where + ": source not declared by transaction '" + tx.req.tx + "'");
   }
   if (req.parts < 1 || req.part < 0 || req.part >= req.parts) {
     return Err(ErrorCode::kBadWrite, where + ": part must satisfy 0 <= k < n");
   }
   if (req.parts > kMaxPatchParts) {
     return Err(ErrorCode::kBadWrite, where + ": parts n = " + std::to_string(req.parts) +
-                                         " exceeds the limit of " +
-                                         std::to_string(kMaxPatchParts));
+                                         " exceeds the limit of " + std::to_string(kMaxPatchParts));
   }
   for (const auto& [key, landing] : tx.landings) {
     if (landing.source == req.source) {
-      return Err(ErrorCode::kDuplicateWrite,
-                 where + ": the source is landed in place by this transaction (" + landing.name +
-                     ")");
+      return Err(
+          ErrorCode::kDuplicateWrite,
+          where + ": the source is landed in place by this transaction (" + landing.name + ")");
     }
   }
   const auto& refs = manifest_->ShardsOfSource(req.source);
@@ -973,8 +974,8 @@ Status ParticipantImpl::PatchLocked(const PatchRequest& req) {
   auto existing = tx.patches.find(req.source);
   const PatchState& ps = existing == tx.patches.end() ? kNoParts : existing->second;
   if (ps.parts != 0 && ps.parts != req.parts) {
-    return Err(ErrorCode::kBadWrite, where + ": earlier parts said n = " +
-                                         std::to_string(ps.parts));
+    return Err(ErrorCode::kBadWrite,
+               where + ": earlier parts said n = " + std::to_string(ps.parts));
   }
   if (ps.parts != 0 && ps.got[req.part]) {
     return Err(ErrorCode::kDuplicateWrite, where + ": part already applied");
@@ -1075,8 +1076,8 @@ Status ParticipantImpl::PatchLocked(const PatchRequest& req) {
       vals.append(reinterpret_cast<const char*>(values + t.value * esz), esz);
     }
     std::string before(tx.req.rollback ? vals.size() : 0, '\0');
-    Status st = memory_->Scatter(p, flat, vals.data(), esz,
-                                 tx.req.rollback ? before.data() : nullptr);
+    Status st =
+        memory_->Scatter(p, flat, vals.data(), esz, tx.req.rollback ? before.data() : nullptr);
     if (!st.ok()) return MemoryFailed(st);
     for (size_t k = 0; k < flat.size(); ++k) {
       const size_t off = static_cast<size_t>(flat[k]) * esz;
@@ -1125,7 +1126,8 @@ Result<std::vector<std::string>> ParticipantImpl::Refresh(std::string_view name)
     for (const auto& s : StaleDerived()) targets.push_back(*manifest_->FindDerived(s.name));
   } else {
     auto d = manifest_->FindDerived(name);
-    if (!d) return Err(ErrorCode::kUnknownParam, "unknown derived state '" + std::string(name) + "'");
+    if (!d)
+      return Err(ErrorCode::kUnknownParam, "unknown derived state '" + std::string(name) + "'");
     targets.push_back(*d);
   }
   std::vector<std::string> names;
@@ -1263,7 +1265,13 @@ void ParticipantImpl::CollectMissing(Vote* vote) const {
           bound[d].end = std::max(bound[d].end, g[d].end);
         }
       }
-      add({p.name, s.id, std::move(bound), s.source, {}, 0, static_cast<int64_t>(gaps.size()),
+      add({p.name,
+           s.id,
+           std::move(bound),
+           s.source,
+           {},
+           0,
+           static_cast<int64_t>(gaps.size()),
            elements});
     }
   }
@@ -1457,8 +1465,8 @@ Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::st
   WTX_RETURN_IF_ERROR(CheckAlive());
   if (!active_ || active_->req.tx != txid) {
     if (txid == last_outcome_tx_) return Status::OK();  // duplicate delivery
-    return Err(ErrorCode::kNoTx, "rank " + Rank() + ": transaction '" + std::string(txid) +
-                                     "' is not active");
+    return Err(ErrorCode::kNoTx,
+               "rank " + Rank() + ": transaction '" + std::string(txid) + "' is not active");
   }
   ActiveTx& tx = *active_;
   // Background hashes of landed bytes finish before a restore may change those bytes.
@@ -1534,8 +1542,8 @@ Status ParticipantImpl::ResolveInDoubt(DecisionOracle& oracle) {
 
 bool ParticipantImpl::Serving() const {
   const bool in_doubt = active_ && active_->prepared && active_->vote_yes;
-  return !crashed_ && loaded_ && !DirtyLocked() && state_.version &&
-         !in_doubt && StaleDerived().empty();
+  return !crashed_ && loaded_ && !DirtyLocked() && state_.version && !in_doubt &&
+         StaleDerived().empty();
 }
 
 RankStatus ParticipantImpl::status() const {
@@ -1581,8 +1589,8 @@ Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& r
   const std::string name = RegionName(region);
   const std::string key = RegionKey(region);
   if (tx.landings.count(key)) {
-    return Err(ErrorCode::kDuplicateWrite, "reserve " + name + ": already reserved by transaction '" +
-                                               tx.req.tx + "'");
+    return Err(ErrorCode::kDuplicateWrite,
+               "reserve " + name + ": already reserved by transaction '" + tx.req.tx + "'");
   }
   const bool delta = tx.req.kind == TxKind::kDelta;
   std::vector<Target> targets;
@@ -1591,12 +1599,16 @@ Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& r
       return Err(ErrorCode::kBadWrite, "reserve " + name + ": a box needs its parameter");
     }
     if (delta && !tx.sources.count(region.source)) {
-      return Err(ErrorCode::kOutOfScope, "reserve " + name + ": source not declared by delta "
-                                         "transaction '" + tx.req.tx + "'");
+      return Err(ErrorCode::kOutOfScope, "reserve " + name +
+                                             ": source not declared by delta "
+                                             "transaction '" +
+                                             tx.req.tx + "'");
     }
     if (delta && tx.patches.count(region.source)) {
-      return Err(ErrorCode::kDuplicateWrite, "reserve " + name + ": the source was already "
-                                             "patched by transaction '" + tx.req.tx + "'");
+      return Err(ErrorCode::kDuplicateWrite, "reserve " + name +
+                                                 ": the source was already "
+                                                 "patched by transaction '" +
+                                                 tx.req.tx + "'");
     }
     const auto& refs = manifest_->ShardsOfSource(region.source);
     if (refs.empty() && !delta && !manifest_->SourceShape(region.source)) {
@@ -1613,14 +1625,14 @@ Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& r
                        "' has a packed layout that is not a translation of the source; a delta "
                        "cannot be landed in place there");
       }
-      WTX_ASSIGN_OR_RETURN(t, ResolveBox(p.name, sh.id, region.box, [&](uint32_t param) {
-                             return CheckInScope(tx, param);
-                           }));
+      WTX_ASSIGN_OR_RETURN(t, ResolveBox(p.name, sh.id, region.box,
+                                         [&](uint32_t param) { return CheckInScope(tx, param); }));
       targets.push_back(std::move(t));
     }
   } else {
     if (region.param.empty()) {
-      return Err(ErrorCode::kBadWrite, "reserve: the region names neither a parameter nor a source");
+      return Err(ErrorCode::kBadWrite,
+                 "reserve: the region names neither a parameter nor a source");
     }
     WTX_ASSIGN_OR_RETURN(t, ResolveBox(region.param, region.shard, region.box, [&](uint32_t param) {
                            if (delta) {
@@ -1720,14 +1732,17 @@ Status ParticipantImpl::Landed(const LandingRegion& region) {
   const std::string name = RegionName(region);
   auto it = tx.landings.find(RegionKey(region));
   if (it == tx.landings.end()) {
-    return Err(ErrorCode::kBadWrite, "landed " + name + ": this region was not reserved in "
-                                     "transaction '" + tx.req.tx + "' (report exactly the "
-                                     "region passed to Reserve)");
+    return Err(ErrorCode::kBadWrite, "landed " + name +
+                                         ": this region was not reserved in "
+                                         "transaction '" +
+                                         tx.req.tx +
+                                         "' (report exactly the "
+                                         "region passed to Reserve)");
   }
   Landing& landing = it->second;
   if (landing.landed) {
-    return Err(ErrorCode::kDuplicateWrite, "landed " + name + ": already landed in transaction '" +
-                                               tx.req.tx + "'");
+    return Err(ErrorCode::kDuplicateWrite,
+               "landed " + name + ": already landed in transaction '" + tx.req.tx + "'");
   }
   // The transfer is complete (the contract): hash the chunks it covers whole now, while the
   // engine's copy most likely left them in cache, instead of reading them again at prepare.
@@ -1862,8 +1877,8 @@ Status ParticipantImpl::VerifyLiveLocked(const ActiveTx* tx,
     const int64_t esz = static_cast<int64_t>(DTypeSize(p.dtype));
     const int64_t b = static_cast<int64_t>(d.first_chunk * kHashChunkBytes) / esz;
     const int64_t e = std::min<int64_t>(
-        p.num_elements(), (static_cast<int64_t>((d.first_chunk + d.chunks) * kHashChunkBytes) +
-                           esz - 1) / esz);
+        p.num_elements(),
+        (static_cast<int64_t>((d.first_chunk + d.chunks) * kHashChunkBytes) + esz - 1) / esz);
     std::vector<Box> boxes;
     if (e > b) FlatIntervalToBoxes(p.shape, b, e, &boxes);
     if (!boxes.empty()) {
@@ -1917,8 +1932,8 @@ Status ParticipantImpl::LogUndeclared(const VerifyReport& report) {
   rec.chunks = static_cast<int64_t>(report.chunks_differing);
   for (size_t k = 0; k < report.differences.size() && k < kMaxDifferencesRecorded; ++k) {
     const auto& d = report.differences[k];
-    rec.differences.push_back(UndeclaredDifference{
-        d.param, static_cast<int64_t>(d.first_chunk), static_cast<int64_t>(d.first_chunk + d.chunks)});
+    rec.differences.push_back(UndeclaredDifference{d.param, static_cast<int64_t>(d.first_chunk),
+                                                   static_cast<int64_t>(d.first_chunk + d.chunks)});
   }
   rec.ts = options_.env.clock->NowMicros();
   return Log(std::move(rec), true);  // synced: durably dirty before anyone is told
@@ -1941,7 +1956,8 @@ Status ParticipantImpl::LoadCommitted(std::optional<std::vector<std::vector<uint
       if (p->tx == committed && p->yes && p->digest) *rank_digest = *p->digest;
     } else if (const auto* c = std::get_if<ChunksRecord>(&rec); c && c->tx == committed) {
       if (c->counts.size() != params.size()) {
-        bad = Status::Corruption("CHUNKS record of '" + committed + "' does not match the manifest");
+        bad =
+            Status::Corruption("CHUNKS record of '" + committed + "' does not match the manifest");
         return Status::OK();
       }
       const auto& bytes = c->digests;
@@ -1975,7 +1991,8 @@ Result<VerifyReport> ParticipantImpl::Verify() {
   WTX_RETURN_IF_ERROR(CheckAlive());
   if (active_) {
     return Err(ErrorCode::kTxActive, "rank " + Rank() + ": verify: transaction '" +
-                                         active_->req.tx + "' is active; verify between "
+                                         active_->req.tx +
+                                         "' is active; verify between "
                                          "transactions (or begin with verify all)");
   }
   VerifyReport rep;
@@ -2028,25 +2045,27 @@ Result<VerifyReport> ParticipantImpl::Reattach() {
     // A journal from before CHUNKS records: the rank digest alone says match or not.
     WTX_RETURN_IF_ERROR(VerifyLiveLocked(nullptr, nullptr, &rep));
     if (committed_digest.empty()) {
-      rep.message = "rank " + Rank() + ": not comparable: the committed digest is not in the journal";
+      rep.message =
+          "rank " + Rank() + ": not comparable: the committed digest is not in the journal";
       return rep;
     }
     auto live = DigestLocked();
     if (!live.ok()) return live.status();
     rep.comparable = true;
     rep.ok = live.value() == committed_digest;
-    rep.message = "rank " + Rank() + (rep.ok ? ": live bytes match the committed digest"
-                                             : ": live bytes differ from the committed digest "
-                                               "(no chunk digests stored to say where)");
+    rep.message = "rank " + Rank() +
+                  (rep.ok ? ": live bytes match the committed digest"
+                          : ": live bytes differ from the committed digest "
+                            "(no chunk digests stored to say where)");
   }
   if (!rep.ok) {
     rep.message += "; stays loaded=false";
     return rep;
   }
-  WTX_RETURN_IF_ERROR(Log(ReattachRecord{state_.committed_tx.value_or(""),
-                                         static_cast<int64_t>(rep.chunks_checked),
-                                         options_.env.clock->NowMicros()},
-                          true));
+  WTX_RETURN_IF_ERROR(
+      Log(ReattachRecord{state_.committed_tx.value_or(""), static_cast<int64_t>(rep.chunks_checked),
+                         options_.env.clock->NowMicros()},
+          true));
   loaded_ = true;
   if (chunks) {
     committed_chunks_ = std::move(*chunks);
@@ -2074,9 +2093,10 @@ Result<std::unique_ptr<Participant>> OpenParticipantWithHooks(ParticipantOptions
   try {
     s = p->Init();
   } catch (const std::bad_alloc&) {
-    s = Status::InvalidArgument("participant: out of memory allocating the live parameters and "
-                                "their hash caches (manifest of " +
-                                std::to_string(total_bytes) + " bytes)");
+    s = Status::InvalidArgument(
+        "participant: out of memory allocating the live parameters and "
+        "their hash caches (manifest of " +
+        std::to_string(total_bytes) + " bytes)");
   }
   WTX_RETURN_IF_ERROR(s);
   return std::unique_ptr<Participant>(std::move(p));

@@ -13,10 +13,12 @@ namespace {
 
 // The stored names, in enum order. The only place record type names are spelled.
 constexpr std::array<std::string_view, 13> kParticipantTypeNames = {
-    "CREATE", "BEGIN",   "WRITE",   "PATCH",  "REFRESH",    "PREPARED", "CHUNKS",
+    "CREATE",  "BEGIN",   "WRITE",   "PATCH",  "REFRESH",    "PREPARED", "CHUNKS",
     "OUTCOME", "RESTART", "RESERVE", "LANDED", "UNDECLARED", "REATTACH"};
 
-json ParticipantTypeJson(ParticipantRecordType t) { return json(std::string(ParticipantRecordTypeName(t))); }
+json ParticipantTypeJson(ParticipantRecordType t) {
+  return json(std::string(ParticipantRecordTypeName(t)));
+}
 
 json BoxJson(const Box& box) {
   json out = json::array();
@@ -257,8 +259,8 @@ json Encode(const PreparedRecord& r) {
               {"ts", r.ts}};
   if (r.coverage) {
     const PreparedCoverage& c = *r.coverage;
-    out["coverage"] = {{"shards", c.shards},     {"pieces", c.pieces},   {"rows", c.rows},
-                       {"elements", c.elements}, {"bytes", c.bytes},     {"patched", c.patched},
+    out["coverage"] = {{"shards", c.shards},     {"pieces", c.pieces}, {"rows", c.rows},
+                       {"elements", c.elements}, {"bytes", c.bytes},   {"patched", c.patched},
                        {"missing", c.missing}};
   }
   if (r.has_timings) {
@@ -532,19 +534,32 @@ Result<ParticipantRecord> WrapParticipant(Result<T> r) {
 Result<ParticipantRecord> DecodeParticipantRecord(const json& r) {
   WTX_ASSIGN_OR_RETURN(type, ParticipantRecordTypeOf(r));
   switch (type) {
-    case ParticipantRecordType::kCreate: return WrapParticipant(DecodeCreate(r));
-    case ParticipantRecordType::kBegin: return WrapParticipant(DecodeBegin(r));
-    case ParticipantRecordType::kWrite: return WrapParticipant(DecodeWriteJson(r));
-    case ParticipantRecordType::kPatch: return WrapParticipant(DecodePatch(r));
-    case ParticipantRecordType::kRefresh: return WrapParticipant(DecodeRefresh(r));
-    case ParticipantRecordType::kPrepared: return WrapParticipant(DecodePrepared(r));
-    case ParticipantRecordType::kChunks: return WrapParticipant(DecodeChunks(r));
-    case ParticipantRecordType::kOutcome: return WrapParticipant(DecodeOutcome(r));
-    case ParticipantRecordType::kRestart: return WrapParticipant(DecodeRestart(r));
-    case ParticipantRecordType::kReserve: return WrapParticipant(DecodeReserve(r));
-    case ParticipantRecordType::kLanded: return WrapParticipant(DecodeLanded(r));
-    case ParticipantRecordType::kUndeclared: return WrapParticipant(DecodeUndeclared(r));
-    case ParticipantRecordType::kReattach: return WrapParticipant(DecodeReattach(r));
+    case ParticipantRecordType::kCreate:
+      return WrapParticipant(DecodeCreate(r));
+    case ParticipantRecordType::kBegin:
+      return WrapParticipant(DecodeBegin(r));
+    case ParticipantRecordType::kWrite:
+      return WrapParticipant(DecodeWriteJson(r));
+    case ParticipantRecordType::kPatch:
+      return WrapParticipant(DecodePatch(r));
+    case ParticipantRecordType::kRefresh:
+      return WrapParticipant(DecodeRefresh(r));
+    case ParticipantRecordType::kPrepared:
+      return WrapParticipant(DecodePrepared(r));
+    case ParticipantRecordType::kChunks:
+      return WrapParticipant(DecodeChunks(r));
+    case ParticipantRecordType::kOutcome:
+      return WrapParticipant(DecodeOutcome(r));
+    case ParticipantRecordType::kRestart:
+      return WrapParticipant(DecodeRestart(r));
+    case ParticipantRecordType::kReserve:
+      return WrapParticipant(DecodeReserve(r));
+    case ParticipantRecordType::kLanded:
+      return WrapParticipant(DecodeLanded(r));
+    case ParticipantRecordType::kUndeclared:
+      return WrapParticipant(DecodeUndeclared(r));
+    case ParticipantRecordType::kReattach:
+      return WrapParticipant(DecodeReattach(r));
   }
   return Status::Corruption("record " + std::to_string(RecordSeqOf(r)) + ": unknown type");
 }

@@ -134,7 +134,7 @@ struct PreparedRecord {
 struct ChunksRecord {
   std::string tx;
   int64_t chunk_bytes = 0;
-  std::vector<int64_t> counts;  // chunks per parameter
+  std::vector<int64_t> counts;   // chunks per parameter
   std::vector<uint8_t> digests;  // u64 little endian per chunk
   int64_t ts = 0;
 };
@@ -208,9 +208,9 @@ struct ReattachRecord {
 };
 
 using ParticipantRecord =
-    std::variant<CreateRecord, BeginRecord, WriteRecord, PatchRecord, RefreshRecord,
-                 PreparedRecord, ChunksRecord, OutcomeRecord, RestartRecord, ReserveRecord,
-                 LandedRecord, UndeclaredRecord, ReattachRecord>;
+    std::variant<CreateRecord, BeginRecord, WriteRecord, PatchRecord, RefreshRecord, PreparedRecord,
+                 ChunksRecord, OutcomeRecord, RestartRecord, ReserveRecord, LandedRecord,
+                 UndeclaredRecord, ReattachRecord>;
 
 ParticipantRecordType TypeOf(const ParticipantRecord& r);
 // The transaction a record names (nullptr for CREATE, RESTART, REATTACH and an UNDECLARED

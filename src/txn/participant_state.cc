@@ -188,7 +188,8 @@ Status ParticipantReplay::ApplyWrite(uint64_t seq, std::string_view tx) {
                               " comes before the journal's CREATE record");
   }
   ParticipantState& s = *state_;
-  if (!s.active || s.active->tx != tx) return NotActiveRecord(seq, ParticipantRecordType::kWrite, tx);
+  if (!s.active || s.active->tx != tx)
+    return NotActiveRecord(seq, ParticipantRecordType::kWrite, tx);
   s.active->wrote = true;
   s.dirty = true;
   return Status::OK();
@@ -222,11 +223,12 @@ Status ParticipantReplay::Apply(const ParticipantRecord& record, uint64_t seq) {
       [&](const auto& r) -> Status {
         using T = std::decay_t<decltype(r)>;
         if constexpr (std::is_same_v<T, CreateRecord>) {
-          return Status::Corruption(RecordAt(seq, type) + ": CREATE record after the journal began");
+          return Status::Corruption(RecordAt(seq, type) +
+                                    ": CREATE record after the journal began");
         } else if constexpr (std::is_same_v<T, BeginRecord>) {
           if (s.active) {
-            return Status::Corruption(RecordAt(seq, type) + ": BEGIN of " + QuotedText(r.tx) + " while " +
-                                      QuotedText(s.active->tx) + " is active");
+            return Status::Corruption(RecordAt(seq, type) + ": BEGIN of " + QuotedText(r.tx) +
+                                      " while " + QuotedText(s.active->tx) + " is active");
           }
           ActiveTxState a;
           a.tx = r.tx;
@@ -271,7 +273,8 @@ Status ParticipantReplay::Apply(const ParticipantRecord& record, uint64_t seq) {
           s.dirty = true;
         } else if constexpr (std::is_same_v<T, ReattachRecord>) {
           if (s.active) {
-            return Status::Corruption(RecordAt(seq, type) + ": REATTACH while a transaction is active");
+            return Status::Corruption(RecordAt(seq, type) +
+                                      ": REATTACH while a transaction is active");
           }
           if (s.committed_tx != r.committed_tx) {
             return Status::Corruption(RecordAt(seq, type) + ": field 'committed_tx' names " +
@@ -306,12 +309,12 @@ Status ParticipantReplay::Apply(const ParticipantRecord& record, uint64_t seq) {
           s.active.reset();
         } else if constexpr (std::is_same_v<T, RestartRecord>) {
           const bool dirty = DirtyAfterRestart(s);
-          WTX_RETURN_IF_ERROR(CheckDerived(seq, type, "dirty", r.dirty, dirty,
-                                           "a restart of a rank with " +
-                                               std::string(s.version ? "a committed version"
-                                                                     : "no committed version") +
-                                               (s.active ? " and an active transaction" : "") +
-                                               ", dirty before " + BoolText(s.dirty)));
+          WTX_RETURN_IF_ERROR(CheckDerived(
+              seq, type, "dirty", r.dirty, dirty,
+              "a restart of a rank with " +
+                  std::string(s.version ? "a committed version" : "no committed version") +
+                  (s.active ? " and an active transaction" : "") + ", dirty before " +
+                  BoolText(s.dirty)));
           s.dirty = dirty;
           s.loaded = false;
           if (s.active) s.active->interrupted = true;  // its live bytes died with the process
@@ -336,8 +339,9 @@ Status CheckParticipantState(const Journal& journal) {
   const auto& id = journal.identity();
   WTX_ASSIGN_OR_RETURN(replayed, ReplayParticipantJournal(journal));
   if (journal.state().is_null() != !replayed.has_value()) {
-    return Status::Corruption(journal.dir() + ": " +
-                              (replayed ? "records but no stored state" : "a state but no records"));
+    return Status::Corruption(
+        journal.dir() + ": " +
+        (replayed ? "records but no stored state" : "a state but no records"));
   }
   if (!replayed) return Status::OK();
   bool legacy = false;
@@ -355,10 +359,9 @@ Status CheckParticipantState(const Journal& journal) {
     want.active->interrupted = replayed->active->interrupted;
   }
   if (*replayed != want) {
-    return Status::Corruption(journal.dir() + ": replayed state " +
-                              EncodeParticipantState(*replayed).dump() +
-                              " differs from the stored state " +
-                              EncodeParticipantState(want).dump());
+    return Status::Corruption(
+        journal.dir() + ": replayed state " + EncodeParticipantState(*replayed).dump() +
+        " differs from the stored state " + EncodeParticipantState(want).dump());
   }
   return Status::OK();
 }

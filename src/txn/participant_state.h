@@ -35,7 +35,7 @@ struct ActiveTxState {
   std::vector<std::string> modules;
   std::vector<std::string> sources;
   bool rollback = false;
-  bool wrote = false;                 // a WRITE, an applied PATCH or a RESERVE was logged
+  bool wrote = false;  // a WRITE, an applied PATCH or a RESERVE was logged
   bool prepared = false;
   std::optional<bool> vote_yes;       // once prepared
   std::optional<std::string> digest;  // a yes vote's rank digest
@@ -52,7 +52,7 @@ struct ParticipantState {
   std::optional<std::string> version;       // committed version
   std::optional<std::string> committed_tx;  // the transaction that committed it
   std::optional<std::string> digest;        // its rank digest
-  bool dirty = false;   // live bytes may differ from the committed version
+  bool dirty = false;                       // live bytes may differ from the committed version
   bool loaded = false;  // this process's live bytes are known (a full commit or reattach)
   std::optional<ActiveTxState> active;
   int64_t txs = 0;  // transactions begun

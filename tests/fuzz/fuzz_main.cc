@@ -1,5 +1,5 @@
-// libFuzzer entry point; WTX_FUZZ_TARGET (scenario | manifest | record | safetensors) picks the parser.
-// Built only with -DWTX_FUZZ=ON (clang): see tests/fuzz/CMakeLists.txt.
+// libFuzzer entry point; WTX_FUZZ_TARGET (scenario | manifest | record | safetensors) picks the
+// parser. Built only with -DWTX_FUZZ=ON (clang): see tests/fuzz/CMakeLists.txt.
 #include "tests/fuzz/fuzz_targets.h"
 
 #define WTX_CAT2(a, b) a##b

@@ -16,13 +16,13 @@
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
 #include <xxhash.h>
+#include <nlohmann/json.hpp>
 
-#include "src/util/cbor.h"
-#include "src/txn/participant_state.h"
 #include "journal/record.h"
 #include "src/conformance/scenario.h"
+#include "src/txn/participant_state.h"
+#include "src/util/cbor.h"
 #include "wtx/limits.h"
 #include "wtx/manifest.h"
 #include "wtx/safetensors.h"
@@ -120,8 +120,8 @@ inline void FuzzRecord(const uint8_t* data, size_t size) {
   active.active->tx = "t1";
   const bool binary = IsWriteRecordValue(value);
   for (const std::optional<ParticipantState>& state :
-       {std::optional<ParticipantState>(), std::optional<ParticipantState>(
-                                               InitialParticipantState(0)),
+       {std::optional<ParticipantState>(),
+        std::optional<ParticipantState>(InitialParticipantState(0)),
         std::optional<ParticipantState>(active)}) {
     ParticipantReplay by_json(state);
     Status js = by_json.Apply(rec.value());
@@ -164,7 +164,8 @@ inline void FuzzSafetensors(const uint8_t* data, size_t size) {
     if (t.begin > t.end || t.end > data_size) Violated("a tensor lies inside the data section");
     uint64_t elements = 1;
     for (int64_t d : t.shape) elements *= static_cast<uint64_t>(d);
-    if (elements * DTypeSize(t.dtype) != t.end - t.begin) Violated("a tensor's bytes fit its shape");
+    if (elements * DTypeSize(t.dtype) != t.end - t.begin)
+      Violated("a tensor's bytes fit its shape");
     if (t.end > t.begin && t.begin < furthest) Violated("tensors do not overlap");
     if (t.end > furthest) furthest = t.end;
   }

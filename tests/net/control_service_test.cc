@@ -81,8 +81,8 @@ TEST_CASE("ControlServicesRunAFullTransactionThroughTheirRequests") {
   CHECK(Call(coord.Handle("recover", json::object()))["code"] == "OK");
   CHECK(Call(rank.Handle("wait_resolved", {{"timeout_ms", 10000}}))["resolved"] == true);
 
-  json begun = Call(
-      coord.Handle("begin", {{"req", net::BeginRequestToJson(Req("t1", TxKind::kFull))}}));
+  json begun =
+      Call(coord.Handle("begin", {{"req", net::BeginRequestToJson(Req("t1", TxKind::kFull))}}));
   REQUIRE(begun["status"]["code"] == "OK");
   Call(rank.Handle("step", {{"step", {{"op", "write"}, {"param", "*"}, {"fill", {{"seed", 1}}}}}}));
   Call(rank.Handle("step", {{"step", {{"op", "refresh"}, {"derived", "*"}}}}));
@@ -94,8 +94,7 @@ TEST_CASE("ControlServicesRunAFullTransactionThroughTheirRequests") {
   json st = Call(rank.Handle("status", json::object()));
   CHECK(st["serving"] == true);
   CHECK(st["version"] == committed["version"]);
-  CHECK(Call(coord.Handle("committed_version", {{"tx", "t1"}}))["version"] ==
-        committed["version"]);
+  CHECK(Call(coord.Handle("committed_version", {{"tx", "t1"}}))["version"] == committed["version"]);
   json decisions = Call(coord.Handle("decisions", json::object()))["decisions"];
   REQUIRE(decisions.size() == 1);
   CHECK(decisions[0]["tx"] == "t1");

@@ -15,8 +15,8 @@
 #include <random>
 #include <thread>
 
-#include "tests/test_util.h"
 #include "src/conformance/tcp_simulator.h"
+#include "tests/test_util.h"
 
 namespace wtx::sim {
 namespace {

@@ -235,8 +235,7 @@ void SpawnRank(sim::ChildProcess& rank, const TempDir& d, uint16_t port,
     m << testing::SmallManifestJson().dump();
   }
   nlohmann::json ready;
-  REQUIRE(rank
-              .Spawn({WTX_BINARY, "rank", "--connect", "127.0.0.1:" + std::to_string(port),
+  REQUIRE(rank.Spawn({WTX_BINARY, "rank", "--connect", "127.0.0.1:" + std::to_string(port),
                       "--rank", "0", "--journal", d.sub("rank-0"), "--secret-file", secret,
                       "--manifest", d.sub("manifest.json"), "--backoff-max-ms", backoff_ms},
                      milliseconds(20000), &ready)

@@ -151,7 +151,8 @@ TEST_CASE("CodecRoundTripsProtocolValues", "[net]") {
 
 TEST_CASE("ProtocolRankFieldsAreNeverTruncated", "[net]") {
   // 2^32 + 1 was read as rank 1 (nlohmann's get<int>() truncates).
-  nlohmann::json v = {{"rank", (uint64_t{1} << 32) + 1}, {"fingerprint", "f"}, {"kernel_identity", "k"}};
+  nlohmann::json v = {
+      {"rank", (uint64_t{1} << 32) + 1}, {"fingerprint", "f"}, {"kernel_identity", "k"}};
   auto d = wtx::net::RankDescriptionFromJson(v);
   REQUIRE_FALSE(d.ok());
   CHECK_THAT(d.status().message(), Catch::Contains("rank"));
@@ -160,4 +161,3 @@ TEST_CASE("ProtocolRankFieldsAreNeverTruncated", "[net]") {
   v["rank"] = 1.0;
   CHECK_FALSE(wtx::net::RankDescriptionFromJson(v).ok());
 }
-

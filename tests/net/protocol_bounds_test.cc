@@ -128,7 +128,8 @@ TEST_CASE("RankRequestsWithUnknownFieldsAreRefusedNamingThem", "[net]") {
   BeginRequest req;
   req.tx = "t1";
   // A misspelt field never reaches the participant: nothing begins.
-  auto r = net::ServeRankRequest(part, "begin", {{"req", net::BeginRequestToJson(req)}, {"rqe", 1}});
+  auto r =
+      net::ServeRankRequest(part, "begin", {{"req", net::BeginRequestToJson(req)}, {"rqe", 1}});
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().message().find("begin.rqe: unknown field") != std::string::npos);
   CHECK_FALSE(part.status().active_tx.has_value());

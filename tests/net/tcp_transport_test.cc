@@ -13,16 +13,16 @@
 #include <openssl/ssl.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <condition_variable>
+#include <cstdlib>
 #include <future>
 #include <mutex>
 #include <thread>
 
-#include "tests/test_util.h"
 #include "src/net/channel.h"
-#include "src/net/tls.h"
 #include "src/net/rank_agent_hooks.h"
+#include "src/net/tls.h"
+#include "tests/test_util.h"
 #include "wtx/logger.h"
 #include "wtx/tcp_rank_agent.h"
 #include "wtx/tcp_transport.h"
@@ -78,8 +78,8 @@ class RawClient {
   ssize_t ReadSome(char* buf, size_t n, std::chrono::steady_clock::time_point deadline) {
     for (;;) {
       if (!ssl_ || SSL_pending(ssl_) == 0) {
-        const auto left = std::chrono::duration_cast<milliseconds>(
-            deadline - std::chrono::steady_clock::now());
+        const auto left =
+            std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0) return -1;
         pollfd p{fd_, POLLIN, 0};
         if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
@@ -133,8 +133,8 @@ class RawClient {
     for (;;) {
       char buf[4096];
       ssize_t r = ReadSome(buf, sizeof(buf), deadline);
-      if (r < 0) return false;   // timed out: still open
-      if (r == 0) return true;   // EOF, reset or a TLS error
+      if (r < 0) return false;  // timed out: still open
+      if (r == 0) return true;  // EOF, reset or a TLS error
     }
   }
 
@@ -663,13 +663,16 @@ struct TestPki {
   bool ok = false;
   TestPki() {
     const std::string d = dir.path();
-    auto run = [](const std::string& cmd) { return std::system((cmd + " > /dev/null 2>&1").c_str()) == 0; };
+    auto run = [](const std::string& cmd) {
+      return std::system((cmd + " > /dev/null 2>&1").c_str()) == 0;
+    };
     const std::string ec = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes ";
     ok = run("openssl req -x509" + ec + "-keyout " + d + "/ca.key -out " + d +
              "/ca.pem -days 1 -subj /CN=wtx-test-ca");
     for (const std::string n : {"coordinator", "rank"}) {
-      ok = ok && run("openssl req" + ec + "-keyout " + d + "/" + n + ".key -out " + d + "/" + n +
-                     ".csr -subj /CN=wtx-" + n) &&
+      ok = ok &&
+           run("openssl req" + ec + "-keyout " + d + "/" + n + ".key -out " + d + "/" + n +
+               ".csr -subj /CN=wtx-" + n) &&
            run("openssl x509 -req -in " + d + "/" + n + ".csr -CA " + d + "/ca.pem -CAkey " + d +
                "/ca.key -CAcreateserial -days 1 -out " + d + "/" + n + ".pem");
     }

@@ -36,7 +36,7 @@ struct BenchOptions {
   // parameter larger than a bucket in row slices, smaller ones packed together); 0: one
   // parameter at a time.
   size_t landing_bucket_bytes = size_t{32} << 20;
-  std::string scratch_dir;     // where journals live; must exist
+  std::string scratch_dir;  // where journals live; must exist
   std::ostream* progress = nullptr;
 };
 

@@ -7,14 +7,14 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
-#include "tools/bench/bench.h"
-#include "tools/bench/bench_util.h"
-#include "src/testing/fault_injection_fs.h"
-#include "src/util/hash_util.h"
 #include "journal/history.h"
 #include "journal/journal.h"
 #include "journal/record.h"
 #include "journal/verify.h"
+#include "src/testing/fault_injection_fs.h"
+#include "src/util/hash_util.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/bench_util.h"
 #include "wtx/content_hash.h"
 #include "wtx/coordinator.h"
 #include "wtx/inproc_transport.h"

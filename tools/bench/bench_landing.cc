@@ -90,7 +90,9 @@ Result<json> BenchLanding(const BenchOptions& o) {
       const int64_t e = std::min(rows, r + per);
       Box box = WholeBox(p.shape);
       box[0] = {r, e};
-      buckets.push_back({{i, {p.name, "", "", box}, static_cast<size_t>(r) * row_bytes,
+      buckets.push_back({{i,
+                          {p.name, "", "", box},
+                          static_cast<size_t>(r) * row_bytes,
                           static_cast<size_t>(e - r) * row_bytes}});
     }
     used = cap;  // the next parameter opens a new bucket

@@ -33,9 +33,9 @@
 #include <string>
 #include <vector>
 
+#include "src/conformance/tcp_simulator.h"
 #include "src/testing/slow_sync_fs.h"
 #include "tools/guarded_main.h"
-#include "src/conformance/tcp_simulator.h"
 #include "wtx/coordinator.h"
 #include "wtx/inproc_transport.h"
 #include "wtx/participant.h"
@@ -96,7 +96,7 @@ ManifestPtr BenchManifest() {
 }
 
 json RunInProc(int n, int repeats, const std::string& root, int sync_delay_ms,
-              int fan_out_threads) {
+               int fan_out_threads) {
   const std::string dir = root + "/inproc-" + std::to_string(n);
   std::filesystem::remove_all(dir);
   ManifestPtr m = BenchManifest();
@@ -167,7 +167,7 @@ json RunInProc(int n, int repeats, const std::string& root, int sync_delay_ms,
 }
 
 json RunTcp(int n, int repeats, const std::string& root, const std::string& wtx,
-           int sync_delay_ms) {
+            int sync_delay_ms) {
   const std::string dir = root + "/tcp-" + std::to_string(n);
   std::filesystem::remove_all(dir);
   sim::Scenario sc;
@@ -209,11 +209,10 @@ json RunTcp(int n, int repeats, const std::string& root, const std::string& wtx,
     total.push_back(begin.back() + commit.back());
   }
   const Stats sb = Summarize(begin), sc2 = Summarize(commit);
-  json out = {{"transport", "tcp"},      {"ranks", n},
-              {"start_ms", start_ms},    {"begin_p50_ms", sb.p50},
-              {"begin_p90_ms", sb.p90},  {"commit_p50_ms", sc2.p50},
-              {"commit_p90_ms", sc2.p90},
-              {"total_p50_ms", Summarize(total).p50}};
+  json out = {{"transport", "tcp"},       {"ranks", n},
+              {"start_ms", start_ms},     {"begin_p50_ms", sb.p50},
+              {"begin_p90_ms", sb.p90},   {"commit_p50_ms", sc2.p50},
+              {"commit_p90_ms", sc2.p90}, {"total_p50_ms", Summarize(total).p50}};
   std::filesystem::remove_all(dir);
   return out;
 }

@@ -12,9 +12,12 @@ using nlohmann::json;
 
 std::string_view TriName(Tri t) {
   switch (t) {
-    case Tri::kNo: return "no";
-    case Tri::kYes: return "yes";
-    case Tri::kUnknown: return "unknown";
+    case Tri::kNo:
+      return "no";
+    case Tri::kYes:
+      return "yes";
+    case Tri::kUnknown:
+      return "unknown";
   }
   return "?";
 }
@@ -25,12 +28,11 @@ json TortureManifestJson(int rank, int ranks) {
   json qkv_shards = json::array();
   const char* names[] = {"q", "k", "v"};
   for (int i = 0; i < 3; ++i) {
-    qkv_shards.push_back(
-        {{"id", names[i]},
-         {"source", std::string("l0.") + names[i] + ".weight"},
-         {"source_shape", {4 * n, 4}},
-         {"box", {rows(4 * i, 4 * i + 4), rows(0, 4)}},
-         {"source_box", {rows(4 * r, 4 * r + 4), rows(0, 4)}}});
+    qkv_shards.push_back({{"id", names[i]},
+                          {"source", std::string("l0.") + names[i] + ".weight"},
+                          {"source_shape", {4 * n, 4}},
+                          {"box", {rows(4 * i, 4 * i + 4), rows(0, 4)}},
+                          {"source_box", {rows(4 * r, 4 * r + 4), rows(0, 4)}}});
   }
   json expert_shards = json::array();
   for (int e = 0; e < 2; ++e) {
@@ -54,7 +56,10 @@ json TortureManifestJson(int rank, int ranks) {
             {"source_shape", {4, 2 * n}},
             {"box", {rows(0, 4), rows(0, 2)}},
             {"source_box", {rows(0, 4), rows(2 * r, 2 * r + 2)}}}}}},
-        {{"name", "l1.experts.w"}, {"dtype", "f16"}, {"shape", {2, 3, 4}}, {"shards", expert_shards}},
+        {{"name", "l1.experts.w"},
+         {"dtype", "f16"},
+         {"shape", {2, 3, 4}},
+         {"shards", expert_shards}},
         {{"name", "l1.packed.weight"},
          {"dtype", "u8"},
          {"shape", {8}},

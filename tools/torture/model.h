@@ -41,28 +41,28 @@ struct ModelTx {
   std::string id;
   TxKind kind = TxKind::kFull;
   bool rollback = false;
-  std::vector<bool> in_scope;                     // per parameter
-  std::set<std::string> sources;                  // delta: declared
-  std::vector<std::vector<bool>> covered;         // per parameter, per element
+  std::vector<bool> in_scope;              // per parameter
+  std::set<std::string> sources;           // delta: declared
+  std::vector<std::vector<bool>> covered;  // per parameter, per element
   struct Parts {
     int n = 0;
     std::vector<bool> got;
-    std::set<int64_t> indices;                    // source indices of the parts applied
+    std::set<int64_t> indices;  // source indices of the parts applied
   };
-  std::map<std::string, Parts> patches;           // delta: per source this rank holds
+  std::map<std::string, Parts> patches;  // delta: per source this rank holds
   bool wrote = false;
   Tri dirty_at_begin = Tri::kNo;
   std::vector<std::vector<uint8_t>> live_at_begin;
   std::vector<bool> stale_at_begin;
-  std::set<uint32_t> refreshed;                   // derived states refreshed during the tx
-  std::set<uint32_t> written;                     // parameters written during the tx
+  std::set<uint32_t> refreshed;  // derived states refreshed during the tx
+  std::set<uint32_t> written;    // parameters written during the tx
   // Derived states whose last refresh in the tx came after a write of one of their sources in
   // the tx: their copies hold bytes a restoring abort takes back.
   std::set<uint32_t> refreshed_from_written;
   std::string kernel_at_begin;
   enum class Prep { kNone, kYes, kNo, kMaybe } prepared = Prep::kNone;  // durable vote
-  std::string digest;                             // this rank's digest when it voted yes
-  bool interrupted = false;                       // the process restarted since Begin
+  std::string digest;        // this rank's digest when it voted yes
+  bool interrupted = false;  // the process restarted since Begin
 };
 
 struct ModelRank {
@@ -70,9 +70,9 @@ struct ModelRank {
   bool loaded = false;
   Tri dirty = Tri::kNo;
   bool ever_began = false;
-  std::string committed_tx;                       // "" before the first commit
-  std::vector<std::vector<uint8_t>> live;         // per parameter
-  std::vector<bool> stale;                        // per derived state
+  std::string committed_tx;                // "" before the first commit
+  std::vector<std::vector<uint8_t>> live;  // per parameter
+  std::vector<bool> stale;                 // per derived state
   std::string kernel;
   std::optional<ModelTx> tx;
   // A transaction whose Begin failed with an I/O error may have been journaled; after a
@@ -82,8 +82,8 @@ struct ModelRank {
 
 struct ModelDecision {
   enum class Kind { kUnknown, kCommit, kAbort, kNoop } kind = Kind::kUnknown;
-  std::string version;                            // commit
-  std::vector<std::string> rank_digests;          // commit: per rank, as the model computed
+  std::string version;                    // commit
+  std::vector<std::string> rank_digests;  // commit: per rank, as the model computed
 };
 
 // One write piece the harness is about to issue, in live coordinates.

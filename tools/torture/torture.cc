@@ -12,9 +12,9 @@
 #include <sstream>
 #include <thread>
 
+#include "journal/verify.h"
 #include "src/testing/inproc_cluster.h"
 #include "tools/torture/model.h"
-#include "journal/verify.h"
 #include "wtx/content_hash.h"
 #include "wtx/coordinator.h"
 #include "wtx/participant.h"
@@ -121,11 +121,7 @@ struct Fault {
 class Script {
  public:
   Script(const TortureOptions& o, TortureReport* rep, uint64_t index, std::string dir)
-      : o_(o),
-        rep_(*rep),
-        index_(index),
-        dir_(std::move(dir)),
-        rng_(Mix(o.seed, index)) {}
+      : o_(o), rep_(*rep), index_(index), dir_(std::move(dir)), rng_(Mix(o.seed, index)) {}
 
   void Run();
 
@@ -919,8 +915,7 @@ void Script::DoCommit(const Op& op, const std::optional<Fault>& f) {
   for (int r = 0; r < o_.ranks; ++r) predicted[r] = model_->PredictVote(r, tx);
   ArmedCrashPoint* armed = nullptr;
   if (f && f->kind == Fault::Kind::kCrashPoint) {
-    armed = f->who < 0 ? &cluster_->coordinator_crash_point()
-                        : &cluster_->rank_crash_point(f->who);
+    armed = f->who < 0 ? &cluster_->coordinator_crash_point() : &cluster_->rank_crash_point(f->who);
     armed->Arm(f->at);
   }
   cluster_->transport().SetSilent(op.silent);

@@ -43,12 +43,12 @@ namespace wtx::torture {
 struct TortureOptions {
   uint64_t iterations = 100;  // scripts
   uint64_t seed = 1;
-  uint64_t start = 0;         // index of the first script (scripts are independent)
+  uint64_t start = 0;  // index of the first script (scripts are independent)
   int ranks = 2;
-  int transactions = 10;      // per script, before the final fault-free one
-  std::string dir;            // scratch directory; default: /dev/shm (or the temp dir)
-  bool keep_failed = false;   // keep the journals of a failing script
-  bool verbose = false;       // trace every operation to `log`
+  int transactions = 10;     // per script, before the final fault-free one
+  std::string dir;           // scratch directory; default: /dev/shm (or the temp dir)
+  bool keep_failed = false;  // keep the journals of a failing script
+  bool verbose = false;      // trace every operation to `log`
   std::function<void(const std::string&)> log;  // progress and traces; may be empty
 };
 
@@ -65,12 +65,12 @@ struct TortureReport {
   uint64_t steps = 0;
   uint64_t transactions = 0;
   uint64_t committed = 0, aborted = 0, noop = 0, begin_refused = 0;
-  uint64_t crash_points = 0;                   // faults that killed or crashed a process
+  uint64_t crash_points = 0;                    // faults that killed or crashed a process
   std::map<std::string, uint64_t> crash_kinds;  // by kind and by power-loss mode
   uint64_t recoveries = 0;                      // process restarts
   uint64_t in_doubt_resolved = 0;
-  uint64_t io_errors_injected = 0;              // I/O errors that fired
-  uint64_t checks = 0;                          // invariant checks evaluated
+  uint64_t io_errors_injected = 0;  // I/O errors that fired
+  uint64_t checks = 0;              // invariant checks evaluated
   uint64_t journals_verified = 0;
   std::vector<Violation> violations;
   double seconds = 0;

@@ -117,8 +117,8 @@ std::string Baseline(const std::string& name, const json& d) {
            " ms, hasher thread: " + g("hasher_thread_landed_update_ms") + " ms) in " +
            d.value("buckets", json(0)).dump() + " buckets of " +
            Num(d.value("bucket_bytes", 0.0) / (1024.0 * 1024)) + " MiB; xxh3 " + g("xxh3_ms") +
-           " ms, verify all " + g("verify_all_ms") + " ms for " +
-           d.value("bytes", json(0)).dump() + " bytes";
+           " ms, verify all " + g("verify_all_ms") + " ms for " + d.value("bytes", json(0)).dump() +
+           " bytes";
   }
   if (name == "load") {
     return "read() of the files " + g("read_ms") + " ms (" + g("read_gb_per_s") +
@@ -168,8 +168,7 @@ int RunBench(BenchArgs a) {
       {"update", bench::BenchUpdate},     {"hash", bench::BenchHash},
       {"coverage", bench::BenchCoverage}, {"syncs", bench::BenchSyncs},
       {"replay", bench::BenchReplay},     {"journal", bench::BenchJournal},
-      {"landing", bench::BenchLanding},
-      {"load", bench::BenchLoad},
+      {"landing", bench::BenchLanding},   {"load", bench::BenchLoad},
   };
   for (const auto& name : a.only) {
     bool known = false;

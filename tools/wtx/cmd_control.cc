@@ -8,9 +8,9 @@
 //             "rollback": false}}'
 #include <iostream>
 
-#include "tools/wtx/commands.h"
 #include "src/net/codec.h"
 #include "src/net/control.h"
+#include "tools/wtx/commands.h"
 
 namespace wtx::cli {
 

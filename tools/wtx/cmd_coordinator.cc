@@ -14,16 +14,16 @@
 
 #include <iostream>
 
-#include "tools/wtx/commands.h"
+#include "src/net/channel.h"
+#include "src/net/codec.h"
 #include "src/net/control_codec.h"
 #include "src/net/control_service.h"
 #include "src/net/coordinator_recovery.h"
-#include "src/testing/fault_injection_fs.h"
 #include "src/testing/armed_crash_point.h"
-#include "src/txn/test_hooks.h"
+#include "src/testing/fault_injection_fs.h"
 #include "src/testing/slow_sync_fs.h"
-#include "src/net/channel.h"
-#include "src/net/codec.h"
+#include "src/txn/test_hooks.h"
+#include "tools/wtx/commands.h"
 #include "wtx/coordinator.h"
 #include "wtx/tcp_transport.h"
 
@@ -92,8 +92,7 @@ int RunCoordinator(const CoordinatorArgs& a) {
   }
   if (a.sync_delay_ms > 0) {
     co.env.fs = std::make_shared<SlowSyncFileSystem>(
-        milliseconds(a.sync_delay_ms),
-        co.env.fs ? co.env.fs : rocksdb::FileSystem::Default());
+        milliseconds(a.sync_delay_ms), co.env.fs ? co.env.fs : rocksdb::FileSystem::Default());
   }
   auto opened = OpenCoordinatorWithHooks(co, &t, hooks);
   if (!opened.ok()) return Fail(opened.status());

@@ -56,7 +56,8 @@ int Log(const std::string& dir, bool as_json) {
   const bool coord = h->owner.role == "coordinator";
   std::cout << std::left << std::setw(12) << "TX" << std::setw(9) << (coord ? "DECISION" : "KIND")
             << std::setw(18) << "BASE" << std::setw(18) << "VERSION" << std::setw(11) << "OUTCOME"
-            << std::setw(26) << "TIME" << "REASON\n";
+            << std::setw(26) << "TIME"
+            << "REASON\n";
   for (const HistoryEntry& e : h->entries) {
     const std::string what = coord ? (e.decision ? std::string(DecisionName(*e.decision)) : "")
                                    : (e.kind ? std::string(TxKindName(*e.kind)) : "");
@@ -116,7 +117,8 @@ int StatusCmd(const std::string& dir, bool as_json) {
     std::cout << s.dump() << "\n";
     return 0;
   }
-  for (const auto& [k, v] : s.items()) std::cout << std::left << std::setw(14) << k << v.dump() << "\n";
+  for (const auto& [k, v] : s.items())
+    std::cout << std::left << std::setw(14) << k << v.dump() << "\n";
   return 0;
 }
 
@@ -186,9 +188,10 @@ void RegisterJournalCommands(CLI::App& app, int* exit_code) {
   auto expect_rank = std::make_shared<int>(-1);
   auto expect_coordinator = std::make_shared<bool>(false);
   check->add_option("dir", *dir, "Journal directory")->required();
-  check->add_option("--expect-rank", *expect_rank,
-                    "The journal must be participant N's (default: inferred from a rank-N "
-                    "directory name)")
+  check
+      ->add_option("--expect-rank", *expect_rank,
+                   "The journal must be participant N's (default: inferred from a rank-N "
+                   "directory name)")
       ->check(RankIdRange());
   check->add_flag("--expect-coordinator", *expect_coordinator,
                   "The journal must be the coordinator's (default: inferred from the name)");

@@ -122,8 +122,7 @@ int RunExpect(const LoadArgs& a) {
   } else {
     std::cout << "version " << e.value().version << "\n";
     for (const json& r : ranks) {
-      std::cout << "  rank " << r["rank"] << ": digest " << r["digest"].get<std::string>()
-                << "\n";
+      std::cout << "  rank " << r["rank"] << ": digest " << r["digest"].get<std::string>() << "\n";
     }
   }
   return 0;
@@ -139,7 +138,8 @@ void AddCommon(CLI::App* cmd, LoadArgs& a) {
       ->check(RankCountRange())
       ->capture_default_str();
   cmd->add_option("--dtype", a.dtype,
-                  "live dtype (default: the config's torch_dtype, as vLLM's dtype=auto); checkpoint tensors are converted only when exact "
+                  "live dtype (default: the config's torch_dtype, as vLLM's dtype=auto); "
+                  "checkpoint tensors are converted only when exact "
                   "(bf16/f16/fp8_e4m3 -> f32, fp8_e4m3 -> bf16/f16, i8/u8 -> i32)");
   cmd->add_flag("--json", a.json, "print JSON");
 }

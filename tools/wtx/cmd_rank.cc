@@ -17,16 +17,16 @@
 #include <iostream>
 #include <sstream>
 
-#include "tools/wtx/commands.h"
-#include "src/net/control_codec.h"
-#include "src/net/control_service.h"
-#include "src/testing/fault_injection_fs.h"
-#include "src/testing/armed_crash_point.h"
-#include "src/txn/test_hooks.h"
-#include "src/net/rank_agent_hooks.h"
-#include "src/testing/slow_sync_fs.h"
 #include "src/net/codec.h"
 #include "src/net/control.h"
+#include "src/net/control_codec.h"
+#include "src/net/control_service.h"
+#include "src/net/rank_agent_hooks.h"
+#include "src/testing/armed_crash_point.h"
+#include "src/testing/fault_injection_fs.h"
+#include "src/testing/slow_sync_fs.h"
+#include "src/txn/test_hooks.h"
+#include "tools/wtx/commands.h"
 #include "wtx/hf_manifest.h"
 #include "wtx/participant.h"
 #include "wtx/tcp_rank_agent.h"
@@ -109,8 +109,7 @@ int RunRank(const RankArgs& a) {
   }
   if (a.sync_delay_ms > 0) {
     po.env.fs = std::make_shared<SlowSyncFileSystem>(
-        milliseconds(a.sync_delay_ms),
-        po.env.fs ? po.env.fs : rocksdb::FileSystem::Default());
+        milliseconds(a.sync_delay_ms), po.env.fs ? po.env.fs : rocksdb::FileSystem::Default());
   }
   auto opened = OpenParticipantWithHooks(std::move(po), manifest.value(), hooks);
   if (!opened.ok()) return FailRank(opened.status());
@@ -143,9 +142,8 @@ int RunRank(const RankArgs& a) {
     net::NetOptions no;
     no.max_frame_bytes = a.max_frame_bytes;
     no.tls = a.tls;
-    auto cs = net::ControlServer::Listen(chp->first, chp->second, secret.value(),
-                                         service.Handler(), no,
-                                         "rank-" + std::to_string(a.rank) + "-control");
+    auto cs = net::ControlServer::Listen(chp->first, chp->second, secret.value(), service.Handler(),
+                                         no, "rank-" + std::to_string(a.rank) + "-control");
     if (!cs.ok()) return FailRank(cs.status());
     control = std::move(cs).value();
   }

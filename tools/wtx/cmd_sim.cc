@@ -6,11 +6,11 @@
 #include <random>
 #include <sstream>
 
-#include "tools/wtx/commands.h"
 #include "src/conformance/expectations.h"
 #include "src/conformance/scenario.h"
 #include "src/conformance/simulator.h"
 #include "src/conformance/tcp_simulator.h"
+#include "tools/wtx/commands.h"
 
 namespace wtx::cli {
 
@@ -103,8 +103,7 @@ void RegisterSimCommand(CLI::App& app, int* exit_code) {
                   "CUDA builds with a GPU); reference-device (the device path on the kernels' "
                   "CPU references)")
       ->capture_default_str();
-  cmd->callback(
-      [=] { *exit_code = RunSim(*path, *dir, *expect, *pretty, *transport, *memory); });
+  cmd->callback([=] { *exit_code = RunSim(*path, *dir, *expect, *pretty, *transport, *memory); });
 }
 
 }  // namespace wtx::cli

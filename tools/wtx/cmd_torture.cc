@@ -4,8 +4,8 @@
 // violated, 1 on any violation (each printed with the command that replays it), 2 on bad usage.
 #include <iostream>
 
-#include "tools/wtx/commands.h"
 #include "tools/torture/torture.h"
+#include "tools/wtx/commands.h"
 
 namespace wtx::cli {
 
@@ -24,10 +24,10 @@ int RunTortureCmd(const torture::TortureOptions& o, bool as_json) {
   }
   const torture::TortureReport& r = rep.value();
   for (const auto& v : r.violations) {
-    std::cerr << "VIOLATION seed " << o.seed << " script " << v.script << " step " << v.step
-              << ": " << v.what << "\n  reproduce: wtx torture --seed " << o.seed << " --start "
-              << v.script << " --iterations 1 --ranks " << o.ranks << " --transactions "
-              << o.transactions << " --verbose\n";
+    std::cerr << "VIOLATION seed " << o.seed << " script " << v.script << " step " << v.step << ": "
+              << v.what << "\n  reproduce: wtx torture --seed " << o.seed << " --start " << v.script
+              << " --iterations 1 --ranks " << o.ranks << " --transactions " << o.transactions
+              << " --verbose\n";
     for (const auto& t : v.trace) std::cerr << "    " << t << "\n";
     if (!v.journals.empty()) std::cerr << "  journals kept in " << v.journals << "\n";
   }
@@ -44,12 +44,13 @@ int RunTortureCmd(const torture::TortureOptions& o, bool as_json) {
       std::cout << (first ? "" : ", ") << k << " " << n;
       first = false;
     }
-    std::cout << ")\n  recoveries: " << r.recoveries << ", in-doubt resolved: "
-              << r.in_doubt_resolved << ", I/O errors injected: " << r.io_errors_injected
-              << ", invariant checks: " << r.checks << ", journals verified: "
-              << r.journals_verified << "\n  violations: " << r.violations.size() << "\n  time: "
-              << r.seconds << " s (" << (r.seconds > 0 ? r.crash_points / r.seconds : 0)
-              << " crash points/s)\n";
+    std::cout << ")\n  recoveries: " << r.recoveries
+              << ", in-doubt resolved: " << r.in_doubt_resolved
+              << ", I/O errors injected: " << r.io_errors_injected
+              << ", invariant checks: " << r.checks
+              << ", journals verified: " << r.journals_verified
+              << "\n  violations: " << r.violations.size() << "\n  time: " << r.seconds << " s ("
+              << (r.seconds > 0 ? r.crash_points / r.seconds : 0) << " crash points/s)\n";
   }
   return r.violations.empty() ? 0 : 1;
 }

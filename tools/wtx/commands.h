@@ -26,7 +26,7 @@ inline CLI::Range ByteBudgetRange() { return CLI::Range(int64_t{0}, INT64_MAX); 
 void RegisterSimCommand(CLI::App& app, int* exit_code);
 void RegisterJournalCommands(CLI::App& app, int* exit_code);  // log, show, status, replay, check
 void RegisterManifestCommand(CLI::App& app, int* exit_code);
-void RegisterBenchCommand(CLI::App& app, int* exit_code);  // cmd_bench.cc
+void RegisterBenchCommand(CLI::App& app, int* exit_code);        // cmd_bench.cc
 void RegisterCoordinatorCommand(CLI::App& app, int* exit_code);  // cmd_coordinator.cc
 void RegisterRankCommand(CLI::App& app, int* exit_code);         // cmd_rank.cc
 void RegisterControlCommand(CLI::App& app, int* exit_code);      // cmd_control.cc
@@ -40,7 +40,8 @@ inline void AddTlsOptions(CLI::App* cmd, TlsFiles* tls) {
                   "PEM certificate (chain) of this end: certificate mutual TLS (with --tls-key, "
                   "--tls-ca) instead of the PSK from the secret");
   cmd->add_option("--tls-key", tls->key, "PEM private key of --tls-cert");
-  cmd->add_option("--tls-ca", tls->ca, "PEM CA certificates that peers' certificates must chain to");
+  cmd->add_option("--tls-ca", tls->ca,
+                  "PEM CA certificates that peers' certificates must chain to");
 }
 
 }  // namespace wtx::cli
