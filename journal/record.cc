@@ -187,6 +187,17 @@ Result<WriteRecordView> DecodeWriteRecord(std::string_view value, std::string_vi
     return Status::Corruption(std::string(what) +
                               ": malformed binary WRITE record (text that is not UTF-8)");
   }
+  // The rule the JSON form's decoder applies to a box: no range ends before it begins.
+  for (size_t i = 0; i + 16 <= v.box_bytes.size(); i += 16) {
+    const auto begin = static_cast<int64_t>(LoadFixed64(v.box_bytes.data() + i));
+    const auto end = static_cast<int64_t>(LoadFixed64(v.box_bytes.data() + i + 8));
+    if (begin > end) {
+      return Status::Corruption(std::string(what) +
+                                ": malformed binary WRITE record (box dimension " +
+                                std::to_string(i / 16) + ": end " + std::to_string(end) +
+                                " precedes begin " + std::to_string(begin) + ")");
+    }
+  }
   return v;
 }
 
