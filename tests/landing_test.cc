@@ -690,6 +690,9 @@ TEST_CASE("LandingHashThreadsHashInTheBackgroundWithTheSameResults") {
               .Begin(Req("t2", TxKind::kFull, "", {}, {}, false, VerifyMode::kAll))
               .status.ok());
   REQUIRE(LandAll(threaded.rank(0), 7).ok());
+  // "After Landed" means after the background hash read the chunk: a change racing the hasher
+  // may be hashed as landed (the option's documented trade).
+  WaitForLandingHashes(threaded.rank(0));
   Flip(threaded.rank(0), "big", 130 * kBigRowBytes);  // chunk 2
   CommitOutcome bad = threaded.coordinator().Commit("t2");
   CHECK(bad.decision == Decision::kAbort);

@@ -90,8 +90,10 @@ struct ParticipantOptions {
   // Host live memory: 0 (default): Landed hashes the chunks a landing covers whole in the
   // calling thread. N in [1, 256]: N background threads of this participant hash them and
   // Landed returns at once, so the engine's next transfer overlaps the hashing (on another
-  // core); prepare, decide and Verify wait for them. Ignored for device memory. Out of range:
-  // Open fails with kInvalidArgument.
+  // core); prepare, decide and Verify wait for them. The trade: a landed byte the engine
+  // changes again before a background thread has read it is hashed as changed, so verify
+  // "all" does not flag that change as undeclared (the version still describes the live
+  // bytes). Ignored for device memory. Out of range: Open fails with kInvalidArgument.
   int landing_hash_threads = 0;
 };
 

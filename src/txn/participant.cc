@@ -227,6 +227,11 @@ class ParticipantImpl : public Participant {
   // hash caches. Called before anything reads the caches or may change landed bytes: prepare,
   // decide, verify, reattach.
   void DrainLandingHashes();
+  // DrainLandingHashes under the participant's mutex (test_hooks.h).
+  void WaitForLandingHashes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    DrainLandingHashes();
+  }
   // Rehashes every chunk of the live bytes, installs the digests in the hash caches and, when
   // `committed` is not null, compares the chunks `tx` did not declare (all when tx is null)
   // with it. Chunks `tx` declared whose digest was taken when the write or landing was
@@ -2079,6 +2084,12 @@ Result<VerifyReport> ParticipantImpl::Reattach() {
 Result<std::unique_ptr<Participant>> Participant::Open(ParticipantOptions options,
                                                        ManifestPtr manifest) {
   return OpenParticipantWithHooks(std::move(options), std::move(manifest), ParticipantHooks{});
+}
+
+void WaitForLandingHashes(Participant& participant) {
+  auto* impl = dynamic_cast<ParticipantImpl*>(&participant);
+  assert(impl != nullptr && "every Participant is opened by OpenParticipantWithHooks");
+  impl->WaitForLandingHashes();
 }
 
 Result<std::unique_ptr<Participant>> OpenParticipantWithHooks(ParticipantOptions options,

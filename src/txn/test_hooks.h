@@ -39,4 +39,10 @@ Result<std::unique_ptr<Coordinator>> OpenCoordinatorWithHooks(const CoordinatorO
                                                               Transport* transport,
                                                               const CoordinatorHooks& hooks);
 
+// Waits until the background hashes of landed chunks (ParticipantOptions::landing_hash_threads)
+// have finished and are installed, as prepare does: a test that changes landed bytes "after the
+// landing" needs the hashing to have read them first. REQUIRES: `participant` was opened by
+// this library.
+void WaitForLandingHashes(Participant& participant);
+
 }  // namespace wtx
