@@ -149,6 +149,12 @@ class ParticipantImpl : public Participant {
     return coverage_peak_bytes_;
   }
 
+  // DrainLandingHashes under the participant's mutex (test_hooks.h).
+  void WaitForLandingHashes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    DrainLandingHashes();
+  }
+
  private:
   Status CheckBeginLocked(const BeginRequest& req) const;
   Status CheckAlive() const {
@@ -227,11 +233,6 @@ class ParticipantImpl : public Participant {
   // hash caches. Called before anything reads the caches or may change landed bytes: prepare,
   // decide, verify, reattach.
   void DrainLandingHashes();
-  // DrainLandingHashes under the participant's mutex (test_hooks.h).
-  void WaitForLandingHashes() {
-    std::lock_guard<std::mutex> lock(mu_);
-    DrainLandingHashes();
-  }
   // Rehashes every chunk of the live bytes, installs the digests in the hash caches and, when
   // `committed` is not null, compares the chunks `tx` did not declare (all when tx is null)
   // with it. Chunks `tx` declared whose digest was taken when the write or landing was
