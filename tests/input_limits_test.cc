@@ -258,6 +258,8 @@ TEST_CASE("NumericFlagsOutsideTheirRangeAreRefusedNamingTheFlag") {
       {coord + "--ranks 0", "--ranks"},
       {rank + "--backoff-max-ms -5", "--backoff-max-ms"},
       {rank + "--rollback-budget-bytes -1", "--rollback-budget-bytes"},
+      {rank + "--landing-hash-threads 257", "--landing-hash-threads"},
+      {rank + "--landing-hash-threads -1", "--landing-hash-threads"},
       {rank + "--max-frame-bytes 0", "--max-frame-bytes"},
       {rank + "--request-timeout-ms -1", "--request-timeout-ms"},
       {Wtx() + " rank --connect 127.0.0.1:1 --rank 4096 --journal x --secret-file " + secret +

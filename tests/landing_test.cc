@@ -662,8 +662,8 @@ TEST_CASE("PartialChunkLandingIsRehashedAtPrepare") {
 }
 
 TEST_CASE("LandingHashThreadsHashInTheBackgroundWithTheSameResults") {
-  // landing_hash_threads: Landed hands the whole chunks to background threads; prepare waits
-  // for them. Same version as hashing in the caller's thread, same catch of a later change.
+  // landing_hash_threads: under verify "touched" Landed hands the whole chunks to background
+  // threads and prepare waits for them: the same version as hashing in the caller's thread.
   auto m = ChunkyManifest();
   Cluster inline_rank(1, m);
   Cluster threaded(1, m);
@@ -672,9 +672,7 @@ TEST_CASE("LandingHashThreadsHashInTheBackgroundWithTheSameResults") {
   std::string versions[2];
   int k = 0;
   for (Cluster* c : {&inline_rank, &threaded}) {
-    REQUIRE(c->coordinator()
-                .Begin(Req("t1", TxKind::kFull, "", {}, {}, false, VerifyMode::kAll))
-                .status.ok());
+    REQUIRE(c->coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
     for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 100}, {100, 192}, {192, 256}}) {
       REQUIRE(Land(c->rank(0), Rows(b, e), 6).ok());
     }
@@ -685,14 +683,22 @@ TEST_CASE("LandingHashThreadsHashInTheBackgroundWithTheSameResults") {
     versions[k++] = o.version;
   }
   CHECK(versions[0] == versions[1]);
-  // A change after Landed, under verify all.
+  // Under verify "touched" a change after the background hash read the landed chunk is trusted
+  // away at prepare (the version describes the bytes as landed); the next Verify() finds it.
+  REQUIRE(threaded.coordinator().Begin(Req("t1b", TxKind::kFull)).status.ok());
+  REQUIRE(LandAll(threaded.rank(0), 10).ok());
+  WaitForLandingHashes(threaded.rank(0));
+  Flip(threaded.rank(0), "big", 130 * kBigRowBytes);  // chunk 2
+  REQUIRE(threaded.coordinator().Commit("t1b").decision == Decision::kCommit);
+  auto after = threaded.rank(0).Verify();
+  REQUIRE(after.ok());
+  CHECK_FALSE(after->ok);
+  // Under verify "all" Landed hashes in the caller's thread even with hash threads: a change
+  // right after Landed (no wait for any background work) is caught every time.
   REQUIRE(threaded.coordinator()
               .Begin(Req("t2", TxKind::kFull, "", {}, {}, false, VerifyMode::kAll))
               .status.ok());
   REQUIRE(LandAll(threaded.rank(0), 7).ok());
-  // "After Landed" means after the background hash read the chunk: a change racing the hasher
-  // may be hashed as landed (the option's documented trade).
-  WaitForLandingHashes(threaded.rank(0));
   Flip(threaded.rank(0), "big", 130 * kBigRowBytes);  // chunk 2
   CommitOutcome bad = threaded.coordinator().Commit("t2");
   CHECK(bad.decision == Decision::kAbort);

@@ -34,7 +34,8 @@
 //  * Landed(region), with the region as reserved, records the region as coverage and hashes,
 //    from live memory, every hash chunk the region covers whole (while the transfer most
 //    likely left the bytes in cache; on device memory with the device's kernel; with
-//    ParticipantOptions::landing_hash_threads, on background threads, Landed not waiting);
+//    ParticipantOptions::landing_hash_threads under verify "touched", on background threads,
+//    Landed not waiting);
 //    chunks it covers only in part are rehashed from live memory at Prepare. A region
 //    reserved but never landed is E_COVERAGE_INCOMPLETE at prepare, naming it.
 //  * After Landed the region's bytes are final for this transaction: a later change (without
@@ -90,10 +91,13 @@ struct ParticipantOptions {
   // Host live memory: 0 (default): Landed hashes the chunks a landing covers whole in the
   // calling thread. N in [1, 256]: N background threads of this participant hash them and
   // Landed returns at once, so the engine's next transfer overlaps the hashing (on another
-  // core); prepare, decide and Verify wait for them. The trade: a landed byte the engine
-  // changes again before a background thread has read it is hashed as changed, so verify
-  // "all" does not flag that change as undeclared (the version still describes the live
-  // bytes). Ignored for device memory. Out of range: Open fails with kInvalidArgument.
+  // core); prepare, decide and Verify wait for them. Recommended where a core is spare: the
+  // landed update then costs about the engine's copy alone (docs/performance.md). The trade,
+  // under verify "touched" only: a landed byte the engine changes again before a background
+  // thread has read it is hashed as changed, so the version describes it and a later Verify()
+  // does not report it. Under verify "all" Landed always hashes in the calling thread (that
+  // prepare rehashes every chunk anyway), so a change after Landed is always caught. Ignored
+  // for device memory. Out of range: Open fails with kInvalidArgument.
   int landing_hash_threads = 0;
 };
 

@@ -145,6 +145,7 @@ std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir, c
                                                int rank, std::optional<py::dict> tensors,
                                                const std::string& kernel_identity,
                                                size_t rollback_budget_bytes,
+                                               int landing_hash_threads,
                                                std::optional<std::string> test_crash_at) {
   auto out = std::make_shared<PyParticipant>();
   out->manifest = m.m;
@@ -156,6 +157,7 @@ std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir, c
   o.journal_dir = journal_dir;
   o.kernel_identity = kernel_identity;
   o.rollback_budget_bytes = rollback_budget_bytes;
+  o.landing_hash_threads = landing_hash_threads;
   if (test_crash_at) {
     out->crash = std::make_unique<ExitAtCrashPoint>(*test_crash_at);
     hooks.crash_points = out->crash.get();
@@ -770,7 +772,8 @@ void DefineModule(py::module_& m) {
       .def_static(
           "open", &OpenParticipant, py::arg("journal_dir"), py::arg("manifest"), py::kw_only(),
           py::arg("rank") = 0, py::arg("tensors") = py::none(), py::arg("kernel_identity") = "",
-          py::arg("rollback_budget_bytes") = size_t{1} << 30, py::arg("test_crash_at") = py::none())
+          py::arg("rollback_budget_bytes") = size_t{1} << 30, py::arg("landing_hash_threads") = 0,
+          py::arg("test_crash_at") = py::none())
       .def_property_readonly("rank", [](const PyParticipant& s) { return s.rank; })
       .def_property_readonly("journal_dir", [](const PyParticipant& s) { return s.journal_dir; })
       .def_property_readonly("manifest",

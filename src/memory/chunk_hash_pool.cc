@@ -27,10 +27,38 @@ void ChunkHashPool::Submit(uint32_t tag, std::span<const uint8_t> bytes, size_t 
          "chunks outside the buffer");
   {
     std::lock_guard<std::mutex> l(mu_);
-    done_.push_back({tag, first, {}});
-    queue_.push_back({tag, bytes, first, count, done_.size() - 1});
+    // Jobs of at most kJobChunks chunks: the threads (and a draining caller) share a large
+    // landing instead of one thread taking it whole.
+    for (size_t at = first, end = first + count; at < end; at += kJobChunks) {
+      const size_t n = std::min(kJobChunks, end - at);
+      done_.push_back({tag, at, {}});
+      queue_.push_back({tag, bytes, at, n, done_.size() - 1});
+    }
   }
-  work_.notify_one();
+  work_.notify_all();
+}
+
+std::vector<uint64_t> ChunkHashPool::Hash(const Job& job) {
+  std::vector<uint64_t> digests(job.count);
+  for (size_t k = 0; k < job.count; ++k) {
+    const size_t off = (job.first + k) * kHashChunkBytes;
+    digests[k] =
+        ChunkDigest(job.bytes.data() + off, std::min(kHashChunkBytes, job.bytes.size() - off));
+  }
+  return digests;
+}
+
+void ChunkHashPool::RunOne(std::unique_lock<std::mutex>& l) {
+  assert(!queue_.empty() && "RunOne needs a queued job");
+  Job job = queue_.front();
+  queue_.pop_front();
+  ++running_;
+  l.unlock();
+  std::vector<uint64_t> digests = Hash(job);
+  l.lock();
+  done_[job.slot].digests = std::move(digests);
+  --running_;
+  idle_.notify_all();
 }
 
 void ChunkHashPool::Run() {
@@ -38,25 +66,15 @@ void ChunkHashPool::Run() {
   for (;;) {
     work_.wait(l, [&] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and nothing left to do
-    Job job = queue_.front();
-    queue_.pop_front();
-    ++running_;
-    l.unlock();
-    std::vector<uint64_t> digests(job.count);
-    for (size_t k = 0; k < job.count; ++k) {
-      const size_t off = (job.first + k) * kHashChunkBytes;
-      digests[k] =
-          ChunkDigest(job.bytes.data() + off, std::min(kHashChunkBytes, job.bytes.size() - off));
-    }
-    l.lock();
-    done_[job.slot].digests = std::move(digests);
-    --running_;
-    idle_.notify_all();
+    RunOne(l);
   }
 }
 
 std::vector<ChunkHashPool::Done> ChunkHashPool::Drain() {
   std::unique_lock<std::mutex> l(mu_);
+  // The caller hashes what no thread has taken yet instead of waiting idle (the pool's
+  // threads may have no core of their own).
+  while (!queue_.empty()) RunOne(l);
   idle_.wait(l, [&] { return queue_.empty() && running_ == 0; });
   std::vector<Done> out;
   out.swap(done_);

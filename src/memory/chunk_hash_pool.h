@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "src/util/thread_annotations.h"
+
 namespace wtx {
 
 class ChunkHashPool {
@@ -42,6 +44,7 @@ class ChunkHashPool {
     std::vector<uint64_t> digests;
   };
   // Waits until every job submitted so far is hashed and returns them all (then forgets them).
+  // The calling thread hashes the jobs no pool thread has started.
   std::vector<Done> Drain();
   // Jobs submitted and not yet drained.
   size_t outstanding() const;
@@ -54,15 +57,20 @@ class ChunkHashPool {
     size_t count;
     size_t slot;  // index in done_
   };
+  static constexpr size_t kJobChunks = 16;  // 1 MiB of 64 KiB chunks per job
+  static std::vector<uint64_t> Hash(const Job& job);
+  // Pops the first queued job, hashes it with mu_ released, stores its digests.
+  // REQUIRES: l holds mu_, the queue is not empty.
+  void RunOne(std::unique_lock<std::mutex>& l);
   void Run();
 
   mutable std::mutex mu_;
   std::condition_variable work_;  // a job was queued, or stopping
   std::condition_variable idle_;  // a job finished
-  std::deque<Job> queue_;
-  std::vector<Done> done_;
-  size_t running_ = 0;
-  bool stop_ = false;
+  std::deque<Job> queue_ GUARDED_BY(mu_);
+  std::vector<Done> done_ GUARDED_BY(mu_);
+  size_t running_ GUARDED_BY(mu_) = 0;  // jobs being hashed with mu_ released
+  bool stop_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 

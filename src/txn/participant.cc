@@ -228,7 +228,8 @@ class ParticipantImpl : public Participant {
   // Landed: digests of the chunks `landing` covers whole, computed now from the live bytes
   // (host memory directly, device memory through its ChunkDigests kernel); the chunks it
   // covers in part stay touched for prepare.
-  Status HashLanded(const Landing& landing);
+  // background: hand the whole chunks to landing_pool_ when there is one.
+  Status HashLanded(const Landing& landing, bool background);
   // Waits for the background hashes of landed chunks (landing_pool_) and installs them in the
   // hash caches. Called before anything reads the caches or may change landed bytes: prepare,
   // decide, verify, reattach.
@@ -1752,7 +1753,9 @@ Status ParticipantImpl::Landed(const LandingRegion& region) {
   }
   // The transfer is complete (the contract): hash the chunks it covers whole now, while the
   // engine's copy most likely left them in cache, instead of reading them again at prepare.
-  WTX_RETURN_IF_ERROR(HashLanded(landing));
+  // Under verify "all" always in this thread: a change right after Landed must be caught, and
+  // that prepare rehashes every chunk anyway.
+  WTX_RETURN_IF_ERROR(HashLanded(landing, /*background=*/tx.req.verify != VerifyMode::kAll));
   for (const auto& [param, run] : landing.runs) {
     const ParamSpec& p = manifest_->params()[param];
     auto& cov = tx.coverage[param];
@@ -1781,7 +1784,7 @@ Status ParticipantImpl::Landed(const LandingRegion& region) {
   return Status::OK();
 }
 
-Status ParticipantImpl::HashLanded(const Landing& landing) {
+Status ParticipantImpl::HashLanded(const Landing& landing, bool background) {
   if (hooks_.benchmark_hash_landings_at_prepare && *hooks_.benchmark_hash_landings_at_prepare) {
     return Status::OK();
   }
@@ -1798,7 +1801,7 @@ Status ParticipantImpl::HashLanded(const Landing& landing) {
     const size_t esz = DTypeSize(manifest_->params()[param].dtype);
     const size_t off = static_cast<size_t>(begin) * esz;
     const size_t len = static_cast<size_t>(end - begin) * esz;
-    if (host_memory_ && landing_pool_) {
+    if (host_memory_ && landing_pool_ && background) {
       const auto [first_chunk, end_chunk] = hash_[param].CoveredChunks(off, len);
       if (first_chunk < end_chunk) {
         landing_pool_->Submit(param, memory_->Param(param), first_chunk, end_chunk - first_chunk);

@@ -13,12 +13,13 @@ import torch
 import wtx
 
 
-def open_group(tmp_path, config, tp=2, rollback_budget=1 << 30):
+def open_group(tmp_path, config, tp=2, rollback_budget=1 << 30, landing_hash_threads=0):
     ms = [wtx.Manifest.from_hf_config(config, tp=tp, rank=r, dtype="bf16") for r in range(tp)]
     tensors = [{p["name"]: torch.zeros(p["shape"], dtype=torch.bfloat16) for p in m.params}
                for m in ms]
     ps = [wtx.Participant.open(str(tmp_path / f"rank{r}"), ms[r], rank=r, tensors=tensors[r],
-                               kernel_identity="k1", rollback_budget_bytes=rollback_budget)
+                               kernel_identity="k1", rollback_budget_bytes=rollback_budget,
+                               landing_hash_threads=landing_hash_threads)
           for r in range(tp)]
     c = wtx.Coordinator.open(str(tmp_path / "coord"), participants=ps)
     return ms, tensors, ps, c
@@ -276,8 +277,11 @@ def test_WriteSourceOfASourceThisRankDoesNotHoldWritesNothing(tmp_path, tiny_lla
     assert e.value.code == "E_BAD_WRITE" and "k_proj" in e.value.message
 
 
-def test_InPlaceLandingFillsTheLiveViewAndCommits(tmp_path, tiny_llama_config):
-    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+@pytest.mark.parametrize("landing_hash_threads", [0, 2])
+def test_InPlaceLandingFillsTheLiveViewAndCommits(tmp_path, tiny_llama_config,
+                                                  landing_hash_threads):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config,
+                                    landing_hash_threads=landing_hash_threads)
     sources = hf_sources(ms)
     k = "model.layers.0.self_attn.k_proj.weight"
     c.begin("tx1")
@@ -294,6 +298,13 @@ def test_InPlaceLandingFillsTheLiveViewAndCommits(tmp_path, tiny_llama_config):
     out = c.commit("tx1")
     assert out["outcome"] == "committed"
     assert out["version"] == wtx.expected_version(ms, sources)["version"]
+
+
+def test_LandingHashThreadsOutOfRangeIsRefusedNamingTheOption(tmp_path, tiny_llama_config):
+    m = wtx.Manifest.from_hf_config(tiny_llama_config, tp=1, rank=0, dtype="bf16")
+    with pytest.raises(wtx.Error) as e:
+        wtx.Participant.open(str(tmp_path / "rank0"), m, landing_hash_threads=257)
+    assert e.value.code == "INVALID_ARGUMENT" and "landing_hash_threads" in e.value.message
 
 
 def test_LandingErrorsNameTheRegion(tmp_path, tiny_llama_config):

@@ -72,14 +72,15 @@ Result<nlohmann::json> BenchJournal(const BenchOptions& options);
 
 // landed_update_vs_memcpy: a full transaction of the model landed in place by an engine that
 // receives its bytes in buckets of options.landing_bucket_bytes (per bucket: Reserve each
-// piece, the engine's own memcpy into the returned addresses, Landed each piece, which hashes
-// the chunks it covers whole; prepare rehashes the rest; 2PC commit) against the same memcpy
-// calls of the same bytes into the same live buffers, without wtx (higher is better).
-// landed_update_vs_memcpy_hasher_thread: the same landing by a second participant over the same
-// buffers with ParticipantOptions::landing_hash_threads = 1 (two threads against one). The
-// details also hold the landing with all hashing left to prepare (a hook) and one memcpy per
-// whole parameter. verify_all_vs_xxh3: Participant::Verify() (every chunk rehashed and
-// compared with the committed chunk digests) on the clean rank against one XXH3_64bits pass
+// piece, the engine's own memcpy into the returned addresses, Landed each piece; 2PC commit)
+// against the same memcpy calls of the same bytes into the same live buffers, without wtx
+// (higher is better), with ParticipantOptions::landing_hash_threads = 1 (the engine's thread
+// copies, one background thread hashes the chunks each piece covers whole; prepare rehashes the
+// rest). landed_update_vs_memcpy_one_thread: the same landing with the default options (Landed
+// hashes in the engine's thread), by a second participant over the same buffers. The details
+// also hold the landing with all hashing left to prepare (a hook) and one memcpy per whole
+// parameter. verify_all_vs_xxh3: Participant::Verify() (every chunk rehashed and compared with
+// the committed chunk digests) on the clean rank against one XXH3_64bits pass
 // over the same bytes (its cost: lower is better). Keys: those three, details.
 Result<nlohmann::json> BenchLanding(const BenchOptions& options);
 

@@ -49,6 +49,7 @@ struct RankArgs {
   int ep = 1;
   std::string kernel_identity;
   size_t rollback_budget_bytes = size_t{1} << 30;
+  int landing_hash_threads = 0;
   std::string control;
   int64_t backoff_max_ms = 1000;
   int64_t request_timeout_ms = 10000;
@@ -101,6 +102,7 @@ int RunRank(const RankArgs& a) {
   po.journal_dir = a.journal;
   po.kernel_identity = a.kernel_identity;
   po.rollback_budget_bytes = a.rollback_budget_bytes;
+  po.landing_hash_threads = a.landing_hash_threads;
   if (a.test_hooks) {
     // Power-loss emulation: the journal's files remember their synced size (see "crash").
     fs = std::make_shared<FaultInjectionFileSystem>();
@@ -179,6 +181,10 @@ void RegisterRankCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--rollback-budget-bytes", a->rollback_budget_bytes,
                   "Before-image budget of rollback transactions")
       ->check(ByteBudgetRange())
+      ->capture_default_str();
+  cmd->add_option("--landing-hash-threads", a->landing_hash_threads,
+                  "Threads hashing in-place landings in the background (0: in Landed's thread)")
+      ->check(CLI::Range(0, 256))
       ->capture_default_str();
   cmd->add_option("--control", a->control,
                   "Serve the control protocol on HOST:PORT (port 0: any free port)");
