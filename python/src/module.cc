@@ -769,11 +769,11 @@ void DefineModule(py::module_& m) {
       });
 
   py::class_<PyParticipant, std::shared_ptr<PyParticipant>>(m, "Participant")
-      .def_static(
-          "open", &OpenParticipant, py::arg("journal_dir"), py::arg("manifest"), py::kw_only(),
-          py::arg("rank") = 0, py::arg("tensors") = py::none(), py::arg("kernel_identity") = "",
-          py::arg("rollback_budget_bytes") = size_t{1} << 30, py::arg("landing_hash_threads") = 0,
-          py::arg("test_crash_at") = py::none())
+      .def_static("open", &OpenParticipant, py::arg("journal_dir"), py::arg("manifest"),
+                  py::kw_only(), py::arg("rank") = 0, py::arg("tensors") = py::none(),
+                  py::arg("kernel_identity") = "",
+                  py::arg("rollback_budget_bytes") = size_t{1} << 30,
+                  py::arg("landing_hash_threads") = 0, py::arg("test_crash_at") = py::none())
       .def_property_readonly("rank", [](const PyParticipant& s) { return s.rank; })
       .def_property_readonly("journal_dir", [](const PyParticipant& s) { return s.journal_dir; })
       .def_property_readonly("manifest",

@@ -230,10 +230,10 @@ Result<json> BenchLanding(const BenchOptions& o) {
       }
     }
     Progress(o, "landing: round " + std::to_string(r + 1) + "/" + std::to_string(rounds) +
-                    ": landed, one thread " + std::to_string(t_landed.back() * 1e3) + " ms (hashing at " +
-                    "prepare: " + std::to_string(t_prepare_hash.back() * 1e3) + " ms, hasher " +
-                    "thread: " + std::to_string(t_threaded.back() * 1e3) + " ms), memcpy " +
-                    std::to_string(t_memcpy.back() * 1e3) + " ms, verify " +
+                    ": landed, one thread " + std::to_string(t_landed.back() * 1e3) +
+                    " ms (hashing at " + "prepare: " + std::to_string(t_prepare_hash.back() * 1e3) +
+                    " ms, hasher " + "thread: " + std::to_string(t_threaded.back() * 1e3) +
+                    " ms), memcpy " + std::to_string(t_memcpy.back() * 1e3) + " ms, verify " +
                     std::to_string(t_verify.back() * 1e3) + " ms, xxh3 " +
                     std::to_string(t_xxh3.back() * 1e3) + " ms");
   }
