@@ -417,3 +417,21 @@ TEST_CASE("CoverageOnlyBenchmarkModeRecordsCoverageWithoutMovingBytes") {
   const auto live = rank.memory().Param(0);
   CHECK(std::all_of(live.begin(), live.end(), [](uint8_t b) { return b == 0; }));
 }
+
+TEST_CASE("ChunkDigestEqualsPlainXxh3OnEverySizeAndOffset") {
+  // ChunkDigest goes through libxxhash's run-time dispatch (AVX2/AVX-512) where the library
+  // has it (src/util/xxh3.h); the digest must be the plain XXH3_64bits on every path: short,
+  // mid-size and long inputs, stripe and block edges, unaligned starts.
+  const std::vector<uint8_t> v = RandomBytes(3 * kHashChunkBytes + 77, 99);
+  for (size_t len :
+       {size_t{0}, size_t{1}, size_t{3}, size_t{16}, size_t{17}, size_t{128}, size_t{129},
+        size_t{240}, size_t{241}, size_t{1023}, size_t{1024}, size_t{1025}, size_t{4096},
+        kHashChunkBytes - 1, kHashChunkBytes, 2 * kHashChunkBytes + 5}) {
+    for (size_t off : {size_t{0}, size_t{1}, size_t{31}, size_t{64}}) {
+      INFO("len " << len << ", offset " << off);
+      REQUIRE(ChunkDigest(v.data() + off, len) == XXH3_64bits(v.data() + off, len));
+    }
+  }
+  const std::vector<uint64_t> chunks = {1, 2, 3, 0xffffffffffffffffULL};
+  CHECK(ParamDigestFromChunks(chunks) == XXH3_64bits(chunks.data(), chunks.size() * 8));
+}

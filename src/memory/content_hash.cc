@@ -11,10 +11,11 @@
 #endif
 
 #include "src/util/hash_util.h"
+#include "src/util/xxh3.h"
 
 namespace wtx {
 
-uint64_t ChunkDigest(const void* data, size_t size) { return XXH3_64bits(data, size); }
+uint64_t ChunkDigest(const void* data, size_t size) { return Xxh3_64(data, size); }
 
 namespace {
 
@@ -203,7 +204,7 @@ uint64_t CopyAndChunkDigest(void* dst, const void* src, size_t size) {
 
 uint64_t ParamDigestFromChunks(std::span<const uint64_t> chunk_digests) {
   // Digests are stored in host (little-endian on every supported target) order.
-  return XXH3_64bits(chunk_digests.data(), chunk_digests.size() * sizeof(uint64_t));
+  return Xxh3_64(chunk_digests.data(), chunk_digests.size() * sizeof(uint64_t));
 }
 
 uint64_t ParamDigest(std::span<const uint8_t> bytes) {

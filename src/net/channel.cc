@@ -856,7 +856,7 @@ Result<std::shared_ptr<Channel>> Connect(EventLoop& loop, const std::string& hos
                                          const std::string& secret, const std::string& role,
                                          int rank, const NetOptions& options, std::string tag,
                                          RequestHandler handler, std::function<void()> on_close,
-                                         std::function<bool()> cancelled) {
+                                         const std::function<bool()>& cancelled) {
   const std::string address = host + ":" + std::to_string(port);
   tcp::resolver resolver(loop.io());
   boost::system::error_code ec;

@@ -235,6 +235,6 @@ Result<std::shared_ptr<Channel>> Connect(EventLoop& loop, const std::string& hos
                                          const std::string& secret, const std::string& role,
                                          int rank, const NetOptions& options, std::string tag,
                                          RequestHandler handler, std::function<void()> on_close,
-                                         std::function<bool()> cancelled = nullptr);
+                                         const std::function<bool()>& cancelled = nullptr);
 
 }  // namespace wtx::net

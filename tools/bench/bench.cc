@@ -14,14 +14,13 @@
 
 #include <unistd.h>
 
-#include <xxhash.h>
-
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define WTX_BENCH_AVX2 1
 #endif
 
 #include "src/txn/test_hooks.h"
+#include "src/util/xxh3.h"
 #include "tools/bench/bench_util.h"
 #include "wtx/content_hash.h"
 #include "wtx/coordinator.h"
@@ -355,7 +354,7 @@ Result<json> BenchHash(const BenchOptions& o) {
   FillPattern(buf.data(), n, 11);
   const std::span<const uint8_t> bytes(buf.data(), n);
   volatile uint64_t sink = 0;
-  sink = sink + ParamDigest(bytes) + XXH3_64bits(buf.data(), n);  // warm-up
+  sink = sink + ParamDigest(bytes) + Xxh3_64(buf.data(), n);  // warm-up
   const int rounds = o.quick ? 3 : 15;
   std::vector<double> t_param, t_raw;
   for (int r = 0; r < rounds; ++r) {
@@ -365,7 +364,7 @@ Result<json> BenchHash(const BenchOptions& o) {
         sink = sink + ParamDigest(bytes);
         t_param.push_back(NowSeconds() - t0);
       } else {
-        sink = sink + XXH3_64bits(buf.data(), n);
+        sink = sink + Xxh3_64(buf.data(), n);
         t_raw.push_back(NowSeconds() - t0);
       }
     }

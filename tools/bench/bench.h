@@ -47,7 +47,8 @@ struct BenchOptions {
 Result<nlohmann::json> BenchUpdate(const BenchOptions& options);
 
 // hash_vs_xxh3: ParamDigest over a buffer larger than the caches against one XXH3_64bits pass
-// over the same bytes. Keys: hash_vs_xxh3, details.
+// over the same bytes (both through libxxhash's run-time dispatch where it has one:
+// src/util/xxh3.h). Keys: hash_vs_xxh3, details.
 Result<nlohmann::json> BenchHash(const BenchOptions& options);
 
 // coverage_check_ms / coverage_bytes: Participant::CheckPrepare (prepare's coverage, staleness

@@ -6,8 +6,7 @@
 #include <string>
 #include <vector>
 
-#include <xxhash.h>
-
+#include "src/util/xxh3.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_util.h"
 #include "wtx/coordinator.h"
@@ -172,7 +171,7 @@ Result<json> BenchLanding(const BenchOptions& o) {
   auto run_xxh3 = [&]() {
     const double t0 = NowSeconds();
     for (size_t i = 0; i < params.size(); ++i) {
-      sink = sink + XXH3_64bits(live[i], static_cast<size_t>(params[i].num_bytes()));
+      sink = sink + Xxh3_64(live[i], static_cast<size_t>(params[i].num_bytes()));
     }
     return NowSeconds() - t0;
   };
