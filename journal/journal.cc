@@ -189,7 +189,10 @@ Status Journal::WriteWatermark(bool sync) {
   // three cases Open and VerifyJournalDir already handle.
   auto fs = FsOf(options_.env.fs);
   const std::string path = dir_ + "/" + kWatermarkFile;
-  const std::string data = EncodeValue(json{{"seq", last_seq_}, {"head", Hex64(last_checksum_)}});
+  // The bytes of EncodeValue({"seq": ..., "head": ...}) without building the JSON.
+  CborMap w;
+  w.Uint("seq", last_seq_).Text("head", Hex64(last_checksum_));
+  const std::string data = EncodeCborValue(w.Encode());
   auto failed = [&](const rocksdb::IOStatus& s) {
     return Status::IOError(dir_ + ": writing " + kWatermarkFile + ": " + s.ToString());
   };
