@@ -1,5 +1,6 @@
 #include "journal/journal.h"
 
+#include <cassert>
 #include <filesystem>
 
 #include <rocksdb/db.h>
@@ -9,6 +10,7 @@
 #include <rocksdb/write_batch.h>
 
 #include "journal/record.h"
+#include "src/util/cbor.h"
 #include "src/util/hash_util.h"
 
 namespace wtx {
@@ -187,7 +189,10 @@ Status Journal::WriteWatermark(bool sync) {
   // three cases Open and VerifyJournalDir already handle.
   auto fs = FsOf(options_.env.fs);
   const std::string path = dir_ + "/" + kWatermarkFile;
-  const std::string data = EncodeValue(json{{"seq", last_seq_}, {"head", Hex64(last_checksum_)}});
+  // The bytes of EncodeValue({"seq": ..., "head": ...}) without building the JSON.
+  CborMap w;
+  w.Uint("seq", last_seq_).Text("head", Hex64(last_checksum_));
+  const std::string data = EncodeCborValue(w.Encode());
   auto failed = [&](const rocksdb::IOStatus& s) {
     return Status::IOError(dir_ + ": writing " + kWatermarkFile + ": " + s.ToString());
   };
@@ -265,15 +270,40 @@ Status Journal::LoadTail() {
 }
 
 Status Journal::Append(std::vector<JournalRecord> records, json state, bool sync) {
+  return AppendImpl(std::move(records), &state, nullptr, sync);
+}
+
+Status Journal::Append(std::vector<JournalRecord> records, CborMap state, bool sync) {
+  return AppendImpl(std::move(records), nullptr, &state, sync);
+}
+
+void Journal::DecodeState() const {
+  std::optional<json> s =
+      ParseCbor(reinterpret_cast<const uint8_t*>(state_cbor_.data()), state_cbor_.size());
+  assert(s && "a state this journal encoded decodes");
+  state_ = s ? std::move(*s) : json();
+  state_cbor_.clear();
+  state_stale_ = false;
+}
+
+Status Journal::AppendImpl(std::vector<JournalRecord> records, json* json_state,
+                           CborMap* cbor_state, bool sync) {
   assert(!options_.read_only && "append to a read-only journal");
+  assert((json_state == nullptr) != (cbor_state == nullptr) && "one state form");
   rocksdb::WriteBatch batch;
   uint64_t seq = last_seq_;
   uint64_t sum = last_checksum_;
-  std::string v;  // reused: the batch copies each value
+  std::string v;        // reused: the batch copies each value
+  std::string payload;  // reused: a CborMap record's CBOR
   for (auto& record : records) {
     ++seq;
     if (auto* w = std::get_if<WriteRecord>(&record)) {
       EncodeWriteRecordTo(*w, seq, sum, &v);
+    } else if (auto* m = std::get_if<CborMap>(&record)) {
+      m->Uint("seq", seq).Text("prev", Hex64(sum));
+      payload.clear();
+      m->EncodeTo(&payload);
+      v = EncodeCborValue(payload);
     } else {
       json& r = std::get<json>(record);
       r["seq"] = seq;
@@ -283,9 +313,16 @@ Status Journal::Append(std::vector<JournalRecord> records, json state, bool sync
     sum = ValueChecksum(v);
     batch.Put(RecordKey(seq), v);
   }
-  state["seq"] = seq;
-  state["head"] = Hex64(sum);
-  batch.Put(std::string(kStateKey), EncodeValue(state));
+  std::string state_payload;
+  if (json_state) {
+    (*json_state)["seq"] = seq;
+    (*json_state)["head"] = Hex64(sum);
+    batch.Put(std::string(kStateKey), EncodeValue(*json_state));
+  } else {
+    cbor_state->Uint("seq", seq).Text("head", Hex64(sum));
+    cbor_state->EncodeTo(&state_payload);
+    batch.Put(std::string(kStateKey), EncodeCborValue(state_payload));
+  }
   rocksdb::WriteOptions wo;
   wo.sync = sync;
   rocksdb::Status s = db_->Write(wo, &batch);
@@ -296,7 +333,14 @@ Status Journal::Append(std::vector<JournalRecord> records, json state, bool sync
   if (sync) ++synced_appends_;
   last_seq_ = seq;
   last_checksum_ = sum;
-  state_ = std::move(state);
+  if (json_state) {
+    state_ = std::move(*json_state);
+    state_cbor_.clear();
+    state_stale_ = false;
+  } else {
+    state_cbor_ = std::move(state_payload);
+    state_stale_ = true;
+  }
   if (sync) {
     // The records are durable; if the watermark cannot say so, the owner must still treat the
     // append as failed (its journal no longer behaves as specified).

@@ -39,6 +39,7 @@
 #include <nlohmann/json.hpp>
 
 #include "journal/record.h"
+#include "src/util/cbor_writer.h"
 #include "wtx/env.h"
 #include "wtx/status.h"
 
@@ -77,8 +78,9 @@ struct JournalOptions {
 };
 
 // The content of kWatermarkFile: the last record known to be durable.
-// One record to append: JSON (stored as CBOR) or a WRITE record (stored in binary).
-using JournalRecord = std::variant<nlohmann::json, WriteRecord>;
+// One record to append: JSON (stored as CBOR), a WRITE record (stored in binary) or a CborMap
+// (stored as CBOR, the bytes of the equal JSON object, without building it).
+using JournalRecord = std::variant<nlohmann::json, WriteRecord, CborMap>;
 
 // One stored record, as ForEachRecordRef visits it: exactly one of `write` (a binary WRITE
 // record, not converted to JSON) and `json` is set.
@@ -101,9 +103,12 @@ class Journal {
   Journal(const Journal&) = delete;
   Journal& operator=(const Journal&) = delete;
 
-  // Appends `records` (each gets "seq" and "prev") and replaces the state, atomically.
+  // Appends `records` (each gets "seq" and "prev") and replaces the state (which gets "seq" and
+  // "head"), atomically.
   // REQUIRES: !read_only
   Status Append(std::vector<JournalRecord> records, nlohmann::json state, bool sync);
+  // The same with the state given as a CborMap (stored bytes identical to the JSON form's).
+  Status Append(std::vector<JournalRecord> records, CborMap state, bool sync);
   Status Append(std::vector<nlohmann::json> records, nlohmann::json state, bool sync) {
     std::vector<JournalRecord> v;
     v.reserve(records.size());
@@ -116,8 +121,13 @@ class Journal {
     return Append(std::move(v), std::move(state), sync);
   }
 
-  // The materialized state as of the last record (null when the journal is empty).
-  const nlohmann::json& state() const { return state_; }
+  // The materialized state as of the last record (null when the journal is empty). After an
+  // Append of a CborMap state it is decoded from the stored bytes on the first call (a const
+  // call that writes a cache: serialize it with the owner's other calls, as every call).
+  const nlohmann::json& state() const {
+    if (state_stale_) DecodeState();
+    return state_;
+  }
   uint64_t last_seq() const { return last_seq_; }
   const JournalIdentity& identity() const { return identity_; }
   const std::string& dir() const { return dir_; }
@@ -149,13 +159,22 @@ class Journal {
   Status WriteWatermark(bool sync);
   // Closes the watermark file (its content stays); errors are ignored (best effort).
   void CloseWatermark();
+  // One Append for both state forms: exactly one of json_state and cbor_state is set.
+  Status AppendImpl(std::vector<JournalRecord> records, nlohmann::json* json_state,
+                    CborMap* cbor_state, bool sync);
+  // state_ from state_cbor_ (the payload of the stored state value).
+  void DecodeState() const;
 
   std::string dir_;
   JournalOptions options_;
   JournalIdentity identity_;
   std::unique_ptr<rocksdb::DB> db_;
   std::unique_ptr<::rocksdb::Env> rocks_env_;
-  nlohmann::json state_;
+  // The state as JSON; when state_stale_, the last Append stored state_cbor_ and state_ is
+  // decoded from it on demand.
+  mutable nlohmann::json state_;
+  mutable std::string state_cbor_;
+  mutable bool state_stale_ = false;
   uint64_t last_seq_ = 0;
   uint64_t last_checksum_ = 0;
   uint64_t synced_appends_ = 0;

@@ -108,6 +108,8 @@ std::string EncodeValue(const nlohmann::json& payload) {
                     std::string_view(reinterpret_cast<const char*>(cbor.data()), cbor.size()));
 }
 
+std::string EncodeCborValue(std::string_view cbor) { return WithHeader(kMagic, cbor); }
+
 void EncodeWriteRecordTo(const WriteRecord& w, uint64_t seq, uint64_t prev, std::string* out) {
   // Sized once and filled through a cursor: the append path encodes a record per write.
   size_t size = kHeader + 1 + size_t{5} * 8 + 4 + w.tx.size() + 4 + w.param.size() + 4 +

@@ -50,6 +50,8 @@ struct WriteRecordView {
 };
 
 std::string EncodeValue(const nlohmann::json& payload);
+// The stored value of an already encoded CBOR payload (EncodeValue of the JSON it encodes).
+std::string EncodeCborValue(std::string_view cbor);
 // Encodes `w` as record `seq` following the record whose checksum is `prev`.
 std::string EncodeWriteRecord(const WriteRecord& w, uint64_t seq, uint64_t prev);
 // The same bytes written into *out (replacing its contents), reusing its capacity.

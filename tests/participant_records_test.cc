@@ -10,6 +10,8 @@
 #include "journal/history.h"
 #include "journal/journal.h"
 #include "journal/record.h"
+#include "src/util/cbor_writer.h"
+#include "src/util/hash_util.h"
 #include "src/txn/coordinator_records.h"
 #include "src/txn/participant_records.h"
 #include "src/txn/participant_state.h"
@@ -104,9 +106,21 @@ json WithSeq(json r, uint64_t seq) {
 }
 
 json EncodeAny(const ParticipantRecord& r) {
-  JournalRecord jr = ToJournalRecord(r);
-  if (const auto* w = std::get_if<WriteRecord>(&jr)) return EncodeJson(*w);
-  return std::get<json>(jr);
+  return std::visit(
+      [](const auto& rec) -> json {
+        if constexpr (std::is_same_v<std::decay_t<decltype(rec)>, WriteRecord>) {
+          return EncodeJson(rec);
+        } else {
+          return Encode(rec);
+        }
+      },
+      r);
+}
+
+// The CBOR that json::to_cbor gives for `j`, as a string.
+std::string ToCbor(const json& j) {
+  std::vector<uint8_t> v = json::to_cbor(j);
+  return std::string(v.begin(), v.end());
 }
 
 std::string CorruptMessage(const json& record) {
@@ -252,6 +266,148 @@ TEST_CASE("EachRecordTypeRoundTrips") {
   auto cs_back = DecodeCoordinatorState(EncodeCoordinatorState(cs), "state");
   REQUIRE(cs_back.ok());
   CHECK(cs_back.value() == cs);
+}
+
+TEST_CASE("DirectCborEncodingIsByteIdenticalToTheJsonForm") {
+  // Every record the journal is handed as a CborMap, and the state, store exactly the bytes
+  // the JSON form stored (same checksums, same chain: old and new journals interoperate).
+  std::vector<ParticipantRecord> samples = Samples();
+  // Size classes of every length and integer encoding.
+  BeginRecord big;
+  big.tx = std::string(300, 'x');
+  big.fingerprint = std::string(70000, 'f');
+  big.modules = std::vector<std::string>(30, std::string(24, 'm'));
+  big.ts = int64_t{1} << 40;
+  big.marks_dirty = std::nullopt;
+  samples.push_back(big);
+  OutcomeRecord neg;
+  neg.tx = "t";
+  neg.decision = Decision::kAbort;
+  neg.ts = -300;
+  samples.push_back(neg);
+  ChunksRecord chunks{std::string(23, 'c'), 1 << 20, {0, 24, 255, 256, 65536, int64_t{1} << 33},
+                      std::vector<uint8_t>(70000, 0x5a), INT64_MIN};
+  samples.push_back(chunks);
+  PreparedRecord yes;
+  yes.tx = "t";
+  yes.yes = true;
+  yes.digest = "d";
+  samples.push_back(yes);
+  int direct = 0;
+  for (const ParticipantRecord& rec : samples) {
+    JournalRecord jr = ToJournalRecord(rec);
+    auto* m = std::get_if<CborMap>(&jr);
+    if (!m) continue;
+    ++direct;
+    INFO(ParticipantRecordTypeName(TypeOf(rec)));
+    m->Uint("seq", 7).Text("prev", Hex64(0xabcdef));
+    json j = EncodeAny(rec);
+    j["seq"] = uint64_t{7};
+    j["prev"] = Hex64(0xabcdef);
+    CHECK(m->Encode() == ToCbor(j));
+    CHECK(EncodeCborValue(m->Encode()) == EncodeValue(j));
+  }
+  CHECK(direct >= 8);  // BEGIN, PREPARED, CHUNKS and OUTCOME at least, in every sample
+
+  std::vector<ParticipantState> states;
+  states.push_back(InitialParticipantState(0));
+  ParticipantState st = InitialParticipantState(300);
+  st.version = "v1";
+  st.committed_tx = std::string(256, 't');
+  st.digest = "d1";
+  st.dirty = true;
+  st.loaded = true;
+  st.txs = int64_t{1} << 32;
+  states.push_back(st);
+  for (std::optional<bool> vote : {std::optional<bool>(), std::optional<bool>(true),
+                                   std::optional<bool>(false)}) {
+    st.active = ActiveTxState{"t2", TxKind::kDelta, "v1", {"a", "b"}, {"q_proj"}, true, true,
+                              true, vote,           "d2", true,       false,      true};
+    states.push_back(st);
+  }
+  st.active->base.reset();
+  st.active->digest.reset();
+  states.push_back(st);
+  for (const ParticipantState& s : states) {
+    CborMap m = EncodeParticipantStateCbor(s);
+    m.Uint("seq", 12).Text("head", Hex64(99));
+    json j = EncodeParticipantState(s);
+    j["seq"] = uint64_t{12};
+    j["head"] = Hex64(99);
+    CHECK(m.Encode() == ToCbor(j));
+  }
+}
+
+TEST_CASE("StateAppendedAsCborReadsBackAsItsJson") {
+  TempDir dir;
+  JournalOptions jo;
+  jo.identity = {"participant", 2};
+  ParticipantReplay replay;
+  json want;
+  {
+    auto j = Journal::Open(dir.sub("rank-2"), jo);
+    REQUIRE(j.ok());
+    std::vector<JournalRecord> recs;
+    REQUIRE(replay.Apply(CreateRecord{2, "fp", 0}, 1).ok());
+    recs.emplace_back(Encode(CreateRecord{2, "fp", 0}));
+    REQUIRE(j.value()->Append(std::move(recs), EncodeParticipantStateCbor(*replay.state()), true)
+                .ok());
+    REQUIRE(replay.Apply(Begin("t1", TxKind::kFull), 2).ok());
+    const ParticipantState st = *replay.state();
+    recs.clear();
+    recs.emplace_back(ToJournalRecord(Begin("t1", TxKind::kFull)));
+    REQUIRE(j.value()->Append(std::move(recs), EncodeParticipantStateCbor(st), true).ok());
+    want = EncodeParticipantState(st);
+    want["seq"] = uint64_t{2};
+    want["head"] = j.value()->state()["head"];
+    CHECK(j.value()->state() == want);
+    CHECK(j.value()->last_seq() == 2);
+  }
+  auto reopened = OpenForReading(dir.sub("rank-2"));
+  CHECK(reopened->state() == want);
+  CHECK(CheckJournal(*reopened).ok());
+}
+
+TEST_CASE("CborMapEncodesEverySizeClassAsNlohmann") {
+  const std::vector<int64_t> ints = {0,      1,          23,         24,        255,
+                                     256,    65535,      65536,      UINT32_MAX, int64_t{1} << 32,
+                                     INT64_MAX, -1,      -24,        -25,       -256,
+                                     -257,   -65536,     -65537,     INT32_MIN, INT64_MIN};
+  for (int64_t v : ints) {
+    INFO(v);
+    CHECK(CborMap().Int("k", v).Encode() == ToCbor(json{{"k", v}}));
+  }
+  CHECK(CborMap().Uint("k", UINT64_MAX).Encode() == ToCbor(json{{"k", UINT64_MAX}}));
+  for (size_t n : {0, 23, 24, 255, 256, 65535, 65536}) {
+    INFO(n);
+    const std::string s(n, 'a');
+    CHECK(CborMap().Text("k", s).Encode() == ToCbor(json{{"k", s}}));
+    const std::vector<uint8_t> b(n, 7);
+    CHECK(CborMap().Binary("k", b).Encode() == ToCbor(json{{"k", json::binary(b)}}));
+    const std::vector<std::string> texts(n % 300, "x");
+    CHECK(CborMap().Texts("k", texts).Encode() == ToCbor(json{{"k", texts}}));
+  }
+  // Keys in std::map order, whatever order they were given in; nested maps and arrays of maps.
+  CborMap inner;
+  inner.Bool("z", true).Null("a");
+  CborMap m;
+  m.Int("b", 1).Int("a", 2).Int("ab", 3).Int("B", 4).Map("m", inner).Maps("l", {inner, inner});
+  const json ij = {{"z", true}, {"a", nullptr}};
+  CHECK(m.Encode() ==
+        ToCbor(json{{"b", 1}, {"a", 2}, {"ab", 3}, {"B", 4}, {"m", ij}, {"l", {ij, ij}}}));
+  // More than 23 keys: a two-byte map head.
+  CborMap many;
+  json manyj = json::object();
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> k;
+    for (int i = 0; i < 30; ++i) k.push_back("k" + std::to_string(i));
+    return k;
+  }();
+  for (const std::string& k : keys) {
+    many.Int(k, 1);
+    manyj[k] = 1;
+  }
+  CHECK(many.Encode() == ToCbor(manyj));
 }
 
 TEST_CASE("RecordWithMissingFieldIsCorruptNamingIt") {

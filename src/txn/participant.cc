@@ -169,10 +169,10 @@ class ParticipantImpl : public Participant {
   // Appends pending write records plus `record` (if any) with the new state.
   Status Log(std::optional<ParticipantRecord> record, bool sync);
   Status FlushPending() { return Log(std::nullopt, false); }
-  // Appends `records` and then `last` (applied typed, without decoding it back) with the new
-  // state.
-  Status AppendRecords(std::vector<JournalRecord> records, std::optional<ParticipantRecord> last,
-                       bool sync);
+  // Appends `records` and then `last` with the new state, all applied typed (never decoded
+  // back) and encoded without building JSON where the record has a direct encoding.
+  Status AppendRecords(std::vector<ParticipantRecord> records,
+                       std::optional<ParticipantRecord> last, bool sync);
   bool CrashAt(std::string_view point) {
     if (hooks_.crash_points && hooks_.crash_points->ShouldCrash(point)) {
       crashed_ = true;
@@ -293,7 +293,8 @@ class ParticipantImpl : public Participant {
   // Per derived state: the sources a restoring abort put back under a copy the engine had
   // recomputed from the aborted bytes (non-empty: stale until refreshed).
   std::vector<std::vector<std::string>> derived_restored_ GUARDED_BY(mu_);
-  std::vector<JournalRecord> pending_ GUARDED_BY(mu_);  // batched WRITE/PATCH/REFRESH records
+  // Batched WRITE/PATCH/REFRESH/RESERVE/LANDED/CHUNKS records, typed until appended.
+  std::vector<ParticipantRecord> pending_ GUARDED_BY(mu_);
   size_t coverage_peak_bytes_ GUARDED_BY(mu_) = 0;
   // Chunk digests of the committed version, per parameter, when known in this process (set at
   // commit and by Reattach; empty otherwise).
@@ -405,33 +406,32 @@ Status ParticipantImpl::Init() {
   return Log(std::move(restart), false);
 }
 
-Status ParticipantImpl::AppendRecords(std::vector<JournalRecord> records,
+Status ParticipantImpl::AppendRecords(std::vector<ParticipantRecord> records,
                                       std::optional<ParticipantRecord> last, bool sync) {
   // The new state by the rules replay uses (a record's seq is assigned by the journal: 0 here).
   // A brand-new journal starts from none (its CREATE record makes the state).
-  ParticipantReplay replay(journal_->state().is_null() ? std::nullopt
-                                                       : std::optional<ParticipantState>(state_));
-  for (const auto& r : records) {
-    const auto* w = std::get_if<WriteRecord>(&r);
-    Status s = w ? replay.ApplyWrite(0, w->tx) : replay.Apply(std::get<json>(r));
+  ParticipantReplay replay(journal_->last_seq() == 0
+                               ? std::nullopt
+                               : std::optional<ParticipantState>(state_));
+  if (last) records.push_back(std::move(*last));
+  std::vector<JournalRecord> encoded;
+  encoded.reserve(records.size());
+  for (auto& r : records) {
+    Status s = replay.Apply(r, 0);
     assert(s.ok() && "the live participant produced a record its own replay rejects");
     if (!s.ok()) return s;
-  }
-  if (last) {
-    Status s = replay.Apply(*last, 0);
-    assert(s.ok() && "the live participant produced a record its own replay rejects");
-    if (!s.ok()) return s;
-    records.push_back(ToJournalRecord(std::move(*last)));
+    encoded.push_back(ToJournalRecord(std::move(r)));
   }
   std::optional<ParticipantState> next = std::move(replay).Take();
   assert(next && "records leave a state");
-  WTX_RETURN_IF_ERROR(journal_->Append(std::move(records), EncodeParticipantState(*next), sync));
+  WTX_RETURN_IF_ERROR(
+      journal_->Append(std::move(encoded), EncodeParticipantStateCbor(*next), sync));
   state_ = std::move(*next);
   return Status::OK();
 }
 
 Status ParticipantImpl::Log(std::optional<ParticipantRecord> record, bool sync) {
-  std::vector<JournalRecord> recs = std::move(pending_);
+  std::vector<ParticipantRecord> recs = std::move(pending_);
   pending_.clear();
   if (recs.empty() && !record) return Status::OK();
   Status s = AppendRecords(std::move(recs), std::move(record), sync);
@@ -1120,7 +1120,7 @@ Status ParticipantImpl::PatchLocked(const PatchRequest& req) {
   rec.indices = static_cast<int64_t>(req.indices.size());
   rec.applied = static_cast<int64_t>(targets.size());
   rec.ts = now;
-  pending_.emplace_back(Encode(rec));
+  pending_.emplace_back(std::move(rec));
   if (pending_.size() >= kWriteRecordBatch) return FlushPending();
   return Status::OK();
 }
@@ -1144,8 +1144,7 @@ Result<std::vector<std::string>> ParticipantImpl::Refresh(std::string_view name)
     names.push_back(manifest_->derived()[d].name);
   }
   if (active_ && !names.empty()) {
-    pending_.emplace_back(
-        Encode(RefreshRecord{active_->req.tx, names, options_.env.clock->NowMicros()}));
+    pending_.emplace_back(RefreshRecord{active_->req.tx, names, options_.env.clock->NowMicros()});
   }
   return names;
 }
@@ -1431,7 +1430,7 @@ Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
       }
     }
     chunks.ts = options_.env.clock->NowMicros();
-    pending_.emplace_back(Encode(chunks));
+    pending_.emplace_back(std::move(chunks));
   }
   const int64_t t1 = options_.env.clock->NowMicros();
   if (CrashAt("before_prepare_logged")) {
@@ -1727,7 +1726,7 @@ Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& r
   // The rank is durably dirty already: the synced BEGIN makes an interrupted transaction dirty
   // on recovery, and tx.wrote makes it dirty now. The record is for the history: batched like
   // WRITE records (a bucketed landing reserves thousands of regions).
-  pending_.emplace_back(Encode(rec));
+  pending_.emplace_back(std::move(rec));
   if (pending_.size() >= kWriteRecordBatch) WTX_RETURN_IF_ERROR(FlushPending());
   return out;
 }
@@ -1779,7 +1778,7 @@ Status ParticipantImpl::Landed(const LandingRegion& region) {
   tx.pieces += 1;
   tx.t_last_write = options_.env.clock->NowMicros();
   UpdateCoveragePeak();
-  pending_.emplace_back(Encode(LandedRecord{tx.req.tx, name, tx.t_last_write}));
+  pending_.emplace_back(LandedRecord{tx.req.tx, name, tx.t_last_write});
   if (pending_.size() >= kWriteRecordBatch) return FlushPending();
   return Status::OK();
 }

@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "journal/record_fields.h"
+#include "src/util/cbor_writer.h"
+#include "src/util/json_map.h"
 
 namespace wtx {
 
@@ -122,21 +124,32 @@ Result<CreateRecord> DecodeCreate(const json& j) {
 
 // ---- BEGIN ----
 
-json Encode(const BeginRecord& r) {
-  json out = {{"type", ParticipantTypeJson(ParticipantRecordType::kBegin)},
-              {"tx", r.tx},
-              {"kind", std::string(TxKindName(r.kind))},
-              {"base", OptionalStringJson(r.base)},
-              {"modules", r.modules},
-              {"sources", r.sources},
-              {"rollback", r.rollback},
-              {"verify", std::string(VerifyModeName(r.verify))},
-              {"fingerprint", r.fingerprint},
-              {"kernel_identity", r.kernel_identity},
-              {"ts", r.ts}};
-  if (r.marks_dirty) out["dirty"] = *r.marks_dirty;
+// The hot records (every transaction writes them on every rank) are encoded once, as templates
+// over the map type: JsonMap gives Encode's JSON object, CborMap the bytes the journal stores
+// (those of json::to_cbor of that object) without building JSON.
+namespace {
+
+template <typename M>
+M BeginFields(const BeginRecord& r) {
+  M out;
+  out.Text("type", ParticipantRecordTypeName(ParticipantRecordType::kBegin))
+      .Text("tx", r.tx)
+      .Text("kind", TxKindName(r.kind))
+      .OptText("base", r.base)
+      .Texts("modules", r.modules)
+      .Texts("sources", r.sources)
+      .Bool("rollback", r.rollback)
+      .Text("verify", VerifyModeName(r.verify))
+      .Text("fingerprint", r.fingerprint)
+      .Text("kernel_identity", r.kernel_identity)
+      .Int("ts", r.ts);
+  if (r.marks_dirty) out.Bool("dirty", *r.marks_dirty);
   return out;
 }
+
+}  // namespace
+
+json Encode(const BeginRecord& r) { return BeginFields<JsonMap>(r).Take(); }
 
 Result<BeginRecord> DecodeBegin(const json& j) {
   RecordFields f = ParticipantFields(j, ParticipantRecordType::kBegin);
@@ -238,37 +251,52 @@ Result<RefreshRecord> DecodeRefresh(const json& j) {
 
 // ---- PREPARED ----
 
-json Encode(const PreparedRecord& r) {
-  json missing = json::array();
+namespace {
+
+template <typename M>
+M PreparedFields(const PreparedRecord& r) {
+  std::vector<M> missing;
+  missing.reserve(r.missing.size());
   for (const MissingGroup& g : r.missing) {
-    json e = {{"param", g.param}, {"shards", g.shards}};
+    M e;
+    e.Text("param", g.param).Texts("shards", g.shards);
     if (g.source) {
-      e["source"] = *g.source;
-      e["missing_parts"] = g.missing_parts;
-      e["parts"] = g.parts;
+      e.Text("source", *g.source).Ints("missing_parts", g.missing_parts).Int("parts", g.parts);
     }
     missing.push_back(std::move(e));
   }
-  json out = {{"type", ParticipantTypeJson(ParticipantRecordType::kPrepared)},
-              {"tx", r.tx},
-              {"vote", r.yes ? "yes" : "no"},
-              {"digest", OptionalStringJson(r.digest)},
-              {"errors", r.errors},
-              {"message", r.message},
-              {"missing", std::move(missing)},
-              {"ts", r.ts}};
+  M out;
+  out.Text("type", ParticipantRecordTypeName(ParticipantRecordType::kPrepared))
+      .Text("tx", r.tx)
+      .Text("vote", r.yes ? "yes" : "no")
+      .OptText("digest", r.digest)
+      .Texts("errors", r.errors)
+      .Text("message", r.message)
+      .Maps("missing", missing)
+      .Int("ts", r.ts);
   if (r.coverage) {
     const PreparedCoverage& c = *r.coverage;
-    out["coverage"] = {{"shards", c.shards},     {"pieces", c.pieces}, {"rows", c.rows},
-                       {"elements", c.elements}, {"bytes", c.bytes},   {"patched", c.patched},
-                       {"missing", c.missing}};
+    M cov;
+    cov.Int("shards", c.shards)
+        .Int("pieces", c.pieces)
+        .Int("rows", c.rows)
+        .Int("elements", c.elements)
+        .Int("bytes", c.bytes)
+        .Int("patched", c.patched)
+        .Int("missing", c.missing);
+    out.Map("coverage", cov);
   }
   if (r.has_timings) {
-    out["timings_us"] = {
-        {"first_write", r.first_write_us}, {"writes", r.writes_us}, {"prepare", r.prepare_us}};
+    M t;
+    t.Int("first_write", r.first_write_us).Int("writes", r.writes_us).Int("prepare", r.prepare_us);
+    out.Map("timings_us", t);
   }
   return out;
 }
+
+}  // namespace
+
+json Encode(const PreparedRecord& r) { return PreparedFields<JsonMap>(r).Take(); }
 
 Result<PreparedRecord> DecodePrepared(const json& j) {
   RecordFields f = ParticipantFields(j, ParticipantRecordType::kPrepared);
@@ -311,14 +339,23 @@ Result<PreparedRecord> DecodePrepared(const json& j) {
 
 // ---- CHUNKS ----
 
-json Encode(const ChunksRecord& r) {
-  return {{"type", ParticipantTypeJson(ParticipantRecordType::kChunks)},
-          {"tx", r.tx},
-          {"chunk_bytes", r.chunk_bytes},
-          {"counts", r.counts},
-          {"digests", json::binary(r.digests)},
-          {"ts", r.ts}};
+namespace {
+
+template <typename M>
+M ChunksFields(const ChunksRecord& r) {
+  M out;
+  out.Text("type", ParticipantRecordTypeName(ParticipantRecordType::kChunks))
+      .Text("tx", r.tx)
+      .Int("chunk_bytes", r.chunk_bytes)
+      .Ints("counts", r.counts)
+      .Binary("digests", r.digests)
+      .Int("ts", r.ts);
+  return out;
 }
+
+}  // namespace
+
+json Encode(const ChunksRecord& r) { return ChunksFields<JsonMap>(r).Take(); }
 
 Result<ChunksRecord> DecodeChunks(const json& j) {
   RecordFields f = ParticipantFields(j, ParticipantRecordType::kChunks);
@@ -345,19 +382,27 @@ Result<ChunksRecord> DecodeChunks(const json& j) {
 
 // ---- OUTCOME ----
 
-json Encode(const OutcomeRecord& r) {
-  json out = {{"type", ParticipantTypeJson(ParticipantRecordType::kOutcome)},
-              {"tx", r.tx},
-              {"decision", std::string(DecisionName(r.decision))},
-              {"version", OptionalStringJson(r.version)},
-              {"ts", r.ts}};
-  if (r.reason) out["reason"] = *r.reason;
-  if (r.interrupted) out["interrupted"] = *r.interrupted;
-  if (r.dirty) out["dirty"] = *r.dirty;
-  if (r.loaded) out["loaded"] = *r.loaded;
-  if (r.restored) out["restored"] = *r.restored;
+namespace {
+
+template <typename M>
+M OutcomeFields(const OutcomeRecord& r) {
+  M out;
+  out.Text("type", ParticipantRecordTypeName(ParticipantRecordType::kOutcome))
+      .Text("tx", r.tx)
+      .Text("decision", DecisionName(r.decision))
+      .OptText("version", r.version)
+      .Int("ts", r.ts);
+  if (r.reason) out.Text("reason", *r.reason);
+  if (r.interrupted) out.Bool("interrupted", *r.interrupted);
+  if (r.dirty) out.Bool("dirty", *r.dirty);
+  if (r.loaded) out.Bool("loaded", *r.loaded);
+  if (r.restored) out.Bool("restored", *r.restored);
   return out;
 }
+
+}  // namespace
+
+json Encode(const OutcomeRecord& r) { return OutcomeFields<JsonMap>(r).Take(); }
 
 Result<OutcomeRecord> DecodeOutcome(const json& j) {
   RecordFields f = ParticipantFields(j, ParticipantRecordType::kOutcome);
@@ -494,16 +539,24 @@ Result<ReattachRecord> DecodeReattach(const json& j) {
 
 JournalRecord ToJournalRecord(ParticipantRecord r) {
   if (auto* w = std::get_if<WriteRecord>(&r)) return JournalRecord(std::move(*w));
-  return JournalRecord(std::visit(
-      [](const auto& rec) -> json {
+  return std::visit(
+      [](const auto& rec) -> JournalRecord {
         using T = std::decay_t<decltype(rec)>;
         if constexpr (std::is_same_v<T, WriteRecord>) {
           return EncodeJson(rec);
+        } else if constexpr (std::is_same_v<T, BeginRecord>) {
+          return BeginFields<CborMap>(rec);
+        } else if constexpr (std::is_same_v<T, PreparedRecord>) {
+          return PreparedFields<CborMap>(rec);
+        } else if constexpr (std::is_same_v<T, ChunksRecord>) {
+          return ChunksFields<CborMap>(rec);
+        } else if constexpr (std::is_same_v<T, OutcomeRecord>) {
+          return OutcomeFields<CborMap>(rec);
         } else {
           return Encode(rec);
         }
       },
-      r));
+      r);
 }
 
 Result<ParticipantRecordType> ParticipantRecordTypeOf(const json& r) {

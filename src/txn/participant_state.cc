@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "journal/record_fields.h"
+#include "src/util/json_map.h"
 
 namespace wtx {
 
@@ -61,35 +62,55 @@ ParticipantState InitialParticipantState(int rank) {
 
 // ---- The state snapshot ----
 
-json EncodeParticipantState(const ParticipantState& s) {
-  json out = {{"rank", s.rank},
-              {"version", OptionalStringJson(s.version)},
-              {"committed_tx", OptionalStringJson(s.committed_tx)},
-              {"dirty", s.dirty},
-              {"loaded", s.loaded},
-              {"active", nullptr},
-              {"txs", s.txs}};
-  if (s.digest) out["digest"] = *s.digest;  // set by the first commit
-  if (s.active) {
-    const ActiveTxState& a = *s.active;
-    json act = {{"tx", a.tx},
-                {"kind", std::string(TxKindName(a.kind))},
-                {"base", OptionalStringJson(a.base)},
-                {"modules", a.modules},
-                {"sources", a.sources},
-                {"rollback", a.rollback},
-                {"wrote", a.wrote},
-                {"prepared", a.prepared},
-                {"vote", a.vote_yes ? json(*a.vote_yes ? "yes" : "no") : json()},
-                {"digest", OptionalStringJson(a.digest)},
-                // The dirty rule's facts (a snapshot written before them has none of the keys).
-                {"dirty_at_begin", a.dirty_at_begin},
-                {"undeclared", a.undeclared},
-                {"interrupted", a.interrupted}};
-    out["active"] = std::move(act);
+namespace {
+
+// Written once for both forms (src/util/json_map.h): the JSON object, and the CBOR bytes of
+// that object that every participant append stores without building it.
+template <typename M>
+M StateFields(const ParticipantState& s) {
+  M out;
+  out.Int("rank", s.rank)
+      .OptText("version", s.version)
+      .OptText("committed_tx", s.committed_tx)
+      .Bool("dirty", s.dirty)
+      .Bool("loaded", s.loaded)
+      .Int("txs", s.txs);
+  if (s.digest) out.Text("digest", *s.digest);  // set by the first commit
+  if (!s.active) {
+    out.Null("active");
+    return out;
   }
+  const ActiveTxState& a = *s.active;
+  M act;
+  act.Text("tx", a.tx)
+      .Text("kind", TxKindName(a.kind))
+      .OptText("base", a.base)
+      .Texts("modules", a.modules)
+      .Texts("sources", a.sources)
+      .Bool("rollback", a.rollback)
+      .Bool("wrote", a.wrote)
+      .Bool("prepared", a.prepared)
+      .OptText("digest", a.digest)
+      // The dirty rule's facts (a snapshot written before them has none of the keys).
+      .Bool("dirty_at_begin", a.dirty_at_begin)
+      .Bool("undeclared", a.undeclared)
+      .Bool("interrupted", a.interrupted);
+  if (a.vote_yes) {
+    act.Text("vote", *a.vote_yes ? "yes" : "no");
+  } else {
+    act.Null("vote");
+  }
+  out.Map("active", act);
   return out;
 }
+
+}  // namespace
+
+json EncodeParticipantState(const ParticipantState& s) {
+  return StateFields<JsonMap>(s).Take();
+}
+
+CborMap EncodeParticipantStateCbor(const ParticipantState& s) { return StateFields<CborMap>(s); }
 
 Result<ParticipantState> DecodeParticipantState(const json& j, std::string_view what,
                                                 bool* legacy_facts) {

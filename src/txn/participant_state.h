@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/txn/participant_records.h"
+#include "src/util/cbor_writer.h"
 #include "wtx/protocol.h"
 #include "wtx/status.h"
 
@@ -66,6 +67,8 @@ ParticipantState InitialParticipantState(int rank);
 // active: null | {tx, kind, base, modules, sources, rollback, wrote, prepared, vote, digest,
 // dirty_at_begin, undeclared, interrupted}, txs}. The journal adds seq/head.
 nlohmann::json EncodeParticipantState(const ParticipantState& s);
+// The same object as a CborMap: what a participant's Append stores (the same bytes).
+CborMap EncodeParticipantStateCbor(const ParticipantState& s);
 // kJournalCorrupt naming `what` and the field. A snapshot written before the three facts of the
 // active transaction existed decodes with them false and *legacy_facts (if given) set: such a
 // transaction is always interrupted at the next open, which makes the facts irrelevant.

@@ -16,9 +16,11 @@
 // reports the time to open the N journals and the process's open file descriptors.
 //
 // --sync-delay-ms D: every synced journal write (each rank's BEGIN and PREPARED, the
-// coordinator's DECISION) first sleeps D ms, through a filesystem wrapper
-// (src/testing/slow_sync_fs.h) under every journal — a rank whose own disk takes D ms per fsync.
-// With a fan-out coordinator the ranks' syncs overlap, so latency should barely grow with N.
+// coordinator's DECISION) sleeps D ms instead of flushing the real disk, through a filesystem
+// wrapper (src/testing/slow_sync_fs.h) under every journal — a rank whose own disk takes D ms
+// per fsync (the N ranks of one run share one real disk, whose flushes serialize; D = 0
+// measures that real disk). With a fan-out coordinator the ranks' syncs overlap, so latency
+// should barely grow with N.
 // --fan-out-threads T: the in-process coordinator's CoordinatorOptions::fan_out_threads
 // (default 256); T = 1 is the near-sequential baseline (two calls in flight).
 #include <dirent.h>
