@@ -127,6 +127,7 @@ void RegisterCoordinatorCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("coordinator", "Run a coordinator on the TCP transport");
   auto a = std::make_shared<CoordinatorArgs>();
   cmd->add_option("--listen", a->listen, "HOST:PORT to listen on (port 0: any free port)")
+      ->check(HostPortCheck())
       ->capture_default_str();
   cmd->add_option("--journal", a->journal, "Coordinator journal directory")->required();
   cmd->add_option("--secret-file", a->secret_file, "File holding the shared secret")->required();
