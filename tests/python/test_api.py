@@ -315,7 +315,7 @@ def test_LandingErrorsNameTheRegion(tmp_path, tiny_llama_config):
     assert any(m["param"] == qkv and m["shard"] == "k" for m in out["votes"][0]["missing"])
 
 
-def test_MalformedBoxIsAnErrorNamingTheBoxAndNegativeRankIsRefused(tmp_path, tiny_llama_config):
+def test_MalformedBoxEmptyExpectVersionAndNegativeRankAreErrorsNamingThem(tmp_path, tiny_llama_config):
     ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
     qkv = "model.layers.0.self_attn.qkv_proj.weight"
     c.begin("tx1")
@@ -323,6 +323,9 @@ def test_MalformedBoxIsAnErrorNamingTheBoxAndNegativeRankIsRefused(tmp_path, tin
         with pytest.raises(wtx.Error) as e:
             ps[0].reserve(qkv, box=box)
         assert e.value.code == "INVALID_ARGUMENT" and "box" in e.value.message, box
+    with pytest.raises(wtx.Error) as e:
+        c.commit("tx1", expect_version="")
+    assert e.value.code == "INVALID_ARGUMENT" and "expect_version" in e.value.message
     c.abort("tx1")
     with pytest.raises(wtx.Error) as e:
         wtx.Participant.open(str(tmp_path / "neg"), ms[0], rank=-1, kernel_identity="k1")
