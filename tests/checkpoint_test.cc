@@ -337,26 +337,31 @@ TEST_CASE("CheckpointIndexNamingAFileOutsideItsFolderIsRejected") {
   CHECK(c.status().message().find("tensor 'w'") != std::string::npos);
 }
 
-TEST_CASE("CheckpointIndexMappingATensorItsShardLacksIsRejected") {
-  TempDir d;
+namespace {
+// Writes a.safetensors (tensor 't') and `index` into `d`, opens the folder and returns the
+// error message. REQUIRES: the open fails.
+std::string IndexOpenError(const TempDir& d, const std::string& index) {
   WriteFile(d.sub("a.safetensors"), FileBytes(One("F32", {1}, 0, 4), "abcd"));
-  std::ofstream(d.sub("model.safetensors.index.json"))
-      << R"({"weight_map": {"t": "a.safetensors", "ghost": "a.safetensors"}})";
+  std::ofstream(d.sub("model.safetensors.index.json")) << index;
   auto c = SafetensorsCheckpoint::Open(d.path());
   REQUIRE_FALSE(c.ok());
-  CHECK(c.status().message().find("a.safetensors") != std::string::npos);
-  CHECK(c.status().message().find("'ghost'") != std::string::npos);
+  return c.status().message();
+}
+}  // namespace
+
+TEST_CASE("CheckpointIndexMappingATensorItsShardLacksIsRejected") {
+  TempDir d;
+  const std::string m =
+      IndexOpenError(d, R"({"weight_map": {"t": "a.safetensors", "ghost": "a.safetensors"}})");
+  CHECK(m.find("a.safetensors") != std::string::npos);
+  CHECK(m.find("'ghost'") != std::string::npos);
 }
 
 TEST_CASE("CheckpointIndexMappingATensorTwiceIsRejected") {
   TempDir d;
-  WriteFile(d.sub("a.safetensors"), FileBytes(One("F32", {1}, 0, 4), "abcd"));
   WriteFile(d.sub("b.safetensors"), FileBytes(One("F32", {1}, 0, 4), "efgh"));
-  std::ofstream(d.sub("model.safetensors.index.json"))
-      << R"({"weight_map": {"t": "a.safetensors", "t": "b.safetensors"}})";
-  auto c = SafetensorsCheckpoint::Open(d.path());
-  REQUIRE_FALSE(c.ok());
-  CHECK(c.status().message().find("tensor 't' is mapped twice") != std::string::npos);
+  CHECK(IndexOpenError(d, R"({"weight_map": {"t": "a.safetensors", "t": "b.safetensors"}})")
+            .find("tensor 't' is mapped twice") != std::string::npos);
 }
 
 TEST_CASE("CheckpointFilesThatAreFifosOrDevicesAreRefusedWithoutBlocking") {
@@ -364,15 +369,11 @@ TEST_CASE("CheckpointFilesThatAreFifosOrDevicesAreRefusedWithoutBlocking") {
   // refused as not regular files, the shard named.
   TempDir d;
   REQUIRE(::mkfifo(d.sub("b.safetensors").c_str(), 0600) == 0);
-  WriteFile(d.sub("a.safetensors"), FileBytes(One("F32", {1}, 0, 4), "abcd"));
-  std::ofstream(d.sub("model.safetensors.index.json"))
-      << R"({"weight_map": {"t": "a.safetensors", "u": "b.safetensors"}})";
-  auto c = SafetensorsCheckpoint::Open(d.path());
-  REQUIRE_FALSE(c.ok());
-  CHECK(c.status().message().find("b.safetensors: not a regular file") != std::string::npos);
+  CHECK(IndexOpenError(d, R"({"weight_map": {"t": "a.safetensors", "u": "b.safetensors"}})")
+            .find("b.safetensors: not a regular file") != std::string::npos);
   TempDir e;
   REQUIRE(::mkfifo(e.sub("model.safetensors.index.json").c_str(), 0600) == 0);
-  c = SafetensorsCheckpoint::Open(e.path());
+  auto c = SafetensorsCheckpoint::Open(e.path());
   REQUIRE_FALSE(c.ok());
   CHECK(c.status().message().find("not a regular file") != std::string::npos);
   c = SafetensorsCheckpoint::Open("/dev/zero");
