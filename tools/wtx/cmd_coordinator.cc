@@ -113,6 +113,7 @@ int RunCoordinator(const CoordinatorArgs& a) {
   if (!a.defer_recovery) recovery.Start(a.ranks, milliseconds(a.startup_wait_ms));
   int sig = 0;
   sigwait(&stop_signals, &sig);
+  recovery.RequestStop();  // a startup wait cut short by the shutdown is no missing rank
   // Every blocking wait ends within a second: the startup wait and WaitForRanks calls return,
   // and calls in flight (prepare, decide, recover) fail at once on their closed connections.
   t.Shutdown();
