@@ -2,6 +2,7 @@
 // CommitOptions::expect_version, scenario expect_version and ranks[].digest), the safetensors
 // reader, and `wtx load` / `wtx expect` (library and CLI, both transports).
 #include <catch2/catch.hpp>
+#include <sys/stat.h>
 
 #include <array>
 #include <cmath>
@@ -281,6 +282,28 @@ TEST_CASE("UnsupportedSafetensorsDtypeIsRejectedNamingTheTensor") {
   CHECK(s.message().find("F64") != std::string::npos);
 }
 
+TEST_CASE("DuplicateSafetensorsTensorNameIsRejectedNamingIt") {
+  // JSON parsers keep one of two equal keys silently: which bytes would be the tensor?
+  const std::string e = R"({"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
+  std::string h = R"({"t":)" + e + R"(,"u":)" + e + R"(,"t":)" + e + "}";
+  std::string f(8, '\0');
+  f[0] = static_cast<char>(h.size());
+  Status s = HeaderError(f + h + "abcd");
+  CHECK(s.message().find("tensor 't'") != std::string::npos);
+  CHECK(s.message().find("twice") != std::string::npos);
+  // A field given twice inside one entry, too.
+  h = R"({"t":{"dtype":"F32","dtype":"I32","shape":[1],"data_offsets":[0,4]}})";
+  f[0] = static_cast<char>(h.size());
+  s = HeaderError(f + h + "abcd");
+  CHECK(s.message().find("tensor 't': field 'dtype' given twice") != std::string::npos);
+}
+
+TEST_CASE("SafetensorsDtypeThatIsNotAStringIsNamedAsSuch") {
+  Status s = HeaderError(FileBytes(
+      {{"t", {{"dtype", 5}, {"shape", {1}}, {"data_offsets", {0, 4}}}}}, "abcd"));
+  CHECK(s.message().find("tensor 't': dtype 5 is not a string") != std::string::npos);
+}
+
 // ---------------------------------------------------------------- checkpoint files
 
 TEST_CASE("ShardedCheckpointOpensThroughItsIndex") {
@@ -314,15 +337,48 @@ TEST_CASE("CheckpointIndexNamingAFileOutsideItsFolderIsRejected") {
   CHECK(c.status().message().find("tensor 'w'") != std::string::npos);
 }
 
-TEST_CASE("CheckpointIndexMappingATensorItsShardLacksIsRejected") {
-  TempDir d;
+namespace {
+// Writes a.safetensors (tensor 't') and `index` into `d`, opens the folder and returns the
+// error message. REQUIRES: the open fails.
+std::string IndexOpenError(const TempDir& d, const std::string& index) {
   WriteFile(d.sub("a.safetensors"), FileBytes(One("F32", {1}, 0, 4), "abcd"));
-  std::ofstream(d.sub("model.safetensors.index.json"))
-      << R"({"weight_map": {"t": "a.safetensors", "ghost": "a.safetensors"}})";
+  std::ofstream(d.sub("model.safetensors.index.json")) << index;
   auto c = SafetensorsCheckpoint::Open(d.path());
   REQUIRE_FALSE(c.ok());
-  CHECK(c.status().message().find("a.safetensors") != std::string::npos);
-  CHECK(c.status().message().find("'ghost'") != std::string::npos);
+  return c.status().message();
+}
+}  // namespace
+
+TEST_CASE("CheckpointIndexMappingATensorItsShardLacksIsRejected") {
+  TempDir d;
+  const std::string m =
+      IndexOpenError(d, R"({"weight_map": {"t": "a.safetensors", "ghost": "a.safetensors"}})");
+  CHECK(m.find("a.safetensors") != std::string::npos);
+  CHECK(m.find("'ghost'") != std::string::npos);
+}
+
+TEST_CASE("CheckpointIndexMappingATensorTwiceIsRejected") {
+  TempDir d;
+  WriteFile(d.sub("b.safetensors"), FileBytes(One("F32", {1}, 0, 4), "efgh"));
+  CHECK(IndexOpenError(d, R"({"weight_map": {"t": "a.safetensors", "t": "b.safetensors"}})")
+            .find("tensor 't' is mapped twice") != std::string::npos);
+}
+
+TEST_CASE("CheckpointFilesThatAreFifosOrDevicesAreRefusedWithoutBlocking") {
+  // Opening a FIFO for reading waits for a writer, and /dev/zero never ends: both must be
+  // refused as not regular files, the shard named.
+  TempDir d;
+  REQUIRE(::mkfifo(d.sub("b.safetensors").c_str(), 0600) == 0);
+  CHECK(IndexOpenError(d, R"({"weight_map": {"t": "a.safetensors", "u": "b.safetensors"}})")
+            .find("b.safetensors: not a regular file") != std::string::npos);
+  TempDir e;
+  REQUIRE(::mkfifo(e.sub("model.safetensors.index.json").c_str(), 0600) == 0);
+  auto c = SafetensorsCheckpoint::Open(e.path());
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().message().find("not a regular file") != std::string::npos);
+  c = SafetensorsCheckpoint::Open("/dev/zero");
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().message().find("not a regular file") != std::string::npos);
 }
 
 // ---------------------------------------------------------------- dtype conversions
@@ -735,4 +791,34 @@ TEST_CASE("WtxLoadOfABadCheckpointExitsTwoNamingFileAndTensor") {
              Model("tiny-llama") + " --tp 2");
   CHECK(e.code == 2);
   CHECK(e.out.find("nope") != std::string::npos);
+}
+
+TEST_CASE("WtxLoadRefusesBadFlagsAndConfigsThatAreNotRegularFilesNamingThem") {
+  TempDir d;
+  WriteFile(d.sub("model.safetensors"), FileBytes(One("F32", {1}, 0, 4), "abcd"));
+  const std::string bin = std::string(WTX_BINARY);
+  const std::string ck = " --checkpoint " + d.sub("model.safetensors");
+  // --tp is required (not silently 1), --dtype "" is no dtype.
+  for (const char* cmd : {" load", " expect"}) {
+    Run r = Sh(bin + cmd + ck + " --hf-config " + Model("tiny-llama"));
+    CHECK(r.code == 2);
+    CHECK(r.out.find("--tp") != std::string::npos);
+    r = Sh(bin + cmd + ck + " --hf-config " + Model("tiny-llama") + " --tp 2 --dtype ''");
+    CHECK(r.code == 2);
+    CHECK(r.out.find("--dtype: unknown ''") != std::string::npos);
+  }
+  // A config that is a device, a FIFO or a folder is refused at once instead of read forever.
+  REQUIRE(::mkfifo(d.sub("fifo.json").c_str(), 0600) == 0);
+  for (const std::string& cfg : {std::string("/dev/zero"), d.sub("fifo.json"), d.path()}) {
+    INFO(cfg);
+    Run r = Sh("timeout 20 " + bin + " load" + ck + " --hf-config " + cfg + " --tp 2");
+    CHECK(r.code == 2);
+    CHECK(r.out.find(cfg + ": not a regular file") != std::string::npos);
+  }
+  Run r = Sh("timeout 20 " + bin + " manifest --hf-config /dev/zero --tp 1 --rank 0");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("/dev/zero: not a regular file") != std::string::npos);
+  r = Sh("timeout 20 " + bin + " sim " + d.sub("fifo.json"));
+  CHECK(r.code == 2);
+  CHECK(r.out.find("not a regular file") != std::string::npos);
 }

@@ -357,3 +357,38 @@ TEST_CASE("JournalNamesEveryMissingShardOfAVote") {
     CHECK(journaled == voted);
   }
 }
+
+TEST_CASE("HostPortFlagsThatAreNotHostPortExitTwoNamingTheFlag") {
+  TempDir d;
+  std::ofstream(d.sub("secret")) << "0123456789abcdef0123456789abcdef";
+  std::filesystem::permissions(d.sub("secret"), std::filesystem::perms::owner_read |
+                                                    std::filesystem::perms::owner_write);
+  const std::string common = " --secret-file " + d.sub("secret");
+  Run r = Sh(Wtx() + " coordinator --listen 127.0.0.1:99999 --ranks 1 --journal " + d.sub("c") +
+             common);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, Catch::Contains("--listen: bad port"));
+  r = Sh(Wtx() + " rank --connect nohostport --rank 0 --journal " + d.sub("r") + common +
+         " --manifest " + std::string(WTX_CONFORMANCE_DIR) + "/models/tiny-manifest.json");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, Catch::Contains("--connect: expected HOST:PORT"));
+  r = Sh(Wtx() + " rank --connect 127.0.0.1:1 --control 127.0.0.1:70000 --rank 0 --journal " +
+         d.sub("r") + common + " --manifest " + std::string(WTX_CONFORMANCE_DIR) +
+         "/models/tiny-manifest.json");
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out, Catch::Contains("--control: bad port"));
+  CHECK_FALSE(std::filesystem::exists(d.sub("c")));
+}
+
+TEST_CASE("CoordinatorStoppedDuringItsStartupWaitDoesNotReportMissingRanks") {
+  TempDir d;
+  std::ofstream(d.sub("secret")) << "0123456789abcdef0123456789abcdef";
+  std::filesystem::permissions(d.sub("secret"), std::filesystem::perms::owner_read |
+                                                    std::filesystem::perms::owner_write);
+  Run r = Sh("(" + Wtx() + " coordinator --listen 127.0.0.1:0 --ranks 2 --startup-wait-ms 60000" +
+             " --journal " + d.sub("c") + " --secret-file " + d.sub("secret") + " 2>" +
+             d.sub("err") + " >/dev/null & p=$!; sleep 0.3; kill -TERM $p; wait $p); cat " +
+             d.sub("err"));
+  CHECK(r.code == 0);
+  CHECK(r.out.find("not every rank connected") == std::string::npos);
+}

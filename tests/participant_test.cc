@@ -611,7 +611,11 @@ TEST_CASE("LiveMemoryFailureCrashesTheRankAndKeepsTheCommittedVersion") {
 TEST_CASE("LiveMemoryFailureAtPrepareVotesNothing") {
   Cluster c(1, SmallManifest());
   std::shared_ptr<FailingMemory> memory = StartOnFailingMemory(c);
-  REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
+  // verify "all": prepare rehashes every chunk from live memory (the chunks the writes
+  // covered whole were hashed when written, on device memory as on the host).
+  REQUIRE(c.coordinator()
+              .Begin(Req("t1", TxKind::kFull, "", {}, {}, false, VerifyMode::kAll))
+              .status.ok());
   REQUIRE(c.WriteAll(1).ok());
   REQUIRE(c.RefreshAll().ok());
   memory->FailFromNow();  // the digest at prepare cannot be computed

@@ -663,6 +663,9 @@ void Begin(PyCoordinator& self, const std::string& tx, const std::string& kind,
 py::dict Commit(PyCoordinator& self, const std::string& tx,
                 std::optional<std::string> expect_version,
                 std::optional<std::vector<std::string>> expect_rank_digests) {
+  if (expect_version && expect_version->empty()) {
+    Raise(Status::InvalidArgument("commit: expect_version must be a version, not empty"));
+  }
   Coordinator& c = self.get();
   CommitOptions opts;
   opts.expect_version = std::move(expect_version);

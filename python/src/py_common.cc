@@ -104,7 +104,9 @@ Box BoxFromPy(py::handle obj, const std::string& what) {
   try {
     for (py::handle r : obj) {
       py::sequence seq = py::reinterpret_borrow<py::sequence>(r);
-      if (seq.size() != 2) throw py::value_error("range");
+      if (seq.size() != 2) {
+        Raise(Status::InvalidArgument(what + ": expected a box [[begin, end], ...]"));
+      }
       box.push_back(Range{seq[0].cast<int64_t>(), seq[1].cast<int64_t>()});
     }
   } catch (const py::error_already_set&) {

@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "src/util/file_util.h"
+#include "src/util/json_fields.h"
 #include "wtx/safetensors.h"
 
 namespace wtx {
@@ -36,7 +38,8 @@ class MappedFile {
   }
 
   Status Open(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO must be refused below (not a regular file), not wait for a writer.
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return Status::IOError(path + ": cannot open: " + std::strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -118,11 +121,18 @@ class CheckpointImpl : public SafetensorsCheckpoint {
   }
 
   Status OpenIndex(const std::string& index_path) {
-    std::ifstream in(index_path, std::ios::binary);
-    if (!in) return Status::IOError(index_path + ": cannot read");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+    WTX_ASSIGN_OR_RETURN(text, ReadRegularFile(index_path));
+    std::vector<std::string> duplicate;
+    nlohmann::json j = ParseJsonNoDuplicateKeys(text, &duplicate);
+    if (duplicate.size() == 2 && duplicate[0] == "weight_map") {
+      return Status::InvalidArgument(index_path + ": tensor '" + duplicate[1] +
+                                     "' is mapped twice by weight_map");
+    }
+    if (!duplicate.empty()) {
+      std::string path;
+      for (const std::string& k : duplicate) path += (path.empty() ? "" : ".") + k;
+      return Status::InvalidArgument(index_path + ": '" + path + "' given twice");
+    }
     if (j.is_discarded() || !j.is_object()) {
       return Status::InvalidArgument(index_path + ": not a JSON object");
     }
@@ -208,11 +218,14 @@ Status CheckTensorAgainstManifest(const CheckpointTensor& tensor, const Manifest
   std::optional<Shape> want = manifest.SourceShape(tensor.name);
   if (!want) return Status::OK();  // this rank does not read it
   if (*want != tensor.shape) {
+    auto dims = [](const Shape& s) {
+      std::string t = "[";
+      for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+      return t + "]";
+    };
     return Status::InvalidArgument(tensor.file + ": tensor '" + tensor.name + "' has shape " +
-                                   BoxToString(WholeBox(tensor.shape)) +
-                                   ", the manifest's "
-                                   "source_shape is " +
-                                   BoxToString(WholeBox(*want)));
+                                   dims(tensor.shape) + ", the manifest's source_shape is " +
+                                   dims(*want));
   }
   return Status::OK();
 }

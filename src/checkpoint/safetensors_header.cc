@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "src/util/json_fields.h"
 #include "wtx/safetensors.h"
 
 namespace wtx {
@@ -76,7 +77,13 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t> file,
   h.data_offset = 8 + n;
   const uint64_t data_size = file.size() - h.data_offset;
   const char* text = reinterpret_cast<const char*>(file.data() + 8);
-  nlohmann::json j = nlohmann::json::parse(text, text + n, nullptr, /*allow_exceptions=*/false);
+  std::vector<std::string> duplicate;
+  nlohmann::json j = ParseJsonNoDuplicateKeys(std::string_view(text, n), &duplicate);
+  if (!duplicate.empty()) {
+    // Two entries of one name: which bytes are the tensor would be the parser's choice.
+    if (duplicate.size() == 1) return Bad(file_label, duplicate[0], "named twice in the header");
+    return Bad(file_label, duplicate[0], "field '" + duplicate.back() + "' given twice");
+  }
   if (j.is_discarded()) return Bad(file_label, "", "the header is not valid JSON");
   if (!j.is_object()) return Bad(file_label, "", "the header is not a JSON object");
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -101,7 +108,8 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t> file,
     SafetensorsEntry t;
     t.name = name;
     auto dt = e.find("dtype");
-    if (dt == e.end() || !dt->is_string()) return Bad(file_label, name, "dtype missing");
+    if (dt == e.end()) return Bad(file_label, name, "dtype missing");
+    if (!dt->is_string()) return Bad(file_label, name, "dtype " + dt->dump() + " is not a string");
     t.dtype_name = dt->get<std::string>();
     auto d = DTypeFromSafetensorsName(t.dtype_name);
     if (!d.ok()) return Bad(file_label, name, d.status().message());

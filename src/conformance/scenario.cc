@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "src/manifest/box_json.h"
+#include "src/util/file_util.h"
 #include "src/util/json_fields.h"
 #include "src/util/json_number.h"
 #include "wtx/hf_manifest.h"
@@ -48,11 +49,9 @@ Status CheckStepFields(const json& s, const std::string& where, const std::strin
 }
 
 Result<json> ReadJsonFile(const std::string& path, const std::string& where) {
-  std::ifstream in(path);
-  if (!in) return Bad(where, "cannot read '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, false);
+  auto text = ReadRegularFile(path);
+  if (!text.ok()) return Bad(where, "cannot read: " + text.status().message());
+  json j = json::parse(text.value(), nullptr, false);
   if (j.is_discarded()) return Bad(where, "'" + path + "' is not valid JSON");
   return j;
 }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/layouts/hf_builder.h"
+#include "src/util/file_util.h"
 #include "src/layouts/hf_families.h"
 
 namespace wtx {
@@ -164,12 +165,8 @@ Result<ManifestPtr> ManifestFromHfConfig(const json& config, const HfManifestOpt
 
 Result<ManifestPtr> ManifestFromHfConfigFile(const std::string& path,
                                              const HfManifestOptions& options) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IOError(path + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return Status::IOError(path + ": read error");
-  json config = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  WTX_ASSIGN_OR_RETURN(text, ReadRegularFile(path));
+  json config = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded()) return Status::InvalidArgument(path + ": not valid JSON");
   auto m = ManifestFromHfConfig(config, options);
   if (!m.ok()) {

@@ -477,6 +477,28 @@ Result<json> Channel::Call(const std::string& method, json params,
 
 namespace {
 
+// kIOError for a failed handshake read; a TLS alert (in TLS 1.3 a client learns only here that
+// the server refused its certificate) says so with kTlsAlertPrefix.
+constexpr std::string_view kTlsAlertPrefix = "TLS alert: ";
+Status ReadError(const boost::system::error_code& ec) {
+  if (ec.category() == asio::error::get_ssl_category()) {
+    return Status::IOError(std::string(kTlsAlertPrefix) + ec.message());
+  }
+  return Status::IOError(ec.message());
+}
+
+// A failed read of the server's hello or verdict: a TLS alert means the server refused this
+// end (its certificate untrusted, expired or missing): an authentication failure, not a crash.
+Status ClientReadFailed(const std::string& address, const Status& s) {
+  if (s.code() == ErrorCode::kIOError && s.message().rfind(kTlsAlertPrefix, 0) == 0) {
+    return Status::InvalidArgument("TLS handshake with " + address + " failed: " +
+                                   s.message().substr(kTlsAlertPrefix.size()) +
+                                   " (the peer refused this end's certificate: untrusted, "
+                                   "expired or missing)");
+  }
+  return Status(ErrorCode::kCrashed, "handshake with " + address + " failed: " + s.message());
+}
+
 // Reads one frame of at most `limit` bytes; fn(Status, json).
 template <typename Fn>
 void AsyncReadFrame(TlsStream& socket, size_t limit, const std::shared_ptr<std::string>& buf,
@@ -485,7 +507,7 @@ void AsyncReadFrame(TlsStream& socket, size_t limit, const std::shared_ptr<std::
   asio::async_read(
       socket, asio::buffer(buf->data(), 4),
       [&socket, limit, buf, fn](const boost::system::error_code& ec, size_t) mutable {
-        if (ec) return fn(Status::IOError(ec.message()), json());
+        if (ec) return fn(ReadError(ec), json());
         const uint32_t size = ReadBe32(reinterpret_cast<const uint8_t*>(buf->data()));
         if (size == 0 || size > limit) {
           return fn(Status::InvalidArgument("handshake frame of " + std::to_string(size) +
@@ -495,7 +517,7 @@ void AsyncReadFrame(TlsStream& socket, size_t limit, const std::shared_ptr<std::
         buf->assign(size, '\0');
         asio::async_read(socket, asio::buffer(buf->data(), size),
                          [buf, fn](const boost::system::error_code& ec, size_t) mutable {
-                           if (ec) return fn(Status::IOError(ec.message()), json());
+                           if (ec) return fn(ReadError(ec), json());
                            auto m = DecodePayload(reinterpret_cast<const uint8_t*>(buf->data()),
                                                   buf->size());
                            if (!m.ok()) return fn(m.status(), json());
@@ -534,7 +556,7 @@ class ServerHandshake : public std::enable_shared_from_this<ServerHandshake> {
     socket_->async_handshake(ssl::stream_base::server, [self](const boost::system::error_code& ec) {
       if (self->done_) return;
       if (ec) {
-        return self->Refuse("TLS handshake failed: " + TlsErrorText(ec) +
+        return self->Refuse("TLS handshake failed: " + TlsErrorText(ec, self->socket_->native_handle()) +
                                 " (wrong secret, or an untrusted or "
                                 "missing certificate)",
                             "");
@@ -691,7 +713,8 @@ class ClientHandshake : public std::enable_shared_from_this<ClientHandshake> {
                   // Refused by the peer's TLS (wrong secret, untrusted certificate) or it
                   // failed ours: worth a line, like any refusal.
                   return self->Finish(Status::InvalidArgument(
-                      "TLS handshake with " + self->address_ + " failed: " + TlsErrorText(hec) +
+                      "TLS handshake with " + self->address_ + " failed: " +
+                      TlsErrorText(hec, self->socket_->native_handle()) +
                       " (wrong secret, or an untrusted or missing certificate)"));
                 }
                 AsyncReadFrame(*self->socket_, kMaxHandshakeFrameBytes, self->buf_,
@@ -703,10 +726,7 @@ class ClientHandshake : public std::enable_shared_from_this<ClientHandshake> {
  private:
   void OnHello(const Status& s, const json& m) {
     if (done_) return;
-    if (!s.ok()) {
-      return Finish(
-          Status(ErrorCode::kCrashed, "handshake with " + address_ + " failed: " + s.message()));
-    }
+    if (!s.ok()) return Finish(ClientReadFailed(address_, s));
     auto h = m.find("hello");
     auto n = m.find("nonce");
     if (h == m.end() || *h != kWireVersion || n == m.end() || !n->is_string() ||
@@ -734,10 +754,7 @@ class ClientHandshake : public std::enable_shared_from_this<ClientHandshake> {
 
   void OnVerdict(const Status& s, const json& m) {
     if (done_) return;
-    if (!s.ok()) {
-      return Finish(
-          Status(ErrorCode::kCrashed, "handshake with " + address_ + " failed: " + s.message()));
-    }
+    if (!s.ok()) return Finish(ClientReadFailed(address_, s));
     if (auto r = m.find("refused"); r != m.end()) {
       return Finish(Status::InvalidArgument(address_ + " refused " + role_ +
                                             (role_ == "rank" ? " " + std::to_string(rank_) : "") +

@@ -24,6 +24,15 @@ Result<T> Guard(const char* what, Fn&& fn) {
   }
 }
 
+// The string field `key` of `j` (`dflt` when absent), or an error naming "WHERE.KEY".
+Result<std::string> StrField(const json& j, const char* key, const std::string& dflt,
+                             const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end()) return dflt;
+  if (!it->is_string()) return Status::InvalidArgument(FieldPath(where, key) + ": expected a string");
+  return it->get<std::string>();
+}
+
 }  // namespace
 
 Status CheckControlParams(const std::string& m, const json& p) {
@@ -81,24 +90,32 @@ Result<Step> RankStepFromJson(const json& j) {
                                     {"op", "index", "param", "shard", "source", "fill", "indices",
                                      "part", "parts", "derived", "value", "box"}));
     Step st;
-    st.op = j.at("op").get<std::string>();
+    if (!j.contains("op")) return Status::InvalidArgument("step.op: missing");
+    WTX_ASSIGN_OR_RETURN(op, StrField(j, "op", "", "step"));
+    st.op = op;
     st.index = int_field("index", 0, 0, INT32_MAX);
     const bool region_op =
         st.op == "write" || st.op == "reserve" || st.op == "land" || st.op == "poke";
-    st.param = j.value("param", region_op ? std::string("*") : std::string());
-    st.shard = j.value("shard", std::string());
-    st.source = j.value("source", std::string());
+    WTX_ASSIGN_OR_RETURN(param, StrField(j, "param", region_op ? "*" : "", "step"));
+    WTX_ASSIGN_OR_RETURN(shard, StrField(j, "shard", "", "step"));
+    WTX_ASSIGN_OR_RETURN(source, StrField(j, "source", "", "step"));
+    st.param = param;
+    st.shard = shard;
+    st.source = source;
     WTX_ASSIGN_OR_RETURN(fill, ParseFill(j.value("fill", json("zeros")), "step.fill"));
     st.fill = std::move(fill);
     if (auto it = j.find("indices"); it != j.end()) {
+      if (!it->is_array()) return Status::InvalidArgument("step.indices: expected an array");
       for (const auto& i : it->get_ref<const json::array_t&>()) {
         st.indices.push_back(JsonIntOrThrow(i, "step.indices[]", INT64_MIN, INT64_MAX));
       }
     }
     st.part = int_field("part", 0, INT32_MIN, INT32_MAX);
     st.parts = int_field("parts", 1, INT32_MIN, INT32_MAX);
-    st.derived = j.value("derived", std::string());
-    st.value = j.value("value", std::string());
+    WTX_ASSIGN_OR_RETURN(derived, StrField(j, "derived", "", "step"));
+    WTX_ASSIGN_OR_RETURN(value, StrField(j, "value", "", "step"));
+    st.derived = derived;
+    st.value = value;
     if (auto b = j.find("box"); b != j.end()) {
       WTX_ASSIGN_OR_RETURN(box, BoxFromJson(*b, "step.box"));
       st.box = std::move(box);
@@ -143,9 +160,19 @@ Result<CommitOptions> CommitOptionsFromJson(const json& j) {
   WTX_RETURN_IF_ERROR(CheckFields(j, "commit.options", {"expect_version", "expect_rank_digests"}));
   return Guard<CommitOptions>("commit options", [&]() -> Result<CommitOptions> {
     if (auto v = j.find("expect_version"); v != j.end() && !v->is_null()) {
+      if (!v->is_string() || v->get_ref<const std::string&>().empty()) {
+        return Status::InvalidArgument("commit.options.expect_version: expected a version string");
+      }
       o.expect_version = v->get<std::string>();
     }
-    o.expect_rank_digests = j.value("expect_rank_digests", std::vector<std::string>());
+    if (auto d = j.find("expect_rank_digests"); d != j.end() && !d->is_null()) {
+      if (!d->is_array() || !std::all_of(d->begin(), d->end(),
+                                         [](const json& x) { return x.is_string(); })) {
+        return Status::InvalidArgument(
+            "commit.options.expect_rank_digests: expected an array of digest strings");
+      }
+      o.expect_rank_digests = d->get<std::vector<std::string>>();
+    }
     return o;
   });
 }

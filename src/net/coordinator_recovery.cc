@@ -57,14 +57,18 @@ void CoordinatorRecovery::Resend() {
   }
 }
 
-void CoordinatorRecovery::Stop() {
-  if (stopped_) return;  // the transport may be gone after the first Stop
-  stopped_ = true;
+void CoordinatorRecovery::RequestStop() {
   {
     std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
   }
   cv_.notify_all();
+}
+
+void CoordinatorRecovery::Stop() {
+  if (stopped_) return;  // the transport may be gone after the first Stop
+  stopped_ = true;
+  RequestStop();
   if (startup_.joinable()) startup_.join();
   t_->SetOnRankRegistered(nullptr);
   t_->SetDecisionOracle(nullptr);

@@ -32,6 +32,10 @@ class CoordinatorRecovery {
 
   // REQUIRES: called at most once, before Stop.
   void Start(int ranks, std::chrono::milliseconds startup_wait);
+  // Marks the work as ending without waiting for it: call it before shutting the transport
+  // down, so that a startup wait the shutdown cuts short is not taken for ranks that never
+  // came (no "not every rank connected" line, no recovery on the way out).
+  void RequestStop();
   // Ends the background work and unhooks the transport (no oracle, no registration callback).
   // Idempotent: after the first call the transport is no longer touched (it may be gone).
   void Stop();

@@ -2,6 +2,8 @@
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
 
 #include <cstring>
 
@@ -78,6 +80,20 @@ std::string OpenSslError() {
   return buf;
 }
 
+// "Jan  2 00:00:00 2020 GMT".
+std::string AsnTimeText(const ASN1_TIME* t) {
+  BIO* b = BIO_new(BIO_s_mem());
+  if (b == nullptr) return "?";
+  std::string out = "?";
+  if (ASN1_TIME_print(b, t) == 1) {
+    char* data = nullptr;
+    const long n = BIO_get_mem_data(b, &data);
+    if (n > 0) out.assign(data, static_cast<size_t>(n));
+  }
+  BIO_free(b);
+  return out;
+}
+
 }  // namespace
 
 std::string TlsErrorText(const boost::system::error_code& ec) {
@@ -87,6 +103,13 @@ std::string TlsErrorText(const boost::system::error_code& ec) {
     ERR_error_string_n(static_cast<unsigned long>(ec.value()), buf, sizeof(buf));
     m = buf;
   }
+  return m;
+}
+
+std::string TlsErrorText(const boost::system::error_code& ec, const SSL* ssl) {
+  std::string m = TlsErrorText(ec);
+  const long v = ssl ? SSL_get_verify_result(ssl) : X509_V_OK;
+  if (v != X509_V_OK) m += " (peer certificate: " + std::string(X509_verify_cert_error_string(v)) + ")";
   return m;
 }
 
@@ -118,6 +141,19 @@ Result<std::shared_ptr<ssl::context>> MakeTlsContext(bool server, const std::str
     if (SSL_CTX_check_private_key(c) != 1) {
       return Status::InvalidArgument("TLS key '" + files.key + "' does not match certificate '" +
                                      files.cert + "'");
+    }
+    // A certificate outside its validity period would fail every peer's verification: refuse
+    // it here, once, naming the file and the date, rather than in every handshake.
+    if (X509* own = SSL_CTX_get0_certificate(c)) {
+      if (X509_cmp_current_time(X509_get0_notAfter(own)) < 0) {
+        return Status::InvalidArgument("TLS certificate '" + files.cert + "' expired on " +
+                                       AsnTimeText(X509_get0_notAfter(own)));
+      }
+      if (X509_cmp_current_time(X509_get0_notBefore(own)) > 0) {
+        return Status::InvalidArgument("TLS certificate '" + files.cert +
+                                       "' is not valid before " +
+                                       AsnTimeText(X509_get0_notBefore(own)));
+      }
     }
     if (SSL_CTX_load_verify_locations(c, files.ca.c_str(), nullptr) != 1) {
       return Status::InvalidArgument("cannot load TLS CA '" + files.ca + "': " + OpenSslError());

@@ -38,5 +38,8 @@ Result<std::shared_ptr<ssl::context>> MakeTlsContext(bool server, const std::str
 
 // The reason OpenSSL gave for the last failure on this thread, or `fallback`.
 std::string TlsErrorText(const boost::system::error_code& ec);
+// The same, plus why the peer's certificate failed verification on `ssl`, if it did
+// ("... (peer certificate: certificate has expired)").
+std::string TlsErrorText(const boost::system::error_code& ec, const SSL* ssl);
 
 }  // namespace wtx::net

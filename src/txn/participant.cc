@@ -19,6 +19,7 @@
 #include "src/util/checked_math.h"
 #include "src/util/thread_annotations.h"
 #include "wtx/content_hash.h"
+#include "wtx/limits.h"
 #include "wtx/participant.h"
 
 namespace wtx {
@@ -230,6 +231,10 @@ class ParticipantImpl : public Participant {
   // covers in part stay touched for prepare.
   // background: hand the whole chunks to landing_pool_ when there is one.
   Status HashLanded(const Landing& landing, bool background);
+  // Hashes now the chunks that bytes [offset, offset + len) of `param`, just stored, cover
+  // whole (host memory directly, device memory through its ChunkDigests kernel); the chunks
+  // covered in part stay touched for prepare.
+  Status HashWritten(uint32_t param, size_t offset, size_t len);
   // Waits for the background hashes of landed chunks (landing_pool_) and installs them in the
   // hash caches. Called before anything reads the caches or may change landed bytes: prepare,
   // decide, verify, reattach.
@@ -794,19 +799,20 @@ Status ParticipantImpl::Write(std::span<const WritePiece> given) {
     if (tx.req.rollback) WTX_RETURN_IF_ERROR(SaveBefore(r.param, off, len));
     if (hooks_.benchmark_coverage_only) {
       // nothing lands
-    } else if (r.device) {
-      Status st = memory_->StoreFromDevice(r.param, off, r.src, len);
-      if (!st.ok()) return MemoryFailed(st);
-      TouchBytes(r.param, off, len);
-    } else if (host_memory_) {
+    } else if (host_memory_ && !r.device) {
       // Whole hash chunks are hashed in the same pass as the copy; prepare rehashes the rest.
       hash_[r.param].CopyIn(memory_->Param(r.param), off, r.src, len);
       DeclareBytes(r.param, off, len);
     } else {
-      // A device: the bytes go over, prepare hashes the touched chunks there.
-      Status st = memory_->Store(r.param, off, r.src, len);
+      // From device memory, or into a device: the bytes go over, then the chunks they cover
+      // whole are hashed now, as CopyIn does on the host, so that the version is of the bytes
+      // as written whatever the memory (a later undeclared change is caught by verify all);
+      // prepare rehashes the chunks covered in part.
+      Status st = r.device ? memory_->StoreFromDevice(r.param, off, r.src, len)
+                           : memory_->Store(r.param, off, r.src, len);
       if (!st.ok()) return MemoryFailed(st);
       TouchBytes(r.param, off, len);
+      WTX_RETURN_IF_ERROR(HashWritten(r.param, off, len));
     }
     auto& cov = tx.coverage[r.param];
     if (!cov) {
@@ -1783,6 +1789,19 @@ Status ParticipantImpl::Landed(const LandingRegion& region) {
   return Status::OK();
 }
 
+Status ParticipantImpl::HashWritten(uint32_t param, size_t offset, size_t len) {
+  if (host_memory_) {
+    hash_[param].HashCovered(memory_->Param(param), offset, len);
+    return Status::OK();
+  }
+  auto hashed =
+      hash_[param].HashCovered(offset, len, [&](size_t first, size_t count, uint64_t* out) {
+        return memory_->ChunkDigests(param, first, count, out);
+      });
+  if (!hashed.ok()) return MemoryFailed(hashed.status());
+  return Status::OK();
+}
+
 Status ParticipantImpl::HashLanded(const Landing& landing, bool background) {
   if (hooks_.benchmark_hash_landings_at_prepare && *hooks_.benchmark_hash_landings_at_prepare) {
     return Status::OK();
@@ -1807,15 +1826,7 @@ Status ParticipantImpl::HashLanded(const Landing& landing, bool background) {
       }
       continue;
     }
-    if (host_memory_) {
-      hash_[param].HashCovered(memory_->Param(param), off, len);
-      continue;
-    }
-    auto hashed =
-        hash_[param].HashCovered(off, len, [&](size_t first, size_t count, uint64_t* out) {
-          return memory_->ChunkDigests(param, first, count, out);
-        });
-    if (!hashed.ok()) return MemoryFailed(hashed.status());
+    WTX_RETURN_IF_ERROR(HashWritten(param, off, len));
   }
   return Status::OK();
 }
@@ -2099,6 +2110,10 @@ Result<std::unique_ptr<Participant>> OpenParticipantWithHooks(ParticipantOptions
                                                               ManifestPtr manifest,
                                                               const ParticipantHooks& hooks) {
   if (!manifest) return Status::InvalidArgument("participant needs a manifest");
+  if (options.rank < 0 || options.rank >= kMaxRanks) {
+    return Status::InvalidArgument("participant: rank " + std::to_string(options.rank) +
+                                   " is not in [0, " + std::to_string(kMaxRanks - 1) + "]");
+  }
   const int64_t total_bytes = manifest->TotalBytes();
   auto p = std::make_unique<ParticipantImpl>(std::move(options), std::move(manifest), hooks);
   // A valid manifest may still be too large for this machine: its host memory and hash caches

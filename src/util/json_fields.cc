@@ -1,6 +1,7 @@
 #include "src/util/json_fields.h"
 
 #include <algorithm>
+#include <unordered_set>
 #include <vector>
 
 namespace wtx {
@@ -23,6 +24,53 @@ size_t EditDistance(std::string_view a, std::string_view b, size_t limit) {
 }
 
 }  // namespace
+
+nlohmann::json ParseJsonNoDuplicateKeys(std::string_view text,
+                                        std::vector<std::string>* duplicate) {
+  using nlohmann::json;
+  duplicate->clear();
+  // One frame per open object or array: the keys seen so far and the key that opened it.
+  struct Frame {
+    std::unordered_set<std::string> keys;
+    std::string last_key;
+    bool is_array = false;
+  };
+  std::vector<Frame> stack;
+  auto path_to = [&](const std::string& key) {
+    std::vector<std::string> p;
+    for (size_t i = 0; i + 1 < stack.size(); ++i) {
+      p.push_back(stack[i].is_array ? "[]" : stack[i].last_key);
+    }
+    p.push_back(key);
+    return p;
+  };
+  json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
+    switch (ev) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        stack.push_back(Frame{{}, {}, ev == json::parse_event_t::array_start});
+        break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!stack.empty()) stack.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        if (stack.empty() || !parsed.is_string()) break;
+        Frame& f = stack.back();
+        const std::string& k = parsed.get_ref<const std::string&>();
+        if (!f.keys.insert(k).second && duplicate->empty()) *duplicate = path_to(k);
+        f.last_key = k;
+        break;
+      }
+      case json::parse_event_t::value:
+        break;
+    }
+    return true;
+  };
+  json j = json::parse(text.begin(), text.end(), cb, /*allow_exceptions=*/false);
+  if (!duplicate->empty()) return json(json::value_t::discarded);
+  return j;
+}
 
 std::string FieldPath(std::string_view where, std::string_view key) {
   if (where.empty()) return std::string(key);

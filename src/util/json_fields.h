@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -23,5 +24,12 @@ Status CheckFields(const nlohmann::json& obj, std::string_view where,
 
 // The path of a field: "where.key", or "key" when `where` is empty.
 std::string FieldPath(std::string_view where, std::string_view key);
+
+// Parses `text` as nlohmann::json::parse does without exceptions (a discarded value on a syntax
+// error), but an object naming one key twice — which the parser would silently collapse into
+// one, keeping either value — is refused too: the result is discarded and *duplicate is the
+// path of the repeated key, outermost first (an array level as "[]"; {"a": {"k": 1, "k": 2}}
+// gives {"a", "k"}). *duplicate is empty on a syntax error or success.
+nlohmann::json ParseJsonNoDuplicateKeys(std::string_view text, std::vector<std::string>* duplicate);
 
 }  // namespace wtx

@@ -118,6 +118,33 @@ TEST_CASE("ControlRequestsWithUnknownFieldsAreRefused", "[net]") {
   CHECK_FALSE(sim::CommitOutcomeFromJson(outcome).ok());
 }
 
+TEST_CASE("ControlStepAndCommitFieldsOfTheWrongTypeAreRefusedNamingThem", "[net]") {
+  for (const char* key : {"op", "param", "shard", "source", "derived", "value"}) {
+    json j{{"op", "land"}, {"param", "w"}, {"fill", {{"seed", 1}}}};
+    j[key] = 5;
+    auto st = sim::RankStepFromJson(j);
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.status().message(), Catch::Contains(std::string("step.") + key + ": expected a string"));
+  }
+  auto st = sim::RankStepFromJson(json{{"param", "w"}});
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.status().message(), Catch::Contains("step.op: missing"));
+  st = sim::RankStepFromJson(json{{"op", "patch"}, {"source", "w"}, {"indices", 3}});
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.status().message(), Catch::Contains("step.indices: expected an array"));
+  auto o = sim::CommitOptionsFromJson(json{{"expect_version", 5}});
+  REQUIRE_FALSE(o.ok());
+  CHECK_THAT(o.status().message(), Catch::Contains("commit.options.expect_version"));
+  o = sim::CommitOptionsFromJson(json{{"expect_version", ""}});
+  CHECK_FALSE(o.ok());
+  o = sim::CommitOptionsFromJson(json{{"expect_version", "v"}, {"expect_rank_digests", "x"}});
+  REQUIRE_FALSE(o.ok());
+  CHECK_THAT(o.status().message(), Catch::Contains("commit.options.expect_rank_digests"));
+  o = sim::CommitOptionsFromJson(json{{"expect_version", "v"}, {"expect_rank_digests", {"a"}}});
+  REQUIRE(o.ok());
+  CHECK(*o->expect_version == "v");
+}
+
 TEST_CASE("RankRequestsWithUnknownFieldsAreRefusedNamingThem", "[net]") {
   testing::TempDir d;
   ParticipantOptions o;

@@ -741,6 +741,51 @@ TEST_CASE("CertificateMutualTlsCommitsAndRefusesUntrustedPeers", "[tcp][tls]") {
   CHECK(bad.status().message().find("--tls-key") != std::string::npos);
 }
 
+TEST_CASE("ExpiredOwnCertificateIsRefusedAtStartAndARefusedClientCertificateIsNamed",
+          "[tcp][tls]") {
+  if (!HaveOpensslCli()) {
+    WARN("openssl CLI not installed: certificate test skipped");
+    return;
+  }
+  TestPki pki;
+  REQUIRE(pki.ok);
+  const std::string d = pki.dir.path();
+  // -days -1: notAfter one day before now.
+  REQUIRE(std::system(("openssl x509 -req -in " + d + "/coordinator.csr -CA " + d +
+                       "/ca.pem -CAkey " + d + "/ca.key -days -1 -out " + d +
+                       "/expired.pem > /dev/null 2>&1")
+                          .c_str()) == 0);
+  TcpTransportOptions expired;
+  expired.secret = kSecret;
+  expired.tls = {d + "/expired.pem", d + "/coordinator.key", d + "/ca.pem"};
+  auto bad = TcpTransport::Listen(expired);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().code() == ErrorCode::kInvalidArgument);
+  CHECK(bad.status().message().find("expired.pem' expired on") != std::string::npos);
+  // A rank that trusts the coordinator but whose own certificate the CA did not sign learns
+  // it from the server's alert after its side of the TLS 1.3 handshake: an authentication
+  // error saying so, not a crash.
+  TcpTransportOptions to;
+  to.tls = pki.coordinator;
+  Rig rig(1, 0, to);
+  ParticipantOptions po;
+  po.rank = 0;
+  po.journal_dir = rig.dir.sub("rank-0");
+  po.kernel_identity = "k1";
+  rig.parts.push_back(Participant::Open(po, rig.manifest).value());
+  RankAgentOptions ao;
+  ao.coordinator_port = rig.transport->port();
+  ao.rank = 0;
+  ao.secret = kSecret;
+  ao.tls = {d + "/rogue.pem", d + "/rogue.key", d + "/ca.pem"};
+  ao.backoff_max = milliseconds(100);
+  auto rogue = TcpRankAgent::Start(ao, rig.parts[0].get()).value();
+  CHECK_FALSE(rig.transport->WaitForRanks({0}, milliseconds(500)));
+  const Status last = rogue->state().last_error;
+  CHECK(last.code() == ErrorCode::kInvalidArgument);
+  CHECK(last.message().find("refused this end's certificate") != std::string::npos);
+}
+
 TEST_CASE("ConcurrentPrepareOverTcpCostsOneTimeoutForThreeSilentRanks", "[tcp]") {
   Rig rig(5, 5, {}, milliseconds(300));
   REQUIRE(rig.coord->Begin(Full("t1")).status.ok());

@@ -326,6 +326,23 @@ def test_LandingErrorsNameTheRegion(tmp_path, tiny_llama_config):
     assert any(m["param"] == qkv and m["shard"] == "k" for m in out["votes"][0]["missing"])
 
 
+def test_MalformedBoxEmptyExpectVersionAndNegativeRankAreErrorsNamingThem(tmp_path, tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    qkv = "model.layers.0.self_attn.qkv_proj.weight"
+    c.begin("tx1")
+    for box in ("abc", [[0, 1, 2]], [[0]], 5):
+        with pytest.raises(wtx.Error) as e:
+            ps[0].reserve(qkv, box=box)
+        assert e.value.code == "INVALID_ARGUMENT" and "box" in e.value.message, box
+    with pytest.raises(wtx.Error) as e:
+        c.commit("tx1", expect_version="")
+    assert e.value.code == "INVALID_ARGUMENT" and "expect_version" in e.value.message
+    c.abort("tx1")
+    with pytest.raises(wtx.Error) as e:
+        wtx.Participant.open(str(tmp_path / "neg"), ms[0], rank=-1, kernel_identity="k1")
+    assert e.value.code == "INVALID_ARGUMENT" and "rank -1" in e.value.message
+
+
 def test_VerifierFindsStrayWriteAndReattachRestoresServing(tmp_path, tiny_llama_config):
     ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
     sources = hf_sources(ms)

@@ -59,6 +59,15 @@ int RunControl(const std::string& address, const std::string& secret_file,
 
 }  // namespace
 
+CLI::Validator HostPortCheck() {
+  return CLI::Validator(
+      [](std::string& s) {
+        auto hp = net::ParseHostPort(s);
+        return hp.ok() ? std::string() : hp.status().message();
+      },
+      "HOST:PORT");
+}
+
 void RegisterControlCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("control", "One control call to a wtx coordinator or rank");
   auto address = std::make_shared<std::string>();

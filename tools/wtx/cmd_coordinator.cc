@@ -113,6 +113,7 @@ int RunCoordinator(const CoordinatorArgs& a) {
   if (!a.defer_recovery) recovery.Start(a.ranks, milliseconds(a.startup_wait_ms));
   int sig = 0;
   sigwait(&stop_signals, &sig);
+  recovery.RequestStop();  // a startup wait cut short by the shutdown is no missing rank
   // Every blocking wait ends within a second: the startup wait and WaitForRanks calls return,
   // and calls in flight (prepare, decide, recover) fail at once on their closed connections.
   t.Shutdown();
@@ -127,6 +128,7 @@ void RegisterCoordinatorCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("coordinator", "Run a coordinator on the TCP transport");
   auto a = std::make_shared<CoordinatorArgs>();
   cmd->add_option("--listen", a->listen, "HOST:PORT to listen on (port 0: any free port)")
+      ->check(HostPortCheck())
       ->capture_default_str();
   cmd->add_option("--journal", a->journal, "Coordinator journal directory")->required();
   cmd->add_option("--secret-file", a->secret_file, "File holding the shared secret")->required();

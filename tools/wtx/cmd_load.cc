@@ -26,6 +26,7 @@ struct LoadArgs {
   std::string hf_config;
   int tp = 1;
   std::string dtype;
+  bool dtype_given = false;  // --dtype "" is an unknown dtype, not the default
   std::string journal_dir;
   std::string transport = "inproc";
   bool expect_version = false;
@@ -46,7 +47,7 @@ Result<CheckpointLoadRequest> Request(const LoadArgs& a) {
   r.hf_config = a.hf_config;
   r.tp = a.tp;
   r.expect_version = a.expect_version;
-  if (!a.dtype.empty()) {
+  if (a.dtype_given) {
     auto d = DTypeFromName(a.dtype);
     if (!d) {
       return Status::InvalidArgument("--dtype: unknown '" + a.dtype +
@@ -136,8 +137,13 @@ void AddCommon(CLI::App* cmd, LoadArgs& a) {
   cmd->add_option("--hf-config", a.hf_config, "the model's config.json")->required();
   cmd->add_option("--tp", a.tp, "tensor-parallel degree (ranks)")
       ->check(RankCountRange())
-      ->capture_default_str();
-  cmd->add_option("--dtype", a.dtype,
+      ->required();
+  cmd->add_option_function<std::string>(
+      "--dtype",
+      [&a](const std::string& v) {
+        a.dtype = v;
+        a.dtype_given = true;
+      },
                   "live dtype (default: the config's torch_dtype, as vLLM's dtype=auto); "
                   "checkpoint tensors are converted only when exact "
                   "(bf16/f16/fp8_e4m3 -> f32, fp8_e4m3 -> bf16/f16, i8/u8 -> i32)");

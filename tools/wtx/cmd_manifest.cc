@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "src/util/file_util.h"
 #include "tools/wtx/commands.h"
 #include "wtx/hf_manifest.h"
 
@@ -182,11 +183,9 @@ int RunManifest(const ManifestArgs& a) {
     }
     options.dtype = *dt;
   }
-  std::ifstream in(a.hf_config, std::ios::binary);
-  if (!in) return Fail("--hf-config: cannot open '" + a.hf_config + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  const json config = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  auto text = ReadRegularFile(a.hf_config);
+  if (!text.ok()) return Fail("--hf-config: " + text.status().message());
+  const json config = json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded()) return Fail("--hf-config: '" + a.hf_config + "' is not valid JSON");
   auto m = ManifestFromHfConfig(config, options);
   if (!m.ok()) return Fail(CliMessage(m.status()));

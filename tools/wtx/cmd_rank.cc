@@ -23,6 +23,7 @@
 #include "src/net/control_service.h"
 #include "src/net/rank_agent_hooks.h"
 #include "src/testing/armed_crash_point.h"
+#include "src/util/file_util.h"
 #include "src/testing/fault_injection_fs.h"
 #include "src/testing/slow_sync_fs.h"
 #include "src/txn/test_hooks.h"
@@ -63,11 +64,9 @@ int FailRank(const Status& s) { return sim::FailToStart("rank", s); }
 
 Result<ManifestPtr> LoadManifest(const RankArgs& a) {
   if (!a.manifest.empty()) {
-    std::ifstream in(a.manifest);
-    if (!in) return Status::InvalidArgument("cannot read manifest '" + a.manifest + "'");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ParseManifestText(ss.str());
+    auto text = ReadRegularFile(a.manifest);
+    if (!text.ok()) return Status::InvalidArgument("cannot read manifest: " + text.status().message());
+    return ParseManifestText(text.value());
   }
   HfManifestOptions o;
   o.tp = a.tp;
@@ -166,7 +165,9 @@ int RunRank(const RankArgs& a) {
 void RegisterRankCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("rank", "Run one participant rank on the TCP transport");
   auto a = std::make_shared<RankArgs>();
-  cmd->add_option("--connect", a->connect, "Coordinator HOST:PORT")->required();
+  cmd->add_option("--connect", a->connect, "Coordinator HOST:PORT")
+      ->required()
+      ->check(HostPortCheck());
   cmd->add_option("--rank", a->rank, "This rank's id")->required()->check(RankIdRange());
   cmd->add_option("--journal", a->journal, "Journal directory of this rank")->required();
   cmd->add_option("--secret-file", a->secret_file, "File holding the shared secret")->required();
@@ -187,7 +188,8 @@ void RegisterRankCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0, 256))
       ->capture_default_str();
   cmd->add_option("--control", a->control,
-                  "Serve the control protocol on HOST:PORT (port 0: any free port)");
+                  "Serve the control protocol on HOST:PORT (port 0: any free port)")
+      ->check(HostPortCheck());
   cmd->add_option("--backoff-max-ms", a->backoff_max_ms, "Longest reconnect backoff")
       ->check(TimeoutMsRange())
       ->capture_default_str();

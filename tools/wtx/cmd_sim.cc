@@ -10,6 +10,7 @@
 #include "src/conformance/scenario.h"
 #include "src/conformance/simulator.h"
 #include "src/conformance/tcp_simulator.h"
+#include "src/util/file_util.h"
 #include "tools/wtx/commands.h"
 
 namespace wtx::cli {
@@ -35,12 +36,14 @@ int RunSim(const std::string& path, std::string journal_dir, const std::string& 
   }
   nlohmann::json expect;
   if (!expect_path.empty()) {
-    std::ifstream in(expect_path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    expect = nlohmann::json::parse(ss.str(), nullptr, false);
-    if (!in || expect.is_discarded()) {
-      std::cerr << "wtx sim: cannot read expectations " << expect_path << "\n";
+    auto text = ReadRegularFile(expect_path);
+    if (!text.ok()) {
+      std::cerr << "wtx sim: cannot read expectations: " << text.status().message() << "\n";
+      return 2;
+    }
+    expect = nlohmann::json::parse(text.value(), nullptr, false);
+    if (expect.is_discarded()) {
+      std::cerr << "wtx sim: expectations " << expect_path << " are not valid JSON\n";
       return 2;
     }
   }

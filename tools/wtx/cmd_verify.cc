@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/net/control.h"
+#include "src/util/file_util.h"
 #include "tools/wtx/commands.h"
 #include "wtx/live_verify.h"
 
@@ -38,14 +39,6 @@ struct VerifyArgs {
   bool reattach = false;
   bool json = false;
 };
-
-Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IOError("cannot open " + path);
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return Status::IOError("cannot read " + path);
-  return s;
-}
 
 int RunVerifyRank(const VerifyArgs& a) {
   auto fail = [](const Status& s) {
@@ -83,11 +76,13 @@ int RunVerify(const VerifyArgs& a) {
     return fail(Status::InvalidArgument(
         "give a journal DIR with --image and --manifest, or a running rank with --rank"));
   }
-  auto mtext = ReadFile(a.manifest);
+  auto mtext = ReadRegularFile(a.manifest);
   if (!mtext.ok()) return fail(mtext.status());
   auto manifest = ParseManifestText(mtext.value());
   if (!manifest.ok()) return fail(manifest.status());
-  auto image = ReadFile(a.image);
+  // An image holds exactly the manifest's bytes: a longer file is refused unread.
+  auto image =
+      ReadRegularFile(a.image, static_cast<size_t>(manifest.value()->TotalBytes()));
   if (!image.ok()) return fail(image.status());
   const std::string& bytes = image.value();
   auto r = VerifyImage(*manifest.value(),

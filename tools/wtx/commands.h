@@ -22,6 +22,8 @@ inline CLI::Range FrameBytesRange() {
                     static_cast<int64_t>(kMaxFrameBytesLimit));
 }
 inline CLI::Range ByteBudgetRange() { return CLI::Range(int64_t{0}, INT64_MAX); }
+// HOST:PORT flags (port 0 .. 65535), refused naming the flag like a numeric range.
+CLI::Validator HostPortCheck();
 
 void RegisterSimCommand(CLI::App& app, int* exit_code);
 void RegisterJournalCommands(CLI::App& app, int* exit_code);  // log, show, status, replay, check
