@@ -50,8 +50,10 @@ std::vector<uint64_t> ChunkHashPool::Hash(const Job& job) {
 
 void ChunkHashPool::RunOne(std::unique_lock<std::mutex>& l) {
   assert(!queue_.empty() && "RunOne needs a queued job");
-  Job job = queue_.front();
-  queue_.pop_front();
+  // Newest first: the bytes landed last are the likeliest to be still in cache (the engine's
+  // next transfer evicts the older ones first).
+  Job job = queue_.back();
+  queue_.pop_back();
   ++running_;
   l.unlock();
   std::vector<uint64_t> digests = Hash(job);
