@@ -1,8 +1,8 @@
 // Issue 14 items 3, 6, 7: Participant::WriteSource, expected versions (ComputeExpectedVersion,
 // CommitOptions::expect_version, scenario expect_version and ranks[].digest), the safetensors
 // reader, and `wtx load` / `wtx expect` (library and CLI, both transports).
-#include <catch2/catch.hpp>
 #include <sys/stat.h>
+#include <catch2/catch.hpp>
 
 #include <array>
 #include <cmath>
@@ -299,8 +299,8 @@ TEST_CASE("DuplicateSafetensorsTensorNameIsRejectedNamingIt") {
 }
 
 TEST_CASE("SafetensorsDtypeThatIsNotAStringIsNamedAsSuch") {
-  Status s = HeaderError(FileBytes(
-      {{"t", {{"dtype", 5}, {"shape", {1}}, {"data_offsets", {0, 4}}}}}, "abcd"));
+  Status s = HeaderError(
+      FileBytes({{"t", {{"dtype", 5}, {"shape", {1}}, {"data_offsets", {0, 4}}}}}, "abcd"));
   CHECK(s.message().find("tensor 't': dtype 5 is not a string") != std::string::npos);
 }
 

@@ -361,8 +361,8 @@ TEST_CASE("JournalNamesEveryMissingShardOfAVote") {
 TEST_CASE("HostPortFlagsThatAreNotHostPortExitTwoNamingTheFlag") {
   TempDir d;
   std::ofstream(d.sub("secret")) << "0123456789abcdef0123456789abcdef";
-  std::filesystem::permissions(d.sub("secret"), std::filesystem::perms::owner_read |
-                                                    std::filesystem::perms::owner_write);
+  std::filesystem::permissions(
+      d.sub("secret"), std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   const std::string common = " --secret-file " + d.sub("secret");
   Run r = Sh(Wtx() + " coordinator --listen 127.0.0.1:99999 --ranks 1 --journal " + d.sub("c") +
              common);
@@ -383,12 +383,12 @@ TEST_CASE("HostPortFlagsThatAreNotHostPortExitTwoNamingTheFlag") {
 TEST_CASE("CoordinatorStoppedDuringItsStartupWaitDoesNotReportMissingRanks") {
   TempDir d;
   std::ofstream(d.sub("secret")) << "0123456789abcdef0123456789abcdef";
-  std::filesystem::permissions(d.sub("secret"), std::filesystem::perms::owner_read |
-                                                    std::filesystem::perms::owner_write);
-  Run r = Sh("(" + Wtx() + " coordinator --listen 127.0.0.1:0 --ranks 2 --startup-wait-ms 60000" +
-             " --journal " + d.sub("c") + " --secret-file " + d.sub("secret") + " 2>" +
-             d.sub("err") + " >/dev/null & p=$!; sleep 0.3; kill -TERM $p; wait $p); cat " +
-             d.sub("err"));
+  std::filesystem::permissions(
+      d.sub("secret"), std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  Run r =
+      Sh("(" + Wtx() + " coordinator --listen 127.0.0.1:0 --ranks 2 --startup-wait-ms 60000" +
+         " --journal " + d.sub("c") + " --secret-file " + d.sub("secret") + " 2>" + d.sub("err") +
+         " >/dev/null & p=$!; sleep 0.3; kill -TERM $p; wait $p); cat " + d.sub("err"));
   CHECK(r.code == 0);
   CHECK(r.out.find("not every rank connected") == std::string::npos);
 }

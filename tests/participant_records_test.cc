@@ -10,11 +10,11 @@
 #include "journal/history.h"
 #include "journal/journal.h"
 #include "journal/record.h"
-#include "src/util/cbor_writer.h"
-#include "src/util/hash_util.h"
 #include "src/txn/coordinator_records.h"
 #include "src/txn/participant_records.h"
 #include "src/txn/participant_state.h"
+#include "src/util/cbor_writer.h"
+#include "src/util/hash_util.h"
 #include "tests/test_util.h"
 #include "wtx/participant.h"
 
@@ -285,8 +285,11 @@ TEST_CASE("DirectCborEncodingIsByteIdenticalToTheJsonForm") {
   neg.decision = Decision::kAbort;
   neg.ts = -300;
   samples.push_back(neg);
-  ChunksRecord chunks{std::string(23, 'c'), 1 << 20, {0, 24, 255, 256, 65536, int64_t{1} << 33},
-                      std::vector<uint8_t>(70000, 0x5a), INT64_MIN};
+  ChunksRecord chunks{std::string(23, 'c'),
+                      1 << 20,
+                      {0, 24, 255, 256, 65536, int64_t{1} << 33},
+                      std::vector<uint8_t>(70000, 0x5a),
+                      INT64_MIN};
   samples.push_back(chunks);
   PreparedRecord yes;
   yes.tx = "t";
@@ -319,8 +322,8 @@ TEST_CASE("DirectCborEncodingIsByteIdenticalToTheJsonForm") {
   st.loaded = true;
   st.txs = int64_t{1} << 32;
   states.push_back(st);
-  for (std::optional<bool> vote : {std::optional<bool>(), std::optional<bool>(true),
-                                   std::optional<bool>(false)}) {
+  for (std::optional<bool> vote :
+       {std::optional<bool>(), std::optional<bool>(true), std::optional<bool>(false)}) {
     st.active = ActiveTxState{"t2", TxKind::kDelta, "v1", {"a", "b"}, {"q_proj"}, true, true,
                               true, vote,           "d2", true,       false,      true};
     states.push_back(st);
@@ -350,8 +353,8 @@ TEST_CASE("StateAppendedAsCborReadsBackAsItsJson") {
     std::vector<JournalRecord> recs;
     REQUIRE(replay.Apply(CreateRecord{2, "fp", 0}, 1).ok());
     recs.emplace_back(Encode(CreateRecord{2, "fp", 0}));
-    REQUIRE(j.value()->Append(std::move(recs), EncodeParticipantStateCbor(*replay.state()), true)
-                .ok());
+    REQUIRE(
+        j.value()->Append(std::move(recs), EncodeParticipantStateCbor(*replay.state()), true).ok());
     REQUIRE(replay.Apply(Begin("t1", TxKind::kFull), 2).ok());
     const ParticipantState st = *replay.state();
     recs.clear();
@@ -369,10 +372,9 @@ TEST_CASE("StateAppendedAsCborReadsBackAsItsJson") {
 }
 
 TEST_CASE("CborMapEncodesEverySizeClassAsNlohmann") {
-  const std::vector<int64_t> ints = {0,      1,          23,         24,        255,
-                                     256,    65535,      65536,      UINT32_MAX, int64_t{1} << 32,
-                                     INT64_MAX, -1,      -24,        -25,       -256,
-                                     -257,   -65536,     -65537,     INT32_MIN, INT64_MIN};
+  const std::vector<int64_t> ints = {
+      0,         1,  23,  24,  255,  256,  65535,  65536,  UINT32_MAX, int64_t{1} << 32,
+      INT64_MAX, -1, -24, -25, -256, -257, -65536, -65537, INT32_MIN,  INT64_MIN};
   for (int64_t v : ints) {
     INFO(v);
     CHECK(CborMap().Int("k", v).Encode() == ToCbor(json{{"k", v}}));

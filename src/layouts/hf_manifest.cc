@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "src/layouts/hf_builder.h"
-#include "src/util/file_util.h"
 #include "src/layouts/hf_families.h"
+#include "src/util/file_util.h"
 
 namespace wtx {
 

@@ -491,8 +491,8 @@ Status ReadError(const boost::system::error_code& ec) {
 // end (its certificate untrusted, expired or missing): an authentication failure, not a crash.
 Status ClientReadFailed(const std::string& address, const Status& s) {
   if (s.code() == ErrorCode::kIOError && s.message().rfind(kTlsAlertPrefix, 0) == 0) {
-    return Status::InvalidArgument("TLS handshake with " + address + " failed: " +
-                                   s.message().substr(kTlsAlertPrefix.size()) +
+    return Status::InvalidArgument("TLS handshake with " + address +
+                                   " failed: " + s.message().substr(kTlsAlertPrefix.size()) +
                                    " (the peer refused this end's certificate: untrusted, "
                                    "expired or missing)");
   }
@@ -556,10 +556,11 @@ class ServerHandshake : public std::enable_shared_from_this<ServerHandshake> {
     socket_->async_handshake(ssl::stream_base::server, [self](const boost::system::error_code& ec) {
       if (self->done_) return;
       if (ec) {
-        return self->Refuse("TLS handshake failed: " + TlsErrorText(ec, self->socket_->native_handle()) +
-                                " (wrong secret, or an untrusted or "
-                                "missing certificate)",
-                            "");
+        return self->Refuse(
+            "TLS handshake failed: " + TlsErrorText(ec, self->socket_->native_handle()) +
+                " (wrong secret, or an untrusted or "
+                "missing certificate)",
+            "");
       }
       self->Hello();
     });
@@ -713,8 +714,8 @@ class ClientHandshake : public std::enable_shared_from_this<ClientHandshake> {
                   // Refused by the peer's TLS (wrong secret, untrusted certificate) or it
                   // failed ours: worth a line, like any refusal.
                   return self->Finish(Status::InvalidArgument(
-                      "TLS handshake with " + self->address_ + " failed: " +
-                      TlsErrorText(hec, self->socket_->native_handle()) +
+                      "TLS handshake with " + self->address_ +
+                      " failed: " + TlsErrorText(hec, self->socket_->native_handle()) +
                       " (wrong secret, or an untrusted or missing certificate)"));
                 }
                 AsyncReadFrame(*self->socket_, kMaxHandshakeFrameBytes, self->buf_,

@@ -29,7 +29,8 @@ Result<std::string> StrField(const json& j, const char* key, const std::string& 
                              const std::string& where) {
   auto it = j.find(key);
   if (it == j.end()) return dflt;
-  if (!it->is_string()) return Status::InvalidArgument(FieldPath(where, key) + ": expected a string");
+  if (!it->is_string())
+    return Status::InvalidArgument(FieldPath(where, key) + ": expected a string");
   return it->get<std::string>();
 }
 
@@ -166,8 +167,8 @@ Result<CommitOptions> CommitOptionsFromJson(const json& j) {
       o.expect_version = v->get<std::string>();
     }
     if (auto d = j.find("expect_rank_digests"); d != j.end() && !d->is_null()) {
-      if (!d->is_array() || !std::all_of(d->begin(), d->end(),
-                                         [](const json& x) { return x.is_string(); })) {
+      if (!d->is_array() ||
+          !std::all_of(d->begin(), d->end(), [](const json& x) { return x.is_string(); })) {
         return Status::InvalidArgument(
             "commit.options.expect_rank_digests: expected an array of digest strings");
       }

@@ -109,7 +109,8 @@ std::string TlsErrorText(const boost::system::error_code& ec) {
 std::string TlsErrorText(const boost::system::error_code& ec, const SSL* ssl) {
   std::string m = TlsErrorText(ec);
   const long v = ssl ? SSL_get_verify_result(ssl) : X509_V_OK;
-  if (v != X509_V_OK) m += " (peer certificate: " + std::string(X509_verify_cert_error_string(v)) + ")";
+  if (v != X509_V_OK)
+    m += " (peer certificate: " + std::string(X509_verify_cert_error_string(v)) + ")";
   return m;
 }
 
@@ -150,8 +151,7 @@ Result<std::shared_ptr<ssl::context>> MakeTlsContext(bool server, const std::str
                                        AsnTimeText(X509_get0_notAfter(own)));
       }
       if (X509_cmp_current_time(X509_get0_notBefore(own)) > 0) {
-        return Status::InvalidArgument("TLS certificate '" + files.cert +
-                                       "' is not valid before " +
+        return Status::InvalidArgument("TLS certificate '" + files.cert + "' is not valid before " +
                                        AsnTimeText(X509_get0_notBefore(own)));
       }
     }

@@ -415,9 +415,8 @@ Status ParticipantImpl::AppendRecords(std::vector<ParticipantRecord> records,
                                       std::optional<ParticipantRecord> last, bool sync) {
   // The new state by the rules replay uses (a record's seq is assigned by the journal: 0 here).
   // A brand-new journal starts from none (its CREATE record makes the state).
-  ParticipantReplay replay(journal_->last_seq() == 0
-                               ? std::nullopt
-                               : std::optional<ParticipantState>(state_));
+  ParticipantReplay replay(journal_->last_seq() == 0 ? std::nullopt
+                                                     : std::optional<ParticipantState>(state_));
   if (last) records.push_back(std::move(*last));
   std::vector<JournalRecord> encoded;
   encoded.reserve(records.size());

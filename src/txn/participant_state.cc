@@ -106,9 +106,7 @@ M StateFields(const ParticipantState& s) {
 
 }  // namespace
 
-json EncodeParticipantState(const ParticipantState& s) {
-  return StateFields<JsonMap>(s).Take();
-}
+json EncodeParticipantState(const ParticipantState& s) { return StateFields<JsonMap>(s).Take(); }
 
 CborMap EncodeParticipantStateCbor(const ParticipantState& s) { return StateFields<CborMap>(s); }
 

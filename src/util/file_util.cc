@@ -18,7 +18,8 @@ Result<std::string> ReadRegularFile(const std::string& path, size_t max_bytes) {
     ~FdCloser() { ::close(fd); }
   } closer{fd};
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return Status::IOError(path + ": cannot stat: " + std::strerror(errno));
+  if (::fstat(fd, &st) != 0)
+    return Status::IOError(path + ": cannot stat: " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) {
     return Status::InvalidArgument(path + ": not a regular file" +
                                    (S_ISDIR(st.st_mode) ? std::string(" (a directory)") : ""));

@@ -22,7 +22,6 @@ inline constexpr size_t kMaxJsonFileBytes = size_t{1} << 30;
 // file"), and a file longer than `max_bytes` ("PATH: N bytes, more than the limit of M"),
 // never reading more than max_bytes + 1 bytes whatever the file does meanwhile. IO_ERROR when
 // it cannot be opened or read (the message names the path and the reason).
-Result<std::string> ReadRegularFile(const std::string& path,
-                                    size_t max_bytes = kMaxJsonFileBytes);
+Result<std::string> ReadRegularFile(const std::string& path, size_t max_bytes = kMaxJsonFileBytes);
 
 }  // namespace wtx

@@ -124,7 +124,8 @@ TEST_CASE("ControlStepAndCommitFieldsOfTheWrongTypeAreRefusedNamingThem", "[net]
     j[key] = 5;
     auto st = sim::RankStepFromJson(j);
     REQUIRE_FALSE(st.ok());
-    CHECK_THAT(st.status().message(), Catch::Contains(std::string("step.") + key + ": expected a string"));
+    CHECK_THAT(st.status().message(),
+               Catch::Contains(std::string("step.") + key + ": expected a string"));
   }
   auto st = sim::RankStepFromJson(json{{"param", "w"}});
   REQUIRE_FALSE(st.ok());

@@ -751,10 +751,10 @@ TEST_CASE("ExpiredOwnCertificateIsRefusedAtStartAndARefusedClientCertificateIsNa
   REQUIRE(pki.ok);
   const std::string d = pki.dir.path();
   // -days -1: notAfter one day before now.
-  REQUIRE(std::system(("openssl x509 -req -in " + d + "/coordinator.csr -CA " + d +
-                       "/ca.pem -CAkey " + d + "/ca.key -days -1 -out " + d +
-                       "/expired.pem > /dev/null 2>&1")
-                          .c_str()) == 0);
+  REQUIRE(
+      std::system(("openssl x509 -req -in " + d + "/coordinator.csr -CA " + d + "/ca.pem -CAkey " +
+                   d + "/ca.key -days -1 -out " + d + "/expired.pem > /dev/null 2>&1")
+                      .c_str()) == 0);
   TcpTransportOptions expired;
   expired.secret = kSecret;
   expired.tls = {d + "/expired.pem", d + "/coordinator.key", d + "/ca.pem"};

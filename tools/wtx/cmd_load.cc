@@ -144,9 +144,9 @@ void AddCommon(CLI::App* cmd, LoadArgs& a) {
         a.dtype = v;
         a.dtype_given = true;
       },
-                  "live dtype (default: the config's torch_dtype, as vLLM's dtype=auto); "
-                  "checkpoint tensors are converted only when exact "
-                  "(bf16/f16/fp8_e4m3 -> f32, fp8_e4m3 -> bf16/f16, i8/u8 -> i32)");
+      "live dtype (default: the config's torch_dtype, as vLLM's dtype=auto); "
+      "checkpoint tensors are converted only when exact "
+      "(bf16/f16/fp8_e4m3 -> f32, fp8_e4m3 -> bf16/f16, i8/u8 -> i32)");
   cmd->add_flag("--json", a.json, "print JSON");
 }
 

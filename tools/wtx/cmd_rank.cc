@@ -23,10 +23,10 @@
 #include "src/net/control_service.h"
 #include "src/net/rank_agent_hooks.h"
 #include "src/testing/armed_crash_point.h"
-#include "src/util/file_util.h"
 #include "src/testing/fault_injection_fs.h"
 #include "src/testing/slow_sync_fs.h"
 #include "src/txn/test_hooks.h"
+#include "src/util/file_util.h"
 #include "tools/wtx/commands.h"
 #include "wtx/hf_manifest.h"
 #include "wtx/participant.h"
@@ -65,7 +65,8 @@ int FailRank(const Status& s) { return sim::FailToStart("rank", s); }
 Result<ManifestPtr> LoadManifest(const RankArgs& a) {
   if (!a.manifest.empty()) {
     auto text = ReadRegularFile(a.manifest);
-    if (!text.ok()) return Status::InvalidArgument("cannot read manifest: " + text.status().message());
+    if (!text.ok())
+      return Status::InvalidArgument("cannot read manifest: " + text.status().message());
     return ParseManifestText(text.value());
   }
   HfManifestOptions o;

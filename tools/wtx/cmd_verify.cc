@@ -81,8 +81,7 @@ int RunVerify(const VerifyArgs& a) {
   auto manifest = ParseManifestText(mtext.value());
   if (!manifest.ok()) return fail(manifest.status());
   // An image holds exactly the manifest's bytes: a longer file is refused unread.
-  auto image =
-      ReadRegularFile(a.image, static_cast<size_t>(manifest.value()->TotalBytes()));
+  auto image = ReadRegularFile(a.image, static_cast<size_t>(manifest.value()->TotalBytes()));
   if (!image.ok()) return fail(image.status());
   const std::string& bytes = image.value();
   auto r = VerifyImage(*manifest.value(),
