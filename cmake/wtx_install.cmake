@@ -23,6 +23,12 @@ foreach(t wtx_gpu wtx_nccl)
   endif()
 endforeach()
 
+if(BUILD_SHARED_LIBS)
+  # The installed libraries find each other (libwtx_kernels needs libwtx_gpu) wherever the
+  # prefix is: a RUNPATH is not inherited from the executable that loads them.
+  set_target_properties(${wtx_installed_libraries} PROPERTIES INSTALL_RPATH "$ORIGIN")
+endif()
+
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/wtx" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}"
         COMPONENT wtx_development FILES_MATCHING PATTERN "*.h")
 install(TARGETS ${wtx_installed_libraries} EXPORT wtxTargets
