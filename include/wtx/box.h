@@ -43,6 +43,8 @@ Box Intersect(const Box& a, const Box& b);
 bool Overlaps(const Box& a, const Box& b);
 // "[[0, 32], [0, 16]]"
 std::string BoxToString(const Box& box);
+// "[2, 128, 64]"
+std::string ShapeToString(const Shape& shape);
 
 // Calls fn(flat_begin, length) for each maximal run of consecutive row-major flat indices (in a
 // tensor of `shape`) that `box` covers, in increasing order.

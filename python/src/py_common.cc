@@ -14,15 +14,6 @@ py::object& ErrorType() {
   return *type;
 }
 
-std::string ShapeString(const Shape& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i) out += ", ";
-    out += std::to_string(s[i]);
-  }
-  return out + "]";
-}
-
 Shape DropLeadingOnes(const Shape& s) {
   size_t i = 0;
   while (i + 1 < s.size() && s[i] == 1) ++i;
@@ -165,8 +156,8 @@ void CheckTensor(const TensorInfo& t, DType dtype, const Shape& shape, const std
                  what + " has dtype " + t.dtype_name + ", expected " + DTypeLabel(dtype)));
   }
   if (DropLeadingOnes(t.shape) != DropLeadingOnes(shape)) {
-    Raise(Status(ErrorCode::kBadWrite,
-                 what + " has shape " + ShapeString(t.shape) + ", expected " + ShapeString(shape)));
+    Raise(Status(ErrorCode::kBadWrite, what + " has shape " + ShapeToString(t.shape) +
+                                           ", expected " + ShapeToString(shape)));
   }
   if (!t.contiguous) {
     Raise(

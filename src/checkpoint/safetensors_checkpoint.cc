@@ -130,7 +130,7 @@ class CheckpointImpl : public SafetensorsCheckpoint {
     }
     if (!duplicate.empty()) {
       std::string path;
-      for (const std::string& k : duplicate) path += (path.empty() ? "" : ".") + k;
+      for (const std::string& k : duplicate) path = FieldPath(path, k);
       return Status::InvalidArgument(index_path + ": '" + path + "' given twice");
     }
     if (j.is_discarded() || !j.is_object()) {
@@ -218,14 +218,9 @@ Status CheckTensorAgainstManifest(const CheckpointTensor& tensor, const Manifest
   std::optional<Shape> want = manifest.SourceShape(tensor.name);
   if (!want) return Status::OK();  // this rank does not read it
   if (*want != tensor.shape) {
-    auto dims = [](const Shape& s) {
-      std::string t = "[";
-      for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-      return t + "]";
-    };
     return Status::InvalidArgument(tensor.file + ": tensor '" + tensor.name + "' has shape " +
-                                   dims(tensor.shape) + ", the manifest's source_shape is " +
-                                   dims(*want));
+                                   ShapeToString(tensor.shape) +
+                                   ", the manifest's source_shape is " + ShapeToString(*want));
   }
   return Status::OK();
 }

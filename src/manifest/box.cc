@@ -68,6 +68,12 @@ bool Overlaps(const Box& a, const Box& b) {
   return a.size() == b.size() && !BoxIsEmpty(Intersect(a, b));
 }
 
+std::string ShapeToString(const Shape& shape) {
+  std::string r = "[";
+  for (size_t i = 0; i < shape.size(); ++i) r += (i ? ", " : "") + std::to_string(shape[i]);
+  return r + "]";
+}
+
 std::string BoxToString(const Box& box) {
   std::string s = "[";
   for (size_t i = 0; i < box.size(); ++i) {

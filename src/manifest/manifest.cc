@@ -33,12 +33,6 @@ std::optional<Phase> PhaseFromName(std::string_view s) {
   return std::nullopt;
 }
 
-std::string ShapeToString(const Shape& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 Status Invalid(const std::string& where, const std::string& what) {
   return Status::InvalidArgument(where + ": " + what);
 }
