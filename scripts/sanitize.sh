@@ -80,11 +80,17 @@ if [ "${SANITIZE_SKIP_TSAN:-0}" != 1 ]; then
   cmake -S . -B build-tsan "${common[@]}" -DWTX_SANITIZE=thread >/dev/null
   phase "build build-tsan"
   # Only the threaded tests: the libraries they link, then the tests themselves without the
-  # wtx binary every test target otherwise depends on (Makefile generator: target/fast).
+  # wtx binary every test target otherwise depends on (Makefile generator: the target's own
+  # depend and build steps; `target/fast` alone skips the depend step, so an edited test
+  # source would not be recompiled in an existing build-tsan).
   tsan_tests=(participant_concurrency_test tcp_transport_test)
   build_existing build-tsan wtx_core wtx_kernels wtx_testing wtx_sim wtx_net wtx_test_main
   if [ -f build-tsan/Makefile ]; then
-    for t in "${tsan_tests[@]}"; do make -C build-tsan -j"$JOBS" "$t/fast" >/dev/null; done
+    for t in "${tsan_tests[@]}"; do
+      mk="tests/CMakeFiles/$t.dir/build.make"
+      make -C build-tsan -f "$mk" "tests/CMakeFiles/$t.dir/depend" >/dev/null
+      make -C build-tsan -j"$JOBS" -f "$mk" "tests/CMakeFiles/$t.dir/build" >/dev/null
+    done
   else
     build_existing build-tsan "${tsan_tests[@]}"
   fi
