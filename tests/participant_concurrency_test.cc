@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/testing/fault_injection_fs.h"
+#include "src/txn/fan_out.h"
 #include "wtx/coordinator.h"
 #include "wtx/inproc_transport.h"
 #include "wtx/participant.h"
@@ -446,4 +447,40 @@ TEST_CASE("ManyRanksCommitWhileOtherThreadsQuery") {
   for (auto& t : readers) t.join();
   CHECK(bad == 0);
   CHECK(rig.c->CommittedVersion("t2").has_value());
+}
+
+// FanOut itself (src/txn/fan_out.h): the pool the coordinator's phases run on.
+TEST_CASE("FanOutCallsEveryIndexExactlyOnceAcrossConcurrentRuns") {
+  FanOut pool(8);
+  constexpr int kCallers = 4, kRuns = 20, kN = 37;
+  std::atomic<int> bad{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c) {
+    callers.emplace_back([&] {
+      for (int run = 0; run < kRuns; ++run) {
+        std::vector<std::atomic<int>> seen(kN);
+        pool.Run(kN, [&](int i) { seen[i]++; });
+        for (auto& x : seen) {
+          if (x.load() != 1) ++bad;
+        }
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  CHECK(bad == 0);
+}
+
+TEST_CASE("FanOutNeverRunsMoreCallsAtOnceThanItsThreadsAndTheCaller") {
+  FanOut pool(3);
+  std::atomic<int> running{0}, peak{0};
+  pool.Run(20, [&](int) {
+    const int now = ++running;
+    int p = peak.load();
+    while (now > p && !peak.compare_exchange_weak(p, now)) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    --running;
+  });
+  CHECK(peak <= 3 + 1);  // the pool's threads, and the caller helping
+  CHECK(peak >= 2);      // and calls did overlap
 }
