@@ -82,6 +82,6 @@ endfunction()
 # Commit latency against rank count (docs/protocol.md, "Scale"): a benchmark, not a test.
 if(WTX_BUILD_BENCH)
   add_executable(wtx_commit_bench tools/net_bench/commit_bench.cc)
-  target_link_libraries(wtx_commit_bench PRIVATE wtx_tcp_sim)
+  target_link_libraries(wtx_commit_bench PRIVATE wtx_tcp_sim CLI11::CLI11)
   target_include_directories(wtx_commit_bench PRIVATE ${PROJECT_SOURCE_DIR})
 endif()

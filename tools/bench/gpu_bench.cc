@@ -5,6 +5,8 @@
 //            (index + value read, old value read, before + new value written) per second
 //            against peak (goal: >= 50%; random 2-byte writes make this a sector-efficiency
 //            figure as much as a bandwidth one, see docs/gpu.md).
+// Usage: wtx_gpu_bench [HASH_MIB (1..1048576, default 4096)] [SCATTER_N (1..10^9, default 10^6)];
+// an argument out of range or not a number exits 2 naming it, before the device is touched.
 // Exit 77 without a CUDA device.
 #include <cuda_runtime.h>
 
@@ -15,6 +17,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include "tools/guarded_main.h"
 #include "wtx/gpu.h"
@@ -37,13 +41,25 @@ double Seconds(const std::chrono::steady_clock::time_point& t0) {
 }  // namespace
 
 int Main(int argc, char** argv) {
+  size_t hash_mib = 4096, scatter_n = 1000000;
+  CLI::App app{"Throughput of the GPU kernels (docs/gpu.md), as one JSON object", "wtx_gpu_bench"};
+  app.add_option("HASH_MIB", hash_mib, "Bytes hashed, in MiB")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("SCATTER_N", scatter_n, "Scattered elements")
+      ->check(CLI::Range(size_t{1}, size_t{1000000000}))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   const wtx::Status probe = wtx::GpuProbe();
   if (!probe.ok()) {
     std::printf("SKIPPED: %s\n", probe.ToString().c_str());
     return 77;
   }
-  const size_t hash_bytes = (argc > 1 ? std::stoull(argv[1]) : 4096) << 20;  // MiB
-  const size_t scatter_n = argc > 2 ? std::stoull(argv[2]) : 1000000;
+  const size_t hash_bytes = hash_mib << 20;
   const int reps = 5;
 
   cudaDeviceProp prop{};

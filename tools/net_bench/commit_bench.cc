@@ -23,10 +23,15 @@
 // should barely grow with N.
 // --fan-out-threads T: the in-process coordinator's CoordinatorOptions::fan_out_threads
 // (default 256); T = 1 is the near-sequential baseline (two calls in flight).
+//
+// Flags are checked before anything runs (exit 2 naming the flag): rank counts 1..4096 in
+// process and 1..256 over TCP (each TCP rank is a process), an empty list skips that transport;
+// --repeats 1..100000; --dir an existing directory; --wtx an existing file.
 #include <dirent.h>
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -35,11 +40,14 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "src/conformance/tcp_simulator.h"
 #include "src/testing/slow_sync_fs.h"
 #include "tools/guarded_main.h"
 #include "wtx/coordinator.h"
 #include "wtx/inproc_transport.h"
+#include "wtx/limits.h"
 #include "wtx/participant.h"
 
 namespace {
@@ -82,14 +90,35 @@ int OpenFds() {
   return n - 2;
 }
 
-std::vector<int> ParseList(const std::string& s) {
-  std::vector<int> v;
+constexpr int kMaxTcpRanks = 256;  // each TCP rank is a `wtx rank` process
+
+// A comma-separated list of rank counts, each in 1..max ("" is the empty list). Returns what is
+// wrong with it, naming the element, or "" when *out holds the list.
+std::string ParseRankList(const std::string& s, int max, std::vector<int>* out) {
+  out->clear();
+  if (s.empty()) return "";
   std::stringstream ss(s);
   std::string x;
   while (std::getline(ss, x, ',')) {
-    if (!x.empty()) v.push_back(std::stoi(x));
+    int n = 0;
+    const auto [end, ec] = std::from_chars(x.data(), x.data() + x.size(), n);
+    if (ec != std::errc() || end != x.data() + x.size() || n < 1 || n > max) {
+      return "'" + x + "' is not a rank count in 1.." + std::to_string(max) +
+             " (a comma-separated list, or \"\" for none)";
+    }
+    out->push_back(n);
   }
-  return v;
+  if (s.back() == ',') return "a trailing ',' (a comma-separated list, or \"\" for none)";
+  return "";
+}
+
+CLI::Validator RankListCheck(int max) {
+  return CLI::Validator(
+      [max](std::string& s) {
+        std::vector<int> ignored;
+        return ParseRankList(s, max, &ignored);
+      },
+      "N,N,...");
 }
 
 ManifestPtr BenchManifest() {
@@ -224,35 +253,37 @@ json RunTcp(int n, int repeats, const std::string& root, const std::string& wtx,
 int Main(int argc, char** argv) {
   std::string inproc = "1,4,16,64,256,1024", tcp = "1,4,16,64", dir = "/tmp", wtx;
   int repeats = 10, sync_delay_ms = 0, fan_out_threads = 256;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--inproc") {
-      inproc = v;
-    } else if (k == "--tcp") {
-      tcp = v;
-    } else if (k == "--repeats") {
-      repeats = std::stoi(v);
-    } else if (k == "--dir") {
-      dir = v;
-    } else if (k == "--sync-delay-ms") {
-      sync_delay_ms = std::stoi(v);
-      if (sync_delay_ms < 0 || sync_delay_ms > 10000) {
-        std::cerr << "--sync-delay-ms must be in 0..10000, got " << v << "\n";
-        return 2;
-      }
-    } else if (k == "--fan-out-threads") {
-      fan_out_threads = std::stoi(v);
-      if (fan_out_threads < 1 || fan_out_threads > 4096) {
-        std::cerr << "--fan-out-threads must be in 1..4096, got " << v << "\n";
-        return 2;
-      }
-    } else if (k == "--wtx") {
-      wtx = v;
-    } else {
-      std::cerr << "unknown option " << k << "\n";
-      return 2;
-    }
+  CLI::App app{"Commit latency against rank count (docs/protocol.md, \"Scale\")",
+               "wtx_commit_bench"};
+  app.add_option("--inproc", inproc, "In-process rank counts, comma-separated (\"\" for none)")
+      ->check(RankListCheck(wtx::kMaxRanks))
+      ->capture_default_str();
+  app.add_option("--tcp", tcp, "TCP rank counts, comma-separated (\"\" for none)")
+      ->check(RankListCheck(kMaxTcpRanks))
+      ->capture_default_str();
+  app.add_option("--repeats", repeats, "Transactions per rank count")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app.add_option("--dir", dir, "Where the journals go (a scratch folder is made inside)")
+      ->check(CLI::ExistingDirectory)
+      ->capture_default_str();
+  app.add_option("--sync-delay-ms", sync_delay_ms, "Every synced journal write sleeps this long")
+      ->check(CLI::Range(0, 10000))
+      ->capture_default_str();
+  app.add_option("--fan-out-threads", fan_out_threads,
+                 "The in-process coordinator's fan_out_threads")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--wtx", wtx, "The wtx binary for the TCP rows (default: beside this one)")
+      ->check(CLI::ExistingFile);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
   }
+  std::vector<int> inproc_counts, tcp_counts;
+  ParseRankList(inproc, wtx::kMaxRanks, &inproc_counts);  // checked above
+  ParseRankList(tcp, kMaxTcpRanks, &tcp_counts);
   if (wtx.empty()) {
     wtx = (std::filesystem::path(argv[0]).parent_path() / "wtx").string();
   }
@@ -262,7 +293,12 @@ int Main(int argc, char** argv) {
     setrlimit(RLIMIT_NOFILE, &rl);
   }
   const std::string root = dir + "/wtx-commit-bench-" + std::to_string(::getpid());
-  std::filesystem::create_directories(root);
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);
+  if (ec) {
+    std::cerr << "wtx_commit_bench: --dir: cannot create " << root << ": " << ec.message() << "\n";
+    return 1;
+  }
   json all = json::array();
   std::printf("sync delay: %d ms per synced journal write; in-process fan-out threads: %d\n",
               sync_delay_ms, fan_out_threads);
@@ -284,8 +320,8 @@ int Main(int argc, char** argv) {
     }
     std::fflush(stdout);
   };
-  for (int n : ParseList(inproc)) row(RunInProc(n, repeats, root, sync_delay_ms, fan_out_threads));
-  for (int n : ParseList(tcp)) row(RunTcp(n, repeats, root, wtx, sync_delay_ms));
+  for (int n : inproc_counts) row(RunInProc(n, repeats, root, sync_delay_ms, fan_out_threads));
+  for (int n : tcp_counts) row(RunTcp(n, repeats, root, wtx, sync_delay_ms));
   std::filesystem::remove_all(root);
   std::cout << all.dump() << "\n";
   return 0;
