@@ -251,7 +251,7 @@ json RunTcp(int n, int repeats, const std::string& root, const std::string& wtx,
 }  // namespace
 
 int Main(int argc, char** argv) {
-  std::string inproc = "1,4,16,64,256,1024", tcp = "1,4,16,64", dir = "/tmp", wtx;
+  std::string inproc = "1,4,16,64,256,1024", tcp = "1,4,16,64", dir = "/tmp", wtx_binary;
   int repeats = 10, sync_delay_ms = 0, fan_out_threads = 256;
   CLI::App app{"Commit latency against rank count (docs/protocol.md, \"Scale\")",
                "wtx_commit_bench"};
@@ -274,7 +274,7 @@ int Main(int argc, char** argv) {
                  "The in-process coordinator's fan_out_threads")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  app.add_option("--wtx", wtx, "The wtx binary for the TCP rows (default: beside this one)")
+  app.add_option("--wtx", wtx_binary, "The wtx binary for the TCP rows (default: beside this one)")
       ->check(CLI::ExistingFile);
   try {
     app.parse(argc, argv);
@@ -284,8 +284,8 @@ int Main(int argc, char** argv) {
   std::vector<int> inproc_counts, tcp_counts;
   ParseRankList(inproc, wtx::kMaxRanks, &inproc_counts);  // checked above
   ParseRankList(tcp, kMaxTcpRanks, &tcp_counts);
-  if (wtx.empty()) {
-    wtx = (std::filesystem::path(argv[0]).parent_path() / "wtx").string();
+  if (wtx_binary.empty()) {
+    wtx_binary = (std::filesystem::path(argv[0]).parent_path() / "wtx").string();
   }
   rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
@@ -321,7 +321,7 @@ int Main(int argc, char** argv) {
     std::fflush(stdout);
   };
   for (int n : inproc_counts) row(RunInProc(n, repeats, root, sync_delay_ms, fan_out_threads));
-  for (int n : tcp_counts) row(RunTcp(n, repeats, root, wtx, sync_delay_ms));
+  for (int n : tcp_counts) row(RunTcp(n, repeats, root, wtx_binary, sync_delay_ms));
   std::filesystem::remove_all(root);
   std::cout << all.dump() << "\n";
   return 0;
