@@ -14,6 +14,9 @@ namespace wtx {
 // Ranks of one transaction group (coordinator --ranks, scenario "ranks", rank ids < this).
 inline constexpr int kMaxRanks = 4096;
 
+// Threads of a coordinator's fan-out pool (CoordinatorOptions::fan_out_threads).
+inline constexpr int kMaxFanOutThreads = 4096;
+
 // Dimensions of a parameter, source tensor or box.
 inline constexpr size_t kMaxTensorDims = 16;
 

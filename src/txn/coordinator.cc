@@ -13,6 +13,7 @@
 #include "src/util/thread_annotations.h"
 #include "wtx/content_hash.h"
 #include "wtx/coordinator.h"
+#include "wtx/limits.h"
 
 namespace wtx {
 
@@ -604,9 +605,12 @@ Result<std::unique_ptr<Coordinator>> OpenCoordinatorWithHooks(const CoordinatorO
                                                               Transport* transport,
                                                               const CoordinatorHooks& hooks) {
   if (!transport) return Status::InvalidArgument("coordinator needs a transport");
-  if (options.fan_out_threads < 1 || options.fan_out_threads > 4096) {
-    return Status::InvalidArgument("fan_out_threads must be in 1..4096, got " +
-                                   std::to_string(options.fan_out_threads));
+  if (options.fan_out_threads < 1 || options.fan_out_threads > kMaxFanOutThreads) {
+    std::string message = "fan_out_threads must be in 1..";
+    message.append(std::to_string(kMaxFanOutThreads))
+        .append(", got ")
+        .append(std::to_string(options.fan_out_threads));
+    return Status::InvalidArgument(message);
   }
   auto c = std::make_unique<CoordinatorImpl>(options, transport, hooks);
   WTX_RETURN_IF_ERROR(c->Init());

@@ -272,7 +272,7 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--fan-out-threads", fan_out_threads,
                  "The in-process coordinator's fan_out_threads")
-      ->check(CLI::Range(1, 4096))
+      ->check(CLI::Range(1, wtx::kMaxFanOutThreads))
       ->capture_default_str();
   app.add_option("--wtx", wtx_binary, "The wtx binary for the TCP rows (default: beside this one)")
       ->check(CLI::ExistingFile);
