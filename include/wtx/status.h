@@ -45,8 +45,10 @@ enum class ErrorCode {
   kNotFound,
   kBudgetExceeded,
   // Added later (kept at the end so that numbering of older codes never changes).
-  kUndeclaredWrite,  // E_UNDECLARED_WRITE: live bytes changed without a declared write
-  kVersionMismatch,  // E_VERSION_MISMATCH: a prepared digest differs from the expected one
+  kUndeclaredWrite,         // E_UNDECLARED_WRITE: live bytes changed without a declared write
+  kVersionMismatch,         // E_VERSION_MISMATCH: a prepared digest differs from the expected one
+  kStaleCoordinator,        // E_STALE_COORDINATOR: a request or decision from an older leader epoch
+  kDecisionLogUnavailable,  // E_DECISION_LOG_UNAVAILABLE: the decision log cannot be reached
 };
 
 // "E_BASE_MISMATCH", ... for protocol codes; "INVALID_ARGUMENT", ... for the others.

@@ -34,6 +34,8 @@ constexpr CodeName kNames[] = {
     {ErrorCode::kBudgetExceeded, "E_ROLLBACK_BUDGET"},
     {ErrorCode::kUndeclaredWrite, "E_UNDECLARED_WRITE"},
     {ErrorCode::kVersionMismatch, "E_VERSION_MISMATCH"},
+    {ErrorCode::kStaleCoordinator, "E_STALE_COORDINATOR"},
+    {ErrorCode::kDecisionLogUnavailable, "E_DECISION_LOG_UNAVAILABLE"},
 };
 
 }  // namespace
