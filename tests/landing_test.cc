@@ -314,30 +314,33 @@ TEST_CASE("EveryVerifierSeesAnUndeclaredWriteIntoPaddingRows") {
   CHECK(rep->params == std::vector<std::string>{"model.embed_tokens.weight"});
 }
 
-TEST_CASE("PaddingChangedBeforeAWriteOfTheRowsBesideItIsAnUndeclaredWrite") {
+TEST_CASE("PaddingChangedAroundAWriteOfTheRowsBesideItIsAnUndeclaredWrite") {
   // The write (or landing) of the vocabulary rows declares the chunk the padding rows share;
-  // the padding bytes the engine changed before it are still compared with the committed
-  // version.
+  // the padding bytes the engine changed before or after it are still compared with the
+  // committed version.
   for (const bool land : {false, true}) {
-    INFO((land ? "land" : "write"));
-    Cluster c(1, PaddedVocabManifest());
-    REQUIRE(c.FullCommit("t1", 1).status.ok());
-    const std::string v1 = c.coordinator().CommittedVersion("t1").value();
-    REQUIRE(c.coordinator()
-                .Begin(Req("t2", TxKind::kPartial, v1, {"lm_head"}, {}, false, VerifyMode::kAll))
-                .status.ok());
-    Poke(c.rank(0), "lm_head.weight", kPaddingRowByte, 0x5A);
-    if (land) {
-      REQUIRE(Land(c.rank(0), {"lm_head.weight", "0", "", std::nullopt}, 2).ok());
-    } else {
-      REQUIRE(WriteShard(c.rank(0), "lm_head.weight", "0", 2).ok());
+    for (const bool poke_first : {true, false}) {
+      INFO((land ? "land" : "write") << (poke_first ? ", poke first" : ", poke after"));
+      Cluster c(1, PaddedVocabManifest());
+      REQUIRE(c.FullCommit("t1", 1).status.ok());
+      const std::string v1 = c.coordinator().CommittedVersion("t1").value();
+      REQUIRE(c.coordinator()
+                  .Begin(Req("t2", TxKind::kPartial, v1, {"lm_head"}, {}, false, VerifyMode::kAll))
+                  .status.ok());
+      if (poke_first) Poke(c.rank(0), "lm_head.weight", kPaddingRowByte, 0x5A);
+      if (land) {
+        REQUIRE(Land(c.rank(0), {"lm_head.weight", "0", "", std::nullopt}, 2).ok());
+      } else {
+        REQUIRE(WriteShard(c.rank(0), "lm_head.weight", "0", 2).ok());
+      }
+      if (!poke_first) Poke(c.rank(0), "lm_head.weight", kPaddingRowByte, 0x5A);
+      REQUIRE(WriteShard(c.rank(0), "model.norm.weight", "0", 2).ok());
+      CommitOutcome o = c.coordinator().Commit("t2");
+      CHECK(o.decision == Decision::kAbort);
+      CHECK(o.votes[0].vote.error == ErrorCode::kUndeclaredWrite);
+      CHECK(o.votes[0].vote.message.find("'lm_head.weight' chunks [0, 1)") != std::string::npos);
+      CHECK(c.rank(0).status().dirty);
     }
-    REQUIRE(WriteShard(c.rank(0), "model.norm.weight", "0", 2).ok());
-    CommitOutcome o = c.coordinator().Commit("t2");
-    CHECK(o.decision == Decision::kAbort);
-    CHECK(o.votes[0].vote.error == ErrorCode::kUndeclaredWrite);
-    CHECK(o.votes[0].vote.message.find("'lm_head.weight' chunks [0, 1)") != std::string::npos);
-    CHECK(c.rank(0).status().dirty);
   }
 }
 

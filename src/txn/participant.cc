@@ -96,9 +96,8 @@ struct ActiveTx {
   std::vector<std::unique_ptr<CoverageSet>> reserved;  // elements reserved for landings
   std::map<std::string, Landing> landings;             // by RegionKey
   std::vector<std::vector<bool>> declared_chunks;      // per param: hash chunks this tx changed
-  // verify all: per param, chunks that differed from the committed version when this tx first
-  // declared part of them (chunks_before_declare.h)
-  std::vector<std::vector<bool>> changed_before_declared;
+  // verify all: the chunks this tx declared only in part (chunks_before_declare.h)
+  PartlyDeclaredChunks partly_declared;
   std::map<std::string, PatchState> patches;
   std::vector<uint64_t> epochs_at_begin;  // rollback: parameter write epochs
   std::vector<uint64_t> derived_epochs_at_begin;
@@ -211,8 +210,8 @@ class ParticipantImpl : public Participant {
     for (size_t c = offset / kHashChunkBytes; c <= last; ++c) d[c] = true;
   }
   // Before a declared change to bytes [offset, offset + len) of `param`: under verify all, on a
-  // rank comparable with its committed version, the chunks it covers in part must still hold
-  // the committed bytes (chunks_before_declare.h).
+  // rank comparable with its committed version, the chunks it covers in part are saved and
+  // checked, so that their undeclared bytes are compared at prepare (chunks_before_declare.h).
   Status CheckBeforeDeclare(uint32_t param, size_t offset, size_t len) {
     if (!active_ || len == 0 || active_->req.verify != VerifyMode::kAll) return Status::OK();
     if (active_->interrupted || active_->dirty_at_begin || !loaded_ || !committed_chunks_known_) {
@@ -220,10 +219,8 @@ class ParticipantImpl : public Participant {
     }
     auto& d = active_->declared_chunks[param];
     if (d.empty()) d.assign(hash_[param].num_chunks(), false);
-    auto& changed = active_->changed_before_declared[param];
-    if (changed.empty()) changed.assign(d.size(), false);
-    Status s = CheckChunksBeforeDeclare(*memory_, param, offset, len, d, committed_chunks_[param],
-                                        &changed);
+    Status s = active_->partly_declared.BeforeDeclare(*memory_, param, offset, len, d,
+                                                      committed_chunks_[param]);
     return s.ok() ? s : MemoryFailed(s);
   }
   struct Target {
@@ -536,7 +533,6 @@ Status ParticipantImpl::Begin(const BeginRequest& req) {
   tx->coverage.resize(manifest_->params().size());
   tx->reserved.resize(manifest_->params().size());
   tx->declared_chunks.resize(manifest_->params().size());
-  tx->changed_before_declared.resize(manifest_->params().size());
   if (req.kind == TxKind::kPartial) {
     tx->in_scope.assign(manifest_->params().size(), false);
     for (const auto& m : req.modules) {
@@ -1891,9 +1887,13 @@ Status ParticipantImpl::VerifyLiveLocked(const ActiveTx* tx,
     bool param_differs = false;
     for (size_t c = 0; c < n; ++c) {
       const bool is_declared = declared && (*declared)[c];
-      // Changed outside a declaration before this tx first declared part of it.
-      const bool before =
-          tx && !tx->changed_before_declared[i].empty() && tx->changed_before_declared[i][c];
+      // Declared only in part: its undeclared bytes must be those from before the declaration.
+      bool before = false;
+      if (tx) {
+        auto changed = tx->partly_declared.UndeclaredBytesChanged(*memory_, i, c, fresh[c]);
+        if (!changed.ok()) return MemoryFailed(changed.status());
+        before = changed.value();
+      }
       // Declared and not touched since: its digest was taken when the write or landing was
       // declared complete, so the bytes must still be those.
       const bool settled = is_declared && !hash_[i].touched(c);
