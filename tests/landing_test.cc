@@ -106,6 +106,16 @@ Status WriteShard(Participant& p, const std::string& param, const std::string& s
   return p.Write({&w, 1});
 }
 
+// Commits t1 on every rank of `c`, then begins t2: a partial update of module lm_head on top of
+// it, under verify all.
+void BeginLmHeadUpdate(Cluster& c) {
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  const std::string v1 = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.coordinator()
+              .Begin(Req("t2", TxKind::kPartial, v1, {"lm_head"}, {}, false, VerifyMode::kAll))
+              .status.ok());
+}
+
 }  // namespace
 
 TEST_CASE("LandedFullUpdateCommitsTheSameVersionAsWritingTheSameBytes") {
@@ -322,11 +332,7 @@ TEST_CASE("PaddingChangedAroundAWriteOfTheRowsBesideItIsAnUndeclaredWrite") {
     for (const bool poke_first : {true, false}) {
       INFO((land ? "land" : "write") << (poke_first ? ", poke first" : ", poke after"));
       Cluster c(1, PaddedVocabManifest());
-      REQUIRE(c.FullCommit("t1", 1).status.ok());
-      const std::string v1 = c.coordinator().CommittedVersion("t1").value();
-      REQUIRE(c.coordinator()
-                  .Begin(Req("t2", TxKind::kPartial, v1, {"lm_head"}, {}, false, VerifyMode::kAll))
-                  .status.ok());
+      BeginLmHeadUpdate(c);
       if (poke_first) Poke(c.rank(0), "lm_head.weight", kPaddingRowByte, 0x5A);
       if (land) {
         REQUIRE(Land(c.rank(0), {"lm_head.weight", "0", "", std::nullopt}, 2).ok());
@@ -348,11 +354,7 @@ TEST_CASE("WritingTheRowsBesideUntouchedPaddingCommitsUnderVerifyAll") {
   // No false alarm: the same partial update without the stray write commits, and a declared
   // whole-tensor write over changed padding is no undeclared write.
   Cluster c(1, PaddedVocabManifest());
-  REQUIRE(c.FullCommit("t1", 1).status.ok());
-  const std::string v1 = c.coordinator().CommittedVersion("t1").value();
-  REQUIRE(c.coordinator()
-              .Begin(Req("t2", TxKind::kPartial, v1, {"lm_head"}, {}, false, VerifyMode::kAll))
-              .status.ok());
+  BeginLmHeadUpdate(c);
   REQUIRE(WriteShard(c.rank(0), "lm_head.weight", "0", 2).ok());
   REQUIRE(WriteShard(c.rank(0), "model.norm.weight", "0", 2).ok());
   CommitOutcome o = c.coordinator().Commit("t2");
