@@ -6,6 +6,7 @@
 #   lib/libwtx_{core,kernels,net}.a     (.so with -DBUILD_SHARED_LIBS=ON), libwtx_gpu and
 #                                       libwtx_nccl when built
 #   bin/wtx                             the CLI (WTX_BUILD_TOOLS)
+#   share/wtx/models/*/config.json      the model configs `wtx bench` reads (with the CLI)
 #   lib/cmake/wtx/                      wtxConfig.cmake, its version file, wtxTargets.cmake and
 #                                       FindxxHash.cmake: find_package(wtx CONFIG) gives wtx::wtx
 #                                       (core + kernels' CPU references), wtx::net, and when
@@ -41,6 +42,10 @@ if(TARGET wtx)
     set_target_properties(wtx PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
   endif()
   install(TARGETS wtx RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}" COMPONENT wtx_runtime)
+  # The model configs `wtx bench` (and `wtx manifest --hf-config`) read, outside a checkout.
+  install(DIRECTORY "${PROJECT_SOURCE_DIR}/tests/conformance/models/"
+          DESTINATION "${CMAKE_INSTALL_DATADIR}/wtx/models"
+          COMPONENT wtx_runtime FILES_MATCHING PATTERN "config.json")
 endif()
 install(EXPORT wtxTargets NAMESPACE wtx:: DESTINATION "${WTX_CMAKE_DIR}"
         FILE wtxTargets.cmake COMPONENT wtx_development)

@@ -45,6 +45,11 @@ check_loads_from_prefix() {
 step "installed tree"
 [ -x "$prefix/bin/wtx" ] || fail "bin/wtx not installed"
 "$prefix/bin/wtx" --help >/dev/null || fail "installed bin/wtx --help"
+step "installed bin/wtx bench finds the installed models from outside any checkout"
+(cd "$tmp" && env -u WTX_CONFORMANCE_DIR "$prefix/bin/wtx" bench --quick --only coverage) \
+  >"$tmp/bench.out" 2>"$tmp/bench.err" || { cat "$tmp/bench.err"; fail "installed wtx bench --quick"; }
+grep -q -F "models from $prefix/share/wtx (installed)" "$tmp/bench.err" ||
+  { cat "$tmp/bench.err"; fail "installed wtx bench did not name its installed models"; }
 shared=0
 if [ -n "$(find "$prefix" -name 'libwtx_core.so*' -print -quit)" ]; then
   shared=1

@@ -79,7 +79,7 @@ std::map<std::string, Source> SourcesOf(const std::vector<ManifestPtr>& ms, uint
   for (const auto& m : ms) {
     for (const ParamSpec& p : m->params()) {
       for (const ShardSpec& s : p.shards) {
-        if (out.count(s.source)) continue;
+        if (s.padding || out.count(s.source)) continue;  // padding rows read no tensor
         const DType dt = dtype.value_or(p.dtype);
         out[s.source] = {
             s.source, s.source_shape, dt,
@@ -671,6 +671,27 @@ TEST_CASE("LoadCommitsTheVersionExpectPredicts") {
       CHECK(out["ranks"][r]["serving"] == true);
     }
   }
+}
+
+TEST_CASE("ExpectAndLoadOfAPaddedVocabularyTakeThePaddingRowsAsZeros") {
+  // tiny-qwen3-moe: vocabulary 250 padded to 256; rank 1 holds 6 padding rows. They read no
+  // checkpoint tensor (none is missing), stay zeros as vLLM's loader leaves them, and the
+  // expected version hashes them so: the load commits exactly that version.
+  TempDir d;
+  auto ms = TpManifests("tiny-qwen3-moe", 2);
+  WriteCheckpoint(d.path(), SourcesOf(ms, 5), 1);
+  auto req = Req(d.path(), "tiny-qwen3-moe", 2);
+  auto e = ExpectCheckpointVersion(req);
+  INFO(e.status().ToString());
+  REQUIRE(e.ok());
+  req.expect_version = true;
+  json out = RunLoad(req, d);
+  INFO(out.dump());
+  CHECK(out["outcome"] == "committed");
+  CHECK_FALSE(out.contains("missing"));
+  CHECK_FALSE(out.contains("error"));
+  CHECK(out["version"] == e.value().version);
+  for (int r = 0; r < 2; ++r) CHECK(out["ranks"][r]["digest"] == e.value().rank_digests[r]);
 }
 
 TEST_CASE("LoadOfACheckpointMissingATensorAbortsWithCoverageIncompleteNamingIt") {

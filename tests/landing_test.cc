@@ -8,6 +8,8 @@
 #include "tests/test_util.h"
 #include "wtx/content_hash.h"
 #include "wtx/device_live_memory.h"
+#include "wtx/hf_manifest.h"
+#include "wtx/live_verify.h"
 
 using namespace wtx;
 using namespace wtx::testing;
@@ -77,6 +79,42 @@ struct Borrowed {
   }
   std::vector<std::vector<uint8_t>> bufs;
 };
+
+// Rank 1 of tiny-qwen3-moe at tp 2: vocabulary 250 padded to 256, so rows [122, 128) of its
+// embed_tokens and lm_head ([128, 64] bf16, one hash chunk each) are padding rows.
+ManifestPtr PaddedVocabManifest() {
+  HfManifestOptions o;
+  o.tp = 2;
+  o.rank = 1;
+  auto m = ManifestFromHfConfigFile(WTX_CONFORMANCE_DIR "/models/tiny-qwen3-moe/config.json", o);
+  REQUIRE(m.ok());
+  const uint32_t lm = *m.value()->FindParam("lm_head.weight");
+  REQUIRE(m.value()->params()[lm].shards[*m.value()->FindShard(lm, "pad")].box ==
+          Box{{122, 128}, {0, 64}});
+  return std::move(m).value();
+}
+constexpr size_t kPaddingRowByte = 123 * 64 * 2 + 5;  // a byte of padding row 123
+
+// Writes `param`'s shard `shard` (its box) with Pattern(seed).
+Status WriteShard(Participant& p, const std::string& param, const std::string& shard,
+                  uint32_t seed) {
+  const Manifest& m = p.manifest();
+  const uint32_t i = *m.FindParam(param);
+  const Box box = m.params()[i].shards[*m.FindShard(i, shard)].box;
+  auto bytes = Pattern(m, param, box, seed);
+  WritePiece w{param, shard, box, bytes.data(), bytes.size()};
+  return p.Write({&w, 1});
+}
+
+// Commits t1 on every rank of `c`, then begins t2: a partial update of module lm_head on top of
+// it, under verify all.
+void BeginLmHeadUpdate(Cluster& c) {
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  const std::string v1 = c.coordinator().CommittedVersion("t1").value();
+  REQUIRE(c.coordinator()
+              .Begin(Req("t2", TxKind::kPartial, v1, {"lm_head"}, {}, false, VerifyMode::kAll))
+              .status.ok());
+}
 
 }  // namespace
 
@@ -252,6 +290,84 @@ TEST_CASE("DeltaLandsInPlaceBySourceButNotOnAPackedLayout") {
   }
   CHECK(packed_missing);
   CHECK_FALSE(k_missing);
+}
+
+TEST_CASE("EveryVerifierSeesAnUndeclaredWriteIntoPaddingRows") {
+  // The padding rows are live bytes of the version: verify all, Verify and VerifyLive (wtx
+  // verify) all compare them.
+  Cluster c(1, PaddedVocabManifest());
+  REQUIRE(c.FullCommit("t1", 1).status.ok());
+  auto live = VerifyLive(c.rank(0), c.rank_dir(0));
+  REQUIRE(live.ok());
+  CHECK(live->match);
+  Poke(c.rank(0), "lm_head.weight", kPaddingRowByte, 0x5A);
+  live = VerifyLive(c.rank(0), c.rank_dir(0));
+  REQUIRE(live.ok());
+  CHECK(live->comparable);
+  CHECK_FALSE(live->match);
+  REQUIRE(c.coordinator()
+              .Begin(Req("t2", TxKind::kFull, "", {}, {}, false, VerifyMode::kAll))
+              .status.ok());
+  CommitOutcome o = c.coordinator().Commit("t2");  // nothing written: a would-be noop
+  CHECK(o.decision == Decision::kAbort);
+  CHECK(o.votes[0].vote.error == ErrorCode::kUndeclaredWrite);
+  CHECK(o.votes[0].vote.message.find("'lm_head.weight'") != std::string::npos);
+  CHECK(c.rank(0).status().dirty);
+  CHECK_FALSE(c.rank(0).status().serving);
+
+  Cluster d(1, PaddedVocabManifest());
+  REQUIRE(d.FullCommit("t1", 1).status.ok());
+  Poke(d.rank(0), "model.embed_tokens.weight", kPaddingRowByte, 0x5A);
+  auto rep = d.rank(0).Verify();
+  REQUIRE(rep.ok());
+  CHECK_FALSE(rep->ok);
+  CHECK(rep->params == std::vector<std::string>{"model.embed_tokens.weight"});
+}
+
+TEST_CASE("PaddingChangedAroundAWriteOfTheRowsBesideItIsAnUndeclaredWrite") {
+  // The write (or landing) of the vocabulary rows declares the chunk the padding rows share;
+  // the padding bytes the engine changed before or after it are still compared with the
+  // committed version.
+  for (const bool land : {false, true}) {
+    for (const bool poke_first : {true, false}) {
+      INFO((land ? "land" : "write") << (poke_first ? ", poke first" : ", poke after"));
+      Cluster c(1, PaddedVocabManifest());
+      BeginLmHeadUpdate(c);
+      if (poke_first) Poke(c.rank(0), "lm_head.weight", kPaddingRowByte, 0x5A);
+      if (land) {
+        REQUIRE(Land(c.rank(0), {"lm_head.weight", "0", "", std::nullopt}, 2).ok());
+      } else {
+        REQUIRE(WriteShard(c.rank(0), "lm_head.weight", "0", 2).ok());
+      }
+      if (!poke_first) Poke(c.rank(0), "lm_head.weight", kPaddingRowByte, 0x5A);
+      REQUIRE(WriteShard(c.rank(0), "model.norm.weight", "0", 2).ok());
+      CommitOutcome o = c.coordinator().Commit("t2");
+      CHECK(o.decision == Decision::kAbort);
+      CHECK(o.votes[0].vote.error == ErrorCode::kUndeclaredWrite);
+      CHECK(o.votes[0].vote.message.find("'lm_head.weight' chunks [0, 1)") != std::string::npos);
+      CHECK(c.rank(0).status().dirty);
+    }
+  }
+}
+
+TEST_CASE("WritingTheRowsBesideUntouchedPaddingCommitsUnderVerifyAll") {
+  // No false alarm: the same partial update without the stray write commits, and a declared
+  // whole-tensor write over changed padding is no undeclared write.
+  Cluster c(1, PaddedVocabManifest());
+  BeginLmHeadUpdate(c);
+  REQUIRE(WriteShard(c.rank(0), "lm_head.weight", "0", 2).ok());
+  REQUIRE(WriteShard(c.rank(0), "model.norm.weight", "0", 2).ok());
+  CommitOutcome o = c.coordinator().Commit("t2");
+  INFO(o.status.ToString());
+  CHECK(o.decision == Decision::kCommit);
+  Poke(c.rank(0), "lm_head.weight", kPaddingRowByte, 0x5A);
+  REQUIRE(c.coordinator()
+              .Begin(Req("t3", TxKind::kFull, "", {}, {}, false, VerifyMode::kAll))
+              .status.ok());
+  REQUIRE(c.WriteAll(3).ok());
+  REQUIRE(c.RefreshAll().ok());
+  CHECK(c.coordinator().Commit("t3").decision == Decision::kCommit);
+  CHECK(c.rank(0).status().serving);
 }
 
 TEST_CASE("VerifyAllCatchesAnUndeclaredWriteInAWouldBeNoop") {

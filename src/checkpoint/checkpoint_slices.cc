@@ -17,7 +17,9 @@ DType LiveDTypeOf(const Manifest& m, std::string_view source) {
 std::vector<std::string> SourcesOfManifest(const Manifest& manifest) {
   std::set<std::string> names;
   for (const ParamSpec& p : manifest.params()) {
-    for (const ShardSpec& s : p.shards) names.insert(s.source);
+    for (const ShardSpec& s : p.shards) {
+      if (!s.padding) names.insert(s.source);  // padding rows read no tensor
+    }
   }
   return {names.begin(), names.end()};
 }

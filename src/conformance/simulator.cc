@@ -46,8 +46,16 @@ std::vector<uint32_t> StarParams(const Manifest& m, const std::optional<BeginReq
   return out;
 }
 
+// How FillBox fills padding rows (elements no source feeds).
+enum class PaddingFill {
+  kZeros,  // a declared write or landing: zeros, as vLLM's loader leaves them
+  kFill,   // an undeclared write (poke): the fill, keyed on the parameter and the live index,
+           // so that the bytes really change there
+};
+
 // Bytes of `box` (live coordinates) of parameter `pi`, filled through the shards' mapping.
-std::vector<uint8_t> FillBox(const Manifest& m, uint32_t pi, const Box& box, const FillSpec& fill) {
+std::vector<uint8_t> FillBox(const Manifest& m, uint32_t pi, const Box& box, const FillSpec& fill,
+                             PaddingFill padding = PaddingFill::kZeros) {
   const ParamSpec& p = m.params()[pi];
   const size_t esz = DTypeSize(p.dtype);
   std::vector<uint8_t> data(static_cast<size_t>(NumElements(box)) * esz);
@@ -75,7 +83,13 @@ std::vector<uint8_t> FillBox(const Manifest& m, uint32_t pi, const Box& box, con
     int64_t src_flat = 0;
     uint64_t h = 0;
     if (k < p.shards.size() && p.shards[k].padding) {
-      std::memset(out, 0, esz);  // padding rows: zeros, as vLLM's loader leaves them
+      if (padding == PaddingFill::kZeros) {
+        std::memset(out, 0, esz);
+      } else {
+        int64_t flat = 0;
+        for (size_t d = 0; d < idx.size(); ++d) flat = flat * p.shape[d] + idx[d];
+        FillElement(fill, SourceNameHash(p.name), flat, p.dtype, out);
+      }
     } else {
       if (k < p.shards.size()) {
         const ShardSpec& s = p.shards[k];
@@ -219,10 +233,11 @@ std::vector<LandingRegion> StepRegions(const Step& st, const std::optional<Begin
 // The engine's own copy into live memory, bypassing the participant: into the host bytes
 // when the memory is host-addressable, else through the backend's raw Store (the engine's
 // host-to-device copy).
-Status EngineCopy(Participant& p, uint32_t pi, const Box& box, const FillSpec& fill) {
+Status EngineCopy(Participant& p, uint32_t pi, const Box& box, const FillSpec& fill,
+                  PaddingFill padding = PaddingFill::kZeros) {
   const Manifest& m = p.manifest();
   const ParamSpec& ps = m.params()[pi];
-  const std::vector<uint8_t> bytes = FillBox(m, pi, box, fill);
+  const std::vector<uint8_t> bytes = FillBox(m, pi, box, fill, padding);
   const size_t esz = DTypeSize(ps.dtype);
   LiveMemory& mem = p.memory();
   const uint8_t* src = bytes.data();
@@ -296,7 +311,7 @@ Status DoPoke(const Step& st, Participant& p) {
         return Status(ErrorCode::kOutOfRange,
                       "poke: box " + BoxToString(box) + " lies outside '" + ps.name + "'");
       }
-      WTX_RETURN_IF_ERROR(EngineCopy(p, pi, box, st.fill));
+      WTX_RETURN_IF_ERROR(EngineCopy(p, pi, box, st.fill, PaddingFill::kFill));
     }
   }
   return Status::OK();

@@ -26,6 +26,8 @@ Result<std::string> RankDigestOf(const Manifest& m, int rank, const SourceLookup
     const size_t esz = DTypeSize(p.dtype);
     live.assign(static_cast<size_t>(p.num_bytes()), 0);
     for (const ShardSpec& s : p.shards) {
+      // Padding rows stay zeros, what vLLM's loader leaves: hashed with the rest, as live.
+      if (s.padding) continue;
       if (s.packed) {
         return Status::InvalidArgument(Where(rank, p, s) +
                                        " is packed: its live bytes cannot be predicted");

@@ -12,6 +12,7 @@
 #include "journal/journal.h"
 #include "journal/verify.h"
 #include "src/memory/chunk_hash_pool.h"
+#include "src/memory/chunks_before_declare.h"
 #include "src/txn/coverage.h"
 #include "src/txn/participant_records.h"
 #include "src/txn/participant_state.h"
@@ -95,6 +96,8 @@ struct ActiveTx {
   std::vector<std::unique_ptr<CoverageSet>> reserved;  // elements reserved for landings
   std::map<std::string, Landing> landings;             // by RegionKey
   std::vector<std::vector<bool>> declared_chunks;      // per param: hash chunks this tx changed
+  // verify all: the chunks this tx declared only in part (chunks_before_declare.h)
+  PartlyDeclaredChunks partly_declared;
   std::map<std::string, PatchState> patches;
   std::vector<uint64_t> epochs_at_begin;  // rollback: parameter write epochs
   std::vector<uint64_t> derived_epochs_at_begin;
@@ -205,6 +208,20 @@ class ParticipantImpl : public Participant {
     if (d.empty()) d.assign(hash_[param].num_chunks(), false);
     const size_t last = std::min((offset + len - 1) / kHashChunkBytes, d.size() - 1);
     for (size_t c = offset / kHashChunkBytes; c <= last; ++c) d[c] = true;
+  }
+  // Before a declared change to bytes [offset, offset + len) of `param`: under verify all, on a
+  // rank comparable with its committed version, the chunks it covers in part are saved and
+  // checked, so that their undeclared bytes are compared at prepare (chunks_before_declare.h).
+  Status CheckBeforeDeclare(uint32_t param, size_t offset, size_t len) {
+    if (!active_ || len == 0 || active_->req.verify != VerifyMode::kAll) return Status::OK();
+    if (active_->interrupted || active_->dirty_at_begin || !loaded_ || !committed_chunks_known_) {
+      return Status::OK();
+    }
+    auto& d = active_->declared_chunks[param];
+    if (d.empty()) d.assign(hash_[param].num_chunks(), false);
+    Status s = active_->partly_declared.BeforeDeclare(*memory_, param, offset, len, d,
+                                                      committed_chunks_[param]);
+    return s.ok() ? s : MemoryFailed(s);
   }
   struct Target {
     uint32_t param;
@@ -795,6 +812,7 @@ Status ParticipantImpl::Write(std::span<const WritePiece> given) {
     const size_t esz = DTypeSize(p.dtype);
     const size_t off = static_cast<size_t>(r.begin) * esz;
     const size_t len = static_cast<size_t>(r.len) * esz;
+    WTX_RETURN_IF_ERROR(CheckBeforeDeclare(r.param, off, len));
     if (tx.req.rollback) WTX_RETURN_IF_ERROR(SaveBefore(r.param, off, len));
     if (hooks_.benchmark_coverage_only) {
       // nothing lands
@@ -1087,6 +1105,7 @@ Status ParticipantImpl::PatchLocked(const PatchRequest& req) {
       flat.push_back(t.flat);
       vals.append(reinterpret_cast<const char*>(values + t.value * esz), esz);
     }
+    for (int64_t f : flat) WTX_RETURN_IF_ERROR(CheckBeforeDeclare(p, f * esz, esz));
     std::string before(tx.req.rollback ? vals.size() : 0, '\0');
     Status st =
         memory_->Scatter(p, flat, vals.data(), esz, tx.req.rollback ? before.data() : nullptr);
@@ -1691,6 +1710,7 @@ Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& r
     const size_t esz = DTypeSize(p.dtype);
     const size_t off = static_cast<size_t>(run.first) * esz;
     const size_t len = static_cast<size_t>(run.second) * esz;
+    WTX_RETURN_IF_ERROR(CheckBeforeDeclare(param, off, len));
     if (tx.req.rollback) WTX_RETURN_IF_ERROR(SaveBefore(param, off, len));
     TouchBytes(param, off, len);
     auto& res = tx.reserved[param];
@@ -1867,17 +1887,24 @@ Status ParticipantImpl::VerifyLiveLocked(const ActiveTx* tx,
     bool param_differs = false;
     for (size_t c = 0; c < n; ++c) {
       const bool is_declared = declared && (*declared)[c];
+      // Declared only in part: its undeclared bytes must be those from before the declaration.
+      bool before = false;
+      if (tx) {
+        auto changed = tx->partly_declared.UndeclaredBytesChanged(*memory_, i, c, fresh[c]);
+        if (!changed.ok()) return MemoryFailed(changed.status());
+        before = changed.value();
+      }
       // Declared and not touched since: its digest was taken when the write or landing was
       // declared complete, so the bytes must still be those.
       const bool settled = is_declared && !hash_[i].touched(c);
       const bool differs =
-          settled ? hash_[i].chunk_digests()[c] != fresh[c]
-                  : committed && !is_declared &&
-                        ((*committed)[i].size() != n || (*committed)[i][c] != fresh[c]);
+          before || (settled ? hash_[i].chunk_digests()[c] != fresh[c]
+                             : committed && !is_declared &&
+                                   ((*committed)[i].size() != n || (*committed)[i][c] != fresh[c]));
       hash_[i].SetChunkDigest(c, fresh[c]);
       if (!differs) continue;
       ++report->chunks_differing;
-      if (settled) ++changed_after_declared;
+      if (settled && !before) ++changed_after_declared;
       param_differs = true;
       auto& diffs = report->differences;
       if (!diffs.empty() && diffs.back().param == params[i].name &&

@@ -32,7 +32,8 @@ Result<std::vector<std::string>> WriteModelCheckpoint(const Manifest& m, const s
   std::set<std::string> seen;
   for (const ParamSpec& p : m.params()) {
     for (const ShardSpec& s : p.shards) {
-      if (seen.insert(s.source).second) ts.push_back({s.source, s.source_shape, p.dtype});
+      if (!s.padding && seen.insert(s.source).second)
+        ts.push_back({s.source, s.source_shape, p.dtype});
     }
   }
   std::vector<std::string> files;

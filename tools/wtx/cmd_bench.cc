@@ -34,24 +34,52 @@ struct BenchArgs {
   bool coverage_tp_given = false;
 };
 
-// The folder with models/: $WTX_CONFORMANCE_DIR, else the first ancestor of the executable or
-// of the working directory that has tests/conformance/models (the vendored copies) or
-// shared/models.
-std::string FindSharedDir() {
-  if (const char* env = std::getenv("WTX_CONFORMANCE_DIR"); env && *env) return env;
+// Where the model configs (models/<name>/config.json) come from, and which lookup found them.
+struct ModelsDir {
+  std::string dir;     // the folder that holds models/
+  std::string source;  // "--shared-dir", "WTX_CONFORMANCE_DIR", "installed", "build tree",
+                       // "working directory"
+};
+
+bool HasModels(const fs::path& dir, const std::vector<std::string>& names) {
   std::error_code ec;
-  std::vector<fs::path> starts = {fs::read_symlink("/proc/self/exe", ec).parent_path(),
-                                  fs::current_path(ec)};
-  for (fs::path p : starts) {
+  for (const std::string& n : names) {
+    if (!fs::is_regular_file(dir / "models" / n / "config.json", ec)) return false;
+  }
+  return true;
+}
+
+// The folder with models/ holding `names`: $WTX_CONFORMANCE_DIR; else the installed copy
+// (`cmake --install`: <prefix>/<datadir>/wtx beside <prefix>/bin/wtx, or the configured
+// prefix's); else the first ancestor of the executable that has tests/conformance/models or
+// shared/models (the build tree inside its checkout), else the source tree the binary was built
+// from; else the same upward from the working directory. dir is empty when none has them.
+ModelsDir FindModelsDir(const std::vector<std::string>& names) {
+  if (const char* env = std::getenv("WTX_CONFORMANCE_DIR"); env && *env) {
+    return {env, "WTX_CONFORMANCE_DIR"};
+  }
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  const fs::path datadir = WTX_INSTALL_DATADIR;
+  for (const fs::path& d : {datadir.is_absolute() ? datadir : exe.parent_path() / datadir,
+                            fs::path(WTX_INSTALL_FULL_DATADIR)}) {
+    if (HasModels(d / "wtx", names)) return {(d / "wtx").string(), "installed"};
+  }
+  auto upward = [&](fs::path p) -> std::string {
     for (; !p.empty(); p = p.parent_path()) {
-      if (fs::is_directory(p / "tests" / "conformance" / "models", ec)) {
+      if (HasModels(p / "tests" / "conformance", names)) {
         return (p / "tests" / "conformance").string();
       }
-      if (fs::is_directory(p / "shared" / "models", ec)) return (p / "shared").string();
+      if (HasModels(p / "shared", names)) return (p / "shared").string();
       if (p == p.parent_path()) break;
     }
-  }
-  return "";
+    return "";
+  };
+  if (std::string d = upward(exe); !d.empty()) return {d, "build tree"};
+  const fs::path source = fs::path(WTX_SOURCE_DIR) / "tests" / "conformance";
+  if (HasModels(source, names)) return {source.string(), "build tree"};
+  if (std::string d = upward(fs::current_path(ec)); !d.empty()) return {d, "working directory"};
+  return {};
 }
 
 struct Figure {
@@ -135,19 +163,45 @@ std::string Baseline(const std::string& name, const json& d) {
 }
 
 int RunBench(BenchArgs a) {
-  const std::string shared = a.shared_dir.empty() ? FindSharedDir() : a.shared_dir;
+  // The default models (a --model or --coverage-model given needs none).
+  std::vector<std::string> names;
+  if (a.model.empty()) names.push_back(a.quick ? "tiny-qwen2" : "qwen2.5-0.5b");
+  if (a.coverage_model.empty()) names.push_back(a.quick ? "tiny-deepseek" : "kimi-k2");
+  ModelsDir models;
+  if (!a.shared_dir.empty()) {
+    std::error_code ec;
+    if (!fs::is_directory(a.shared_dir, ec)) {
+      std::cerr << "wtx bench: --shared-dir " << a.shared_dir << ": not a directory\n";
+      return 2;
+    }
+    for (const std::string& n : names) {
+      if (!HasModels(a.shared_dir, {n})) {
+        std::cerr << "wtx bench: --shared-dir " << a.shared_dir << ": no models/" << n
+                  << "/config.json there (the folder that holds models/)\n";
+        return 2;
+      }
+    }
+    models = {a.shared_dir, "--shared-dir"};
+  } else if (!names.empty()) {
+    models = FindModelsDir(names);
+    if (models.dir.empty()) {
+      std::cerr << "wtx bench: cannot find models/";
+      for (size_t i = 0; i < names.size(); ++i) std::cerr << (i ? ", " : "") << names[i];
+      std::cerr << " (not installed beside the executable, no build tree above it, none above "
+                   "the working directory); pass --shared-dir or --model and --coverage-model\n";
+      return 2;
+    }
+  }
   auto model_path = [&](const std::string& name) {
-    return shared.empty() ? std::string() : shared + "/models/" + name + "/config.json";
+    return models.dir + "/models/" + name + "/config.json";
   };
   if (a.model.empty()) a.model = model_path(a.quick ? "tiny-qwen2" : "qwen2.5-0.5b");
   if (a.coverage_model.empty()) {
     a.coverage_model = model_path(a.quick ? "tiny-deepseek" : "kimi-k2");
     if (a.quick && !a.coverage_tp_given) a.coverage_tp = 1;
   }
-  if (a.model.empty() || a.coverage_model.empty()) {
-    std::cerr << "wtx bench: cannot find shared/models; pass --shared-dir or --model and "
-                 "--coverage-model\n";
-    return 2;
+  if (!models.dir.empty()) {
+    std::cerr << "wtx bench: models from " << models.dir << " (" << models.source << ")\n";
   }
   std::error_code ec;
   std::string parent = a.scratch_dir.empty() ? fs::temp_directory_path(ec).string() : a.scratch_dir;
@@ -225,6 +279,10 @@ int RunBench(BenchArgs a) {
   out["details"] = details;
   out["machine"] = bench::MachineInfo();
   out["quick"] = a.quick;
+  out["models"] = {{"dir", models.dir.empty() ? json() : json(models.dir)},
+                   {"source", models.source.empty() ? json() : json(models.source)},
+                   {"model", a.model},
+                   {"coverage_model", a.coverage_model}};
   out["seconds"] = bench::NowSeconds() - t0;
   if (!errors.empty()) out["errors"] = errors;
 
@@ -278,8 +336,9 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
                   "parameters in row slices, smaller ones packed); 0: one parameter at a time")
       ->check(CLI::Range(int64_t{0}, int64_t{65536}));
   cmd->add_option("--shared-dir", a->shared_dir,
-                  "the shared/ folder with models/ (default: $WTX_CONFORMANCE_DIR or found upward "
-                  "from the executable)");
+                  "the folder that holds models/<name>/config.json (default: "
+                  "$WTX_CONFORMANCE_DIR, else the installed copy, else the build tree, else "
+                  "found upward from the working directory)");
   cmd->add_option("--scratch-dir", a->scratch_dir,
                   "existing directory for the journals (default: the system temp directory); "
                   "fsync costs are those of its filesystem");
