@@ -25,7 +25,12 @@ std::string OutcomeName(Decision d) {
   return "";
 }
 
-Result<std::vector<json>> CoordinatorHistory(const Journal& journal) {
+// The history's view of an event record.
+json EventJson(const AcceptedUnverifiedRecord& r) {
+  return {{"type", std::string(kAcceptedUnverifiedType)}, {"time", r.ts}, {"reason", r.reason}};
+}
+
+Result<std::vector<json>> CoordinatorHistory(const Journal& journal, std::vector<json>* events) {
   std::vector<json> out;
   std::map<std::string, size_t> at;  // tx -> latest entry index
   Status s = journal.ForEachRecord([&](const json& r) -> Status {
@@ -51,6 +56,8 @@ Result<std::vector<json>> CoordinatorHistory(const Journal& journal) {
                      {"acknowledged", false}});
     } else if (const auto* e = std::get_if<EndRecord>(&rec)) {
       if (auto it = at.find(e->tx); it != at.end()) out[it->second]["acknowledged"] = true;
+    } else if (const auto* u = std::get_if<AcceptedUnverifiedRecord>(&rec)) {
+      if (events) events->push_back(EventJson(*u));
     }
     return Status::OK();
   });
@@ -60,13 +67,17 @@ Result<std::vector<json>> CoordinatorHistory(const Journal& journal) {
 
 // The participant's history, with a replay alongside: the dirty flag each outcome left is the
 // one the dirty rule derives.
-Result<std::vector<json>> ParticipantHistory(const Journal& journal) {
+Result<std::vector<json>> ParticipantHistory(const Journal& journal, std::vector<json>* events) {
   std::vector<json> out;
   std::map<std::string, size_t> at;  // tx -> latest entry index
   ParticipantReplay replay;
   Status s = journal.ForEachRecordRef([&](const RecordRef& ref) -> Status {
     WTX_ASSIGN_OR_RETURN(rec, DecodeParticipantRecord(ref));
     WTX_RETURN_IF_ERROR(replay.Apply(rec, ref.seq));
+    if (const auto* u = std::get_if<AcceptedUnverifiedRecord>(&rec)) {
+      if (events) events->push_back(EventJson(*u));
+      return Status::OK();
+    }
     if (const auto* b = std::get_if<BeginRecord>(&rec)) {
       at[b->tx] = out.size();
       out.push_back({{"tx", b->tx},
@@ -145,9 +156,9 @@ Result<CoordinatorState> ReplayCoordinator(const Journal& journal) {
 
 }  // namespace
 
-Result<std::vector<json>> ReadHistory(const Journal& journal) {
-  if (journal.identity().role == "coordinator") return CoordinatorHistory(journal);
-  return ParticipantHistory(journal);
+Result<std::vector<json>> ReadHistory(const Journal& journal, std::vector<json>* events) {
+  if (journal.identity().role == "coordinator") return CoordinatorHistory(journal, events);
+  return ParticipantHistory(journal, events);
 }
 
 Result<json> ReplayState(const Journal& journal) {

@@ -17,7 +17,10 @@ namespace wtx {
 // coordinator_records.h); a participant's dirty_after is what the dirty rule derives. Participant
 // entries: {tx, kind, base, version, outcome, reason, time, coverage, timings_us, vote, refreshed};
 // coordinator entries: {tx, decision, outcome, version, reason, time, votes, timings_us}.
-Result<std::vector<nlohmann::json>> ReadHistory(const Journal& journal);
+// Event records (ACCEPTED_UNVERIFIED, src/txn/event_records.h) go to *events when given, in
+// order: {type, time, reason}.
+Result<std::vector<nlohmann::json>> ReadHistory(const Journal& journal,
+                                                std::vector<nlohmann::json>* events = nullptr);
 
 // Replays every record from empty; returns the rebuilt state.
 Result<nlohmann::json> ReplayState(const Journal& journal);

@@ -1,5 +1,6 @@
 #include "journal/journal.h"
 
+#include <algorithm>
 #include <cassert>
 #include <filesystem>
 
@@ -35,33 +36,6 @@ std::shared_ptr<rocksdb::FileSystem> FsOf(const std::shared_ptr<rocksdb::FileSys
 }
 
 }  // namespace
-
-std::optional<SyncWatermark> ReadWatermark(const std::string& dir,
-                                           const std::shared_ptr<rocksdb::FileSystem>& fs,
-                                           std::string* problem) {
-  problem->clear();
-  const std::string path = dir + "/" + kWatermarkFile;
-  auto f = FsOf(fs);
-  if (!f->FileExists(path, rocksdb::IOOptions(), nullptr).ok()) return std::nullopt;
-  std::string data;
-  rocksdb::IOStatus s = rocksdb::ReadFileToString(f.get(), path, &data);
-  if (!s.ok()) {
-    *problem = std::string(kWatermarkFile) + " unreadable: " + s.ToString();
-    return std::nullopt;
-  }
-  auto v = DecodeValue(data, kWatermarkFile);
-  if (!v.ok()) {
-    *problem = v.status().message();
-    return std::nullopt;
-  }
-  const json& w = v.value();
-  if (!w.is_object() || !w.contains("seq") || !w["seq"].is_number_unsigned() ||
-      !w.contains("head") || !w["head"].is_string()) {
-    *problem = std::string(kWatermarkFile) + " lacks seq/head";
-    return std::nullopt;
-  }
-  return SyncWatermark{w["seq"].get<uint64_t>(), w["head"].get<std::string>()};
-}
 
 void ConfigureJournalOptions(rocksdb::Options* o) {
   o->create_if_missing = true;
@@ -114,7 +88,7 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
     return Status(ErrorCode::kNotFound, "no journal at " + dir);
   }
   // Read before the database: a writer beside a read-only reader only moves it forward.
-  j->watermark_at_open_ = ReadWatermark(dir, options.env.fs, &j->watermark_problem_);
+  j->watermark_at_open_ = ReadWatermark(dir, options.env.fs);
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = options.read_only ? rocksdb::DB::OpenForReadOnly(o, dir, &raw)
                                         : rocksdb::DB::Open(o, dir, &raw);
@@ -157,80 +131,144 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
   }
   WTX_RETURN_IF_ERROR(j->LoadTail());
   WTX_RETURN_IF_ERROR(j->CheckWatermark());
+  if (!options.read_only) {
+    if (j->last_seq_ > 0 && !j->watermark_at_open_.newest) {
+      // Records, but nothing says how many were synced: a write-ahead log cut at a record
+      // boundary would look exactly like this journal. Only the operator can accept it.
+      const std::string what = UnverifiedJournalMessage(dir, j->last_seq_, j->watermark_at_open_);
+      if (!options.accept_unverified) {
+        return Status::Corruption(what +
+                                  "; refusing to open it without --accept-unverified-journal");
+      }
+      j->unverified_at_open_ = what;
+    }
+    WTX_RETURN_IF_ERROR(j->OpenWatermarkCopies());
+  }
   return j;
 }
 
+std::string UnverifiedJournalMessage(const std::string& dir, uint64_t records,
+                                     const WatermarkReading& w) {
+  return dir + ": the journal has " + std::to_string(records) +
+         " records but no valid sync watermark (" + w.Problems() +
+         "): synced records lost at a record boundary cannot be ruled out";
+}
+
 Status Journal::CheckWatermark() const {
-  if (!watermark_at_open_) return Status::OK();
-  const SyncWatermark& w = *watermark_at_open_;
-  if (w.seq > last_seq_) {
-    return Status::Corruption(dir_ + ": synced records lost: the journal ends at record " +
-                              std::to_string(last_seq_) + " but record " + std::to_string(w.seq) +
-                              " was synced (" + kWatermarkFile + ")");
+  // Every valid copy is checked (each names a record that was durable when it was written),
+  // the newest first: it is the one that can name the most records.
+  std::vector<const SyncWatermark*> order;
+  if (watermark_at_open_.newest) order.push_back(&*watermark_at_open_.newest);
+  for (const auto& w : watermark_at_open_.valid) order.push_back(&w);
+  for (const SyncWatermark* w : order) {
+    if (w->seq > last_seq_) {
+      return Status::Corruption(dir_ + ": synced records lost: the journal ends at record " +
+                                std::to_string(last_seq_) + " but record " +
+                                std::to_string(w->seq) + " was synced (" + w->file + ")");
+    }
+    if (w->seq == 0) continue;
+    std::string v;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), RecordKey(w->seq), &v);
+    if (!s.ok()) return FromRocks(s, dir_ + ": reading synced record " + std::to_string(w->seq));
+    if (Hex64(ValueChecksum(v)) != w->head) {
+      return Status::Corruption(dir_ + ": record " + std::to_string(w->seq) +
+                                " differs from the record that was synced (" + w->file +
+                                " names checksum " + w->head + "): history rewritten or foreign");
+    }
   }
-  if (w.seq == 0) return Status::OK();
-  std::string v;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), RecordKey(w.seq), &v);
-  if (!s.ok()) return FromRocks(s, dir_ + ": reading synced record " + std::to_string(w.seq));
-  if (Hex64(ValueChecksum(v)) != w.head) {
-    return Status::Corruption(dir_ + ": record " + std::to_string(w.seq) +
-                              " differs from the record that was synced (" + kWatermarkFile +
-                              " names checksum " + w.head + "): history rewritten or foreign");
+  return Status::OK();
+}
+
+Status Journal::OpenWatermarkCopies() {
+  auto fs = FsOf(options_.env.fs);
+  const rocksdb::IOOptions io;
+  const WatermarkReading& r = watermark_at_open_;
+  watermark_generation_ = 0;
+  for (const auto& w : r.valid)
+    watermark_generation_ = std::max(watermark_generation_, w.generation);
+  auto failed = [&](const std::string& what, const rocksdb::IOStatus& s) {
+    CloseWatermark();
+    return Status::IOError(dir_ + ": " + what + ": " + s.ToString());
+  };
+  if (!r.copy_valid[0] || !r.copy_valid[1]) {
+    // Created once per journal (or again after a copy was lost), and durably: a copy that a
+    // power loss could take would leave a journal with records and no watermark, which is
+    // refused. Every record present is made durable first, so the new copies name the last.
+    if (last_seq_ > 0) {
+      rocksdb::Status s = db_->FlushWAL(/*sync=*/true);
+      if (!s.ok()) return FromRocks(s, dir_ + ": syncing the write-ahead log");
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (r.copy_valid[i]) continue;
+      const std::string path = dir_ + "/" + kWatermarkCopies[i];
+      const std::string tmp = path + ".tmp";
+      const std::string data =
+          EncodeWatermarkCopy(++watermark_generation_, last_seq_, last_checksum_);
+      std::unique_ptr<rocksdb::FSWritableFile> f;
+      rocksdb::FileOptions fo;
+      fo.allow_fallocate = false;
+      rocksdb::IOStatus s = fs->NewWritableFile(tmp, fo, &f, nullptr);
+      if (s.ok()) s = f->Append(data, io, nullptr);
+      if (s.ok()) s = f->Sync(io, nullptr);
+      if (s.ok()) s = f->Close(io, nullptr);
+      if (s.ok()) s = fs->RenameFile(tmp, path, io, nullptr);
+      if (!s.ok()) return failed(std::string("creating ") + kWatermarkCopies[i], s);
+    }
+    std::unique_ptr<rocksdb::FSDirectory> d;
+    rocksdb::IOStatus s = fs->NewDirectory(dir_, io, &d, nullptr);
+    if (s.ok()) s = d->FsyncWithDirOptions(io, nullptr, rocksdb::DirFsyncOptions());
+    if (s.ok()) s = d->Close(io, nullptr);
+    if (!s.ok()) return failed("syncing the directory", s);
+    if (r.legacy_present) {
+      // Both copies exist now and name at least what the single file of older journals did.
+      s = fs->DeleteFile(dir_ + "/" + kWatermarkFile, io, nullptr);
+      if (!s.ok()) return failed(std::string("removing ") + kWatermarkFile, s);
+    }
+    next_copy_ = 0;  // both name the last record; either may be rewritten first
+  } else {
+    // Rewrite the older copy first, so that the newest survives a torn rewrite.
+    const auto& newest = *r.newest;
+    next_copy_ = newest.file == kWatermarkCopies[0] ? 1 : 0;
+  }
+  for (int i = 0; i < 2; ++i) {
+    rocksdb::FileOptions fo;
+    rocksdb::IOStatus s =
+        fs->NewRandomRWFile(dir_ + "/" + kWatermarkCopies[i], fo, &watermark_copies_[i], nullptr);
+    if (!s.ok()) return failed(std::string("opening ") + kWatermarkCopies[i], s);
   }
   return Status::OK();
 }
 
 Status Journal::WriteWatermark(bool sync) {
-  // Rewritten in place (one pwrite) after the first write rather than written to a new file and
-  // renamed over the old one every time: a synced append is the journal's hot path, and at
-  // hundreds of ranks per process the create + rename cost more than the append. Either way
-  // the content is written after the records it names are durable and is not itself synced,
-  // so after a power loss it is older, missing or (torn) unreadable, never newer: the same
-  // three cases Open and VerifyJournalDir already handle.
-  auto fs = FsOf(options_.env.fs);
-  const std::string path = dir_ + "/" + kWatermarkFile;
-  // The bytes of EncodeValue({"seq": ..., "head": ...}) without building the JSON.
-  CborMap w;
-  w.Uint("seq", last_seq_).Text("head", Hex64(last_checksum_));
-  const std::string data = EncodeCborValue(w.Encode());
-  auto failed = [&](const rocksdb::IOStatus& s) {
-    return Status::IOError(dir_ + ": writing " + kWatermarkFile + ": " + s.ToString());
-  };
+  // Rewritten in place (one pwrite of a fixed-size value, never a create or a rename): a synced
+  // append is the journal's hot path, and at hundreds of ranks per process a create + rename
+  // cost more than the append. The content is written after the records it names are durable
+  // and is not itself synced, so after a power loss a copy is older or (torn) invalid, never
+  // newer; the copy not rewritten holds the previous watermark meanwhile.
+  auto& f = watermark_copies_[next_copy_];
+  if (!f) return Status::IOError(dir_ + ": sync watermark not open");
+  const std::string data =
+      EncodeWatermarkCopy(watermark_generation_ + 1, last_seq_, last_checksum_);
   const rocksdb::IOOptions io;
-  rocksdb::IOStatus s;
-  if (!watermark_file_) {
-    // The first write of this journal: a new file renamed over the old one (atomic: a crash
-    // leaves the old content or the new), whose descriptor is then kept for the rewrites. A
-    // plain (not append-mode) descriptor, so that a write at offset 0 lands at offset 0.
-    const std::string tmp = path + ".tmp";
-    rocksdb::FileOptions fo;
-    fo.allow_fallocate = false;
-    s = fs->NewWritableFile(tmp, fo, &watermark_file_, nullptr);
-    if (s.ok()) s = watermark_file_->PositionedAppend(data, 0, io, nullptr);
-    if (s.ok() && sync) s = watermark_file_->Sync(io, nullptr);
-    if (s.ok()) s = fs->RenameFile(tmp, path, io, nullptr);
-  } else {
-    s = watermark_file_->PositionedAppend(data, 0, io, nullptr);
-    // The encoding only grows with the sequence number; cut anything beyond the new content
-    // should it ever get shorter.
-    if (s.ok() && data.size() < watermark_bytes_) {
-      s = watermark_file_->Truncate(data.size(), io, nullptr);
-    }
-    if (s.ok() && sync) s = watermark_file_->Sync(io, nullptr);
-  }
+  rocksdb::IOStatus s = f->Write(0, data, io, nullptr);
+  if (s.ok() && sync) s = f->Sync(io, nullptr);
   if (!s.ok()) {
-    CloseWatermark();  // the next attempt starts over with a new file
-    return failed(s);
+    // The copy may be torn; the other still holds the newest watermark, and the next attempt
+    // rewrites this one again.
+    return Status::IOError(dir_ + ": writing " + kWatermarkCopies[next_copy_] + ": " +
+                           s.ToString());
   }
-  watermark_bytes_ = data.size();
+  ++watermark_generation_;
+  next_copy_ ^= 1;
   return Status::OK();
 }
 
 void Journal::CloseWatermark() {
-  if (!watermark_file_) return;
-  watermark_file_->Close(rocksdb::IOOptions(), nullptr).PermitUncheckedError();
-  watermark_file_.reset();
-  watermark_bytes_ = 0;
+  for (auto& f : watermark_copies_) {
+    if (!f) continue;
+    f->Close(rocksdb::IOOptions(), nullptr).PermitUncheckedError();
+    f.reset();
+  }
 }
 
 Status Journal::LoadTail() {

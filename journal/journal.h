@@ -12,15 +12,17 @@
 //    incomplete record at the end of a write-ahead log (a crash in the middle of an append) is
 //    dropped; any checksum mismatch anywhere refuses to open (E_JOURNAL_CORRUPT) instead of
 //    silently recovering to the record before it, as kPointInTimeRecovery would.
-//  * Sync watermark: after every synced Append (and after a clean close, which syncs the WAL)
-//    the journal writes the sequence and checksum of its last durable record to the file
-//    kWatermarkFile (not fsynced itself: after a power loss it can only be older, never
-//    newer, than the durable records; it is rewritten in place through a descriptor kept open
-//    from the first synced Append on, one pwrite per sync, so a torn rewrite is unreadable,
-//    never a wrong record). Open refuses a journal that ends before the watermark or
-//    whose record at the watermark differs: a synced record was lost or rewritten. A missing or
-//    unreadable watermark carries no information at Open (a power loss may take it);
-//    VerifyJournalDir (`wtx check`) reports it.
+//  * Sync watermark (journal/watermark.h): after every synced Append (and after a clean close,
+//    which syncs the WAL) the journal writes the sequence and checksum of its last durable
+//    record to one of two copies, WTX-SYNCED-A and -B, alternately (not fsynced: after a power
+//    loss a copy can only be older, never newer, than the durable records). Both copies are
+//    created durably (fsynced, renamed into place) when the journal is created or first opened
+//    for writing without them, then rewritten in place through descriptors kept open, one
+//    pwrite per synced append. Open refuses a journal that ends before the newest valid copy
+//    or whose record there differs: a synced record was lost or rewritten. A read-write Open
+//    also refuses a journal that has records but no valid copy (both lost: synced records may
+//    be gone without a trace) unless options.accept_unverified; VerifyJournalDir (`wtx check`)
+//    reports the same as corruption.
 //  * WalRecovery::kStrict (kAbsoluteConsistency) refuses any incomplete or corrupt WAL record;
 //    `wtx check` opens read-only with it first to tell a torn tail from a clean journal.
 //  * paranoid_checks; SST block checksums are verified on every read and by VerifyStorage().
@@ -39,6 +41,7 @@
 #include <nlohmann/json.hpp>
 
 #include "journal/record.h"
+#include "journal/watermark.h"
 #include "src/util/cbor_writer.h"
 #include "wtx/env.h"
 #include "wtx/status.h"
@@ -48,7 +51,7 @@ class DB;
 struct Options;
 class Env;
 class FileSystem;
-class FSWritableFile;
+class FSRandomRWFile;
 }  // namespace rocksdb
 
 namespace wtx {
@@ -65,9 +68,6 @@ enum class WalRecovery {
   kStrict,            // kAbsoluteConsistency: any incomplete or corrupt record fails the open
 };
 
-// The file, inside the journal directory, naming the last record known to be durable.
-inline constexpr const char* kWatermarkFile = "WTX-SYNCED";
-
 struct JournalOptions {
   Env env;
   // Required when creating; when opening, checked against the stored one unless `role` empty.
@@ -75,9 +75,12 @@ struct JournalOptions {
   bool create_if_missing = true;
   bool read_only = false;
   WalRecovery wal_recovery = WalRecovery::kTolerateTornTail;
+  // Read-write only: open a journal that has records but no valid sync watermark (the
+  // operator's --accept-unverified-journal; unverified_at_open() then says what was missing)
+  // instead of refusing it with kJournalCorrupt.
+  bool accept_unverified = false;
 };
 
-// The content of kWatermarkFile: the last record known to be durable.
 // One record to append: JSON (stored as CBOR), a WRITE record (stored in binary) or a CborMap
 // (stored as CBOR, the bytes of the equal JSON object, without building it).
 using JournalRecord = std::variant<nlohmann::json, WriteRecord, CborMap>;
@@ -88,11 +91,6 @@ struct RecordRef {
   uint64_t seq = 0;
   const WriteRecordView* write = nullptr;
   const nlohmann::json* json = nullptr;
-};
-
-struct SyncWatermark {
-  uint64_t seq = 0;
-  std::string head;  // hex checksum of record `seq`
 };
 
 class Journal {
@@ -144,10 +142,15 @@ class Journal {
   // readable and of a known kind, and the records up to the sync watermark present.
   Status VerifyStorage() const;
 
-  // The watermark read when the journal was opened (nullopt: none, or unreadable).
-  const std::optional<SyncWatermark>& watermark_at_open() const { return watermark_at_open_; }
-  // Why the watermark could not be used at open ("" when it was read, or there was none).
-  const std::string& watermark_problem() const { return watermark_problem_; }
+  // The newest valid watermark read when the journal was opened (nullopt: none valid).
+  const std::optional<SyncWatermark>& watermark_at_open() const {
+    return watermark_at_open_.newest;
+  }
+  // Everything read from the watermark files at open (the copies' problems included).
+  const WatermarkReading& watermark_reading() const { return watermark_at_open_; }
+  // Non-empty when a read-write open accepted (options.accept_unverified) a journal with
+  // records but no valid watermark: what was missing. The owner logs it as an event record.
+  const std::string& unverified_at_open() const { return unverified_at_open_; }
 
   uint64_t synced_appends() const { return synced_appends_; }
 
@@ -156,8 +159,13 @@ class Journal {
   Status LoadTail();
   // Refuses a journal that lost or rewrote records up to the watermark read at open.
   Status CheckWatermark() const;
+  // Opens both watermark copies for rewriting in place; first (re)creates, durably, each one
+  // that is missing or invalid (and removes the legacy single file once both exist), naming
+  // the last record after syncing the write-ahead log.
+  Status OpenWatermarkCopies();
+  // Writes the watermark (the last record) to the copy not holding the newest one.
   Status WriteWatermark(bool sync);
-  // Closes the watermark file (its content stays); errors are ignored (best effort).
+  // Closes the watermark copies (their content stays); errors are ignored (best effort).
   void CloseWatermark();
   // One Append for both state forms: exactly one of json_state and cbor_state is set.
   Status AppendImpl(std::vector<JournalRecord> records, nlohmann::json* json_state,
@@ -179,21 +187,22 @@ class Journal {
   uint64_t last_checksum_ = 0;
   uint64_t synced_appends_ = 0;
   bool append_failed_ = false;
-  std::optional<SyncWatermark> watermark_at_open_;
-  std::string watermark_problem_;
-  // kWatermarkFile, open for rewriting in place once this journal wrote it (null before).
-  std::unique_ptr<rocksdb::FSWritableFile> watermark_file_;
-  uint64_t watermark_bytes_ = 0;  // its length as this journal last wrote it
+  WatermarkReading watermark_at_open_;
+  std::string unverified_at_open_;
+  // kWatermarkCopies, open for rewriting in place (read-write journals; null otherwise).
+  std::unique_ptr<rocksdb::FSRandomRWFile> watermark_copies_[2];
+  int next_copy_ = 0;                  // the copy the next WriteWatermark rewrites
+  uint64_t watermark_generation_ = 0;  // of the newest copy written or read
 };
 
 // The RocksDB options every journal database is opened with (before the per-open recovery mode
 // and filesystem): paranoid checks, torn-tail WAL recovery, no compression, small memtables.
 void ConfigureJournalOptions(rocksdb::Options* options);
 
-// Reads `dir`/kWatermarkFile through `fs` (null: the default filesystem). nullopt with *problem
-// empty when the file does not exist; nullopt with *problem set when it is unreadable.
-std::optional<SyncWatermark> ReadWatermark(const std::string& dir,
-                                           const std::shared_ptr<rocksdb::FileSystem>& fs,
-                                           std::string* problem);
+// "DIR: the journal has N records but no valid sync watermark (WTX-SYNCED-A: missing; ...):
+// synced records lost at a record boundary cannot be ruled out": why such a journal is refused
+// (Journal::Open, VerifyJournalDir) or what an accepted open logs.
+std::string UnverifiedJournalMessage(const std::string& dir, uint64_t records,
+                                     const WatermarkReading& watermark);
 
 }  // namespace wtx

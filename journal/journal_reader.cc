@@ -105,9 +105,14 @@ Result<JournalHistory> ReadJournalHistory(const std::string& dir) {
   std::vector<std::string> warnings;
   auto j = OpenVerifiedReadOnly(dir, &warnings);
   if (!j.ok()) return j.status();
-  auto h = ReadHistory(*j.value());
+  std::vector<nlohmann::json> events;
+  auto h = ReadHistory(*j.value(), &events);
   if (!h.ok()) return h.status();
   JournalHistory out;
+  for (const auto& e : events) {
+    out.events.push_back(
+        {e["type"].get<std::string>(), e["time"].get<int64_t>(), e["reason"].get<std::string>()});
+  }
   out.owner = OwnerOf(j.value()->identity());
   out.records = j.value()->last_seq();
   out.warnings = std::move(warnings);

@@ -93,6 +93,7 @@ Result<std::unique_ptr<Journal>> OpenTrustedJournal(const std::string& dir,
   }
   VerifyOptions vo;
   vo.fs = options.env.fs;
+  vo.accept_unverified = options.accept_unverified;
   if (!options.identity.role.empty()) vo.expect = options.identity;
   JournalCheckReport rep = VerifyJournalDir(dir, vo);
   if (rep.status.code() == ErrorCode::kNotFound) {
@@ -107,8 +108,12 @@ Result<std::unique_ptr<Journal>> OpenTrustedJournal(const std::string& dir,
         "): refusing to initialise a new journal over it; give an empty or absent directory");
   }
   if (!rep.status.ok()) {
-    return Status(rep.status.code(), rep.status.message() + " (refusing to open it; `wtx check " +
-                                         dir + "` reports the same)");
+    const bool unverified =
+        rep.status.message().find("no valid sync watermark") != std::string::npos;
+    return Status(
+        rep.status.code(),
+        rep.status.message() + " (refusing to open it; `wtx check " + dir + "` reports the same" +
+            (unverified ? "; start with --accept-unverified-journal to accept it" : "") + ")");
   }
   if (warnings) warnings->insert(warnings->end(), rep.warnings.begin(), rep.warnings.end());
   JournalOptions o = options;
@@ -220,13 +225,22 @@ JournalCheckReport VerifyJournalDir(const std::string& dir, const VerifyOptions&
     rep.status = s;
     return rep;
   }
+  const WatermarkReading& w = j.watermark_reading();
   if (!rep.watermark && j.last_seq() > 0) {
-    rep.warnings.push_back(
-        (j.watermark_problem().empty()
-             ? std::string("sync watermark ") + kWatermarkFile + " is missing"
-             : "sync watermark unusable: " + j.watermark_problem()) +
-        " (deleted, or lost in a power failure before the journal was reopened): lost synced "
-        "records cannot be ruled out");
+    // Nothing says how many records were synced: a write-ahead log cut at a record boundary
+    // looks exactly like this. Corruption (the daemons refuse it) unless the operator accepts.
+    const std::string what = UnverifiedJournalMessage(dir, j.last_seq(), w);
+    if (!options.accept_unverified) {
+      rep.status = Status::Corruption(what);
+      return rep;
+    }
+    rep.warnings.push_back(what + " (accepted: --accept-unverified-journal)");
+  } else if (rep.watermark && !w.problems.empty() && !w.LegacyFormat()) {
+    // One copy lost or damaged (not a journal of the older single-file format, which has no
+    // copies yet): verified against the other; the next read-write open recreates it.
+    rep.warnings.push_back("sync watermark damaged: " + w.Problems() + "; verified against " +
+                           rep.watermark->file + " (record " + std::to_string(rep.watermark->seq) +
+                           ")");
   }
   if (options.strict && !rep.warnings.empty()) {
     rep.status = Status::Corruption(dir + ": " + rep.warnings.front() + " (--strict)");

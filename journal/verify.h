@@ -18,10 +18,12 @@
 //  5. Identity: the journal's stored owner (role, rank) against the expected one: given
 //     explicitly, or inferred from the directory name ("rank-N" = participant N, "coordinator"),
 //     so that one rank's files copied into another rank's directory are caught.
-//  6. A missing or unreadable sync watermark: a warning (a power failure can take the
-//     unsynced watermark file with it until the journal is reopened), but without it lost
-//     synced records cannot be ruled out. `strict` turns every warning into corruption; a
-//     cleanly closed journal has no warning.
+//  6. The sync watermark (journal/watermark.h): a journal with records but no valid copy
+//     (both lost or damaged, and no file of the older single-file format) is corruption: lost
+//     synced records cannot be ruled out. Both copies are created durably, so a power loss
+//     cannot take them; only deletion or damage can. With `accept_unverified` it is a warning.
+//     One copy lost or damaged while the other is valid: a warning (verified against the
+//     other). `strict` turns every warning into corruption; a cleanly closed journal has none.
 //
 // OpenTrustedJournal is the gate of every process that writes a journal (Participant::Open,
 // Coordinator::Open, hence `wtx rank` and `wtx coordinator`): it runs VerifyJournalDir first,
@@ -49,8 +51,11 @@ struct VerifyOptions {
   std::optional<JournalIdentity> expect;
   // nullopt: the default filesystem.
   std::shared_ptr<rocksdb::FileSystem> fs;
-  // Warnings (torn unsynced tail, missing watermark) count as corruption.
+  // Warnings (torn unsynced tail, one watermark copy lost) count as corruption.
   bool strict = false;
+  // A journal with records but no valid sync watermark is a warning instead of corruption
+  // (the operator's --accept-unverified-journal).
+  bool accept_unverified = false;
 };
 
 struct JournalCheckReport {
@@ -67,9 +72,11 @@ struct JournalCheckReport {
 JournalCheckReport VerifyJournalDir(const std::string& dir, const VerifyOptions& options = {});
 
 // Opens the journal in `dir` for writing (options.read_only must be false) after it passed
-// VerifyJournalDir against options.identity (warnings allowed: a torn unsynced tail or a lost
-// watermark after a crash; they are appended to *warnings when given). An absent or empty
-// directory is created and initialised. Anything else is refused without touching a file:
+// VerifyJournalDir against options.identity (warnings allowed: a torn unsynced tail after a
+// crash, one watermark copy lost; they are appended to *warnings when given). A journal with
+// records but no valid watermark is refused unless options.accept_unverified; the opened
+// journal's unverified_at_open() then says what was missing, for the owner to log. An absent or
+// empty directory is created and initialised. Anything else is refused without touching a file:
 // kJournalCorrupt naming what is wrong (as `wtx check` reports it), kInvalidArgument for a
 // non-empty directory that holds no journal.
 Result<std::unique_ptr<Journal>> OpenTrustedJournal(const std::string& dir,

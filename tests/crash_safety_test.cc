@@ -377,44 +377,131 @@ TEST_CASE("CleanCloseLeavesAWatermarkNamingTheLastRecord") {
     REQUIRE(j.value()->Append(Rec(0), json{{"n", 0}}, true).ok());
     REQUIRE(j.value()->Append(Rec(1), json{{"n", 1}}, false).ok());
   }
-  std::string problem;
-  auto w = ReadWatermark(dir.sub("j"), nullptr, &problem);
-  REQUIRE(w);
-  CHECK(w->seq == 2);
-  CHECK(problem.empty());
+  WatermarkReading w = ReadWatermark(dir.sub("j"), nullptr);
+  REQUIRE(w.newest);
+  CHECK(w.newest->seq == 2);
+  INFO(w.Problems());
+  CHECK(w.problems.empty());
+  CHECK(w.copy_valid[0]);
+  CHECK(w.copy_valid[1]);
 }
 
-TEST_CASE("WatermarkIsRewrittenInPlaceAfterEverySyncedAppend") {
-  // The watermark file is created once and then rewritten in place: after each synced append
-  // it names exactly that record, also when the encoding of the sequence number grows (CBOR:
-  // one byte up to 23, two from 24), and no stray copy is left beside it.
+TEST_CASE("WatermarkCopiesAreRewrittenAlternatelyInPlaceAfterEverySyncedAppend") {
+  // Both copies are created once, durably, and then rewritten in place, one per synced append
+  // and alternately: after each synced append the newest names exactly that record and the
+  // other the synced record before it; no stray file is left beside them.
   Scratch dir;
   auto f = std::make_shared<FaultInjectionFileSystem>();
   {
     auto j = Journal::Open(dir.sub("j"), Jo(f));
     REQUIRE(j.ok());
+    uint64_t previous_synced = 0;
     for (int i = 0; i < 30; ++i) {
       const bool sync = i % 3 != 1;
+      const uint64_t syncs_before = f->syncs();
       REQUIRE(j.value()->Append(Rec(i), json{{"n", i}}, sync).ok());
-      std::string problem;
-      auto w = ReadWatermark(dir.sub("j"), nullptr, &problem);
-      INFO("append " << i << ": " << problem);
-      REQUIRE(w);
-      // Unsynced appends leave it naming the last synced record.
-      CHECK(w->seq == (sync ? j.value()->last_seq() : j.value()->last_seq() - 1));
+      // The watermark adds no sync: a synced append costs the write-ahead log's only.
+      CHECK(f->syncs() - syncs_before == (sync ? 1u : 0u));
+      WatermarkReading w = ReadWatermark(dir.sub("j"), nullptr);
+      INFO("append " << i << ": " << w.Problems());
+      REQUIRE(w.newest);
+      REQUIRE(w.valid.size() == 2);
+      const uint64_t synced = sync ? j.value()->last_seq() : j.value()->last_seq() - 1;
+      CHECK(w.newest->seq == synced);
+      const uint64_t older = std::min(w.valid[0].seq, w.valid[1].seq);
+      if (sync) CHECK(older == previous_synced);
+      if (sync) previous_synced = synced;
     }
-    CHECK_FALSE(fs::exists(dir.sub("j") + "/" + kWatermarkFile + ".tmp"));
+    CHECK_FALSE(fs::exists(dir.sub("j") + "/" + kWatermarkCopies[0] + ".tmp"));
+    CHECK_FALSE(fs::exists(dir.sub("j") + "/" + kWatermarkCopies[1] + ".tmp"));
+    CHECK_FALSE(fs::exists(dir.sub("j") + "/" + kWatermarkFile));
     // Power loss: the rewrites were never synced, so what survives may be older but never
-    // names a record that is not there.
+    // names a record that is not there, and the copies created durably are not lost.
     f->SetActive(false);
   }
   f->DropUnsyncedData(FaultInjectionFileSystem::DropMode::kAllUnsynced, 1);
   f->SetActive(true);
   auto j = Journal::Open(dir.sub("j"), Jo(f));
   REQUIRE(j.ok());
-  if (j.value()->watermark_at_open()) {
+  REQUIRE(j.value()->watermark_at_open());
+  CHECK(j.value()->watermark_at_open()->seq <= j.value()->last_seq());
+}
+
+TEST_CASE("PowerLossRightAfterTheFirstSyncedAppendLeavesAValidWatermark") {
+  // Before: the watermark file was created unsynced on the first synced append, so a power
+  // loss took it and left records without a watermark. Now both copies exist durably from the
+  // journal's creation on.
+  using Mode = FaultInjectionFileSystem::DropMode;
+  for (Mode mode : {Mode::kAllUnsynced, Mode::kRandomPrefix, Mode::kTearLastRecord}) {
+    Scratch dir;
+    auto f = std::make_shared<FaultInjectionFileSystem>();
+    {
+      auto j = Journal::Open(dir.sub("j"), Jo(f));
+      REQUIRE(j.ok());
+      REQUIRE(j.value()->Append(Rec(0), json{{"n", 0}}, true).ok());
+      REQUIRE(j.value()->Append(Rec(1), json{{"n", 1}}, false).ok());
+      f->SetActive(false);
+    }
+    f->DropUnsyncedData(mode, 7);
+    f->SetActive(true);
+    WatermarkReading w = ReadWatermark(dir.sub("j"), f);
+    INFO(w.Problems());
+    CHECK(w.copy_valid[0]);
+    CHECK(w.copy_valid[1]);
+    // A read-write open refuses a journal with records and no valid watermark: this one opens.
+    auto j = Journal::Open(dir.sub("j"), Jo(f));
+    INFO(j.status().ToString());
+    REQUIRE(j.ok());
+    CHECK(j.value()->last_seq() >= 1);
+    REQUIRE(j.value()->watermark_at_open());
     CHECK(j.value()->watermark_at_open()->seq <= j.value()->last_seq());
   }
+}
+
+TEST_CASE("ReadWriteOpenRefusesRecordsWithoutAValidWatermarkUnlessAccepted") {
+  Scratch dir;
+  {
+    auto j = Journal::Open(dir.sub("j"), Jo(nullptr));
+    REQUIRE(j.ok());
+    for (int i = 0; i < 3; ++i) REQUIRE(j.value()->Append(Rec(i), json{{"n", i}}, true).ok());
+  }
+  for (const char* f : kWatermarkCopies) fs::remove(dir.sub("j") + "/" + f);
+  auto refused = Journal::Open(dir.sub("j"), Jo(nullptr));
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == ErrorCode::kJournalCorrupt);
+  CHECK_THAT(refused.status().message(), Catch::Contains("no valid sync watermark"));
+  CHECK_FALSE(fs::exists(dir.sub("j") + "/" + kWatermarkCopies[0]));  // nothing written
+  JournalOptions o = Jo(nullptr);
+  o.accept_unverified = true;
+  {
+    auto j = Journal::Open(dir.sub("j"), o);
+    REQUIRE(j.ok());
+    CHECK_THAT(j.value()->unverified_at_open(), Catch::Contains(kWatermarkCopies[1]));
+  }
+  // The accepted open wrote both copies again, naming the last record.
+  auto j = Journal::Open(dir.sub("j"), Jo(nullptr));
+  REQUIRE(j.ok());
+  CHECK(j.value()->unverified_at_open().empty());
+  REQUIRE(j.value()->watermark_at_open());
+  CHECK(j.value()->watermark_at_open()->seq == 3);
+}
+
+TEST_CASE("WatermarkCopyDecodeRejectsEveryDamage") {
+  const std::string good = EncodeWatermarkCopy(7, 42, 0x1234);
+  REQUIRE(good.size() == kWatermarkCopyBytes);
+  auto w = DecodeWatermarkCopy(good, "A");
+  REQUIRE(w.ok());
+  CHECK(w.value().generation == 7);
+  CHECK(w.value().seq == 42);
+  CHECK(w.value().head == "0000000000001234");
+  for (size_t i = 0; i < good.size(); ++i) {
+    std::string bad = good;
+    bad[i] ^= 0x01;
+    CHECK(DecodeWatermarkCopy(bad, "A").status().code() == ErrorCode::kJournalCorrupt);
+  }
+  CHECK_THAT(DecodeWatermarkCopy(good.substr(0, 17), "A").status().message(),
+             Catch::Contains("17 bytes"));
+  CHECK_FALSE(DecodeWatermarkCopy(good + "x", "A").ok());
 }
 
 TEST_CASE("ArmedCrashPointFiresOnceAtItsPointAndDisarmReportsIt") {

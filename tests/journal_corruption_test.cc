@@ -23,6 +23,7 @@
 #include "journal/verify.h"
 #include "wtx/coordinator.h"
 #include "wtx/inproc_transport.h"
+#include "wtx/journal_reader.h"
 #include "wtx/participant.h"
 
 using nlohmann::json;
@@ -263,15 +264,13 @@ TEST_CASE("DeletedCurrentIsDetected") {
   ExpectCorrupt(c.path, "CURRENT is missing");
 }
 
-TEST_CASE("DeletedWatermarkIsAWarningAndFailsStrict") {
+TEST_CASE("DeletedWatermarkCopiesAreCorruption") {
+  // Records and nothing that says how many were synced: a cut write-ahead log looks the same.
   Copy c;
-  fs::remove(c.path + "/" + kWatermarkFile);
-  Run r = Check(c.path);
-  INFO(r.out);
-  CHECK(r.code == 0);
-  CHECK_THAT(r.out, Catch::Contains("warning: sync watermark"));
-  Run s = Check(c.path, "--strict");
-  CHECK(s.code == 3);
+  for (const char* f : kWatermarkCopies) fs::remove(c.path + "/" + f);
+  ExpectCorrupt(c.path, "no valid sync watermark");
+  ExpectCorrupt(c.path, std::string(kWatermarkCopies[0]) + ": missing");
+  ExpectCorrupt(c.path, std::string(kWatermarkCopies[1]) + ": missing");
 }
 
 namespace {
@@ -506,7 +505,7 @@ TEST_CASE("DaemonsRefuseANonEmptyDirectoryWithoutAJournal") {
 TEST_CASE("CoordinatorRefusesAJournalWhoseWalAndWatermarkWereDeleted") {
   Copy c("coordinator", "coordinator");
   for (const auto& f : c.Files(".log")) fs::remove(f);
-  fs::remove(c.path + "/" + kWatermarkFile);
+  for (const char* f : kWatermarkCopies) fs::remove(c.path + "/" + f);
   ExpectCorrupt(c.path, "no identity record");  // what `wtx check` says
   ExpectOpenRefused(c.path, OpenCoordinator, "no identity record");
   // The daemon refuses to start, with the reason, and writes nothing.
@@ -595,4 +594,244 @@ TEST_CASE("ReplayRefusesACorruptJournal") {
   CHECK(r.code == 3);
   CHECK(r.stdout_only.empty());
   CHECK_THAT(r.out, Catch::Contains("E_JOURNAL_CORRUPT"));
+}
+
+// ---- The sync watermark: two copies, and a journal without a valid one is refused ----
+
+namespace {
+
+// The ends of the write batches in a RocksDB write-ahead log (the legacy record format: a
+// 7-byte header, checksum, length and type, per fragment, in 32 KiB blocks). Cutting the file
+// at one of them leaves a log that ends cleanly, as if the later batches had never been
+// written: no WAL checksum can see it.
+std::vector<uint64_t> WalBatchEnds(const std::string& wal) {
+  std::ifstream in(wal, std::ios::binary);
+  const std::string b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  constexpr uint64_t kBlock = 32768, kHeader = 7;
+  std::vector<uint64_t> ends;
+  uint64_t off = 0;
+  while (off + kHeader <= b.size()) {
+    if (kBlock - off % kBlock < kHeader) {  // block trailer
+      off += kBlock - off % kBlock;
+      continue;
+    }
+    const uint64_t len = static_cast<uint8_t>(b[off + 4]) | static_cast<uint8_t>(b[off + 5]) << 8;
+    const int type = static_cast<uint8_t>(b[off + 6]);
+    if (type == 0 && len == 0) break;  // zero padding: the end
+    off += kHeader + len;
+    if (type == 1 || type == 4) ends.push_back(off);  // a full record, or a last fragment
+  }
+  return ends;
+}
+
+// Cuts the journal's write-ahead log before its last `batches` write batches.
+void CutWalBatches(const Copy& c, size_t batches) {
+  const std::string wal = c.One(".log");
+  const auto ends = WalBatchEnds(wal);
+  REQUIRE(ends.size() > batches);
+  REQUIRE(ends.back() == fs::file_size(wal));  // the walk understood the whole file
+  fs::resize_file(wal, ends[ends.size() - 1 - batches]);
+}
+
+void RemoveWatermarkCopies(const std::string& dir) {
+  for (const char* f : kWatermarkCopies) fs::remove(dir + "/" + f);
+}
+
+Status OpenRankAccepting(const std::string& dir) {
+  ParticipantOptions o;
+  o.journal_dir = dir;
+  o.kernel_identity = "k";
+  o.accept_unverified_journal = true;
+  auto p = Participant::Open(o, SimManifest());
+  return p.ok() ? Status::OK() : p.status();
+}
+
+// Damages one watermark copy: 0 deletes it, 1 flips a byte, 2 truncates it.
+void DamageCopy(const std::string& dir, int copy, int how) {
+  const std::string f = dir + "/" + kWatermarkCopies[copy];
+  REQUIRE(fs::exists(f));
+  if (how == 0) fs::remove(f);
+  if (how == 1) Flip(f, 20);
+  if (how == 2) fs::resize_file(f, 17);
+}
+
+std::string CoordinatorCommand(const Scratch& s, const std::string& dir, const std::string& extra) {
+  return "timeout -s TERM 5 " + Q(WTX_BINARY) + " coordinator --listen 127.0.0.1:0 --journal " +
+         Q(dir) + " --secret-file " + Q(Secret(s)) + " --ranks 2 --startup-wait-ms 100 " + extra;
+}
+
+}  // namespace
+
+TEST_CASE("WalCutAtARecordBoundaryIsCaughtByTheWatermark") {
+  // The cut itself is invisible to RocksDB: only the watermark tells.
+  for (const char* which : {"rank-0", "coordinator"}) {
+    Copy c(which, which);
+    CutWalBatches(c, 2);
+    ExpectCorrupt(c.path, "synced records lost");
+  }
+}
+
+TEST_CASE("CoordinatorThatLostItsLastDecisionAndBothWatermarkCopiesIsRefused") {
+  // Before: `wtx check` passed with a warning and the coordinator started, presuming abort for
+  // the transaction whose commit DECISION the cut took.
+  Copy c("coordinator", "coordinator");
+  CutWalBatches(c, 2);  // the last DECISION and its END
+  RemoveWatermarkCopies(c.path);
+  Run r = Check(c.path);
+  INFO(r.out);
+  CHECK(r.code == 3);
+  CHECK_THAT(r.out, Catch::Contains("no valid sync watermark"));
+  CHECK_THAT(r.out, Catch::Contains(c.path));
+  CHECK_THAT(r.out, Catch::Contains(std::string(kWatermarkCopies[0]) + ": missing"));
+  ExpectOpenRefused(c.path, OpenCoordinator, "no valid sync watermark");
+
+  Scratch s;
+  const auto before = Listing(c.path);
+  Run d = Sh(CoordinatorCommand(s, c.path, ""));
+  INFO(d.out);
+  CHECK(d.code != 0);
+  CHECK(d.code != 124);  // refused, not left running until the timeout
+  CHECK_THAT(d.out, Catch::Contains("E_JOURNAL_CORRUPT"));
+  CHECK_THAT(d.out, Catch::Contains("--accept-unverified-journal"));
+  CHECK_THAT(d.out, Catch::Contains(c.path));
+  CHECK_THAT(d.stdout_only, Catch::Contains("\"ready\":false"));
+  CHECK(Listing(c.path) == before);
+
+  // The operator accepts it: the daemon starts and the journal says so.
+  Run a = Sh(CoordinatorCommand(s, c.path, "--accept-unverified-journal"));
+  INFO(a.out);
+  CHECK_THAT(a.stdout_only, Catch::Contains("\"ready\":true"));
+  Run log = Sh(Q(WTX_BINARY) + " log " + Q(c.path));
+  INFO(log.out);
+  CHECK(log.code == 0);
+  CHECK_THAT(log.out, Catch::Contains("EVENT"));
+  CHECK_THAT(log.out, Catch::Contains("ACCEPTED_UNVERIFIED"));
+  CHECK_THAT(log.out, Catch::Contains("no valid sync watermark"));
+  auto h = ReadJournalHistory(c.path);
+  REQUIRE(h.ok());
+  REQUIRE(h->events.size() == 1);
+  CHECK(h->events[0].type == "ACCEPTED_UNVERIFIED");
+  CHECK(h->entries.size() == 2);  // t3 is gone: the loss the operator accepted
+  // From then on the journal has its watermark again.
+  CHECK(Check(c.path, "--strict").code == 0);
+}
+
+TEST_CASE("RankThatLostSyncedRecordsAndBothWatermarkCopiesIsRefusedUnlessAccepted") {
+  Copy c;
+  CutWalBatches(c, 2);  // the last PREPARED (synced) and OUTCOME
+  RemoveWatermarkCopies(c.path);
+  ExpectCorrupt(c.path, "no valid sync watermark");
+  ExpectOpenRefused(
+      c.path, [](const std::string& d) { return OpenRank(d); }, "no valid sync watermark");
+  Status refused = OpenRank(c.path);
+  CHECK_THAT(refused.message(), Catch::Contains("--accept-unverified-journal"));
+
+  REQUIRE(OpenRankAccepting(c.path).ok());
+  auto h = ReadJournalHistory(c.path);
+  REQUIRE(h.ok());
+  REQUIRE(h->events.size() == 1);
+  CHECK(h->events[0].type == "ACCEPTED_UNVERIFIED");
+  CHECK_THAT(h->events[0].detail, Catch::Contains("no valid sync watermark"));
+  auto recs = ReadJournalState(c.path);
+  REQUIRE(recs.ok());
+  CHECK(Check(c.path, "--strict").code == 0);
+  // Accepted once: a later start needs no flag, and logs nothing more.
+  REQUIRE(OpenRank(c.path).ok());
+  CHECK(ReadJournalHistory(c.path)->events.size() == 1);
+}
+
+TEST_CASE("OneWatermarkCopyLostOrDamagedIsVerifiedFromTheOther") {
+  for (int copy = 0; copy < 2; ++copy) {
+    for (int how = 0; how < 3; ++how) {
+      INFO("copy " << kWatermarkCopies[copy] << ", damage " << how);
+      {
+        Copy c;
+        DamageCopy(c.path, copy, how);
+        Run r = Check(c.path);
+        INFO(r.out);
+        CHECK(r.code == 0);
+        CHECK_THAT(r.out, Catch::Contains("warning: sync watermark damaged"));
+        CHECK_THAT(r.out, Catch::Contains(kWatermarkCopies[copy]));
+        CHECK(Check(c.path, "--strict").code == 3);
+        // A daemon starts, and recreates the copy.
+        REQUIRE(OpenRank(c.path).ok());
+        CHECK(Check(c.path, "--strict").code == 0);
+      }
+      {
+        // The other copy still catches a write-ahead log cut at a record boundary.
+        Copy c;
+        CutWalBatches(c, 2);
+        DamageCopy(c.path, copy, how);
+        ExpectCorrupt(c.path, "synced records lost");
+        ExpectOpenRefused(
+            c.path, [](const std::string& d) { return OpenRank(d); }, "synced records lost");
+      }
+    }
+  }
+}
+
+TEST_CASE("BothWatermarkCopiesLostOrDamagedIsRefused") {
+  for (int how_a = 0; how_a < 3; ++how_a) {
+    for (int how_b = 0; how_b < 3; ++how_b) {
+      INFO("damage " << how_a << " and " << how_b);
+      Copy c;
+      DamageCopy(c.path, 0, how_a);
+      DamageCopy(c.path, 1, how_b);
+      ExpectCorrupt(c.path, "no valid sync watermark");
+      ExpectOpenRefused(
+          c.path, [](const std::string& d) { return OpenRank(d); }, "no valid sync watermark");
+    }
+  }
+}
+
+namespace {
+
+// A copy of a journal written by wtx before the two watermark copies (one WTX-SYNCED file).
+struct LegacyCopy {
+  Scratch dir;
+  std::string path;
+  explicit LegacyCopy(const std::string& which) {
+    path = dir.path() + "/" + which;
+    fs::copy(std::string(WTX_SOURCE_DIR) + "/tests/data/legacy-watermark/" + which, path,
+             fs::copy_options::recursive);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("JournalsWithTheSingleWatermarkFileOfOlderVersionsVerifyAndOpen") {
+  {
+    LegacyCopy c("rank-0");
+    REQUIRE(fs::exists(c.path + "/" + kWatermarkFile));
+    Run r = Check(c.path, "--strict");
+    INFO(r.out);
+    CHECK(r.code == 0);
+    CHECK_THAT(r.out, Catch::Contains("synced through record 15"));
+    REQUIRE(OpenRank(c.path).ok());
+    // Replaced by the two copies, naming at least what it named.
+    CHECK_FALSE(fs::exists(c.path + "/" + kWatermarkFile));
+    WatermarkReading w = ReadWatermark(c.path, nullptr);
+    CHECK(w.copy_valid[0]);
+    CHECK(w.copy_valid[1]);
+    REQUIRE(w.newest);
+    CHECK(w.newest->seq >= 15);
+    CHECK(Check(c.path, "--strict").code == 0);
+  }
+  {
+    LegacyCopy c("coordinator");
+    CHECK(Check(c.path, "--strict").code == 0);
+    REQUIRE(OpenCoordinator(c.path).ok());
+    CHECK_FALSE(fs::exists(c.path + "/" + kWatermarkFile));
+    CHECK(Check(c.path, "--strict").code == 0);
+    auto h = ReadJournalHistory(c.path);
+    REQUIRE(h.ok());
+    CHECK(h->entries.size() == 2);
+  }
+  {
+    // The old file still catches a cut log, and its loss is refused like the copies'.
+    LegacyCopy c("rank-0");
+    Flip(c.path + "/" + kWatermarkFile, 20);
+    ExpectCorrupt(c.path, "no valid sync watermark");
+    ExpectCorrupt(c.path, kWatermarkFile);
+  }
 }

@@ -46,6 +46,11 @@ struct CoordinatorOptions {
   // Most rank calls in flight at once (threads of the fan-out pool, started lazily); with
   // more silent ranks than this, a phase costs more than one timeout. Valid: 1..4096.
   int fan_out_threads = 256;
+  // Start on a journal that has records but no valid sync watermark (a coordinator that lost
+  // its last DECISION would presume abort for a commit), which Open otherwise refuses with
+  // kJournalCorrupt. The operator's decision (`wtx coordinator --accept-unverified-journal`);
+  // it is logged in the journal as an ACCEPTED_UNVERIFIED record.
+  bool accept_unverified_journal = false;
 };
 
 struct RankError {

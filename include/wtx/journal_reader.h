@@ -79,10 +79,18 @@ struct HistoryEntry {
   std::string json;  // the whole entry as JSON text (`wtx log --json` prints these)
 };
 
+// An event record: a fact about the process rather than a transaction.
+struct JournalEvent {
+  std::string type;  // "ACCEPTED_UNVERIFIED": started on a journal without a valid watermark
+  int64_t time_micros = 0;
+  std::string detail;  // what was missing
+};
+
 struct JournalHistory {
   JournalOwner owner;
   uint64_t records = 0;
   std::vector<HistoryEntry> entries;
+  std::vector<JournalEvent> events;   // in journal order
   std::vector<std::string> warnings;  // verification warnings (a torn unsynced tail)
 };
 

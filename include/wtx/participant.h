@@ -99,6 +99,11 @@ struct ParticipantOptions {
   // prepare rehashes every chunk anyway), so a change after Landed is always caught. Ignored
   // for device memory. Out of range: Open fails with kInvalidArgument.
   int landing_hash_threads = 0;
+  // Start on a journal that has records but no valid sync watermark (both copies lost or
+  // damaged: synced records may have been lost without a trace), which Open otherwise refuses
+  // with kJournalCorrupt. The operator's decision (`wtx rank --accept-unverified-journal`);
+  // it is logged in the journal as an ACCEPTED_UNVERIFIED record.
+  bool accept_unverified_journal = false;
 };
 
 // Where a caller's buffer is: host memory, or device memory on the live memory's device (for

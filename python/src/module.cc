@@ -141,12 +141,10 @@ struct PyParticipant {
   }
 };
 
-std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir, const PyManifest& m,
-                                               int rank, std::optional<py::dict> tensors,
-                                               const std::string& kernel_identity,
-                                               size_t rollback_budget_bytes,
-                                               int landing_hash_threads,
-                                               std::optional<std::string> test_crash_at) {
+std::shared_ptr<PyParticipant> OpenParticipant(
+    const std::string& journal_dir, const PyManifest& m, int rank, std::optional<py::dict> tensors,
+    const std::string& kernel_identity, size_t rollback_budget_bytes, int landing_hash_threads,
+    bool accept_unverified_journal, std::optional<std::string> test_crash_at) {
   auto out = std::make_shared<PyParticipant>();
   out->manifest = m.m;
   out->journal_dir = journal_dir;
@@ -158,6 +156,7 @@ std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir, c
   o.kernel_identity = kernel_identity;
   o.rollback_budget_bytes = rollback_budget_bytes;
   o.landing_hash_threads = landing_hash_threads;
+  o.accept_unverified_journal = accept_unverified_journal;
   if (test_crash_at) {
     out->crash = std::make_unique<ExitAtCrashPoint>(*test_crash_at);
     hooks.crash_points = out->crash.get();
@@ -568,10 +567,11 @@ struct PyCoordinator {
 };
 
 CoordinatorOptions CoordOptions(PyCoordinator& self, const std::string& dir,
-                                double prepare_timeout_s,
+                                double prepare_timeout_s, bool accept_unverified_journal,
                                 const std::optional<std::string>& test_crash_at) {
   CoordinatorOptions o;
   o.journal_dir = dir;
+  o.accept_unverified_journal = accept_unverified_journal;
   if (test_crash_at) {
     self.crash = std::make_unique<ExitAtCrashPoint>(*test_crash_at);
   }
@@ -589,7 +589,7 @@ std::unique_ptr<Coordinator> OpenCoordinator(const CoordinatorOptions& o, Transp
 
 std::shared_ptr<PyCoordinator> OpenInProc(const std::string& dir,
                                           std::vector<std::shared_ptr<PyParticipant>> ps,
-                                          double prepare_timeout_s,
+                                          double prepare_timeout_s, bool accept_unverified_journal,
                                           std::optional<std::string> test_crash_at) {
   if (ps.empty()) Raise(Status::InvalidArgument("coordinator: participants is empty"));
   auto out = std::make_shared<PyCoordinator>();
@@ -605,7 +605,8 @@ std::shared_ptr<PyCoordinator> OpenInProc(const std::string& dir,
   out->participants = std::move(ps);
   out->journal_dir = dir;
   // CoordOptions arms out->crash: called first (argument order is unspecified).
-  const CoordinatorOptions o = CoordOptions(*out, dir, prepare_timeout_s, test_crash_at);
+  const CoordinatorOptions o =
+      CoordOptions(*out, dir, prepare_timeout_s, accept_unverified_journal, test_crash_at);
   out->c = OpenCoordinator(o, t.get(), out->crash.get());
   out->transport = std::move(t);
   return out;
@@ -613,7 +614,7 @@ std::shared_ptr<PyCoordinator> OpenInProc(const std::string& dir,
 
 std::shared_ptr<PyCoordinator> OpenCarried(const std::string& dir, int num_ranks,
                                            py::function carrier, double prepare_timeout_s,
-                                           double request_timeout_s,
+                                           double request_timeout_s, bool accept_unverified_journal,
                                            std::optional<std::string> test_crash_at) {
   if (num_ranks < 1) Raise(Status::InvalidArgument("coordinator: num_ranks must be >= 1"));
   auto out = std::make_shared<PyCoordinator>();
@@ -622,7 +623,8 @@ std::shared_ptr<PyCoordinator> OpenCarried(const std::string& dir, int num_ranks
       num_ranks, PyCarrier(std::move(carrier)),
       std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000)));
   // CoordOptions arms out->crash: called first (argument order is unspecified).
-  const CoordinatorOptions o = CoordOptions(*out, dir, prepare_timeout_s, test_crash_at);
+  const CoordinatorOptions o =
+      CoordOptions(*out, dir, prepare_timeout_s, accept_unverified_journal, test_crash_at);
   out->c = OpenCoordinator(o, out->transport.get(), out->crash.get());
   return out;
 }
@@ -772,11 +774,11 @@ void DefineModule(py::module_& m) {
       });
 
   py::class_<PyParticipant, std::shared_ptr<PyParticipant>>(m, "Participant")
-      .def_static("open", &OpenParticipant, py::arg("journal_dir"), py::arg("manifest"),
-                  py::kw_only(), py::arg("rank") = 0, py::arg("tensors") = py::none(),
-                  py::arg("kernel_identity") = "",
-                  py::arg("rollback_budget_bytes") = size_t{1} << 30,
-                  py::arg("landing_hash_threads") = 0, py::arg("test_crash_at") = py::none())
+      .def_static(
+          "open", &OpenParticipant, py::arg("journal_dir"), py::arg("manifest"), py::kw_only(),
+          py::arg("rank") = 0, py::arg("tensors") = py::none(), py::arg("kernel_identity") = "",
+          py::arg("rollback_budget_bytes") = size_t{1} << 30, py::arg("landing_hash_threads") = 0,
+          py::arg("accept_unverified_journal") = false, py::arg("test_crash_at") = py::none())
       .def_property_readonly("rank", [](const PyParticipant& s) { return s.rank; })
       .def_property_readonly("journal_dir", [](const PyParticipant& s) { return s.journal_dir; })
       .def_property_readonly("manifest",
@@ -856,10 +858,12 @@ void DefineModule(py::module_& m) {
   py::class_<PyCoordinator, std::shared_ptr<PyCoordinator>>(m, "Coordinator")
       .def_static("open", &OpenInProc, py::arg("journal_dir"), py::kw_only(),
                   py::arg("participants"), py::arg("prepare_timeout") = 5.0,
+                  py::arg("accept_unverified_journal") = false,
                   py::arg("test_crash_at") = py::none())
       .def_static("open_carried", &OpenCarried, py::arg("journal_dir"), py::kw_only(),
                   py::arg("num_ranks"), py::arg("carrier"), py::arg("prepare_timeout") = 5.0,
-                  py::arg("request_timeout") = 30.0, py::arg("test_crash_at") = py::none(),
+                  py::arg("request_timeout") = 30.0, py::arg("accept_unverified_journal") = false,
+                  py::arg("test_crash_at") = py::none(),
                   "A coordinator whose calls travel as encoded messages through "
                   "carrier(rank, request: bytes, timeout_s) -> reply bytes (wtx.torch_dist).")
       .def("begin", &Begin, py::arg("tx"), py::kw_only(), py::arg("kind") = "full",

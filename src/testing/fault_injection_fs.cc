@@ -70,6 +70,32 @@ class TrackedWritableFile : public rocksdb::FSWritableFileOwnerWrapper {
   FaultInjectionFileSystem* fs_;
 };
 
+// A file rewritten in place (the journal's sync watermark copies): writes are counted and
+// failed like a writable file's, syncs make its length durable.
+class TrackedRandomRWFile : public rocksdb::FSRandomRWFileOwnerWrapper {
+ public:
+  TrackedRandomRWFile(std::unique_ptr<rocksdb::FSRandomRWFile> f, std::string fname,
+                      FaultInjectionFileSystem* fs)
+      : FSRandomRWFileOwnerWrapper(std::move(f)), fname_(std::move(fname)), fs_(fs) {}
+
+  IOStatus Write(uint64_t off, const Slice& data, const IOOptions& o, IODebugContext* d) override {
+    IOStatus s = fs_->OnPositionedWrite(fname_, off, data.size());
+    return s.ok() ? target()->Write(off, data, o, d) : s;
+  }
+  IOStatus Sync(const IOOptions& o, IODebugContext* d) override {
+    IOStatus s = target()->Sync(o, d);
+    return s.ok() ? fs_->OnSync(fname_) : s;
+  }
+  IOStatus Fsync(const IOOptions& o, IODebugContext* d) override {
+    IOStatus s = target()->Fsync(o, d);
+    return s.ok() ? fs_->OnSync(fname_) : s;
+  }
+
+ private:
+  std::string fname_;
+  FaultInjectionFileSystem* fs_;
+};
+
 }  // namespace
 
 FaultInjectionFileSystem::FaultInjectionFileSystem(const std::shared_ptr<rocksdb::FileSystem>& base)
@@ -130,6 +156,33 @@ IOStatus FaultInjectionFileSystem::ReuseWritableFile(const std::string& fname,
   FileOptions o = opts;
   o.allow_fallocate = false;
   return Wrap(fname, target()->ReuseWritableFile(fname, old_fname, o, result, dbg), true, result);
+}
+
+IOStatus FaultInjectionFileSystem::NewRandomRWFile(const std::string& fname,
+                                                   const FileOptions& opts,
+                                                   std::unique_ptr<rocksdb::FSRandomRWFile>* result,
+                                                   IODebugContext* dbg) {
+  if (!active()) return IOStatus::IOError("filesystem inactive (process crashed): " + fname);
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(fname, ec);
+  IOStatus s = target()->NewRandomRWFile(fname, opts, result, dbg);
+  if (!s.ok()) return s;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    renamed_.erase(fname);
+    FileState& st = files_[fname];
+    if (existed) {
+      // What exists when it is opened counts as durable, as for ReopenWritableFile.
+      const uint64_t size = std::filesystem::file_size(fname, ec);
+      st.size = ec ? 0 : size;
+      st.synced = st.size;
+      st.ever_synced = true;
+    } else {
+      st = FileState{};
+    }
+  }
+  *result = std::make_unique<TrackedRandomRWFile>(std::move(*result), fname, this);
+  return s;
 }
 
 IOStatus FaultInjectionFileSystem::RenameFile(const std::string& src, const std::string& dst,

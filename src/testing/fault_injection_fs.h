@@ -52,6 +52,10 @@ class FaultInjectionFileSystem : public rocksdb::FileSystemWrapper {
                                       const rocksdb::FileOptions& opts,
                                       std::unique_ptr<rocksdb::FSWritableFile>* result,
                                       rocksdb::IODebugContext* dbg) override;
+  // Files rewritten in place (the journal's sync watermark copies) are tracked like the others.
+  rocksdb::IOStatus NewRandomRWFile(const std::string& fname, const rocksdb::FileOptions& opts,
+                                    std::unique_ptr<rocksdb::FSRandomRWFile>* result,
+                                    rocksdb::IODebugContext* dbg) override;
   rocksdb::IOStatus RenameFile(const std::string& src, const std::string& target,
                                const rocksdb::IOOptions& opts,
                                rocksdb::IODebugContext* dbg) override;

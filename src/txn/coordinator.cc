@@ -134,6 +134,7 @@ Status CoordinatorImpl::Init() {
   JournalOptions jo;
   jo.env = options_.env;
   jo.identity = {"coordinator", -1};
+  jo.accept_unverified = options_.accept_unverified_journal;
   // Verified first (as `wtx check` would): a coordinator that lost its decisions must not start
   // afresh and presume abort for transactions it committed.
   auto j = OpenTrustedJournal(options_.journal_dir, jo);
@@ -160,6 +161,13 @@ Status CoordinatorImpl::Init() {
   if (journal_->state().is_null()) {
     return journal_->Append(Encode(CoordinatorCreateRecord{options_.env.clock->NowMicros()}),
                             State(), true);
+  }
+  if (!journal_->unverified_at_open().empty()) {
+    // The operator accepted a journal whose synced records cannot be verified: on the record.
+    return Journaled(
+        journal_->Append(Encode(AcceptedUnverifiedRecord{journal_->unverified_at_open(),
+                                                         options_.env.clock->NowMicros()}),
+                         State(), true));
   }
   return Status::OK();
 }

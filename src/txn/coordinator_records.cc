@@ -12,7 +12,9 @@ using nlohmann::json;
 namespace {
 
 // The stored names, in enum (and variant) order. The only place they are spelled.
-constexpr std::array<std::string_view, 3> kCoordinatorTypeNames = {"CREATE", "DECISION", "END"};
+// (Event records shared with the participant's journal are spelled in event_records.h.)
+constexpr std::array<std::string_view, 4> kCoordinatorTypeNames = {"CREATE", "DECISION", "END",
+                                                                   kAcceptedUnverifiedType};
 
 json CoordinatorTypeJson(CoordinatorRecordType t) {
   return json(std::string(CoordinatorRecordTypeName(t)));
@@ -108,6 +110,7 @@ Result<CoordinatorRecord> DecodeCoordinatorRecord(const json& r) {
   if (type == kCoordinatorTypeNames[0]) return WrapCoordinator(DecodeCoordinatorCreate(r));
   if (type == kCoordinatorTypeNames[1]) return WrapCoordinator(DecodeDecision(r));
   if (type == kCoordinatorTypeNames[2]) return WrapCoordinator(DecodeEnd(r));
+  if (type == kCoordinatorTypeNames[3]) return WrapCoordinator(DecodeAcceptedUnverified(r));
   return Status::Corruption(at + ": unknown coordinator record type " +
                             it->dump(-1, ' ', false, json::error_handler_t::replace));
 }

@@ -19,12 +19,13 @@
 #include <nlohmann/json.hpp>
 
 #include "journal/journal.h"
+#include "src/txn/event_records.h"
 #include "wtx/protocol.h"
 #include "wtx/status.h"
 
 namespace wtx {
 
-enum class CoordinatorRecordType { kCreate, kDecision, kEnd };
+enum class CoordinatorRecordType { kCreate, kDecision, kEnd, kAcceptedUnverified };
 std::string_view CoordinatorRecordTypeName(CoordinatorRecordType t);  // "CREATE", ...
 
 // The journal was created.
@@ -56,7 +57,9 @@ struct EndRecord {
   int64_t ts = 0;
 };
 
-using CoordinatorRecord = std::variant<CoordinatorCreateRecord, DecisionRecord, EndRecord>;
+// ACCEPTED_UNVERIFIED: src/txn/event_records.h (shared with the participant's journal).
+using CoordinatorRecord =
+    std::variant<CoordinatorCreateRecord, DecisionRecord, EndRecord, AcceptedUnverifiedRecord>;
 
 nlohmann::json Encode(const CoordinatorCreateRecord& r);
 nlohmann::json Encode(const DecisionRecord& r);

@@ -361,6 +361,7 @@ Status ParticipantImpl::Init() {
   JournalOptions jo;
   jo.env = options_.env;
   jo.identity = {"participant", options_.rank};
+  jo.accept_unverified = options_.accept_unverified_journal;
   // Verified first (as `wtx check` would), then opened for writing: a damaged journal is refused
   // before RocksDB could repair it, and only an empty or absent directory starts fresh.
   auto j = OpenTrustedJournal(options_.journal_dir, jo);
@@ -390,6 +391,12 @@ Status ParticipantImpl::Init() {
   if (state_.rank != options_.rank) {
     return Status::Corruption(options_.journal_dir + ": state belongs to rank " +
                               std::to_string(state_.rank));
+  }
+  if (!journal_->unverified_at_open().empty()) {
+    // The operator accepted a journal whose synced records cannot be verified: on the record.
+    WTX_RETURN_IF_ERROR(Log(
+        AcceptedUnverifiedRecord{journal_->unverified_at_open(), options_.env.clock->NowMicros()},
+        true));
   }
   // Recovery: this process has lost the live bytes of any earlier one.
   if (state_.active) {

@@ -14,9 +14,10 @@ using nlohmann::json;
 namespace {
 
 // The stored names, in enum order. The only place record type names are spelled.
-constexpr std::array<std::string_view, 13> kParticipantTypeNames = {
+// (Event records shared with the coordinator's journal are spelled in event_records.h.)
+constexpr std::array<std::string_view, 14> kParticipantTypeNames = {
     "CREATE",  "BEGIN",   "WRITE",   "PATCH",  "REFRESH",    "PREPARED", "CHUNKS",
-    "OUTCOME", "RESTART", "RESERVE", "LANDED", "UNDECLARED", "REATTACH"};
+    "OUTCOME", "RESTART", "RESERVE", "LANDED", "UNDECLARED", "REATTACH", kAcceptedUnverifiedType};
 
 json ParticipantTypeJson(ParticipantRecordType t) {
   return json(std::string(ParticipantRecordTypeName(t)));
@@ -91,7 +92,8 @@ const std::string* TxOf(const ParticipantRecord& r) {
       [](const auto& rec) -> const std::string* {
         using T = std::decay_t<decltype(rec)>;
         if constexpr (std::is_same_v<T, CreateRecord> || std::is_same_v<T, RestartRecord> ||
-                      std::is_same_v<T, ReattachRecord>) {
+                      std::is_same_v<T, ReattachRecord> ||
+                      std::is_same_v<T, AcceptedUnverifiedRecord>) {
           return nullptr;
         } else if constexpr (std::is_same_v<T, UndeclaredRecord>) {
           return rec.tx ? &*rec.tx : nullptr;
@@ -613,6 +615,8 @@ Result<ParticipantRecord> DecodeParticipantRecord(const json& r) {
       return WrapParticipant(DecodeUndeclared(r));
     case ParticipantRecordType::kReattach:
       return WrapParticipant(DecodeReattach(r));
+    case ParticipantRecordType::kAcceptedUnverified:
+      return WrapParticipant(DecodeAcceptedUnverified(r));
   }
   return Status::Corruption("record " + std::to_string(RecordSeqOf(r)) + ": unknown type");
 }

@@ -26,6 +26,7 @@
 
 #include "journal/journal.h"
 #include "journal/record.h"
+#include "src/txn/event_records.h"
 #include "wtx/box.h"
 #include "wtx/protocol.h"
 #include "wtx/status.h"
@@ -46,6 +47,7 @@ enum class ParticipantRecordType {
   kLanded,
   kUndeclared,
   kReattach,
+  kAcceptedUnverified,  // src/txn/event_records.h
 };
 std::string_view ParticipantRecordTypeName(ParticipantRecordType t);  // "CREATE", ...
 std::optional<ParticipantRecordType> ParticipantRecordTypeFromName(std::string_view name);
@@ -210,11 +212,11 @@ struct ReattachRecord {
 using ParticipantRecord =
     std::variant<CreateRecord, BeginRecord, WriteRecord, PatchRecord, RefreshRecord, PreparedRecord,
                  ChunksRecord, OutcomeRecord, RestartRecord, ReserveRecord, LandedRecord,
-                 UndeclaredRecord, ReattachRecord>;
+                 UndeclaredRecord, ReattachRecord, AcceptedUnverifiedRecord>;
 
 ParticipantRecordType TypeOf(const ParticipantRecord& r);
-// The transaction a record names (nullptr for CREATE, RESTART, REATTACH and an UNDECLARED
-// outside a transaction).
+// The transaction a record names (nullptr for CREATE, RESTART, REATTACH, ACCEPTED_UNVERIFIED
+// and an UNDECLARED outside a transaction).
 const std::string* TxOf(const ParticipantRecord& r);
 
 // Encodes: the JSON object of the record ("type" and the fields; the journal adds seq/prev).

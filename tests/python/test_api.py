@@ -363,3 +363,29 @@ def test_VerifierFindsStrayWriteAndReattachRestoresServing(tmp_path, tiny_llama_
     assert not rep["ok"] and rep["params"] == ["lm_head.weight"]
     assert rep["differences"][0]["param"] == "lm_head.weight"
     assert not ps[1].status()["serving"] and ps[1].status()["dirty"]
+
+
+def test_JournalWithoutAValidWatermarkIsRefusedUnlessAccepted(tmp_path, tiny_llama_config):
+    # Records but neither sync watermark copy: synced records may have been lost without a
+    # trace, so opening is refused unless the caller accepts it explicitly.
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    assert full_update(c, ps, hf_sources(ms), "tx1")["outcome"] == "committed"
+    c.close()
+    for p in ps:
+        p.close()
+    for d, f in [(d, f) for d in ("rank0", "coord") for f in ("WTX-SYNCED-A", "WTX-SYNCED-B")]:
+        (tmp_path / d / f).unlink()
+    with pytest.raises(wtx.Error) as e:
+        wtx.Participant.open(str(tmp_path / "rank0"), ms[0], rank=0, kernel_identity="k1")
+    assert e.value.code == "E_JOURNAL_CORRUPT"
+    assert "no valid sync watermark" in e.value.message and "rank0" in e.value.message
+    p0 = wtx.Participant.open(str(tmp_path / "rank0"), ms[0], rank=0, kernel_identity="k1",
+                              accept_unverified_journal=True)
+    p1 = wtx.Participant.open(str(tmp_path / "rank1"), ms[1], rank=1, kernel_identity="k1")
+    with pytest.raises(wtx.Error) as e:
+        wtx.Coordinator.open(str(tmp_path / "coord"), participants=[p0, p1])
+    assert e.value.code == "E_JOURNAL_CORRUPT" and "coord" in e.value.message
+    c = wtx.Coordinator.open(str(tmp_path / "coord"), participants=[p0, p1],
+                             accept_unverified_journal=True)
+    assert c.committed_version("tx1") is not None
+    c.close()

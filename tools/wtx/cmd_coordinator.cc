@@ -48,6 +48,7 @@ struct CoordinatorArgs {
   size_t max_frame_bytes = size_t{64} << 20;
   bool defer_recovery = false;
   bool test_hooks = false;
+  bool accept_unverified_journal = false;
 };
 
 int Fail(const Status& s) { return sim::FailToStart("coordinator", s); }
@@ -85,6 +86,7 @@ int RunCoordinator(const CoordinatorArgs& a) {
   CoordinatorHooks hooks;
   co.journal_dir = a.journal;
   co.prepare_timeout = milliseconds(a.prepare_timeout_ms);
+  co.accept_unverified_journal = a.accept_unverified_journal;
   if (a.test_hooks) {
     fs = std::make_shared<FaultInjectionFileSystem>();
     co.env.fs = fs;
@@ -153,6 +155,9 @@ void RegisterCoordinatorCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--defer-recovery", a->defer_recovery,
                 "Recover and answer in-doubt ranks only on a control 'recover' call");
+  cmd->add_flag("--accept-unverified-journal", a->accept_unverified_journal,
+                "Start on a journal that has records but no valid sync watermark (synced records "
+                "may have been lost); logged in the journal as an ACCEPTED_UNVERIFIED record");
   cmd->add_flag("--test-hooks", a->test_hooks,
                 "Accept crash-point and crash control calls (simulator, tests)");
   cmd->add_option("--sync-delay-ms", a->sync_delay_ms,

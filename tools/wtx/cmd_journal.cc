@@ -51,6 +51,11 @@ int Log(const std::string& dir, bool as_json) {
     json entries = json::array();
     for (const HistoryEntry& e : h->entries) entries.push_back(json::parse(e.json));
     std::cout << entries.dump() << "\n";
+    // Events are not transactions: the JSON array stays one entry per transaction.
+    for (const JournalEvent& e : h->events) {
+      std::cerr << "wtx log: event " << Time(e.time_micros) << " " << e.type << ": " << e.detail
+                << "\n";
+    }
     return 0;
   }
   const bool coord = h->owner.role == "coordinator";
@@ -64,6 +69,9 @@ int Log(const std::string& dir, bool as_json) {
     std::cout << std::left << std::setw(12) << e.tx << std::setw(9) << what << std::setw(18)
               << Short(e.base) << std::setw(18) << Short(e.version) << std::setw(11) << e.outcome
               << std::setw(26) << Time(e.time_micros) << e.reason << "\n";
+  }
+  for (const JournalEvent& e : h->events) {
+    std::cout << "EVENT " << Time(e.time_micros) << " " << e.type << ": " << e.detail << "\n";
   }
   return 0;
 }

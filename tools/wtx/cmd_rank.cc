@@ -56,6 +56,7 @@ struct RankArgs {
   int64_t request_timeout_ms = 10000;
   size_t max_frame_bytes = size_t{64} << 20;
   bool test_hooks = false;
+  bool accept_unverified_journal = false;
   int sync_delay_ms = 0;
   TlsFiles tls;
 };
@@ -103,6 +104,7 @@ int RunRank(const RankArgs& a) {
   po.kernel_identity = a.kernel_identity;
   po.rollback_budget_bytes = a.rollback_budget_bytes;
   po.landing_hash_threads = a.landing_hash_threads;
+  po.accept_unverified_journal = a.accept_unverified_journal;
   if (a.test_hooks) {
     // Power-loss emulation: the journal's files remember their synced size (see "crash").
     fs = std::make_shared<FaultInjectionFileSystem>();
@@ -201,6 +203,9 @@ void RegisterRankCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-frame-bytes", a->max_frame_bytes, "Largest accepted frame")
       ->check(FrameBytesRange())
       ->capture_default_str();
+  cmd->add_flag("--accept-unverified-journal", a->accept_unverified_journal,
+                "Start on a journal that has records but no valid sync watermark (synced records "
+                "may have been lost); logged in the journal as an ACCEPTED_UNVERIFIED record");
   cmd->add_flag("--test-hooks", a->test_hooks,
                 "Accept crash-point, silence and crash control calls (simulator, tests)");
   AddTlsOptions(cmd, &a->tls);
