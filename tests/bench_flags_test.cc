@@ -2,6 +2,7 @@
 // (or positional argument) that was wrong. Built only with WTX_BUILD_BENCH.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,7 +23,36 @@ void CheckRefused(const std::string& binary,
   }
 }
 
+// Every integer flag (or positional) of a bench executable refused past its range with exit 2
+// naming the flag, the value and the range (tools/int_option.h): min-1, max+1, 2^63, 2^64, a
+// huge value, a negative one and garbage.
+void CheckIntegerBounds(const std::string& binary, const std::string& prefix,
+                        const std::string& flag, int64_t min, int64_t max) {
+  const std::string range = "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  for (const std::string v :
+       {std::to_string(min - 1), std::to_string(max + 1), std::string("9223372036854775808"),
+        std::string("18446744073709551616"), std::string("99999999999999999999999"),
+        std::string("-99999999999999999999999"), std::string("0x10"), std::string("7q")}) {
+    const std::string cmd =
+        "timeout 20 " + binary + " " + prefix + (flag.rfind("--", 0) == 0 ? flag + " " : "") + v;
+    const wtx::testing::CommandResult r = wtx::testing::RunCommand(cmd);
+    INFO(cmd << "\n" << r.out);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.out, Catch::Contains(flag) && Catch::Contains(v) && Catch::Contains(range));
+  }
+}
+
 }  // namespace
+
+TEST_CASE("BenchIntegerFlagsAreCheckedAtTheirBoundaries") {
+  CheckIntegerBounds(WTX_COMMIT_BENCH, "", "--repeats", 1, 100000);
+  CheckIntegerBounds(WTX_COMMIT_BENCH, "", "--sync-delay-ms", 0, 10000);
+  CheckIntegerBounds(WTX_COMMIT_BENCH, "", "--fan-out-threads", 1, 4096);
+#ifdef WTX_GPU_BENCH
+  CheckIntegerBounds(WTX_GPU_BENCH, "", "HASH_MIB", 1, int64_t{1} << 20);
+  CheckIntegerBounds(WTX_GPU_BENCH, "64 ", "SCATTER_N", 1, 1000000000);
+#endif
+}
 
 TEST_CASE("CommitBenchRefusesBadFlagsNamingTheFlag") {
   CheckRefused(WTX_COMMIT_BENCH, {

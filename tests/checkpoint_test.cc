@@ -834,11 +834,11 @@ TEST_CASE("WtxLoadRefusesBadFlagsAndConfigsThatAreNotRegularFilesNamingThem") {
     INFO(cfg);
     Run r = Sh("timeout 20 " + bin + " load" + ck + " --hf-config " + cfg + " --tp 2");
     CHECK(r.code == 2);
-    CHECK(r.out.find(cfg + ": not a regular file") != std::string::npos);
+    CHECK(r.out.find("--hf-config '" + cfg + "': not a regular file") != std::string::npos);
   }
   Run r = Sh("timeout 20 " + bin + " manifest --hf-config /dev/zero --tp 1 --rank 0");
   CHECK(r.code == 2);
-  CHECK(r.out.find("/dev/zero: not a regular file") != std::string::npos);
+  CHECK(r.out.find("--hf-config '/dev/zero': not a regular file (a device)") != std::string::npos);
   r = Sh("timeout 20 " + bin + " sim " + d.sub("fifo.json"));
   CHECK(r.code == 2);
   CHECK(r.out.find("not a regular file") != std::string::npos);

@@ -24,6 +24,7 @@
 #include "wtx/expected_version.h"
 #include "wtx/hf_manifest.h"
 #include "wtx/inproc_transport.h"
+#include "wtx/limits.h"
 #include "wtx/participant.h"
 
 namespace wtx::python {
@@ -72,10 +73,11 @@ py::list ParamsToPy(const Manifest& m) {
   return out;
 }
 
-PyManifest FromHfConfig(py::object config, int tp, int rank, std::optional<std::string> dtype) {
+PyManifest FromHfConfig(py::object config, py::object tp, py::object rank,
+                        std::optional<std::string> dtype) {
   HfManifestOptions o;
-  o.tp = tp;
-  o.rank = rank;
+  o.tp = static_cast<int>(IntArg(tp, "tp", 1, kMaxRanks));
+  o.rank = static_cast<int>(IntArg(rank, "rank", 0, kMaxRanks - 1));
   if (dtype) {
     auto d = DTypeFromName(*dtype);
     if (!d) Raise(Status::InvalidArgument("dtype: unknown '" + *dtype + "'"));
@@ -141,10 +143,18 @@ struct PyParticipant {
   }
 };
 
-std::shared_ptr<PyParticipant> OpenParticipant(
-    const std::string& journal_dir, const PyManifest& m, int rank, std::optional<py::dict> tensors,
-    const std::string& kernel_identity, size_t rollback_budget_bytes, int landing_hash_threads,
-    bool accept_unverified_journal, std::optional<std::string> test_crash_at) {
+std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir, const PyManifest& m,
+                                               py::object rank_arg, std::optional<py::dict> tensors,
+                                               const std::string& kernel_identity,
+                                               py::object rollback_budget_bytes_arg,
+                                               py::object landing_hash_threads_arg,
+                                               bool accept_unverified_journal,
+                                               std::optional<std::string> test_crash_at) {
+  const int rank = static_cast<int>(IntArg(rank_arg, "rank", 0, kMaxRanks - 1));
+  const auto rollback_budget_bytes =
+      static_cast<size_t>(IntArg(rollback_budget_bytes_arg, "rollback_budget_bytes", 0, INT64_MAX));
+  const int landing_hash_threads =
+      static_cast<int>(IntArg(landing_hash_threads_arg, "landing_hash_threads", 0, 256));
   auto out = std::make_shared<PyParticipant>();
   out->manifest = m.m;
   out->journal_dir = journal_dir;
@@ -309,7 +319,11 @@ int WriteSource(PyParticipant& self, const std::string& source, py::object tenso
 
 std::vector<int64_t> IndicesFromPy(py::handle obj, const std::string& what) {
   if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
-    return obj.cast<std::vector<int64_t>>();
+    std::vector<int64_t> out;
+    for (py::handle v : obj) {
+      out.push_back(IntArg(v, what + "[" + std::to_string(out.size()) + "]", INT64_MIN, INT64_MAX));
+    }
+    return out;
   }
   TensorInfo t = InspectTensor(obj, what);
   if (t.device != "cpu" || !t.is_int64 || !t.contiguous) {
@@ -322,7 +336,16 @@ std::vector<int64_t> IndicesFromPy(py::handle obj, const std::string& what) {
 }
 
 void Patch(PyParticipant& self, const std::string& source, py::object indices, py::object values,
-           std::pair<int, int> part) {
+           py::object part_arg) {
+  // part = (k, n): any 32-bit integers here; the participant checks 0 <= k < n <= 65536.
+  if (!py::isinstance<py::tuple>(part_arg) && !py::isinstance<py::list>(part_arg)) {
+    Raise(Status::InvalidArgument("part: expected (k, n)"));
+  }
+  py::sequence part_seq = py::reinterpret_borrow<py::sequence>(part_arg);
+  if (part_seq.size() != 2) Raise(Status::InvalidArgument("part: expected (k, n)"));
+  const std::pair<int, int> part{
+      static_cast<int>(IntArg(part_seq[0], "part[0]", INT32_MIN, INT32_MAX)),
+      static_cast<int>(IntArg(part_seq[1], "part[1]", INT32_MIN, INT32_MAX))};
   Participant& p = self.get();
   const Manifest& m = *self.manifest;
   const auto& refs = m.ShardsOfSource(source);
@@ -575,6 +598,7 @@ CoordinatorOptions CoordOptions(PyCoordinator& self, const std::string& dir,
   if (test_crash_at) {
     self.crash = std::make_unique<ExitAtCrashPoint>(*test_crash_at);
   }
+  SecondsArg(prepare_timeout_s, "prepare_timeout", kMaxTimeoutMs / 1000.0);
   o.prepare_timeout = std::chrono::milliseconds(static_cast<int64_t>(prepare_timeout_s * 1000));
   return o;
 }
@@ -612,11 +636,12 @@ std::shared_ptr<PyCoordinator> OpenInProc(const std::string& dir,
   return out;
 }
 
-std::shared_ptr<PyCoordinator> OpenCarried(const std::string& dir, int num_ranks,
+std::shared_ptr<PyCoordinator> OpenCarried(const std::string& dir, py::object num_ranks_arg,
                                            py::function carrier, double prepare_timeout_s,
                                            double request_timeout_s, bool accept_unverified_journal,
                                            std::optional<std::string> test_crash_at) {
-  if (num_ranks < 1) Raise(Status::InvalidArgument("coordinator: num_ranks must be >= 1"));
+  const int num_ranks = static_cast<int>(IntArg(num_ranks_arg, "num_ranks", 1, kMaxRanks));
+  SecondsArg(request_timeout_s, "request_timeout", kMaxTimeoutMs / 1000.0);
   auto out = std::make_shared<PyCoordinator>();
   out->journal_dir = dir;
   out->transport = std::make_unique<net::MessageTransport>(
@@ -777,7 +802,7 @@ void DefineModule(py::module_& m) {
       .def_static(
           "open", &OpenParticipant, py::arg("journal_dir"), py::arg("manifest"), py::kw_only(),
           py::arg("rank") = 0, py::arg("tensors") = py::none(), py::arg("kernel_identity") = "",
-          py::arg("rollback_budget_bytes") = size_t{1} << 30, py::arg("landing_hash_threads") = 0,
+          py::arg("rollback_budget_bytes") = int64_t{1} << 30, py::arg("landing_hash_threads") = 0,
           py::arg("accept_unverified_journal") = false, py::arg("test_crash_at") = py::none())
       .def_property_readonly("rank", [](const PyParticipant& s) { return s.rank; })
       .def_property_readonly("journal_dir", [](const PyParticipant& s) { return s.journal_dir; })
@@ -792,7 +817,7 @@ void DefineModule(py::module_& m) {
            "Writes every shard this rank holds of `source` from the full source tensor; "
            "returns the number of shards written (0: this rank holds none).")
       .def("patch", &Patch, py::arg("source"), py::arg("indices"), py::arg("values"), py::kw_only(),
-           py::arg("part") = std::make_pair(0, 1))
+           py::arg("part") = py::make_tuple(0, 1))
       .def(
           "refresh",
           [](PyParticipant& self, const std::string& name) {

@@ -1,6 +1,7 @@
 #include "py_common.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <pybind11/eval.h>
 
@@ -90,20 +91,45 @@ py::list BoxToPy(const Box& box) {
   return out;
 }
 
+int64_t IntArg(py::handle obj, const std::string& what, int64_t min, int64_t max) {
+  const std::string range = "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  auto refuse = [&]() {
+    Raise(Status::InvalidArgument(what + ": expected an integer in " + range + ", got " +
+                                  py::repr(obj).cast<std::string>()));
+  };
+  if (!PyLong_Check(obj.ptr()) || PyBool_Check(obj.ptr())) refuse();
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
+  if (v == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    refuse();
+  }
+  if (overflow != 0 || v < min || v > max) refuse();
+  return static_cast<int64_t>(v);
+}
+
+double SecondsArg(double seconds, const std::string& what, double max_seconds) {
+  if (!std::isfinite(seconds) || seconds <= 0 || seconds > max_seconds) {
+    Raise(Status::InvalidArgument(what + ": expected seconds in (0, " +
+                                  std::to_string(static_cast<int64_t>(max_seconds)) + "], got " +
+                                  std::to_string(seconds)));
+  }
+  return seconds;
+}
+
 Box BoxFromPy(py::handle obj, const std::string& what) {
+  auto refuse = [&]() {
+    Raise(Status::InvalidArgument(what + ": expected a box [[begin, end], ...]"));
+  };
+  if (!PySequence_Check(obj.ptr()) || py::isinstance<py::str>(obj)) refuse();
   Box box;
-  try {
-    for (py::handle r : obj) {
-      py::sequence seq = py::reinterpret_borrow<py::sequence>(r);
-      if (seq.size() != 2) {
-        Raise(Status::InvalidArgument(what + ": expected a box [[begin, end], ...]"));
-      }
-      box.push_back(Range{seq[0].cast<int64_t>(), seq[1].cast<int64_t>()});
-    }
-  } catch (const py::error_already_set&) {
-    Raise(Status::InvalidArgument(what + ": expected a box [[begin, end], ...]"));
-  } catch (const py::cast_error&) {
-    Raise(Status::InvalidArgument(what + ": expected a box [[begin, end], ...]"));
+  for (py::handle r : py::reinterpret_borrow<py::sequence>(obj)) {
+    if (!PySequence_Check(r.ptr()) || py::isinstance<py::str>(r)) refuse();
+    py::sequence seq = py::reinterpret_borrow<py::sequence>(r);
+    if (seq.size() != 2) refuse();
+    const std::string at = what + "[" + std::to_string(box.size()) + "]";
+    box.push_back(Range{IntArg(seq[0], at + "[0]", INT64_MIN, INT64_MAX),
+                        IntArg(seq[1], at + "[1]", INT64_MIN, INT64_MAX)});
   }
   return box;
 }

@@ -34,6 +34,16 @@ T Unwrap(Result<T> r) {
   return std::move(r).value();
 }
 
+// An integer argument named `what`, checked against its range [min, max]: a Python int (not a
+// bool), converted with an overflow check. Anything else (2**64, -1 for a count, 1.5, "3")
+// raises wtx.Error INVALID_ARGUMENT "WHAT: expected an integer in [MIN, MAX], got REPR" (never
+// pybind11's TypeError or OverflowError, never a wrapped value). Every integer argument of the
+// module goes through it (docs/python.md).
+int64_t IntArg(py::handle obj, const std::string& what, int64_t min, int64_t max);
+// A duration argument in seconds: finite and in (0, max_seconds], else wtx.Error
+// INVALID_ARGUMENT naming it and the range.
+double SecondsArg(double seconds, const std::string& what, double max_seconds);
+
 // JSON <-> Python values (through the json module: dict, list, str, int, float, bool, None).
 py::object ToPy(const nlohmann::json& j);
 nlohmann::json FromPy(py::handle obj);

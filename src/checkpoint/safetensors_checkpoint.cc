@@ -38,30 +38,17 @@ class MappedFile {
   }
 
   Status Open(const std::string& path) {
-    // O_NONBLOCK: a FIFO must be refused below (not a regular file), not wait for a writer.
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return Status::IOError(path + ": cannot open: " + std::strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-      const int e = errno;
-      ::close(fd);
-      return Status::IOError(path + ": cannot stat: " + std::strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      return Status::InvalidArgument(path + ": not a regular file");
-    }
-    size_ = static_cast<size_t>(st.st_size);
+    // Opened without blocking and checked (a FIFO, device or folder is refused, named).
+    ReadFileOptions ro;
+    ro.max_bytes = SIZE_MAX;
+    WTX_ASSIGN_OR_RETURN(file, OpenRegularFile(path, ro));
+    const int fd = file.fd();
+    size_ = static_cast<size_t>(file.size());
     if (size_ > 0) {
       void* a = mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
-      if (a == MAP_FAILED) {
-        const int e = errno;
-        ::close(fd);
-        return Status::IOError(path + ": cannot map: " + std::strerror(e));
-      }
+      if (a == MAP_FAILED) return Status::IOError(path + ": cannot map: " + std::strerror(errno));
       addr_ = a;
     }
-    ::close(fd);
     return Status::OK();
   }
   std::span<const uint8_t> bytes() const { return {static_cast<const uint8_t*>(addr_), size_}; }

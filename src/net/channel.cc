@@ -19,6 +19,7 @@
 #include "src/net/codec.h"
 #include "src/net/crypto.h"
 #include "src/util/cbor.h"
+#include "src/util/file_util.h"
 #include "src/util/json_number.h"
 #include "wtx/limits.h"
 #include "wtx/logger.h"
@@ -142,52 +143,19 @@ void LogLineLimited(const std::string& tag, const std::string& kind, const std::
   LogLine(tag, line);
 }
 
-Result<std::string> ReadSecretFile(const std::string& path) {
-  const std::string what = "secret file '" + path + "'";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) return Status::InvalidArgument("cannot read " + what + ": " + std::strerror(errno));
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    return Status::InvalidArgument("cannot stat " + what + ": " + std::strerror(errno));
-  }
-  // A device (/dev/zero), FIFO or directory is never a secret: refuse before reading.
-  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(what + " is not a regular file");
-  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-    char mode[8];
-    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    return Status::InvalidArgument(what + " is accessible by group or others (mode " + mode +
-                                   "); make it private: chmod 600 '" + path + "'");
-  }
-  if (st.st_size > static_cast<off_t>(kMaxSecretFileBytes)) {
-    return Status::InvalidArgument(what + " is " + std::to_string(st.st_size) +
-                                   " bytes; a secret file holds at most " +
-                                   std::to_string(kMaxSecretFileBytes));
-  }
-  // Read at most one byte past the bound, whatever fstat said (the file may grow).
-  std::string s(kMaxSecretFileBytes + 1, '\0');
-  size_t got = 0;
-  while (got < s.size()) {
-    const ssize_t n = ::read(fd, s.data() + got, s.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::InvalidArgument("cannot read " + what + ": " + std::strerror(errno));
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  if (got > kMaxSecretFileBytes) {
-    return Status::InvalidArgument(what + " holds more than " +
-                                   std::to_string(kMaxSecretFileBytes) + " bytes");
-  }
-  s.resize(got);
+Result<std::string> ReadSecretFile(const std::string& path, std::string_view what) {
+  ReadFileOptions o;
+  o.what = what;
+  o.max_bytes = kMaxSecretFileBytes;
+  o.private_only = true;  // as ssh refuses such keys
+  WTX_ASSIGN_OR_RETURN(s, ReadRegularFile(path, o));
+  const std::string name = std::string(what) + " '" + path + "'";
   const char* ws = " \t\r\n";
   const size_t b = s.find_first_not_of(ws);
-  if (b == std::string::npos) return Status::InvalidArgument(what + " is empty");
+  if (b == std::string::npos) return Status::InvalidArgument(name + ": holds only white space");
   s = s.substr(b, s.find_last_not_of(ws) - b + 1);
   if (s.size() < kMinSecretBytes) {
-    return Status::InvalidArgument(what + " holds a " + std::to_string(s.size()) +
+    return Status::InvalidArgument(name + ": holds a " + std::to_string(s.size()) +
                                    "-byte secret; at least " + std::to_string(kMinSecretBytes) +
                                    " bytes are required (e.g. openssl rand -hex 32)");
   }

@@ -92,8 +92,10 @@ inline constexpr size_t kMinSecretBytes = 16;
 // Reads a secret file; surrounding whitespace is stripped. Refused (kInvalidArgument, naming
 // the file and the reason): anything but a regular file (/dev/zero, a FIFO), a file group or
 // others may access (as ssh refuses such keys: chmod 600), a file above kMaxSecretFileBytes
-// (never read past the bound), and a secret shorter than kMinSecretBytes.
-Result<std::string> ReadSecretFile(const std::string& path);
+// (never read past the bound), and a secret shorter than kMinSecretBytes; read with
+// ReadRegularFile (src/util/file_util.h).
+// `what` names the file in every error (the CLI passes its option, "--secret-file").
+Result<std::string> ReadSecretFile(const std::string& path, std::string_view what = "secret file");
 // "HOST:PORT" -> (host, port).
 Result<std::pair<std::string, uint16_t>> ParseHostPort(const std::string& s);
 

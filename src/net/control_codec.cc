@@ -5,6 +5,7 @@
 
 #include "src/manifest/box_json.h"
 #include "src/net/codec.h"
+#include "src/util/exit_codes.h"
 #include "src/util/json_fields.h"
 #include "src/util/json_number.h"
 #include "wtx/limits.h"
@@ -273,7 +274,7 @@ void PrintReadyLine(const nlohmann::json& line) { std::cout << line.dump() << st
 int FailToStart(std::string_view command, const Status& s) {
   PrintReadyLine({{"ready", false}, {"error", net::StatusToJson(s)}});
   std::cerr << "wtx " << command << ": " << s.ToString() << "\n";
-  return 1;
+  return ExitCodeFor(s);
 }
 
 }  // namespace wtx::sim

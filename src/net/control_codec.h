@@ -28,7 +28,8 @@ namespace wtx::sim {
 // {"ready": true, ...} once it serves.
 void PrintReadyLine(const nlohmann::json& line);
 // A process that cannot start: prints {"ready": false, "error": StatusJson(s)} on stdout and
-// "wtx COMMAND: ..." on stderr; returns the exit code (1).
+// "wtx COMMAND: ..." on stderr; returns the exit code (ExitCodeFor(s), src/util/exit_codes.h:
+// 2 for invalid input, 3 for a corrupt journal, 1 otherwise).
 int FailToStart(std::string_view command, const Status& s);
 
 // The params of a control request: a field the method does not take is kInvalidArgument

@@ -8,6 +8,7 @@
 #include "src/net/codec.h"
 #include "src/net/rank_agent_hooks.h"
 #include "src/net/rank_service.h"
+#include "src/net/tls.h"
 #include "src/util/thread_annotations.h"
 #include "wtx/tcp_rank_agent.h"
 
@@ -213,6 +214,9 @@ Result<std::unique_ptr<TcpRankAgent>> StartRankAgentWithHooks(const RankAgentOpt
   if (options.coordinator_port == 0) {
     return Status::InvalidArgument("TcpRankAgent needs the coordinator's port");
   }
+  // The TLS files are read and checked now, not by the connection thread: a bad one fails the
+  // start instead of every reconnection (and the rank never reports itself ready on it).
+  WTX_RETURN_IF_ERROR(net::MakeTlsContext(false, options.secret, options.tls).status());
   auto impl = std::make_unique<TcpRankAgent::Impl>(options, participant, hooks);
   impl->Start();
   return std::make_unique<TcpRankAgent>(std::move(impl));

@@ -1,13 +1,16 @@
 #include "src/net/tls.h"
 
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
 
 #include <cstring>
+#include <memory>
 
 #include "src/net/crypto.h"
+#include "src/util/file_util.h"
 
 namespace wtx::net {
 
@@ -80,6 +83,80 @@ std::string OpenSslError() {
   return buf;
 }
 
+using BioPtr = std::unique_ptr<BIO, decltype(&BIO_free)>;
+
+BioPtr MemoryBio(const std::string& text) {
+  return BioPtr(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())), BIO_free);
+}
+
+// A PEM file named by a TLS option, through the one checked read of every option's file.
+Result<std::string> ReadPem(std::string_view flag, const std::string& path) {
+  ReadFileOptions o;
+  o.what = flag;
+  o.max_bytes = kMaxPemFileBytes;
+  return ReadRegularFile(path, o);
+}
+
+// No passphrase prompt on the terminal: an encrypted key is refused.
+int NoPassphrase(char*, int, int, void*) { return -1; }
+
+// The PEM reader stopped at the end of the text (not at a damaged certificate).
+bool AtEndOfPem() {
+  const unsigned long e = ERR_peek_last_error();
+  if (ERR_GET_LIB(e) == ERR_LIB_PEM && ERR_GET_REASON(e) == PEM_R_NO_START_LINE) {
+    ERR_clear_error();
+    return true;
+  }
+  return e == 0;
+}
+
+// As SSL_CTX_use_certificate_chain_file, from memory: the leaf, then its chain.
+Status UseCertificateChain(SSL_CTX* c, const std::string& pem, const std::string& name) {
+  BioPtr bio = MemoryBio(pem);
+  X509* leaf = PEM_read_bio_X509_AUX(bio.get(), nullptr, NoPassphrase, nullptr);
+  if (leaf == nullptr)
+    return Status::InvalidArgument(name + ": no PEM certificate: " + OpenSslError());
+  const int used = SSL_CTX_use_certificate(c, leaf);
+  X509_free(leaf);
+  if (used != 1) return Status::InvalidArgument(name + ": cannot use: " + OpenSslError());
+  SSL_CTX_clear_chain_certs(c);
+  while (X509* link = PEM_read_bio_X509(bio.get(), nullptr, NoPassphrase, nullptr)) {
+    if (SSL_CTX_add0_chain_cert(c, link) != 1) {
+      X509_free(link);
+      return Status::InvalidArgument(name + ": cannot use its chain: " + OpenSslError());
+    }
+  }
+  if (!AtEndOfPem()) return Status::InvalidArgument(name + ": " + OpenSslError());
+  return Status::OK();
+}
+
+Status UsePrivateKey(SSL_CTX* c, const std::string& pem, const std::string& name) {
+  BioPtr bio = MemoryBio(pem);
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio.get(), nullptr, NoPassphrase, nullptr);
+  if (key == nullptr)
+    return Status::InvalidArgument(name + ": no PEM private key: " + OpenSslError());
+  const int used = SSL_CTX_use_PrivateKey(c, key);
+  EVP_PKEY_free(key);
+  if (used != 1) return Status::InvalidArgument(name + ": cannot use: " + OpenSslError());
+  return Status::OK();
+}
+
+// As SSL_CTX_load_verify_locations, from memory: every certificate of the file is trusted.
+Status AddTrustedCertificates(SSL_CTX* c, const std::string& pem, const std::string& name) {
+  BioPtr bio = MemoryBio(pem);
+  X509_STORE* store = SSL_CTX_get_cert_store(c);
+  int n = 0;
+  while (X509* ca = PEM_read_bio_X509(bio.get(), nullptr, NoPassphrase, nullptr)) {
+    const int added = X509_STORE_add_cert(store, ca);
+    X509_free(ca);
+    if (added != 1) return Status::InvalidArgument(name + ": cannot add: " + OpenSslError());
+    ++n;
+  }
+  if (!AtEndOfPem()) return Status::InvalidArgument(name + ": " + OpenSslError());
+  if (n == 0) return Status::InvalidArgument(name + ": no PEM certificate");
+  return Status::OK();
+}
+
 // "Jan  2 00:00:00 2020 GMT".
 std::string AsnTimeText(const ASN1_TIME* t) {
   BIO* b = BIO_new(BIO_s_mem());
@@ -132,32 +209,31 @@ Result<std::shared_ptr<ssl::context>> MakeTlsContext(bool server, const std::str
           "certificate TLS needs all of --tls-cert, --tls-key and --tls-ca");
     }
     ERR_clear_error();
-    if (SSL_CTX_use_certificate_chain_file(c, files.cert.c_str()) != 1) {
-      return Status::InvalidArgument("cannot use TLS certificate '" + files.cert +
-                                     "': " + OpenSslError());
-    }
-    if (SSL_CTX_use_PrivateKey_file(c, files.key.c_str(), SSL_FILETYPE_PEM) != 1) {
-      return Status::InvalidArgument("cannot use TLS key '" + files.key + "': " + OpenSslError());
-    }
+    // Each file is read like every file an option names (no FIFO can block, a size limit),
+    // then parsed from memory.
+    const std::string cert_name = "--tls-cert '" + files.cert + "'";
+    const std::string key_name = "--tls-key '" + files.key + "'";
+    WTX_ASSIGN_OR_RETURN(cert_pem, ReadPem("--tls-cert", files.cert));
+    WTX_ASSIGN_OR_RETURN(key_pem, ReadPem("--tls-key", files.key));
+    WTX_ASSIGN_OR_RETURN(ca_pem, ReadPem("--tls-ca", files.ca));
+    WTX_RETURN_IF_ERROR(UseCertificateChain(c, cert_pem, cert_name));
+    WTX_RETURN_IF_ERROR(UsePrivateKey(c, key_pem, key_name));
     if (SSL_CTX_check_private_key(c) != 1) {
-      return Status::InvalidArgument("TLS key '" + files.key + "' does not match certificate '" +
-                                     files.cert + "'");
+      return Status::InvalidArgument(key_name + ": does not match " + cert_name);
     }
     // A certificate outside its validity period would fail every peer's verification: refuse
     // it here, once, naming the file and the date, rather than in every handshake.
     if (X509* own = SSL_CTX_get0_certificate(c)) {
       if (X509_cmp_current_time(X509_get0_notAfter(own)) < 0) {
-        return Status::InvalidArgument("TLS certificate '" + files.cert + "' expired on " +
+        return Status::InvalidArgument(cert_name + ": expired on " +
                                        AsnTimeText(X509_get0_notAfter(own)));
       }
       if (X509_cmp_current_time(X509_get0_notBefore(own)) > 0) {
-        return Status::InvalidArgument("TLS certificate '" + files.cert + "' is not valid before " +
+        return Status::InvalidArgument(cert_name + ": not valid before " +
                                        AsnTimeText(X509_get0_notBefore(own)));
       }
     }
-    if (SSL_CTX_load_verify_locations(c, files.ca.c_str(), nullptr) != 1) {
-      return Status::InvalidArgument("cannot load TLS CA '" + files.ca + "': " + OpenSslError());
-    }
+    WTX_RETURN_IF_ERROR(AddTrustedCertificates(c, ca_pem, "--tls-ca '" + files.ca + "'"));
     SSL_CTX_set_verify(c, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
     return ctx;
   }

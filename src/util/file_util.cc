@@ -6,45 +6,107 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 namespace wtx {
 
-Result<std::string> ReadRegularFile(const std::string& path, size_t max_bytes) {
+namespace {
+
+std::string Named(std::string_view what, const std::string& path) {
+  if (what.empty()) return path;
+  return std::string(what) + " '" + path + "'";
+}
+
+const char* FileTypeName(mode_t m) {
+  if (S_ISDIR(m)) return " (a directory)";
+  if (S_ISFIFO(m)) return " (a FIFO)";
+  if (S_ISCHR(m) || S_ISBLK(m)) return " (a device)";
+  if (S_ISSOCK(m)) return " (a socket)";
+  return "";
+}
+
+Status TooLong(const std::string& name, uint64_t n, const ReadFileOptions& o) {
+  return Status::InvalidArgument(name + ": " + std::to_string(n) +
+                                 " bytes, more than the limit of " + std::to_string(o.max_bytes));
+}
+
+}  // namespace
+
+OpenedFile::~OpenedFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<OpenedFile> OpenRegularFile(const std::string& path, const ReadFileOptions& o) {
+  const std::string name = Named(o.what, path);
+  if (path.empty()) return Status::InvalidArgument(name + ": empty path");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) return Status::IOError(path + ": cannot open: " + std::strerror(errno));
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
+  if (fd < 0) {
+    const int e = errno;
+    const std::string m = name + ": cannot open: " + std::strerror(e);
+    return Status(e == ENOENT ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument, m);
+  }
+  OpenedFile f(fd, 0);
   struct stat st {};
   if (::fstat(fd, &st) != 0)
-    return Status::IOError(path + ": cannot stat: " + std::strerror(errno));
+    return Status::IOError(name + ": cannot stat: " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) {
-    return Status::InvalidArgument(path + ": not a regular file" +
-                                   (S_ISDIR(st.st_mode) ? std::string(" (a directory)") : ""));
+    return Status::InvalidArgument(name + ": not a regular file" + FileTypeName(st.st_mode));
   }
-  auto too_long = [&](uint64_t n) {
-    return Status::InvalidArgument(path + ": " + std::to_string(n) +
-                                   " bytes, more than the limit of " + std::to_string(max_bytes));
-  };
-  if (static_cast<uint64_t>(st.st_size) > max_bytes) return too_long(st.st_size);
+  if (o.private_only && (st.st_mode & (S_IRWXG | S_IRWXO))) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return Status::InvalidArgument(name + ": accessible by group or others (mode " + mode +
+                                   "); make it private: chmod 600 '" + path + "'");
+  }
+  if (static_cast<uint64_t>(st.st_size) > o.max_bytes) return TooLong(name, st.st_size, o);
+  return OpenedFile(f.Release(), static_cast<uint64_t>(st.st_size));
+}
+
+Result<std::string> ReadRegularFile(const std::string& path, const ReadFileOptions& o) {
+  const std::string name = Named(o.what, path);
+  WTX_ASSIGN_OR_RETURN(f, OpenRegularFile(path, o));
+  const int fd = f.fd();
   // Read at most one byte past the bound, whatever fstat said (the file may grow).
-  std::string s(static_cast<size_t>(st.st_size) + 1, '\0');
+  std::string s(static_cast<size_t>(f.size()) + 1, '\0');
   size_t got = 0;
   while (true) {
     if (got == s.size()) {
-      if (s.size() > max_bytes) return too_long(s.size());
-      s.resize(std::min(max_bytes + 1, s.size() * 2));
+      if (s.size() > o.max_bytes) return TooLong(name, s.size(), o);
+      s.resize(std::min(o.max_bytes + 1, s.size() * 2));
     }
     const ssize_t n = ::read(fd, s.data() + got, s.size() - got);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::IOError(path + ": cannot read: " + std::strerror(errno));
+    if (n < 0) return Status::IOError(name + ": cannot read: " + std::strerror(errno));
     if (n == 0) break;
     got += static_cast<size_t>(n);
   }
   s.resize(got);
+  if (s.empty() && !o.allow_empty) return Status::InvalidArgument(name + ": empty file");
   return s;
+}
+
+Status CheckDirectoryArg(std::string_view what, const std::string& path, bool must_exist,
+                         bool must_hold_files) {
+  const std::string name = Named(what, path);
+  if (path.empty()) return Status::InvalidArgument(name + ": empty path");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT && !must_exist) return Status::OK();
+    return Status::InvalidArgument(name + ": " + std::strerror(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument(name + ": not a directory" + FileTypeName(st.st_mode));
+  }
+  if (must_hold_files) {
+    std::error_code ec;
+    std::filesystem::directory_iterator it(path, ec);
+    if (ec) return Status::InvalidArgument(name + ": cannot list: " + ec.message());
+    if (it == std::filesystem::directory_iterator())
+      return Status::InvalidArgument(name + ": empty directory (no journal)");
+  }
+  return Status::OK();
 }
 
 }  // namespace wtx

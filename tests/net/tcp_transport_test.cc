@@ -761,7 +761,7 @@ TEST_CASE("ExpiredOwnCertificateIsRefusedAtStartAndARefusedClientCertificateIsNa
   auto bad = TcpTransport::Listen(expired);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().code() == ErrorCode::kInvalidArgument);
-  CHECK(bad.status().message().find("expired.pem' expired on") != std::string::npos);
+  CHECK(bad.status().message().find("expired.pem': expired on") != std::string::npos);
   // A rank that trusts the coordinator but whose own certificate the CA did not sign learns
   // it from the server's alert after its side of the TLS 1.3 handshake: an authentication
   // error saying so, not a crash.

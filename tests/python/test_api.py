@@ -340,7 +340,66 @@ def test_MalformedBoxEmptyExpectVersionAndNegativeRankAreErrorsNamingThem(tmp_pa
     c.abort("tx1")
     with pytest.raises(wtx.Error) as e:
         wtx.Participant.open(str(tmp_path / "neg"), ms[0], rank=-1, kernel_identity="k1")
-    assert e.value.code == "INVALID_ARGUMENT" and "rank -1" in e.value.message
+    assert e.value.code == "INVALID_ARGUMENT" and "rank" in e.value.message
+    assert "[0, 4095]" in e.value.message and "-1" in e.value.message
+
+
+@pytest.mark.parametrize("value", [2**63, 2**64, 10**23, -1, -2**63 - 1, 1.5, "3", True, None])
+def test_IntegerArgumentsOutOfRangeAreErrorsNamingArgumentAndRange(tmp_path, tiny_llama_config,
+                                                                   value):
+    m = wtx.Manifest.from_hf_config(tiny_llama_config, tp=1, rank=0, dtype="bf16")
+
+    def refused(call, name, range_text):
+        with pytest.raises(wtx.Error) as e:
+            call()
+        assert e.value.code == "INVALID_ARGUMENT", e.value.message
+        assert name in e.value.message and range_text in e.value.message, e.value.message
+
+    refused(lambda: wtx.Manifest.from_hf_config(tiny_llama_config, tp=value, rank=0), "tp",
+            "[1, 4096]")
+    refused(lambda: wtx.Manifest.from_hf_config(tiny_llama_config, tp=1, rank=value), "rank",
+            "[0, 4095]")
+    d = str(tmp_path / "r")
+    refused(lambda: wtx.Participant.open(d, m, rank=value), "rank", "[0, 4095]")
+    refused(lambda: wtx.Participant.open(d, m, rollback_budget_bytes=value),
+            "rollback_budget_bytes", "[0, 9223372036854775807]")
+    refused(lambda: wtx.Participant.open(d, m, landing_hash_threads=value),
+            "landing_hash_threads", "[0, 256]")
+    refused(lambda: wtx.Coordinator.open_carried(str(tmp_path / "c"), num_ranks=value,
+                                                 carrier=lambda *a: None),
+            "num_ranks", "[1, 4096]")
+
+
+def test_IntegerArgumentsAtTheirBoundsAreAccepted(tmp_path, tiny_llama_config):
+    wtx.Manifest.from_hf_config(tiny_llama_config, tp=1, rank=0)
+    m = wtx.Manifest.from_hf_config(tiny_llama_config, tp=1, rank=0, dtype="bf16")
+    p = wtx.Participant.open(str(tmp_path / "r"), m, rank=0, rollback_budget_bytes=2**63 - 1,
+                             landing_hash_threads=256)
+    p.close()
+    p = wtx.Participant.open(str(tmp_path / "r0"), m, rank=0, rollback_budget_bytes=0,
+                             landing_hash_threads=0)
+    p.close()
+
+
+def test_PatchIndicesAndPartOutOfRangeAreErrorsNamingThem(tmp_path, tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config, tp=1)
+    v1 = full_update(c, ps, hf_sources(ms), "tx1")["version"]
+    src = "model.norm.weight"
+    c.begin("tx2", kind="delta", base=v1, sources=[src])
+    values = torch.tensor([5.0], dtype=torch.bfloat16)
+    for bad in (2**64, 2**63, -2**63 - 1, 1.5, "0"):
+        with pytest.raises(wtx.Error) as e:
+            ps[0].patch(src, [bad], values)
+        assert e.value.code == "INVALID_ARGUMENT" and "indices[0]" in e.value.message
+    for part in ((0, 2**32), (2**31, 1), (0, "1"), (0,)):
+        with pytest.raises(wtx.Error) as e:
+            ps[0].patch(src, [0], values, part=part)
+        assert e.value.code == "INVALID_ARGUMENT" and "part" in e.value.message, part
+    qkv = "model.layers.0.self_attn.qkv_proj.weight"
+    with pytest.raises(wtx.Error) as e:
+        ps[0].reserve(qkv, box=[[0, 2**64]])
+    assert e.value.code == "INVALID_ARGUMENT" and "box[0][1]" in e.value.message
+    c.abort("tx2")
 
 
 def test_VerifierFindsStrayWriteAndReattachRestoresServing(tmp_path, tiny_llama_config):

@@ -21,6 +21,7 @@
 #include <CLI/CLI.hpp>
 
 #include "tools/guarded_main.h"
+#include "tools/int_option.h"
 #include "wtx/gpu.h"
 
 namespace {
@@ -43,16 +44,14 @@ double Seconds(const std::chrono::steady_clock::time_point& t0) {
 int Main(int argc, char** argv) {
   size_t hash_mib = 4096, scatter_n = 1000000;
   CLI::App app{"Throughput of the GPU kernels (docs/gpu.md), as one JSON object", "wtx_gpu_bench"};
-  app.add_option("HASH_MIB", hash_mib, "Bytes hashed, in MiB")
-      ->check(CLI::Range(size_t{1}, size_t{1} << 20))
+  wtx::tools::AddIntOption(&app, "HASH_MIB", &hash_mib, 1, int64_t{1} << 20, "Bytes hashed, in MiB")
       ->capture_default_str();
-  app.add_option("SCATTER_N", scatter_n, "Scattered elements")
-      ->check(CLI::Range(size_t{1}, size_t{1000000000}))
+  wtx::tools::AddIntOption(&app, "SCATTER_N", &scatter_n, 1, 1000000000, "Scattered elements")
       ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    return app.exit(e) == 0 ? wtx::kExitOk : wtx::kExitInvalidInput;
   }
   const wtx::Status probe = wtx::GpuProbe();
   if (!probe.ok()) {

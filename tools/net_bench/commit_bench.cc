@@ -45,6 +45,7 @@
 #include "src/conformance/tcp_simulator.h"
 #include "src/testing/slow_sync_fs.h"
 #include "tools/guarded_main.h"
+#include "tools/int_option.h"
 #include "wtx/coordinator.h"
 #include "wtx/inproc_transport.h"
 #include "wtx/limits.h"
@@ -261,25 +262,23 @@ int Main(int argc, char** argv) {
   app.add_option("--tcp", tcp, "TCP rank counts, comma-separated (\"\" for none)")
       ->check(RankListCheck(kMaxTcpRanks))
       ->capture_default_str();
-  app.add_option("--repeats", repeats, "Transactions per rank count")
-      ->check(CLI::Range(1, 100000))
+  wtx::tools::AddIntOption(&app, "--repeats", &repeats, 1, 100000, "Transactions per rank count")
       ->capture_default_str();
   app.add_option("--dir", dir, "Where the journals go (a scratch folder is made inside)")
       ->check(CLI::ExistingDirectory)
       ->capture_default_str();
-  app.add_option("--sync-delay-ms", sync_delay_ms, "Every synced journal write sleeps this long")
-      ->check(CLI::Range(0, 10000))
+  wtx::tools::AddIntOption(&app, "--sync-delay-ms", &sync_delay_ms, 0, 10000,
+                           "Every synced journal write sleeps this long")
       ->capture_default_str();
-  app.add_option("--fan-out-threads", fan_out_threads,
-                 "The in-process coordinator's fan_out_threads")
-      ->check(CLI::Range(1, wtx::kMaxFanOutThreads))
+  wtx::tools::AddIntOption(&app, "--fan-out-threads", &fan_out_threads, 1, wtx::kMaxFanOutThreads,
+                           "The in-process coordinator's fan_out_threads")
       ->capture_default_str();
   app.add_option("--wtx", wtx_binary, "The wtx binary for the TCP rows (default: beside this one)")
       ->check(CLI::ExistingFile);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    return app.exit(e) == 0 ? wtx::kExitOk : wtx::kExitInvalidInput;
   }
   std::vector<int> inproc_counts, tcp_counts;
   ParseRankList(inproc, wtx::kMaxRanks, &inproc_counts);  // checked above
@@ -297,7 +296,7 @@ int Main(int argc, char** argv) {
   std::filesystem::create_directories(root, ec);
   if (ec) {
     std::cerr << "wtx_commit_bench: --dir: cannot create " << root << ": " << ec.message() << "\n";
-    return 1;
+    return wtx::kExitFailed;
   }
   json all = json::array();
   std::printf("sync delay: %d ms per synced journal write; in-process fan-out threads: %d\n",

@@ -329,12 +329,11 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--coverage-model", a->coverage_model,
                   "config.json of the coverage_check_ms model (default: shared/models/kimi-k2 "
                   "at --coverage-tp 8, with --quick tiny-deepseek at tp 1)");
-  cmd->add_option("--coverage-tp", a->coverage_tp, "TP degree of the coverage model (rank 0)")
-      ->check(RankCountRange());
-  cmd->add_option("--landing-bucket-mib", a->landing_bucket_mib,
-                  "the landing figure's engine lands in buckets of this many MiB (larger "
-                  "parameters in row slices, smaller ones packed); 0: one parameter at a time")
-      ->check(CLI::Range(int64_t{0}, int64_t{65536}));
+  AddIntOption(cmd, "--coverage-tp", &a->coverage_tp, kRankCountBounds,
+               "TP degree of the coverage model (rank 0)");
+  AddIntOption(cmd, "--landing-bucket-mib", &a->landing_bucket_mib, 0, 65536,
+               "the landing figure's engine lands in buckets of this many MiB (larger "
+               "parameters in row slices, smaller ones packed); 0: one parameter at a time");
   cmd->add_option("--shared-dir", a->shared_dir,
                   "the folder that holds models/<name>/config.json (default: "
                   "$WTX_CONFORMANCE_DIR, else the installed copy, else the build tree, else "

@@ -2,8 +2,9 @@
 //
 // One authenticated control call to a `wtx coordinator` (its --listen port) or a `wtx rank`
 // (its --control port), printing the JSON answer (src/net/control_service.h lists the methods).
-// Exit 0 on an answer, 1 when the process answered with an error, 2 on a usage or connection
-// failure. Example: wtx control 127.0.0.1:7070 --secret-file s begin
+// Exit 0 on an answer, 1 when the process answered with an error, 2 on bad usage or input (a
+// bad address, secret file or TLS file), 4 when the peer cannot be reached or does not answer
+// in time (src/util/exit_codes.h). Example: wtx control 127.0.0.1:7070 --secret-file s begin
 //   '{"req": {"tx": "t1", "kind": "full", "base": "", "modules": [], "sources": [],
 //             "rollback": false}}'
 #include <iostream>
@@ -23,38 +24,33 @@ struct ControlTls {
 int RunControl(const std::string& address, const std::string& secret_file,
                const std::string& method, const std::string& params_text, int64_t timeout_ms,
                const TlsFiles& tls) {
-  auto secret = net::ReadSecretFile(secret_file);
-  if (!secret.ok()) {
-    std::cerr << "wtx control: " << secret.status().message() << "\n";
-    return 2;
-  }
+  auto fail = [](int code, const std::string& message) {
+    std::cerr << "wtx control: " << message << "\n";
+    return code;
+  };
+  auto secret = net::ReadSecretFile(secret_file, "--secret-file");
+  if (!secret.ok()) return fail(ExitCodeFor(secret.status()), secret.status().message());
   auto hp = net::ParseHostPort(address);
-  if (!hp.ok()) {
-    std::cerr << "wtx control: " << hp.status().message() << "\n";
-    return 2;
-  }
+  if (!hp.ok()) return fail(kExitInvalidInput, "address: " + hp.status().message());
   nlohmann::json params = nlohmann::json::object();
   if (!params_text.empty()) {
     params = nlohmann::json::parse(params_text, nullptr, false);
-    if (!params.is_object()) {
-      std::cerr << "wtx control: PARAMS must be a JSON object\n";
-      return 2;
-    }
+    if (!params.is_object()) return fail(kExitInvalidInput, "params: not a JSON object");
   }
   net::NetOptions no;
   no.tls = tls;
   auto c = net::ControlClient::Connect(hp->first, hp->second, secret.value(), no, "control");
-  if (!c.ok()) {
-    std::cerr << "wtx control: " << c.status().ToString() << "\n";
-    return 2;
-  }
-  auto r = c.value()->Call(method, params, std::chrono::milliseconds(timeout_ms));
+  // A bad TLS file is the input's fault (2); a peer that cannot be reached is not (4).
+  if (!c.ok()) return fail(PeerExitCode(c.status()), address + ": " + c.status().ToString());
+  bool transport_error = false;
+  auto r = c.value()->Call(method, params, std::chrono::milliseconds(timeout_ms), &transport_error);
   if (!r.ok()) {
     std::cout << net::StatusToJson(r.status()).dump() << "\n";
-    return 1;
+    if (transport_error) return fail(kExitUnreachable, address + ": " + r.status().ToString());
+    return kExitFailed;  // the peer answered with an error
   }
   std::cout << r.value().dump() << "\n";
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace
@@ -80,8 +76,8 @@ void RegisterControlCommand(CLI::App& app, int* exit_code) {
       ->required();
   cmd->add_option("params", *params, "JSON object of parameters");
   cmd->add_option("--secret-file", *secret, "File holding the shared secret")->required();
-  cmd->add_option("--timeout-ms", *timeout, "How long to wait for the answer")
-      ->check(TimeoutMsRange())
+  AddIntOption(cmd, "--timeout-ms", timeout.get(), kTimeoutMsBounds,
+               "How long to wait for the answer")
       ->capture_default_str();
   auto a = std::make_shared<ControlTls>();
   AddTlsOptions(cmd, &a->tls);

@@ -8,7 +8,9 @@
 // in-doubt ranks; it re-sends pending decisions whenever a rank (re)connects (the library's
 // CoordinatorRecovery, src/net/coordinator_recovery.h). This file parses flags and wires.
 // --defer-recovery leaves both to a control "recover" call (the simulator's ordering).
-// Prints one JSON line on stdout when listening: {"ready": true, "port": P}.
+// Prints one JSON line on stdout once ready (journal recovered, listening): {"ready": true,
+// "port": P}; SIGINT/SIGTERM stop it at any stage, start-up and the wait for ranks included
+// (daemon_signals.h).
 #include <signal.h>
 #include <unistd.h>
 
@@ -24,6 +26,7 @@
 #include "src/testing/slow_sync_fs.h"
 #include "src/txn/test_hooks.h"
 #include "tools/wtx/commands.h"
+#include "tools/wtx/daemon_signals.h"
 #include "wtx/coordinator.h"
 #include "wtx/tcp_transport.h"
 
@@ -54,17 +57,18 @@ struct CoordinatorArgs {
 int Fail(const Status& s) { return sim::FailToStart("coordinator", s); }
 
 int RunCoordinator(const CoordinatorArgs& a) {
-  ::signal(SIGPIPE, SIG_IGN);
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // threads inherit; main sigwaits
-
-  auto secret = net::ReadSecretFile(a.secret_file);
+  DaemonSignals signals("coordinator");
+  signals.Stage("reading --secret-file");
+  auto secret = net::ReadSecretFile(a.secret_file, "--secret-file");
   if (!secret.ok()) return Fail(secret.status());
   auto hp = net::ParseHostPort(a.listen);
   if (!hp.ok()) return Fail(hp.status());
+  if (Status s = CheckDirectoryArg("--journal", a.journal, /*must_exist=*/false,
+                                   /*must_hold_files=*/false);
+      !s.ok()) {
+    return Fail(s);
+  }
+  signals.Stage("reading the TLS files, listening on --listen");
   TcpTransportOptions to;
   to.listen_host = hp->first;
   to.port = hp->second;
@@ -96,6 +100,7 @@ int RunCoordinator(const CoordinatorArgs& a) {
     co.env.fs = std::make_shared<SlowSyncFileSystem>(
         milliseconds(a.sync_delay_ms), co.env.fs ? co.env.fs : rocksdb::FileSystem::Default());
   }
+  signals.Stage("opening and recovering --journal");
   auto opened = OpenCoordinatorWithHooks(co, &t, hooks);
   if (!opened.ok()) return Fail(opened.status());
   Coordinator* c = opened.value().get();
@@ -107,21 +112,20 @@ int RunCoordinator(const CoordinatorArgs& a) {
   net::CoordinatorControlService control(c, &t, a.ranks, test_hooks);
   t.SetControlHandler(control.Handler());
 
-  sim::PrintReadyLine({{"ready", true}, {"role", "coordinator"}, {"port", t.port()}});
+  signals.Ready({{"ready", true}, {"role", "coordinator"}, {"port", t.port()}});
 
   // Unless deferred: wait for the ranks, re-send logged decisions, then answer in-doubt ranks
   // and re-send pending decisions whenever a rank (re)connects.
   net::CoordinatorRecovery recovery(c, &t);
   if (!a.defer_recovery) recovery.Start(a.ranks, milliseconds(a.startup_wait_ms));
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
+  signals.WaitForStop();
   recovery.RequestStop();  // a startup wait cut short by the shutdown is no missing rank
   // Every blocking wait ends within a second: the startup wait and WaitForRanks calls return,
   // and calls in flight (prepare, decide, recover) fail at once on their closed connections.
   t.Shutdown();
   recovery.Stop();
   transport.value().reset();
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace
@@ -134,25 +138,23 @@ void RegisterCoordinatorCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--journal", a->journal, "Coordinator journal directory")->required();
   cmd->add_option("--secret-file", a->secret_file, "File holding the shared secret")->required();
-  cmd->add_option("--ranks", a->ranks, "Number of ranks")->required()->check(RankCountRange());
-  cmd->add_option("--prepare-timeout-ms", a->prepare_timeout_ms, "Vote timeout")
-      ->check(TimeoutMsRange())
+  AddIntOption(cmd, "--ranks", &a->ranks, kRankCountBounds, "Number of ranks")->required();
+  AddIntOption(cmd, "--prepare-timeout-ms", &a->prepare_timeout_ms, kTimeoutMsBounds,
+               "Vote timeout")
       ->capture_default_str();
-  cmd->add_option("--request-timeout-ms", a->request_timeout_ms, "Timeout of other calls")
-      ->check(TimeoutMsRange())
+  AddIntOption(cmd, "--request-timeout-ms", &a->request_timeout_ms, kTimeoutMsBounds,
+               "Timeout of other calls")
       ->capture_default_str();
-  cmd->add_option("--startup-wait-ms", a->startup_wait_ms,
-                  "How long to wait for every rank before recovering")
-      ->check(WaitMsRange())
+  AddIntOption(cmd, "--startup-wait-ms", &a->startup_wait_ms, kWaitMsBounds,
+               "How long to wait for every rank before recovering")
       ->capture_default_str();
-  cmd->add_option("--max-frame-bytes", a->max_frame_bytes, "Largest accepted frame")
-      ->check(FrameBytesRange())
+  AddIntOption(cmd, "--max-frame-bytes", &a->max_frame_bytes, kFrameBytesBounds,
+               "Largest accepted frame")
       ->capture_default_str();
   AddTlsOptions(cmd, &a->tls);
-  cmd->add_option("--max-connections", a->max_connections,
-                  "Connections served at once (ranks, controllers, handshakes); more are refused")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
+  AddIntOption(cmd, "--max-connections", &a->max_connections, 1, 1 << 20,
+               "Connections served at once (ranks, controllers, handshakes); more are refused")
+      ->capture_default_str();
   cmd->add_flag("--defer-recovery", a->defer_recovery,
                 "Recover and answer in-doubt ranks only on a control 'recover' call");
   cmd->add_flag("--accept-unverified-journal", a->accept_unverified_journal,
@@ -160,9 +162,9 @@ void RegisterCoordinatorCommand(CLI::App& app, int* exit_code) {
                 "may have been lost); logged in the journal as an ACCEPTED_UNVERIFIED record");
   cmd->add_flag("--test-hooks", a->test_hooks,
                 "Accept crash-point and crash control calls (simulator, tests)");
-  cmd->add_option("--sync-delay-ms", a->sync_delay_ms,
-                  "Benchmarks only: every synced journal write first sleeps this long")
-      ->check(CLI::Range(0, 10000));
+  AddIntOption(cmd, "--sync-delay-ms", &a->sync_delay_ms, kSyncDelayMsBounds,
+               "Benchmarks only: every synced journal write first sleeps this long")
+      ->capture_default_str();
   cmd->callback([=] { *exit_code = RunCoordinator(*a); });
 }
 

@@ -17,9 +17,16 @@ using nlohmann::json;
 
 namespace {
 
+// Exit codes (src/util/exit_codes.h): 2 when DIR is missing, not a directory or empty, or holds
+// no journal; 3 when the journal is corrupt; 1 otherwise.
 int Refuse(const std::string& cmd, const Status& s) {
   std::cerr << "wtx " << cmd << ": " << s.ToString() << "\n";
-  return s.code() == ErrorCode::kJournalCorrupt ? 3 : 1;
+  return ExitCodeFor(s);
+}
+
+// DIR must be a directory holding something before a reader opens it.
+Status CheckJournalDir(const std::string& dir) {
+  return CheckDirectoryArg("DIR", dir, /*must_exist=*/true, /*must_hold_files=*/true);
 }
 
 void Warn(const std::string& cmd, const std::vector<std::string>& warnings) {
@@ -44,6 +51,7 @@ std::string Short(const std::optional<std::string>& v) {
 json OptionalJson(const std::optional<std::string>& v) { return v ? json(*v) : json(); }
 
 int Log(const std::string& dir, bool as_json) {
+  if (Status s = CheckJournalDir(dir); !s.ok()) return Refuse("log", s);
   auto h = ReadJournalHistory(dir);
   if (!h.ok()) return Refuse("log", h.status());
   Warn("log", h->warnings);
@@ -56,7 +64,7 @@ int Log(const std::string& dir, bool as_json) {
       std::cerr << "wtx log: event " << Time(e.time_micros) << " " << e.type << ": " << e.detail
                 << "\n";
     }
-    return 0;
+    return kExitOk;
   }
   const bool coord = h->owner.role == "coordinator";
   std::cout << std::left << std::setw(12) << "TX" << std::setw(9) << (coord ? "DECISION" : "KIND")
@@ -73,10 +81,11 @@ int Log(const std::string& dir, bool as_json) {
   for (const JournalEvent& e : h->events) {
     std::cout << "EVENT " << Time(e.time_micros) << " " << e.type << ": " << e.detail << "\n";
   }
-  return 0;
+  return kExitOk;
 }
 
 int Show(const std::string& dir, const std::string& tx, bool as_json) {
+  if (Status s = CheckJournalDir(dir); !s.ok()) return Refuse("show", s);
   auto h = ReadJournalHistory(dir);
   if (!h.ok()) return Refuse("show", h.status());
   Warn("show", h->warnings);
@@ -86,7 +95,7 @@ int Show(const std::string& dir, const std::string& tx, bool as_json) {
   }
   if (found == nullptr) {
     std::cerr << "wtx show: no transaction '" << tx << "' in " << dir << "\n";
-    return 1;
+    return kExitFailed;
   }
   auto recs = ReadJournalRecords(dir, tx);
   if (!recs.ok()) return Refuse("show", recs.status());
@@ -95,7 +104,7 @@ int Show(const std::string& dir, const std::string& tx, bool as_json) {
   for (const StoredRecord& r : recs->records) records.push_back(json::parse(r.json));
   out["records"] = std::move(records);
   std::cout << out.dump(as_json ? -1 : 2) << "\n";
-  return 0;
+  return kExitOk;
 }
 
 json StateJson(const JournalState& st) {
@@ -117,20 +126,22 @@ json StateJson(const JournalState& st) {
 }
 
 int StatusCmd(const std::string& dir, bool as_json) {
+  if (Status s = CheckJournalDir(dir); !s.ok()) return Refuse("status", s);
   auto st = ReadJournalState(dir);
   if (!st.ok()) return Refuse("status", st.status());
   Warn("status", st->warnings);
   json s = StateJson(st.value());
   if (as_json) {
     std::cout << s.dump() << "\n";
-    return 0;
+    return kExitOk;
   }
   for (const auto& [k, v] : s.items())
     std::cout << std::left << std::setw(14) << k << v.dump() << "\n";
-  return 0;
+  return kExitOk;
 }
 
 int Replay(const std::string& dir) {
+  if (Status s = CheckJournalDir(dir); !s.ok()) return Refuse("replay", s);
   // The same integrity check as `wtx check` first: a replay of damaged history would print a
   // state that never existed.
   auto r = ReplayJournal(dir);
@@ -140,12 +151,13 @@ int Replay(const std::string& dir) {
               {"state", json::parse(r->state_json)},
               {"matches_stored_state", r->matches_stored_state}};
   std::cout << out.dump(2) << "\n";
-  return r->matches_stored_state ? 0 : 3;
+  return r->matches_stored_state ? kExitOk : kExitJournalCorrupt;
 }
 
 // Exit 0: consistent (warnings on stderr); 3: corrupt (the message names what is wrong);
-// 1: no journal or unreadable.
+// 2: DIR missing, not a directory, empty or without a journal.
 int Check(const std::string& dir, int expect_rank, bool expect_coordinator, bool strict) {
+  if (Status s = CheckJournalDir(dir); !s.ok()) return Refuse("check", s);
   JournalVerifyOptions o;
   o.strict = strict;
   if (expect_coordinator) o.expect = JournalOwner{"coordinator", -1};
@@ -161,7 +173,7 @@ int Check(const std::string& dir, int expect_rank, bool expect_coordinator, bool
             << (rep.synced_through ? std::to_string(*rep.synced_through) : std::string("-"))
             << ", checksums, chain and state consistent"
             << (rep.torn_tail ? ", torn unsynced tail" : "") << ")\n";
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace
@@ -196,11 +208,9 @@ void RegisterJournalCommands(CLI::App& app, int* exit_code) {
   auto expect_rank = std::make_shared<int>(-1);
   auto expect_coordinator = std::make_shared<bool>(false);
   check->add_option("dir", *dir, "Journal directory")->required();
-  check
-      ->add_option("--expect-rank", *expect_rank,
-                   "The journal must be participant N's (default: inferred from a rank-N "
-                   "directory name)")
-      ->check(RankIdRange());
+  AddIntOption(check, "--expect-rank", expect_rank.get(), kRankIdBounds,
+               "The journal must be participant N's (default: inferred from a rank-N "
+               "directory name)");
   check->add_flag("--expect-coordinator", *expect_coordinator,
                   "The journal must be the coordinator's (default: inferred from the name)");
   auto strict = std::make_shared<bool>(false);

@@ -5,7 +5,8 @@
 // load: one `full` transaction on N ranks, each reading its own slices of the safetensors
 // checkpoint by source name (checkpoint_load.h); prints the outcome and the version. expect:
 // the version such a load must commit and each rank's digest, computed without any journal.
-// Exit codes: 0 committed / computed, 1 aborted or failed, 2 invalid arguments or checkpoint.
+// Exit codes (src/util/exit_codes.h): 0 committed / computed, 1 aborted or failed, 2 invalid
+// arguments or checkpoint.
 #include <filesystem>
 #include <iostream>
 #include <random>
@@ -35,13 +36,18 @@ struct LoadArgs {
 
 int Fail(const char* cmd, const Status& s) {
   std::cerr << "wtx " << cmd << ": " << s.ToString() << "\n";
-  return s.code() == ErrorCode::kInvalidArgument || s.code() == ErrorCode::kNotFound ||
-                 s.code() == ErrorCode::kIOError
-             ? 2
-             : 1;
+  // A checkpoint file that cannot be read is the input's fault too.
+  return s.code() == ErrorCode::kIOError ? kExitInvalidInput : ExitCodeFor(s);
 }
 
 Result<CheckpointLoadRequest> Request(const LoadArgs& a) {
+  // Named by their flags before the library reads them (its errors name the paths).
+  WTX_RETURN_IF_ERROR(ReadJsonFileArg("--hf-config", a.hf_config).status());
+  std::error_code ec;
+  if (!std::filesystem::exists(a.checkpoint, ec)) {
+    return Status(ErrorCode::kNotFound,
+                  "--checkpoint '" + a.checkpoint + "': no such file or directory");
+  }
   CheckpointLoadRequest r;
   r.checkpoint = a.checkpoint;
   r.hf_config = a.hf_config;
@@ -61,6 +67,13 @@ Result<CheckpointLoadRequest> Request(const LoadArgs& a) {
 int RunLoad(const LoadArgs& a) {
   auto req = Request(a);
   if (!req.ok()) return Fail("load", req.status());
+  if (!a.journal_dir.empty()) {
+    if (Status s = CheckDirectoryArg("--journal-dir", a.journal_dir, /*must_exist=*/false,
+                                     /*must_hold_files=*/false);
+        !s.ok()) {
+      return Fail("load", s);
+    }
+  }
   auto plan = PlanCheckpointLoad(req.value());
   if (!plan.ok()) return Fail("load", plan.status());
   std::string dir = a.journal_dir;
@@ -106,7 +119,7 @@ int RunLoad(const LoadArgs& a) {
                 << (r["serving"] == true ? ", serving" : ", not serving") << "\n";
     }
   }
-  return committed ? 0 : 1;
+  return committed ? kExitOk : kExitFailed;
 }
 
 int RunExpect(const LoadArgs& a) {
@@ -126,7 +139,7 @@ int RunExpect(const LoadArgs& a) {
       std::cout << "  rank " << r["rank"] << ": digest " << r["digest"].get<std::string>() << "\n";
     }
   }
-  return 0;
+  return kExitOk;
 }
 
 void AddCommon(CLI::App* cmd, LoadArgs& a) {
@@ -135,9 +148,7 @@ void AddCommon(CLI::App* cmd, LoadArgs& a) {
                   "either")
       ->required();
   cmd->add_option("--hf-config", a.hf_config, "the model's config.json")->required();
-  cmd->add_option("--tp", a.tp, "tensor-parallel degree (ranks)")
-      ->check(RankCountRange())
-      ->required();
+  AddIntOption(cmd, "--tp", &a.tp, kRankCountBounds, "tensor-parallel degree (ranks)")->required();
   cmd->add_option_function<std::string>(
       "--dtype",
       [&a](const std::string& v) {

@@ -42,7 +42,7 @@ std::string CliMessage(const Status& s) {
 
 int Fail(const std::string& message) {
   std::cerr << "wtx manifest: " << message << "\n";
-  return 2;
+  return kExitInvalidInput;
 }
 
 // "1,026,408,232,448"
@@ -142,7 +142,7 @@ int PrintSummary(const Manifest& m, const ManifestArgs& a, const nlohmann::json&
                 {"checkpoint",
                  {{"params", ckpt.params}, {"bytes", ckpt.bytes}, {"tensors", ckpt.tensors}}}};
     std::cout << out.dump(2) << "\n";
-    return 0;
+    return kExitOk;
   }
   std::ostringstream o;
   o << model_type << " (" << a.hf_config << "), tp " << a.tp;
@@ -163,7 +163,7 @@ int PrintSummary(const Manifest& m, const ManifestArgs& a, const nlohmann::json&
     << GiB(ckpt.bytes) << "), " << Grouped(static_cast<int64_t>(ckpt.tensors))
     << " source tensors (each once)\n";
   std::cout << o.str();
-  return 0;
+  return kExitOk;
 }
 
 int RunManifest(const ManifestArgs& a) {
@@ -183,17 +183,16 @@ int RunManifest(const ManifestArgs& a) {
     }
     options.dtype = *dt;
   }
-  auto text = ReadRegularFile(a.hf_config);
-  if (!text.ok()) return Fail("--hf-config: " + text.status().message());
-  const json config = json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded()) return Fail("--hf-config: '" + a.hf_config + "' is not valid JSON");
+  auto read = ReadJsonFileArg("--hf-config", a.hf_config);
+  if (!read.ok()) return Fail(read.status().message());
+  const json& config = read.value();
   auto m = ManifestFromHfConfig(config, options);
   if (!m.ok()) return Fail(CliMessage(m.status()));
   if (a.summary) return PrintSummary(**m, a, config, options);
   json out = (*m)->ToJson();
   out["fingerprint"] = (*m)->Fingerprint();
   std::cout << out.dump() << "\n";
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace
@@ -205,19 +204,17 @@ void RegisterManifestCommand(CLI::App& app, int* exit_code) {
   std::string types;
   for (const std::string& t : HfModelTypes()) types += (types.empty() ? "" : "|") + t;
   cmd->add_option("--hf-config", args->hf_config, "config.json (" + types + ")")->required();
-  cmd->add_option("--tp", args->tp, "tensor-parallel degree")
-      ->check(RankCountRange())
+  AddIntOption(cmd, "--tp", &args->tp, kRankCountBounds, "tensor-parallel degree")
       ->capture_default_str();
-  cmd->add_option("--ep", args->ep,
-                  "expert-parallel degree (vLLM --enable-expert-parallel: ep = dp * tp ranks, "
-                  "each holding num_experts / ep whole experts)")
-      ->check(RankCountRange())
+  AddIntOption(cmd, "--ep", &args->ep, kRankCountBounds,
+               "expert-parallel degree (vLLM --enable-expert-parallel: ep = dp * tp ranks, "
+               "each holding num_experts / ep whole experts)")
       ->capture_default_str();
   cmd->add_option("--expert-placement", args->expert_placement,
                   "linear|round_robin: which experts an expert-parallel rank holds")
       ->capture_default_str();
-  cmd->add_option("--rank", args->rank, "rank in the group, 0 <= rank < tp (ep with --ep)")
-      ->check(RankIdRange())
+  AddIntOption(cmd, "--rank", &args->rank, kRankIdBounds,
+               "rank in the group, 0 <= rank < tp (ep with --ep)")
       ->capture_default_str();
   cmd->add_option("--dtype", args->dtype,
                   "bf16|f16|f32: store every weight so, ignoring quantization_config (default: "

@@ -8,7 +8,9 @@
 // refresh, set_kernel_identity with deterministic fills), status queries and, with
 // --test-hooks, crash points, silence and crashes, answered by the library's
 // RankControlService (src/net/control_service.h); this file parses flags and wires.
-// Prints one JSON line on stdout when up: {"ready": true, "rank": R, "control_port": P}.
+// Prints one JSON line on stdout once ready (manifest and journal loaded, TLS files read, the
+// control port listening): {"ready": true, "rank": R, "control_port": P}; SIGINT/SIGTERM stop
+// it at any stage, start-up included (daemon_signals.h).
 #include <signal.h>
 #include <unistd.h>
 
@@ -28,6 +30,7 @@
 #include "src/txn/test_hooks.h"
 #include "src/util/file_util.h"
 #include "tools/wtx/commands.h"
+#include "tools/wtx/daemon_signals.h"
 #include "wtx/hf_manifest.h"
 #include "wtx/participant.h"
 #include "wtx/tcp_rank_agent.h"
@@ -65,35 +68,39 @@ int FailRank(const Status& s) { return sim::FailToStart("rank", s); }
 
 Result<ManifestPtr> LoadManifest(const RankArgs& a) {
   if (!a.manifest.empty()) {
-    auto text = ReadRegularFile(a.manifest);
-    if (!text.ok())
-      return Status::InvalidArgument("cannot read manifest: " + text.status().message());
-    return ParseManifestText(text.value());
+    WTX_ASSIGN_OR_RETURN(text, ReadFileArg("--manifest", a.manifest));
+    auto m = ParseManifestText(text);
+    if (!m.ok())
+      return Status::InvalidArgument("--manifest '" + a.manifest + "': " + m.status().message());
+    return m;
   }
+  WTX_ASSIGN_OR_RETURN(config, ReadJsonFileArg("--hf-config", a.hf_config));
   HfManifestOptions o;
   o.tp = a.tp;
   o.ep = a.ep;
   o.rank = a.rank % std::max(1, o.GroupSize());
-  return ManifestFromHfConfigFile(a.hf_config, o);
+  return ManifestFromHfConfig(config, o);
 }
 
 int RunRank(const RankArgs& a) {
-  ::signal(SIGPIPE, SIG_IGN);
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
+  DaemonSignals signals("rank");
   if (a.manifest.empty() == a.hf_config.empty()) {
     return FailRank(Status::InvalidArgument("give exactly one of --manifest and --hf-config"));
   }
-  auto secret = net::ReadSecretFile(a.secret_file);
+  signals.Stage("reading --secret-file");
+  auto secret = net::ReadSecretFile(a.secret_file, "--secret-file");
   if (!secret.ok()) return FailRank(secret.status());
   auto hp = net::ParseHostPort(a.connect);
   if (!hp.ok()) return FailRank(hp.status());
+  signals.Stage(a.manifest.empty() ? "reading --hf-config" : "reading --manifest");
   auto manifest = LoadManifest(a);
   if (!manifest.ok()) return FailRank(manifest.status());
+  if (Status s = CheckDirectoryArg("--journal", a.journal, /*must_exist=*/false,
+                                   /*must_hold_files=*/false);
+      !s.ok()) {
+    return FailRank(s);
+  }
+  signals.Stage("opening and recovering --journal");
 
   std::shared_ptr<FaultInjectionFileSystem> fs;
   ArmedCrashPoint crash;
@@ -129,6 +136,7 @@ int RunRank(const RankArgs& a) {
   ao.max_frame_bytes = a.max_frame_bytes;
   ao.tls = a.tls;
   RankAgentHooks agent_hooks;
+  signals.Stage("reading the TLS files, starting the agent");
   auto agent = StartRankAgentWithHooks(ao, &p, a.test_hooks ? &agent_hooks : nullptr);
   if (!agent.ok()) return FailRank(agent.status());
   TcpRankAgent& ag = *agent.value();
@@ -141,6 +149,7 @@ int RunRank(const RankArgs& a) {
   net::RankControlService service(&p, &ag, test_hooks);
   std::unique_ptr<net::ControlServer> control;
   if (!a.control.empty()) {
+    signals.Stage("listening on --control");
     auto chp = net::ParseHostPort(a.control);
     if (!chp.ok()) return FailRank(chp.status());
     net::NetOptions no;
@@ -154,13 +163,11 @@ int RunRank(const RankArgs& a) {
 
   json ready = {{"ready", true}, {"role", "rank"}, {"rank", a.rank}};
   if (control) ready["control_port"] = control->port();
-  sim::PrintReadyLine(ready);
-
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
+  signals.Ready(ready);
+  signals.WaitForStop();
   control.reset();
   agent.value().reset();
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace
@@ -171,37 +178,34 @@ void RegisterRankCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--connect", a->connect, "Coordinator HOST:PORT")
       ->required()
       ->check(HostPortCheck());
-  cmd->add_option("--rank", a->rank, "This rank's id")->required()->check(RankIdRange());
+  AddIntOption(cmd, "--rank", &a->rank, kRankIdBounds, "This rank's id")->required();
   cmd->add_option("--journal", a->journal, "Journal directory of this rank")->required();
   cmd->add_option("--secret-file", a->secret_file, "File holding the shared secret")->required();
   cmd->add_option("--manifest", a->manifest, "Manifest JSON of this rank");
   cmd->add_option("--hf-config", a->hf_config, "Hugging Face config.json (with --tp)");
-  cmd->add_option("--tp", a->tp, "Tensor-parallel degree (with --hf-config)")
-      ->check(RankCountRange());
-  cmd->add_option("--ep", a->ep,
-                  "Expert-parallel degree (with --hf-config; a multiple of --tp, see manifest.md)")
-      ->check(RankCountRange());
-  cmd->add_option("--kernel-identity", a->kernel_identity, "Attention/GEMM backends identity");
-  cmd->add_option("--rollback-budget-bytes", a->rollback_budget_bytes,
-                  "Before-image budget of rollback transactions")
-      ->check(ByteBudgetRange())
+  AddIntOption(cmd, "--tp", &a->tp, kRankCountBounds, "Tensor-parallel degree (with --hf-config)")
       ->capture_default_str();
-  cmd->add_option("--landing-hash-threads", a->landing_hash_threads,
-                  "Threads hashing in-place landings in the background (0: in Landed's thread)")
-      ->check(CLI::Range(0, 256))
+  AddIntOption(cmd, "--ep", &a->ep, kRankCountBounds,
+               "Expert-parallel degree (with --hf-config; a multiple of --tp, see manifest.md)")
+      ->capture_default_str();
+  cmd->add_option("--kernel-identity", a->kernel_identity, "Attention/GEMM backends identity");
+  AddIntOption(cmd, "--rollback-budget-bytes", &a->rollback_budget_bytes, kByteBudgetBounds,
+               "Before-image budget of rollback transactions")
+      ->capture_default_str();
+  AddIntOption(cmd, "--landing-hash-threads", &a->landing_hash_threads, 0, 256,
+               "Threads hashing in-place landings in the background (0: in Landed's thread)")
       ->capture_default_str();
   cmd->add_option("--control", a->control,
                   "Serve the control protocol on HOST:PORT (port 0: any free port)")
       ->check(HostPortCheck());
-  cmd->add_option("--backoff-max-ms", a->backoff_max_ms, "Longest reconnect backoff")
-      ->check(TimeoutMsRange())
+  AddIntOption(cmd, "--backoff-max-ms", &a->backoff_max_ms, kTimeoutMsBounds,
+               "Longest reconnect backoff")
       ->capture_default_str();
-  cmd->add_option("--request-timeout-ms", a->request_timeout_ms,
-                  "Timeout of this rank's own requests (QueryDecision)")
-      ->check(TimeoutMsRange())
+  AddIntOption(cmd, "--request-timeout-ms", &a->request_timeout_ms, kTimeoutMsBounds,
+               "Timeout of this rank's own requests (QueryDecision)")
       ->capture_default_str();
-  cmd->add_option("--max-frame-bytes", a->max_frame_bytes, "Largest accepted frame")
-      ->check(FrameBytesRange())
+  AddIntOption(cmd, "--max-frame-bytes", &a->max_frame_bytes, kFrameBytesBounds,
+               "Largest accepted frame")
       ->capture_default_str();
   cmd->add_flag("--accept-unverified-journal", a->accept_unverified_journal,
                 "Start on a journal that has records but no valid sync watermark (synced records "
@@ -209,9 +213,9 @@ void RegisterRankCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--test-hooks", a->test_hooks,
                 "Accept crash-point, silence and crash control calls (simulator, tests)");
   AddTlsOptions(cmd, &a->tls);
-  cmd->add_option("--sync-delay-ms", a->sync_delay_ms,
-                  "Benchmarks only: every synced journal write first sleeps this long")
-      ->check(CLI::Range(0, 10000));
+  AddIntOption(cmd, "--sync-delay-ms", &a->sync_delay_ms, kSyncDelayMsBounds,
+               "Benchmarks only: every synced journal write first sleeps this long")
+      ->capture_default_str();
   cmd->callback([=] { *exit_code = RunRank(*a); });
 }
 

@@ -22,29 +22,33 @@ int RunSim(const std::string& path, std::string journal_dir, const std::string& 
   auto memory = ParseLiveMemoryKind(memory_name);
   if (!memory.ok()) {
     std::cerr << "wtx sim: --memory: " << memory.status().message() << "\n";
-    return 2;
+    return kExitInvalidInput;
   }
   if (transport == "tcp" && memory.value() != LiveMemoryKind::kHost) {
     std::cerr << "wtx sim: --memory " << memory_name
               << " applies to --transport inproc (rank processes use host memory)\n";
-    return 2;
+    return kExitInvalidInput;
   }
   auto sc = sim::LoadScenarioFile(path);
   if (!sc.ok()) {
     std::cerr << "wtx sim: invalid scenario " << path << ": " << sc.status().message() << "\n";
-    return 2;
+    return kExitInvalidInput;
   }
   nlohmann::json expect;
   if (!expect_path.empty()) {
-    auto text = ReadRegularFile(expect_path);
-    if (!text.ok()) {
-      std::cerr << "wtx sim: cannot read expectations: " << text.status().message() << "\n";
-      return 2;
+    auto e = ReadJsonFileArg("--expect", expect_path);
+    if (!e.ok()) {
+      std::cerr << "wtx sim: " << e.status().message() << "\n";
+      return kExitInvalidInput;
     }
-    expect = nlohmann::json::parse(text.value(), nullptr, false);
-    if (expect.is_discarded()) {
-      std::cerr << "wtx sim: expectations " << expect_path << " are not valid JSON\n";
-      return 2;
+    expect = std::move(e).value();
+  }
+  if (!journal_dir.empty()) {
+    if (Status s = CheckDirectoryArg("--journal-dir", journal_dir, /*must_exist=*/false,
+                                     /*must_hold_files=*/false);
+        !s.ok()) {
+      std::cerr << "wtx sim: " << s.message() << "\n";
+      return kExitInvalidInput;
     }
   }
   bool temp = journal_dir.empty();
@@ -71,16 +75,16 @@ int RunSim(const std::string& path, std::string journal_dir, const std::string& 
   }
   if (!out.ok()) {
     std::cerr << "wtx sim: " << out.status().ToString() << "\n";
-    return out.status().code() == ErrorCode::kInvalidArgument ? 2 : 1;
+    return ExitCodeFor(out.status());
   }
   std::cout << out.value().dump(pretty ? 1 : -1) << "\n";
   if (!expect_path.empty()) {
     auto fails = sim::CheckExpectations(out.value(), expect);
     for (const auto& f : fails) std::cerr << "EXPECTATION FAILED: " << f << "\n";
-    if (!fails.empty()) return 1;
+    if (!fails.empty()) return kExitFailed;
     std::cerr << "all " << expect.size() << " expectations hold\n";
   }
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace

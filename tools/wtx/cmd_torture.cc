@@ -15,12 +15,20 @@ namespace {
 constexpr int64_t kMaxTortureIterations = 1000000000;
 
 int RunTortureCmd(const torture::TortureOptions& o, bool as_json) {
+  if (!o.dir.empty()) {
+    if (Status s = CheckDirectoryArg("--dir", o.dir, /*must_exist=*/false,
+                                     /*must_hold_files=*/false);
+        !s.ok()) {
+      std::cerr << "wtx torture: " << s.message() << "\n";
+      return kExitInvalidInput;
+    }
+  }
   torture::TortureOptions opts = o;
   opts.log = [](const std::string& line) { std::cerr << line << "\n"; };
   auto rep = torture::RunTorture(opts);
   if (!rep.ok()) {
     std::cerr << "wtx torture: " << rep.status().ToString() << "\n";
-    return rep.status().code() == ErrorCode::kInvalidArgument ? 2 : 1;
+    return ExitCodeFor(rep.status());
   }
   const torture::TortureReport& r = rep.value();
   for (const auto& v : r.violations) {
@@ -52,7 +60,7 @@ int RunTortureCmd(const torture::TortureOptions& o, bool as_json) {
               << "\n  violations: " << r.violations.size() << "\n  time: " << r.seconds << " s ("
               << (r.seconds > 0 ? r.crash_points / r.seconds : 0) << " crash points/s)\n";
   }
-  return r.violations.empty() ? 0 : 1;
+  return r.violations.empty() ? kExitOk : kExitFailed;
 }
 
 }  // namespace
@@ -62,16 +70,14 @@ void RegisterTortureCommand(CLI::App& app, int* exit_code) {
       "torture", "Random transaction scripts with injected crashes, checked against a model");
   auto o = std::make_shared<torture::TortureOptions>();
   auto as_json = std::make_shared<bool>(false);
-  cmd->add_option("--iterations", o->iterations, "Scripts to run (default 100)")
-      ->check(CLI::Range(int64_t{1}, kMaxTortureIterations));
-  cmd->add_option("--seed", o->seed, "Random seed (default 1)")
-      ->check(CLI::Range(int64_t{0}, INT64_MAX));
-  cmd->add_option("--start", o->start, "Index of the first script (replay one: --iterations 1)")
-      ->check(CLI::Range(int64_t{0}, INT64_MAX - kMaxTortureIterations));
-  cmd->add_option("--ranks", o->ranks, "Ranks per cluster (default 2)")->check(CLI::Range(1, 8));
-  cmd->add_option("--transactions", o->transactions,
-                  "Faulty transactions per script before the final clean one (default 10)")
-      ->check(CLI::Range(0, 10000));
+  AddIntOption(cmd, "--iterations", &o->iterations, 1, kMaxTortureIterations,
+               "Scripts to run (default 100)");
+  AddIntOption(cmd, "--seed", &o->seed, 0, INT64_MAX, "Random seed (default 1)");
+  AddIntOption(cmd, "--start", &o->start, 0, INT64_MAX - kMaxTortureIterations,
+               "Index of the first script (replay one: --iterations 1)");
+  AddIntOption(cmd, "--ranks", &o->ranks, 1, 8, "Ranks per cluster (default 2)");
+  AddIntOption(cmd, "--transactions", &o->transactions, 0, 10000,
+               "Faulty transactions per script before the final clean one (default 10)");
   cmd->add_option("--dir", o->dir, "Scratch directory (default /dev/shm or the temp dir)");
   cmd->add_flag("--json", *as_json, "Print the report as JSON");
   cmd->add_flag("--verbose", o->verbose, "Trace every operation to stderr");

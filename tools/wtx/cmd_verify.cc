@@ -11,9 +11,10 @@
 // parameter, chunk range and box, and make the rank durably dirty). `--reattach` runs
 // Participant::Reattach() instead (after a wtx restart over surviving engine memory).
 //
-// Exit codes: 0 match, 1 mismatch (bytes changed outside a transaction), 2 not comparable
-// (never committed, or dirty), 3 error (unreadable journal, image or manifest; rank
-// unreachable).
+// Exit codes (src/util/exit_codes.h): 0 match, 1 mismatch (bytes changed outside a
+// transaction), 2 bad usage or input (missing, unreadable or invalid image, manifest, secret or
+// journal directory; an image of the wrong size), 3 corrupt journal, 4 rank unreachable or no
+// answer in time, 5 not comparable (never committed, or dirty).
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -40,53 +41,72 @@ struct VerifyArgs {
   bool json = false;
 };
 
+int Fail(int code, const Status& s) {
+  std::cerr << "wtx verify: " << s.ToString() << "\n";
+  return code;
+}
+
+int Fail(const Status& s) { return Fail(ExitCodeFor(s), s); }
+
 int RunVerifyRank(const VerifyArgs& a) {
-  auto fail = [](const Status& s) {
-    std::cerr << "wtx verify: " << s.ToString() << "\n";
-    return 3;
-  };
-  auto secret = net::ReadSecretFile(a.secret_file);
-  if (!secret.ok()) return fail(secret.status());
+  if (a.secret_file.empty()) return Fail(Status::InvalidArgument("--rank needs --secret-file"));
+  auto secret = net::ReadSecretFile(a.secret_file, "--secret-file");
+  if (!secret.ok()) return Fail(secret.status());
   auto hp = net::ParseHostPort(a.rank);
-  if (!hp.ok()) return fail(Status::InvalidArgument("--rank: " + hp.status().message()));
+  if (!hp.ok()) return Fail(Status::InvalidArgument("--rank: " + hp.status().message()));
   auto c = net::ControlClient::Connect(hp->first, hp->second, secret.value(), net::NetOptions(),
                                        "control");
-  if (!c.ok()) return fail(c.status());
+  if (!c.ok()) return Fail(PeerExitCode(c.status()), c.status());
+  bool transport_error = false;
   auto r = c.value()->Call(a.reattach ? "reattach" : "verify", nlohmann::json::object(),
-                           std::chrono::minutes(10));
-  if (!r.ok()) return fail(r.status());
+                           std::chrono::minutes(10), &transport_error);
+  if (!r.ok()) return Fail(transport_error ? kExitUnreachable : kExitFailed, r.status());
   const nlohmann::json& rep = r.value();
   if (a.json) {
     std::cout << rep.dump(2) << "\n";
   } else {
     std::cout << rep.value("message", std::string()) << "\n";
   }
-  if (!rep.value("comparable", false)) return 2;
-  return rep.value("ok", false) ? 0 : 1;
+  if (!rep.value("comparable", false)) return kExitNotComparable;
+  return rep.value("ok", false) ? kExitOk : kExitFailed;
 }
 
 int RunVerify(const VerifyArgs& a) {
-  auto fail = [](const Status& s) {
-    std::cerr << "wtx verify: " << s.ToString() << "\n";
-    return 3;
-  };
-  if (!a.rank.empty()) return RunVerifyRank(a);
-  if (a.reattach) return fail(Status::InvalidArgument("--reattach needs --rank"));
+  if (!a.rank.empty()) {
+    if (!a.dir.empty() || !a.image.empty() || !a.manifest.empty()) {
+      return Fail(Status::InvalidArgument("--rank takes no DIR, --image or --manifest"));
+    }
+    return RunVerifyRank(a);
+  }
+  if (a.reattach) return Fail(Status::InvalidArgument("--reattach needs --rank"));
   if (a.dir.empty() || a.image.empty() || a.manifest.empty()) {
-    return fail(Status::InvalidArgument(
+    return Fail(Status::InvalidArgument(
         "give a journal DIR with --image and --manifest, or a running rank with --rank"));
   }
-  auto mtext = ReadRegularFile(a.manifest);
-  if (!mtext.ok()) return fail(mtext.status());
+  if (Status s = CheckDirectoryArg("DIR", a.dir, /*must_exist=*/true, /*must_hold_files=*/true);
+      !s.ok()) {
+    return Fail(s);
+  }
+  auto mtext = ReadFileArg("--manifest", a.manifest);
+  if (!mtext.ok()) return Fail(mtext.status());
   auto manifest = ParseManifestText(mtext.value());
-  if (!manifest.ok()) return fail(manifest.status());
+  if (!manifest.ok()) {
+    return Fail(
+        Status::InvalidArgument("--manifest '" + a.manifest + "': " + manifest.status().message()));
+  }
   // An image holds exactly the manifest's bytes: a longer file is refused unread.
-  auto image = ReadRegularFile(a.image, static_cast<size_t>(manifest.value()->TotalBytes()));
-  if (!image.ok()) return fail(image.status());
+  const auto total = static_cast<size_t>(manifest.value()->TotalBytes());
+  auto image = ReadFileArg("--image", a.image, total);
+  if (!image.ok()) return Fail(image.status());
   const std::string& bytes = image.value();
+  if (bytes.size() != total) {
+    return Fail(Status::InvalidArgument(
+        "--image '" + a.image + "': " + std::to_string(bytes.size()) + " bytes, the manifest's " +
+        "parameters hold " + std::to_string(total)));
+  }
   auto r = VerifyImage(*manifest.value(),
                        {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, a.dir);
-  if (!r.ok()) return fail(r.status());
+  if (!r.ok()) return Fail(r.status());
   const LiveVerifyReport& rep = r.value();
   if (a.json) {
     nlohmann::json j = {{"committed_tx", rep.committed.committed_tx},
@@ -101,8 +121,8 @@ int RunVerify(const VerifyArgs& a) {
   } else {
     std::cout << rep.message << "\n";
   }
-  if (!rep.comparable) return 2;
-  return rep.match ? 0 : 1;
+  if (!rep.comparable) return kExitNotComparable;
+  return rep.match ? kExitOk : kExitFailed;
 }
 
 }  // namespace

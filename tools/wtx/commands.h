@@ -5,23 +5,30 @@
 #include <cstdint>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
+#include "src/util/exit_codes.h"
+#include "src/util/file_util.h"
+#include "tools/int_option.h"
 #include "wtx/limits.h"
 #include "wtx/tls_files.h"
 
 namespace wtx::cli {
 
-// Valid ranges of numeric flags (docs/cli.md lists every flag with its range). CLI11 refuses a
-// value outside, naming the flag, before the command runs.
-inline CLI::Range RankCountRange() { return CLI::Range(int64_t{1}, int64_t{kMaxRanks}); }
-inline CLI::Range RankIdRange() { return CLI::Range(int64_t{0}, int64_t{kMaxRanks - 1}); }
-inline CLI::Range TimeoutMsRange() { return CLI::Range(int64_t{1}, kMaxTimeoutMs); }
-inline CLI::Range WaitMsRange() { return CLI::Range(int64_t{0}, kMaxTimeoutMs); }
-inline CLI::Range FrameBytesRange() {
-  return CLI::Range(static_cast<int64_t>(kMinFrameBytesLimit),
-                    static_cast<int64_t>(kMaxFrameBytesLimit));
-}
-inline CLI::Range ByteBudgetRange() { return CLI::Range(int64_t{0}, INT64_MAX); }
+using tools::AddIntOption;
+using tools::IntBounds;
+
+// Valid ranges of integer flags (docs/cli.md lists every flag with its range), each declared
+// with AddIntOption (tools/int_option.h): a value outside is refused, naming the flag, the
+// value and the range, before the command runs.
+inline constexpr IntBounds kRankCountBounds{1, kMaxRanks};
+inline constexpr IntBounds kRankIdBounds{0, kMaxRanks - 1};
+inline constexpr IntBounds kTimeoutMsBounds{1, kMaxTimeoutMs};
+inline constexpr IntBounds kWaitMsBounds{0, kMaxTimeoutMs};
+inline constexpr IntBounds kFrameBytesBounds{static_cast<int64_t>(kMinFrameBytesLimit),
+                                             static_cast<int64_t>(kMaxFrameBytesLimit)};
+inline constexpr IntBounds kByteBudgetBounds{0, INT64_MAX};
+inline constexpr IntBounds kSyncDelayMsBounds{0, 10000};
 // HOST:PORT flags (port 0 .. 65535), refused naming the flag like a numeric range.
 CLI::Validator HostPortCheck();
 
@@ -35,6 +42,25 @@ void RegisterControlCommand(CLI::App& app, int* exit_code);      // cmd_control.
 void RegisterTortureCommand(CLI::App& app, int* exit_code);      // cmd_torture.cc
 void RegisterVerifyCommand(CLI::App& app, int* exit_code);       // cmd_verify.cc
 void RegisterLoadCommands(CLI::App& app, int* exit_code);        // cmd_load.cc: load, expect
+
+// The contents of the file `path` that option `flag` names, through the one checked read of
+// every file an option names (src/util/file_util.h): errors name the flag and the path.
+inline Result<std::string> ReadFileArg(std::string_view flag, const std::string& path,
+                                       size_t max_bytes = kMaxJsonFileBytes) {
+  ReadFileOptions o;
+  o.what = flag;
+  o.max_bytes = max_bytes;
+  return ReadRegularFile(path, o);
+}
+
+// ReadFileArg, parsed as JSON ("FLAG 'PATH': not valid JSON: ...").
+inline Result<nlohmann::json> ReadJsonFileArg(std::string_view flag, const std::string& path) {
+  WTX_ASSIGN_OR_RETURN(text, ReadFileArg(flag, path));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded())
+    return Status::InvalidArgument(std::string(flag) + " '" + path + "': not valid JSON");
+  return j;
+}
 
 // --tls-cert / --tls-key / --tls-ca of coordinator, rank and control (docs/protocol.md).
 inline void AddTlsOptions(CLI::App* cmd, TlsFiles* tls) {

@@ -21,7 +21,7 @@ int Run(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    return app.exit(e) == 0 ? wtx::kExitOk : wtx::kExitInvalidInput;
   }
   return exit_code;
 }
