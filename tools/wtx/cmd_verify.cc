@@ -41,26 +41,26 @@ struct VerifyArgs {
   bool json = false;
 };
 
-int Fail(int code, const Status& s) {
+int VerifyFail(int code, const Status& s) {
   std::cerr << "wtx verify: " << s.ToString() << "\n";
   return code;
 }
 
-int Fail(const Status& s) { return Fail(ExitCodeFor(s), s); }
+int VerifyFail(const Status& s) { return VerifyFail(ExitCodeFor(s), s); }
 
 int RunVerifyRank(const VerifyArgs& a) {
-  if (a.secret_file.empty()) return Fail(Status::InvalidArgument("--rank needs --secret-file"));
+  if (a.secret_file.empty()) return VerifyFail(Status::InvalidArgument("--rank needs --secret-file"));
   auto secret = net::ReadSecretFile(a.secret_file, "--secret-file");
-  if (!secret.ok()) return Fail(secret.status());
+  if (!secret.ok()) return VerifyFail(secret.status());
   auto hp = net::ParseHostPort(a.rank);
-  if (!hp.ok()) return Fail(Status::InvalidArgument("--rank: " + hp.status().message()));
+  if (!hp.ok()) return VerifyFail(Status::InvalidArgument("--rank: " + hp.status().message()));
   auto c = net::ControlClient::Connect(hp->first, hp->second, secret.value(), net::NetOptions(),
                                        "control");
-  if (!c.ok()) return Fail(PeerExitCode(c.status()), c.status());
+  if (!c.ok()) return VerifyFail(PeerExitCode(c.status()), c.status());
   bool transport_error = false;
   auto r = c.value()->Call(a.reattach ? "reattach" : "verify", nlohmann::json::object(),
                            std::chrono::minutes(10), &transport_error);
-  if (!r.ok()) return Fail(transport_error ? kExitUnreachable : kExitFailed, r.status());
+  if (!r.ok()) return VerifyFail(transport_error ? kExitUnreachable : kExitFailed, r.status());
   const nlohmann::json& rep = r.value();
   if (a.json) {
     std::cout << rep.dump(2) << "\n";
@@ -74,39 +74,39 @@ int RunVerifyRank(const VerifyArgs& a) {
 int RunVerify(const VerifyArgs& a) {
   if (!a.rank.empty()) {
     if (!a.dir.empty() || !a.image.empty() || !a.manifest.empty()) {
-      return Fail(Status::InvalidArgument("--rank takes no DIR, --image or --manifest"));
+      return VerifyFail(Status::InvalidArgument("--rank takes no DIR, --image or --manifest"));
     }
     return RunVerifyRank(a);
   }
-  if (a.reattach) return Fail(Status::InvalidArgument("--reattach needs --rank"));
+  if (a.reattach) return VerifyFail(Status::InvalidArgument("--reattach needs --rank"));
   if (a.dir.empty() || a.image.empty() || a.manifest.empty()) {
-    return Fail(Status::InvalidArgument(
+    return VerifyFail(Status::InvalidArgument(
         "give a journal DIR with --image and --manifest, or a running rank with --rank"));
   }
   if (Status s = CheckDirectoryArg("DIR", a.dir, /*must_exist=*/true, /*must_hold_files=*/true);
       !s.ok()) {
-    return Fail(s);
+    return VerifyFail(s);
   }
   auto mtext = ReadFileArg("--manifest", a.manifest);
-  if (!mtext.ok()) return Fail(mtext.status());
+  if (!mtext.ok()) return VerifyFail(mtext.status());
   auto manifest = ParseManifestText(mtext.value());
   if (!manifest.ok()) {
-    return Fail(
+    return VerifyFail(
         Status::InvalidArgument("--manifest '" + a.manifest + "': " + manifest.status().message()));
   }
   // An image holds exactly the manifest's bytes: a longer file is refused unread.
   const auto total = static_cast<size_t>(manifest.value()->TotalBytes());
   auto image = ReadFileArg("--image", a.image, total);
-  if (!image.ok()) return Fail(image.status());
+  if (!image.ok()) return VerifyFail(image.status());
   const std::string& bytes = image.value();
   if (bytes.size() != total) {
-    return Fail(Status::InvalidArgument(
+    return VerifyFail(Status::InvalidArgument(
         "--image '" + a.image + "': " + std::to_string(bytes.size()) + " bytes, the manifest's " +
         "parameters hold " + std::to_string(total)));
   }
   auto r = VerifyImage(*manifest.value(),
                        {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, a.dir);
-  if (!r.ok()) return Fail(r.status());
+  if (!r.ok()) return VerifyFail(r.status());
   const LiveVerifyReport& rep = r.value();
   if (a.json) {
     nlohmann::json j = {{"committed_tx", rep.committed.committed_tx},
