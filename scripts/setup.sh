@@ -4,6 +4,7 @@ set -euo pipefail
 pkgs=(build-essential cmake librocksdb-dev libboost-dev nlohmann-json3-dev catch2 libxxhash-dev libcli11-dev pkg-config
       libssl-dev openssl  # TLS (src/net/tls.cc); the openssl CLI makes test certificates
       clang libclang-rt-14-dev  # clang: scripts/sanitize.sh (sanitizers, libFuzzer)
+      etcd-server etcd-client  # the replicated decision log (docs/protocol.md) and its tests
       pybind11-dev python3-dev python3-torch python3-numpy python3-pytest)  # the Python module
 missing=()
 for p in "${pkgs[@]}"; do
