@@ -1,24 +1,10 @@
-# GPU path (issue 6, docs/gpu.md). Included from the top-level CMakeLists.txt after the `wtx`
-# executable is defined.
+# GPU path (issue 6, docs/gpu.md). Included from the top-level CMakeLists.txt after the layers
+# (wtx_layers.cmake).
 #
-#  * wtx_kernels (always): the CPU references of the kernels (kernels/gpu_ref.cc, sharing
-#    kernels/xxh3_hd.h with the device code) and live verification (src/memory/live_verify.cc,
-#    `wtx verify`).
+#  * wtx_kernels (always; wtx_layers.cmake): the CPU references of the kernels
+#    (kernels/gpu_ref.cc, sharing kernels/xxh3_hd.h with the device code) and device live memory.
 #  * wtx_gpu (only with -DWTX_ENABLE_CUDA=ON and nvcc found): kernels/gpu_kernels.cu for
 #    sm_90, plus the GPU benchmark wtx_gpu_bench. Defines WTX_HAVE_CUDA for its users.
-
-add_library(wtx_kernels
-  kernels/gpu_ref.cc
-  kernels/device_live_memory.cc
-  src/memory/live_verify.cc
-)
-target_include_directories(wtx_kernels PRIVATE ${PROJECT_SOURCE_DIR})
-target_link_libraries(wtx_kernels PUBLIC wtx_core)
-set_target_properties(wtx_kernels PROPERTIES EXPORT_NAME kernels DEFINE_SYMBOL "")
-if(TARGET wtx)
-  target_sources(wtx PRIVATE tools/wtx/cmd_verify.cc)
-  target_link_libraries(wtx PRIVATE wtx_kernels)
-endif()
 
 set(WTX_HAVE_CUDA OFF)
 if(WTX_ENABLE_CUDA)
@@ -52,9 +38,17 @@ if(WTX_ENABLE_CUDA)
     # The CUDA runtime stays private: no public header includes it.
     target_link_libraries(wtx_gpu PUBLIC wtx_core PRIVATE CUDA::cudart)
     set_target_properties(wtx_gpu PROPERTIES EXPORT_NAME gpu DEFINE_SYMBOL "")
-    # NewDeviceLiveMemory (device_live_memory.h) comes from wtx_gpu in these builds.
+    # NewDeviceLiveMemory (device_live_memory.h) comes from wtx_gpu in these builds: the
+    # kernels layer's objects are compiled knowing it, and its link check links it.
     target_link_libraries(wtx_kernels PUBLIC wtx_gpu)
     target_compile_definitions(wtx_gpu PUBLIC WTX_HAVE_CUDA=1)
+    target_compile_definitions(wtx_layer_kernels PUBLIC WTX_HAVE_CUDA=1)
+    if(TARGET wtx_layer_link_check_kernels)
+      target_link_libraries(wtx_layer_link_check_kernels PRIVATE CUDA::cudart)
+      target_sources(wtx_layer_link_check_kernels PRIVATE $<TARGET_OBJECTS:wtx_gpu>)
+      set_target_properties(wtx_layer_link_check_kernels PROPERTIES
+        CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}" LINKER_LANGUAGE CXX)
+    endif()
     if(WTX_BUILD_BENCH)
       add_executable(wtx_gpu_bench tools/bench/gpu_bench.cc)
       target_link_libraries(wtx_gpu_bench PRIVATE wtx_kernels CUDA::cudart CLI11::CLI11)
@@ -69,5 +63,3 @@ else()
   message(STATUS "wtx: CUDA kernels disabled (WTX_ENABLE_CUDA=OFF)")
 endif()
 
-# The simulator picks a rank's live memory by name (`wtx sim --memory`).
-target_link_libraries(wtx_sim PUBLIC wtx_kernels)

@@ -5,7 +5,7 @@
 #   include/wtx/*.h                     the public headers (nothing under src/, journal/, kernels/)
 #   lib/libwtx_{core,kernels,net}.a     (.so with -DBUILD_SHARED_LIBS=ON), libwtx_gpu and
 #                                       libwtx_nccl when built
-#   bin/wtx                             the CLI (WTX_BUILD_TOOLS)
+#   bin/wtx                             the CLI (WTX_BUILD_TOOLS), without the daemons' test hooks
 #   share/wtx/models/*/config.json      the model configs `wtx bench` reads (with the CLI)
 #   lib/cmake/wtx/                      wtxConfig.cmake, its version file, wtxTargets.cmake and
 #                                       FindxxHash.cmake: find_package(wtx CONFIG) gives wtx::wtx
@@ -37,11 +37,14 @@ install(TARGETS ${wtx_installed_libraries} EXPORT wtxTargets
         LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT wtx_runtime
         RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}" COMPONENT wtx_runtime
         INCLUDES DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
-if(TARGET wtx)
+if(TARGET wtx_installable)
+  # The CLI without the daemons' test hooks (cmake/wtx_cli.cmake), installed as bin/wtx.
   if(BUILD_SHARED_LIBS)
-    set_target_properties(wtx PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+    set_target_properties(wtx_installable PROPERTIES
+                          INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
   endif()
-  install(TARGETS wtx RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}" COMPONENT wtx_runtime)
+  install(TARGETS wtx_installable RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}"
+          COMPONENT wtx_runtime)
   # The model configs `wtx bench` (and `wtx manifest --hf-config`) read, outside a checkout.
   install(DIRECTORY "${PROJECT_SOURCE_DIR}/tests/conformance/models/"
           DESTINATION "${CMAKE_INSTALL_DATADIR}/wtx/models"

@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include "src/util/cbor.h"
+#include "src/util/coding.h"
 #include "src/util/hash_util.h"
 
 namespace wtx {
@@ -17,24 +18,6 @@ constexpr std::string_view kMagic = "WTX1";
 constexpr std::string_view kWriteMagic = "WTXW";
 constexpr size_t kHeader = 4 + 8;
 constexpr uint8_t kWriteLayout = 1;  // first payload byte of a binary WRITE record
-
-void PutFixed64(std::string* out, uint64_t v) {
-  char b[8];
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  out->append(b, 8);
-}
-
-uint64_t LoadFixed64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
-  return v;
-}
-
-uint32_t LoadFixed32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(p[i])) << (8 * i);
-  return v;
-}
 
 // Bounds-checked reading of a binary payload: every read past the end sets `failed`.
 class PayloadReader {

@@ -175,15 +175,6 @@ int64_t RecordFields::IntAt(const json& v, std::string_view name) {
   return v.get<int64_t>();
 }
 
-void ReadDecision(RecordFields& f, Decision* decision, std::optional<std::string>* version) {
-  *decision = f.Enum<Decision>("decision", DecisionFromName, "is not commit, abort or noop")
-                  .value_or(Decision::kAbort);
-  *version = f.OptString("version");
-  if (f.ok() && *decision == Decision::kCommit && !*version) {
-    f.Fail("version", "is missing from a commit");
-  }
-}
-
 uint64_t RecordSeqOf(const json& r) {
   if (!r.is_object()) return 0;
   auto it = r.find("seq");

@@ -20,7 +20,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "wtx/protocol.h"
 #include "wtx/status.h"
 
 namespace wtx {
@@ -133,10 +132,6 @@ Result<T> FieldsResult(const RecordFields& f, T value) {
   if (!f.ok()) return f.status();
   return value;
 }
-
-// The fields "decision" (commit, abort or noop) and "version" (required for a commit) that a
-// participant's OUTCOME and the coordinator's DECISION share.
-void ReadDecision(RecordFields& f, Decision* decision, std::optional<std::string>* version);
 
 // The "seq" of a decoded record (0 when absent or not a non-negative integer): for error messages
 // before the record's type is known.

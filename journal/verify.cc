@@ -4,8 +4,6 @@
 #include <cassert>
 #include <filesystem>
 
-#include "journal/history.h"
-
 namespace wtx {
 
 namespace {
@@ -77,10 +75,12 @@ Status OpenFailure(const std::string& dir, const Status& s, const Inventory& inv
 
 }  // namespace
 
-Result<std::unique_ptr<Journal>> OpenTrustedJournal(const std::string& dir,
-                                                    const JournalOptions& options,
-                                                    std::vector<std::string>* warnings) {
-  assert(!options.read_only && "OpenTrustedJournal opens for writing; read-only needs no gate");
+Result<std::unique_ptr<Journal>> OpenTrustedJournalStore(const std::string& dir,
+                                                         const JournalOptions& options,
+                                                         const JournalContentCheck& content_check,
+                                                         std::vector<std::string>* warnings) {
+  assert(!options.read_only &&
+         "OpenTrustedJournalStore opens for writing; read-only needs no gate");
   std::error_code ec;
   const bool exists = fs::exists(dir, ec);
   if (exists && !fs::is_directory(dir, ec)) {
@@ -94,8 +94,9 @@ Result<std::unique_ptr<Journal>> OpenTrustedJournal(const std::string& dir,
   VerifyOptions vo;
   vo.fs = options.env.fs;
   vo.accept_unverified = options.accept_unverified;
+  vo.content_check = content_check;
   if (!options.identity.role.empty()) vo.expect = options.identity;
-  JournalCheckReport rep = VerifyJournalDir(dir, vo);
+  JournalCheckReport rep = VerifyJournalStore(dir, vo);
   if (rep.status.code() == ErrorCode::kNotFound) {
     std::string names;
     size_t n = 0;
@@ -121,16 +122,19 @@ Result<std::unique_ptr<Journal>> OpenTrustedJournal(const std::string& dir,
   return Journal::Open(dir, o);
 }
 
-Result<std::unique_ptr<Journal>> OpenVerifiedReadOnly(const std::string& dir,
-                                                      std::vector<std::string>* warnings) {
-  JournalCheckReport rep = VerifyJournalDir(dir);
+Result<std::unique_ptr<Journal>> OpenVerifiedJournalStore(const std::string& dir,
+                                                          const JournalContentCheck& content_check,
+                                                          std::vector<std::string>* warnings) {
+  VerifyOptions vo;
+  vo.content_check = content_check;
+  JournalCheckReport rep = VerifyJournalStore(dir, vo);
   if (!rep.status.ok()) return rep.status;
   if (warnings) warnings->insert(warnings->end(), rep.warnings.begin(), rep.warnings.end());
   JournalOptions o;
   o.read_only = true;
   o.create_if_missing = false;
   WTX_ASSIGN_OR_RETURN(j, Journal::Open(dir, o));
-  WTX_RETURN_IF_ERROR(CheckJournal(*j));
+  if (content_check) WTX_RETURN_IF_ERROR(content_check(*j));
   return j;
 }
 
@@ -146,7 +150,7 @@ std::optional<JournalIdentity> IdentityFromDirName(const std::string& dir) {
   return std::nullopt;
 }
 
-JournalCheckReport VerifyJournalDir(const std::string& dir, const VerifyOptions& options) {
+JournalCheckReport VerifyJournalStore(const std::string& dir, const VerifyOptions& options) {
   JournalCheckReport rep;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -221,9 +225,11 @@ JournalCheckReport VerifyJournalDir(const std::string& dir, const VerifyOptions&
                      : s;
     return rep;
   }
-  if (Status s = CheckJournal(j); !s.ok()) {
-    rep.status = s;
-    return rep;
+  if (options.content_check) {
+    if (Status s = options.content_check(j); !s.ok()) {
+      rep.status = s;
+      return rep;
+    }
   }
   const WatermarkReading& w = j.watermark_reading();
   if (!rep.watermark && j.last_seq() > 0) {

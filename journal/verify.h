@@ -1,6 +1,10 @@
-// VerifyJournalDir: the integrity check behind `wtx check` (and the gate of `wtx log`, `show`,
-// `status`): decides whether a journal directory can be trusted, and if not, names what is
-// wrong. It opens the journal read-only (safe beside a running process) and never modifies it.
+// VerifyJournalStore: the structural integrity check of a journal directory, behind `wtx check`
+// (and the gate of `wtx log`, `show`, `status`): decides whether a journal directory can be
+// trusted, and if not, names what is wrong. It opens the journal read-only (safe beside a
+// running process) and never modifies it. What the records mean is not this layer's business:
+// the layer above plugs its own check in (VerifyOptions::content_check; the transaction layer's
+// is src/txn/journal_check.h, which also gives these gates with that check built in:
+// VerifyJournalDir, OpenTrustedJournal, OpenVerifiedReadOnly).
 //
 // What it detects, in order (the first failure is reported):
 //  1. Missing files: no CURRENT (deleted, or not a journal), a table or MANIFEST file the
@@ -13,8 +17,9 @@
 //  3. Table damage: every block checksum of every SST (RocksDB VerifyChecksum), every value's
 //     own XXH3 checksum, no key outside the journal's key space.
 //  4. History damage: sequence numbers contiguous from 1, the hash chain ("prev"), the stored
-//     state naming the last record, replay from empty equal to the stored state, the record
-//     at the sync watermark present and unchanged.
+//     state naming the last record, the record at the sync watermark present and unchanged,
+//     and the content check when given (the transaction layer's: replay from empty equal to
+//     the stored state).
 //  5. Identity: the journal's stored owner (role, rank) against the expected one: given
 //     explicitly, or inferred from the directory name ("rank-N" = participant N, "coordinator"),
 //     so that one rank's files copied into another rank's directory are caught.
@@ -25,7 +30,7 @@
 //     One copy lost or damaged while the other is valid: a warning (verified against the
 //     other). `strict` turns every warning into corruption; a cleanly closed journal has none.
 //
-// OpenTrustedJournal is the gate of every process that writes a journal (Participant::Open,
+// OpenTrustedJournalStore is the gate of every process that writes a journal (Participant::Open,
 // Coordinator::Open, hence `wtx rank` and `wtx coordinator`): it runs VerifyJournalDir first,
 // read-only, and opens the journal for writing only when it passes, so that RocksDB never gets
 // the chance to "repair" a damaged journal (deleting an orphaned table, replaying past a hole)
@@ -40,10 +45,18 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+#include <memory>
+
 #include "journal/journal.h"
 #include "wtx/status.h"
 
 namespace wtx {
+
+// What a journal's records mean, checked by the layer that writes them: OK, or kJournalCorrupt
+// naming the first inconsistency (the transaction layer replays the records and compares the
+// result with the stored state: src/txn/journal_check.h).
+using JournalContentCheck = std::function<Status(const Journal&)>;
 
 struct VerifyOptions {
   // Who the journal must belong to; nullopt: inferred from the directory name when it is
@@ -56,6 +69,8 @@ struct VerifyOptions {
   // A journal with records but no valid sync watermark is a warning instead of corruption
   // (the operator's --accept-unverified-journal).
   bool accept_unverified = false;
+  // Run on the opened journal after the structural checks; empty: not run.
+  JournalContentCheck content_check;
 };
 
 struct JournalCheckReport {
@@ -69,26 +84,27 @@ struct JournalCheckReport {
   bool torn_tail = false;
 };
 
-JournalCheckReport VerifyJournalDir(const std::string& dir, const VerifyOptions& options = {});
+JournalCheckReport VerifyJournalStore(const std::string& dir, const VerifyOptions& options = {});
 
 // Opens the journal in `dir` for writing (options.read_only must be false) after it passed
-// VerifyJournalDir against options.identity (warnings allowed: a torn unsynced tail after a
-// crash, one watermark copy lost; they are appended to *warnings when given). A journal with
-// records but no valid watermark is refused unless options.accept_unverified; the opened
-// journal's unverified_at_open() then says what was missing, for the owner to log. An absent or
-// empty directory is created and initialised. Anything else is refused without touching a file:
+// VerifyJournalStore (with `content_check`) against options.identity (warnings allowed: a torn
+// unsynced tail after a crash, one watermark copy lost; they are appended to *warnings when given).
+// A journal with records but no valid watermark is refused unless options.accept_unverified; the
+// opened journal's unverified_at_open() then says what was missing, for the owner to log. An absent
+// or empty directory is created and initialised. Anything else is refused without touching a file:
 // kJournalCorrupt naming what is wrong (as `wtx check` reports it), kInvalidArgument for a
 // non-empty directory that holds no journal.
-Result<std::unique_ptr<Journal>> OpenTrustedJournal(const std::string& dir,
-                                                    const JournalOptions& options,
-                                                    std::vector<std::string>* warnings = nullptr);
+Result<std::unique_ptr<Journal>> OpenTrustedJournalStore(
+    const std::string& dir, const JournalOptions& options, const JournalContentCheck& content_check,
+    std::vector<std::string>* warnings = nullptr);
 
-// Opens the journal in `dir` read-only after it passed VerifyJournalDir (its warnings are
-// appended to *warnings when given) and, once open, CheckJournal (replay equals the stored
-// state): a reader that goes through this never returns corrupt data. kNotFound when `dir`
-// holds no journal; kJournalCorrupt naming what is wrong.
-Result<std::unique_ptr<Journal>> OpenVerifiedReadOnly(const std::string& dir,
-                                                      std::vector<std::string>* warnings = nullptr);
+// Opens the journal in `dir` read-only after it passed VerifyJournalStore (its warnings are
+// appended to *warnings when given) and, once open, `content_check`: a reader that goes through
+// this never returns corrupt data. kNotFound when `dir` holds no journal; kJournalCorrupt naming
+// what is wrong.
+Result<std::unique_ptr<Journal>> OpenVerifiedJournalStore(
+    const std::string& dir, const JournalContentCheck& content_check,
+    std::vector<std::string>* warnings = nullptr);
 
 // The identity a directory name implies: "rank-N" -> participant N, "coordinator" ->
 // coordinator; nullopt for any other name.

@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include "journal/record.h"
+#include "src/util/coding.h"
 #include "src/util/hash_util.h"
 
 namespace wtx {
@@ -14,17 +15,6 @@ namespace {
 constexpr std::string_view kCopyMagic = "WTXS";
 constexpr uint8_t kCopyLayout = 1;
 constexpr size_t kCheckedBytes = kWatermarkCopyBytes - 8;  // everything before the checksum
-
-void PutFixed64(std::string* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-uint64_t LoadFixed64(std::string_view s, size_t at) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i)
-    v |= static_cast<uint64_t>(static_cast<uint8_t>(s[at + i])) << (8 * i);
-  return v;
-}
 
 // The watermark file of journals written before the two copies: EncodeValue({"seq", "head"}).
 Result<SyncWatermark> DecodeLegacyWatermark(std::string_view data) {
@@ -57,7 +47,7 @@ Result<SyncWatermark> DecodeWatermarkCopy(std::string_view data, const std::stri
                               std::to_string(kWatermarkCopyBytes) + " (torn or truncated)");
   }
   if (data.substr(0, 4) != kCopyMagic) return Status::Corruption(file + ": not a sync watermark");
-  if (XXH3_64bits(data.data(), kCheckedBytes) != LoadFixed64(data, kCheckedBytes)) {
+  if (XXH3_64bits(data.data(), kCheckedBytes) != LoadFixed64(data.data() + kCheckedBytes)) {
     return Status::Corruption(file + ": checksum mismatch (damaged or torn)");
   }
   if (static_cast<uint8_t>(data[4]) != kCopyLayout || data[5] || data[6] || data[7]) {
@@ -65,9 +55,9 @@ Result<SyncWatermark> DecodeWatermarkCopy(std::string_view data, const std::stri
                               std::to_string(static_cast<uint8_t>(data[4])));
   }
   SyncWatermark w;
-  w.generation = LoadFixed64(data, 8);
-  w.seq = LoadFixed64(data, 16);
-  w.head = Hex64(LoadFixed64(data, 24));
+  w.generation = LoadFixed64(data.data() + 8);
+  w.seq = LoadFixed64(data.data() + 16);
+  w.head = Hex64(LoadFixed64(data.data() + 24));
   w.file = file;
   return w;
 }

@@ -15,8 +15,8 @@
 #include <xxhash.h>
 #include <nlohmann/json.hpp>
 
-#include "src/checkpoint/checkpoint_load.h"
 #include "src/checkpoint/checkpoint_slices.h"
+#include "src/conformance/checkpoint_load.h"
 #include "src/conformance/simulator.h"
 #include "src/conformance/tcp_simulator.h"
 #include "tests/test_util.h"

@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "journal/journal.h"
-#include "journal/verify.h"
 #include "src/testing/armed_crash_point.h"
 #include "src/testing/fault_injection_fs.h"
 #include "src/testing/inproc_cluster.h"
+#include "src/txn/journal_check.h"
 #include "src/txn/test_hooks.h"
 #include "wtx/coordinator.h"
 #include "wtx/inproc_transport.h"

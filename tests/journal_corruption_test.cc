@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "journal/record.h"
-#include "journal/verify.h"
+#include "src/txn/journal_check.h"
 #include "wtx/coordinator.h"
 #include "wtx/inproc_transport.h"
 #include "wtx/journal_reader.h"

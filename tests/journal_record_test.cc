@@ -10,9 +10,9 @@
 #include <xxhash.h>
 #include <nlohmann/json.hpp>
 
-#include "journal/history.h"
 #include "journal/journal.h"
 #include "journal/record.h"
+#include "src/txn/journal_check.h"
 #include "src/txn/participant_records.h"
 #include "src/txn/participant_state.h"
 #include "src/util/hash_util.h"

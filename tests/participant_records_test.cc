@@ -7,10 +7,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "journal/history.h"
 #include "journal/journal.h"
 #include "journal/record.h"
+#include "src/history/history.h"
 #include "src/txn/coordinator_records.h"
+#include "src/txn/journal_check.h"
 #include "src/txn/participant_records.h"
 #include "src/txn/participant_state.h"
 #include "src/util/cbor_writer.h"

@@ -7,8 +7,9 @@
 #include <cstring>
 #include <random>
 
-#include "journal/history.h"
 #include "journal/journal.h"
+#include "src/history/history.h"
+#include "src/txn/journal_check.h"
 #include "tests/test_util.h"
 #include "wtx/content_hash.h"
 

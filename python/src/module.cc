@@ -14,9 +14,9 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
-#include "journal/history.h"
 #include "journal/journal.h"
 #include "py_common.h"
+#include "src/history/history.h"
 #include "src/net/message_transport.h"
 #include "src/txn/test_hooks.h"
 #include "wtx/coordinator.h"

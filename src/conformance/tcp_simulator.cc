@@ -14,6 +14,7 @@
 #include <fstream>
 #include <thread>
 
+#include "src/conformance/step_codec.h"
 #include "src/net/codec.h"
 #include "src/net/control_codec.h"
 
@@ -361,7 +362,7 @@ RankStatus TcpProcesses::RankState(int r) {
 BeginOutcome TcpProcesses::Begin(const BeginRequest& req) {
   auto j = CallCoordinator("begin", {{"req", net::BeginRequestToJson(req)}}, kCallTimeout);
   if (j.ok()) {
-    if (auto o = BeginOutcomeFromJson(j.value()); o.ok()) return o.value();
+    if (auto o = net::BeginOutcomeFromJson(j.value()); o.ok()) return o.value();
   }
   BeginOutcome o;
   o.status = j.ok() ? Status::IOError("malformed begin outcome") : j.status();
@@ -380,16 +381,16 @@ CommitOutcome TcpProcesses::Commit(const Step& st, bool* coordinator_died) {
     }
   }
   for (int r : st.silent) CallRank(r, "set_silent", {{"silent", true}}, kCallTimeout).status().ok();
-  auto j = CallCoordinator("commit",
-                           {{"tx", st.tx}, {"options", CommitOptionsToJson(st.commit_options)}},
-                           kCallTimeout * 4);
+  auto j = CallCoordinator(
+      "commit", {{"tx", st.tx}, {"options", net::CommitOptionsToJson(st.commit_options)}},
+      kCallTimeout * 4);
   for (int r : st.silent) {
     CallRank(r, "set_silent", {{"silent", false}}, kCallTimeout).status().ok();
   }
   CommitOutcome o;
   bool coordinator_fired = false;
   if (j.ok()) {
-    if (auto d = CommitOutcomeFromJson(j.value()); d.ok()) {
+    if (auto d = net::CommitOutcomeFromJson(j.value()); d.ok()) {
       o = std::move(d).value();
       coordinator_fired = j.value().value("crash_fired", false);
     } else {
@@ -413,7 +414,7 @@ CommitOutcome TcpProcesses::Commit(const Step& st, bool* coordinator_died) {
 BeginOutcome TcpProcesses::Abort(const std::string& tx) {
   auto j = CallCoordinator("abort", {{"tx", tx}}, kCallTimeout);
   if (j.ok()) {
-    if (auto o = BeginOutcomeFromJson(j.value()); o.ok()) return o.value();
+    if (auto o = net::BeginOutcomeFromJson(j.value()); o.ok()) return o.value();
   }
   BeginOutcome o;
   o.status = j.ok() ? Status::IOError("malformed abort outcome") : j.status();
@@ -429,7 +430,7 @@ std::optional<std::string> TcpProcesses::CommittedVersion(const std::string& tx)
 std::vector<DecisionEntry> TcpProcesses::Decisions() {
   auto j = CallCoordinator("decisions", json::object(), kCallTimeout);
   if (!j.ok()) return {};
-  auto d = DecisionsFromJson(j.value().value("decisions", json()));
+  auto d = net::DecisionsFromJson(j.value().value("decisions", json()));
   return d.ok() ? d.value() : std::vector<DecisionEntry>{};
 }
 
@@ -485,6 +486,21 @@ Status TcpProcesses::RestartCoordinator() {
 }
 
 Result<json> RunScenarioTcp(const Scenario& scenario, const TcpSimOptions& options) {
+  if (!options.test_hooks) {
+    // Crash points, silence and power loss are the daemons' test hooks: without them the
+    // processes would silently ignore the calls and the run would not be the scenario.
+    for (const Step& st : scenario.steps) {
+      const bool needs_hooks = (st.op == "commit" && st.crash) || !st.silent.empty() ||
+                               (st.op == "crash" && st.crash && st.crash->power_loss);
+      if (needs_hooks) {
+        return Status::InvalidArgument(
+            "step " + std::to_string(st.index) + " (" + st.op +
+            "): crash points, silent ranks and power loss over --transport tcp need the "
+            "daemons' test hooks, which this wtx does not have (the installed CLI); run the "
+            "build tree's wtx, or --transport inproc");
+      }
+    }
+  }
   WTX_RETURN_IF_ERROR(PrepareJournalDir(options.journal_dir));
   TcpProcesses procs(scenario, options);
   WTX_RETURN_IF_ERROR(procs.Start());

@@ -7,7 +7,8 @@
 // Coordinator methods: begin {req}, commit {tx}, abort {tx}, committed_version {tx},
 //   decisions, recover, connected, wait_ranks {ranks, timeout_ms}; test hooks (--test-hooks):
 //   arm_crash {point}, disarm, crash {power_loss}.
-// Rank methods (--control): step {step, scope}, status, wait_resolved {timeout_ms}; test hooks:
+// Rank methods (--control): step {step, scope} (the step's JSON is the scenario runner's:
+//   src/conformance/step_codec.h), status, wait_resolved {timeout_ms}; test hooks:
 //   arm_crash {point}, disarm, set_silent {silent}, crash {power_loss}.
 //
 // Thread-safety: pure functions.
@@ -19,10 +20,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "src/conformance/scenario.h"
 #include "wtx/coordinator.h"
 
-namespace wtx::sim {
+namespace wtx::net {
 
 // The first stdout line of a serving process (`wtx coordinator`, `wtx rank`), flushed:
 // {"ready": true, ...} once it serves.
@@ -36,11 +36,6 @@ int FailToStart(std::string_view command, const Status& s);
 // "METHOD.FIELD: unknown field" (methods not listed above are refused by the handler by name).
 Status CheckControlParams(const std::string& method, const nlohmann::json& params);
 
-// The data-plane fields of a step (op, param, shard, source, box, fill, indices, part,
-// derived, value).
-nlohmann::json RankStepToJson(const Step& step);
-Result<Step> RankStepFromJson(const nlohmann::json& j);
-
 nlohmann::json BeginOutcomeToJson(const BeginOutcome& o);
 Result<BeginOutcome> BeginOutcomeFromJson(const nlohmann::json& j);
 
@@ -53,4 +48,4 @@ Result<CommitOutcome> CommitOutcomeFromJson(const nlohmann::json& j);
 nlohmann::json DecisionsToJson(const std::vector<DecisionEntry>& d);
 Result<std::vector<DecisionEntry>> DecisionsFromJson(const nlohmann::json& j);
 
-}  // namespace wtx::sim
+}  // namespace wtx::net

@@ -1,16 +1,10 @@
 #include "src/net/control_service.h"
 
-#include <unistd.h>
-
 #include <cassert>
 #include <optional>
 
-#include "src/conformance/simulator.h"
 #include "src/net/codec.h"
 #include "src/net/control_codec.h"
-#include "src/net/rank_agent_hooks.h"
-#include "src/testing/armed_crash_point.h"
-#include "src/testing/fault_injection_fs.h"
 #include "src/util/json_number.h"
 #include "wtx/limits.h"
 
@@ -52,73 +46,61 @@ const json& Param(const json& p, const char* field) {
 }
 
 // The test-hook methods common to both processes; nullopt when `m` is none of them.
-std::optional<Result<json>> HandleTestHook(const ControlTestHooks& h, const std::string& m,
+std::optional<Result<json>> HandleTestHook(ControlTestHooks* h, const std::string& m,
                                            const json& p) {
-  if (!h.enabled) return std::nullopt;
+  if (h == nullptr) return std::nullopt;
   if (m == "arm_crash") {
     auto point = StringParam(p, m, "point");
     if (!point.ok()) return Result<json>(point.status());
-    h.crash_point->Arm(point.value());
+    h->ArmCrash(point.value());
     return Result<json>(json::object());
   }
-  if (m == "disarm") return Result<json>(json{{"fired", h.crash_point->Disarm()}});
+  if (m == "disarm") return Result<json>(json{{"fired", h->DisarmCrash()}});
   if (m == "crash") {
     auto power_loss = BoolParam(p, m, "power_loss", false);
     if (!power_loss.ok()) return Result<json>(power_loss.status());
-    if (h.crash) {
-      h.crash(power_loss.value());
-      return Result<json>(json::object());
-    }
-    CrashProcess(h.fs, power_loss.value());
+    h->Crash(power_loss.value());
+    return Result<json>(json::object());
   }
   return std::nullopt;
 }
 
 }  // namespace
 
-void CrashProcess(FaultInjectionFileSystem* fs, bool power_loss) {
-  if (power_loss && fs != nullptr) {
-    fs->SetActive(false);
-    fs->DropUnsyncedData();
-  }
-  ::_exit(137);
-}
-
 // ---------------------------------------------------------------------------------------------
 // Coordinator
 
 CoordinatorControlService::CoordinatorControlService(Coordinator* coordinator,
                                                      TcpTransport* transport, int ranks,
-                                                     ControlTestHooks hooks)
-    : c_(coordinator), t_(transport), ranks_(ranks), hooks_(std::move(hooks)) {
+                                                     ControlTestHooks* hooks)
+    : c_(coordinator), t_(transport), ranks_(ranks), hooks_(hooks) {
   assert(c_ != nullptr && t_ != nullptr && "a coordinator service needs both objects");
-  assert((!hooks_.enabled || hooks_.crash_point != nullptr) && "test hooks need a crash point");
 }
 
 Result<json> CoordinatorControlService::Handle(const std::string& m, const json& p) {
-  WTX_RETURN_IF_ERROR(sim::CheckControlParams(m, p));
+  WTX_RETURN_IF_ERROR(CheckControlParams(m, p));
   if (m == "begin") {
     WTX_ASSIGN_OR_RETURN(req, BeginRequestFromJson(Param(p, "req")));
-    return sim::BeginOutcomeToJson(c_->Begin(req));
+    return BeginOutcomeToJson(c_->Begin(req));
   }
   if (m == "commit") {
     WTX_ASSIGN_OR_RETURN(tx, StringParam(p, m, "tx"));
-    WTX_ASSIGN_OR_RETURN(opts, sim::CommitOptionsFromJson(Param(p, "options")));
+    WTX_ASSIGN_OR_RETURN(opts, CommitOptionsFromJson(Param(p, "options")));
     CommitOutcome o = c_->Commit(tx, opts);
-    json j = sim::CommitOutcomeToJson(o);
-    j["crash_fired"] = hooks_.enabled && hooks_.crash_point->Disarm();
+    json j = CommitOutcomeToJson(o);
+    j["crash_fired"] = hooks_ != nullptr && hooks_->DisarmCrash();
     return j;
   }
   if (m == "abort") {
     WTX_ASSIGN_OR_RETURN(tx, StringParam(p, m, "tx"));
-    return sim::BeginOutcomeToJson(c_->Abort(tx));
+    return BeginOutcomeToJson(c_->Abort(tx));
   }
   if (m == "committed_version") {
     WTX_ASSIGN_OR_RETURN(tx, StringParam(p, m, "tx"));
     auto v = c_->CommittedVersion(tx);
     return json{{"version", v ? json(*v) : json()}};
   }
-  if (m == "decisions") return json{{"decisions", sim::DecisionsToJson(c_->decisions())}};
+  if (m == "decisions") return json{{"decisions", DecisionsToJson(c_->decisions())}};
   if (m == "recover") {
     Status s = c_->Recover();
     if (s.ok()) t_->SetDecisionOracle(c_);
@@ -147,23 +129,21 @@ ControlHandler CoordinatorControlService::Handler() {
 // Rank
 
 RankControlService::RankControlService(Participant* participant, TcpRankAgent* agent,
-                                       ControlTestHooks hooks)
-    : p_(participant), agent_(agent), hooks_(std::move(hooks)) {
+                                       RankStepHandler step, ControlTestHooks* hooks)
+    : p_(participant), agent_(agent), step_(std::move(step)), hooks_(hooks) {
   assert(p_ != nullptr && "a rank service needs its participant");
-  assert((!hooks_.enabled || (hooks_.crash_point != nullptr && hooks_.agent != nullptr)) &&
-         "rank test hooks need a crash point and the agent's hooks");
 }
 
 Result<json> RankControlService::Handle(const std::string& m, const json& q) {
-  WTX_RETURN_IF_ERROR(sim::CheckControlParams(m, q));
+  WTX_RETURN_IF_ERROR(CheckControlParams(m, q));
   if (m == "step") {
-    WTX_ASSIGN_OR_RETURN(step, sim::RankStepFromJson(Param(q, "step")));
+    if (!step_) return Status::InvalidArgument("step: this rank applies no data-plane steps");
     std::optional<BeginRequest> scope;
     if (const json& s = Param(q, "scope"); !s.is_null()) {
       WTX_ASSIGN_OR_RETURN(req, BeginRequestFromJson(s));
       scope = std::move(req);
     }
-    WTX_RETURN_IF_ERROR(sim::ApplyRankStep(step, scope, *p_));
+    WTX_RETURN_IF_ERROR(step_(Param(q, "step"), scope, *p_));
     return json::object();
   }
   if (m == "status") return RankStatusToJson(p_->status());
@@ -186,9 +166,9 @@ Result<json> RankControlService::Handle(const std::string& m, const json& q) {
                 {"last_error", StatusToJson(s.last_error)}};
   }
   if (m == "ping") return json::object();
-  if (hooks_.enabled && m == "set_silent") {
+  if (hooks_ != nullptr && m == "set_silent") {
     WTX_ASSIGN_OR_RETURN(silent, BoolParam(q, m, "silent", std::nullopt));
-    hooks_.agent->silent = silent;
+    WTX_RETURN_IF_ERROR(hooks_->SetSilent(silent));
     return json::object();
   }
   if (auto r = HandleTestHook(hooks_, m, q)) return std::move(*r);

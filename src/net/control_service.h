@@ -9,8 +9,13 @@
 //    connected, wait_ranks {ranks, timeout_ms}.
 //  * RankControlService: step {step, scope}, status, verify, reattach, wait_resolved
 //    {timeout_ms}, ping.
-//  * With test hooks (`--test-hooks`; ControlTestHooks): arm_crash {point}, disarm, crash
+//    The rank's `step` is applied by the RankStepHandler its owner gives (the scenario runner's,
+//    src/conformance/step_codec.h); without one, `step` is refused.
+//  * With test hooks (`--test-hooks`; a ControlTestHooks implementation, which lives in the
+//    test-only library: src/testing/process_test_hooks.h): arm_crash {point}, disarm, crash
 //    {power_loss}, and on a rank set_silent {silent}. Without them these methods are unknown.
+//    This library knows only the interface: it never links a crash point or a fault-injecting
+//    filesystem.
 //
 // Contract: every request's parameters are checked first (CheckControlParams: a field the
 // method does not take is refused by name); a malformed value is kInvalidArgument naming the
@@ -21,6 +26,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -32,40 +38,39 @@
 #include "wtx/tcp_rank_agent.h"
 #include "wtx/tcp_transport.h"
 
-namespace wtx {
+namespace wtx::net {
 
-class ArmedCrashPoint;
-class FaultInjectionFileSystem;
-struct RankAgentHooks;
-
-namespace net {
-
-// The test hooks of a process's control service (never enabled in production).
-struct ControlTestHooks {
-  bool enabled = false;  // false: arm_crash, disarm, set_silent and crash are unknown methods
-  // The process's crash point (arm_crash / disarm; a commit answer reports crash_fired).
-  // REQUIRES: non-null when enabled.
-  ArmedCrashPoint* crash_point = nullptr;
-  // The rank agent's hooks (set_silent); ranks only. REQUIRES: non-null on a rank when enabled.
-  RankAgentHooks* agent = nullptr;
-  // What "crash {power_loss}" does. Default: CrashProcess(fs, power_loss), the process ends.
-  std::function<void(bool power_loss)> crash;
-  // The filesystem the process's journal runs on (power loss drops its unsynced data); may be
-  // null (a crash is then a plain process death).
-  FaultInjectionFileSystem* fs = nullptr;
+// The test hooks of a process's control service (never given in production). Implementations
+// must be thread-safe: the service calls them from any thread.
+class ControlTestHooks {
+ public:
+  virtual ~ControlTestHooks() = default;
+  // arm_crash {point}: the next time the process passes crash point `point`, the call fails.
+  virtual void ArmCrash(const std::string& point) = 0;
+  // disarm; also after every commit (the answer's crash_fired): whether the armed point fired.
+  virtual bool DisarmCrash() = 0;
+  // set_silent {silent} (ranks): the rank agent leaves prepare requests unanswered.
+  // kInvalidArgument when the process has no agent to silence.
+  virtual Status SetSilent(bool silent) = 0;
+  // crash {power_loss}: the process dies (with power loss: its journal's unsynced data is
+  // gone). Returns only where the owner emulates the death in process (tests).
+  virtual void Crash(bool power_loss) = 0;
 };
 
-// A process death: with power loss, no more writes reach the journal's files and every file
-// goes back to its synced size; then the process ends at once (_exit(137), no destructor runs:
-// one could write).
-[[noreturn]] void CrashProcess(FaultInjectionFileSystem* fs, bool power_loss);
+// The data-plane `step` of a rank's control service: applies `step` (opaque JSON to this
+// layer) to `participant`, `scope` being the current transaction's begin request when the
+// driver sent one. Errors are the answer to the request.
+using RankStepHandler =
+    std::function<Status(const nlohmann::json& step, const std::optional<BeginRequest>& scope,
+                         Participant& participant)>;
 
 class CoordinatorControlService {
  public:
   // REQUIRES: coordinator and transport outlive the service; transport is the coordinator's.
   // `ranks`: the rank count (wait_ranks refuses any id outside 0..ranks-1).
+  // `hooks`: null (production) or the test hooks, which must outlive the service.
   CoordinatorControlService(Coordinator* coordinator, TcpTransport* transport, int ranks,
-                            ControlTestHooks hooks = {});
+                            ControlTestHooks* hooks = nullptr);
 
   Result<nlohmann::json> Handle(const std::string& method, const nlohmann::json& params);
   // Handle, as TcpTransport::SetControlHandler takes it. REQUIRES: the service outlives it.
@@ -75,14 +80,17 @@ class CoordinatorControlService {
   Coordinator* c_;
   TcpTransport* t_;
   int ranks_;
-  ControlTestHooks hooks_;
+  ControlTestHooks* hooks_;
 };
 
 class RankControlService {
  public:
   // REQUIRES: participant (and agent, when not null) outlive the service. A null agent (a
-  // participant served without a transport) refuses wait_resolved.
-  RankControlService(Participant* participant, TcpRankAgent* agent, ControlTestHooks hooks = {});
+  // participant served without a transport) refuses wait_resolved. A null `step` handler
+  // refuses step requests. `hooks`: null (production) or the test hooks, which must outlive
+  // the service.
+  RankControlService(Participant* participant, TcpRankAgent* agent, RankStepHandler step = {},
+                     ControlTestHooks* hooks = nullptr);
 
   Result<nlohmann::json> Handle(const std::string& method, const nlohmann::json& params);
   // Handle, as ControlServer::Listen takes it. REQUIRES: the service outlives it.
@@ -91,8 +99,8 @@ class RankControlService {
  private:
   Participant* p_;
   TcpRankAgent* agent_;
-  ControlTestHooks hooks_;
+  RankStepHandler step_;
+  ControlTestHooks* hooks_;
 };
 
-}  // namespace net
-}  // namespace wtx
+}  // namespace wtx::net

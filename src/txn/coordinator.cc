@@ -6,9 +6,9 @@
 #include <set>
 
 #include "journal/journal.h"
-#include "journal/verify.h"
 #include "src/txn/coordinator_records.h"
 #include "src/txn/fan_out.h"
+#include "src/txn/journal_check.h"
 #include "src/txn/test_hooks.h"
 #include "src/util/thread_annotations.h"
 #include "wtx/content_hash.h"

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "journal/record_fields.h"
+#include "src/txn/decision_fields.h"
 
 namespace wtx {
 

@@ -10,10 +10,10 @@
 #include <unordered_set>
 
 #include "journal/journal.h"
-#include "journal/verify.h"
 #include "src/memory/chunk_hash_pool.h"
 #include "src/memory/chunks_before_declare.h"
 #include "src/txn/coverage.h"
+#include "src/txn/journal_check.h"
 #include "src/txn/participant_records.h"
 #include "src/txn/participant_state.h"
 #include "src/txn/test_hooks.h"

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "journal/record_fields.h"
+#include "src/txn/decision_fields.h"
 #include "src/util/cbor_writer.h"
 #include "src/util/json_map.h"
 

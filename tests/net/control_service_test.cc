@@ -4,10 +4,12 @@
 // as a control connection would hand them over.
 #include <catch2/catch.hpp>
 
+#include "src/conformance/step_codec.h"
 #include "src/net/codec.h"
 #include "src/net/control_service.h"
 #include "src/net/rank_agent_hooks.h"
 #include "src/testing/armed_crash_point.h"
+#include "src/testing/process_test_hooks.h"
 #include "tests/test_util.h"
 #include "wtx/coordinator.h"
 #include "wtx/tcp_rank_agent.h"
@@ -74,7 +76,7 @@ std::string ErrorOf(const Result<json>& r) {
 TEST_CASE("ControlServicesRunAFullTransactionThroughTheirRequests") {
   OneRankCluster c;
   net::CoordinatorControlService coord(c.coordinator.get(), c.transport.get(), 1);
-  net::RankControlService rank(c.participant.get(), c.agent.get());
+  net::RankControlService rank(c.participant.get(), c.agent.get(), sim::ControlStepHandler());
 
   CHECK(Call(coord.Handle("wait_ranks", {{"ranks", {0}}, {"timeout_ms", 10000}}))["ok"] == true);
   CHECK(Call(coord.Handle("connected", json::object()))["ranks"] == json::array({0}));
@@ -110,7 +112,7 @@ TEST_CASE("ControlServicesRunAFullTransactionThroughTheirRequests") {
 TEST_CASE("ControlServicesRefuseUnknownMethodsAndMalformedParameters") {
   OneRankCluster c;
   net::CoordinatorControlService coord(c.coordinator.get(), c.transport.get(), 1);
-  net::RankControlService rank(c.participant.get(), /*agent=*/nullptr);
+  net::RankControlService rank(c.participant.get(), /*agent=*/nullptr, sim::ControlStepHandler());
 
   // Test hooks are unknown methods unless enabled.
   CHECK(ErrorOf(coord.Handle("arm_crash", {{"point", "x"}})) == "unknown method 'arm_crash'");
@@ -135,6 +137,10 @@ TEST_CASE("ControlServicesRefuseUnknownMethodsAndMalformedParameters") {
              Catch::Contains("step.box"));
   CHECK_THAT(ErrorOf(rank.Handle("wait_resolved", {{"timeout_ms", 1}})),
              Catch::Contains("no transport agent"));
+  // A rank service given no step handler (a production rank) refuses data-plane steps.
+  net::RankControlService bare(c.participant.get(), /*agent=*/nullptr);
+  CHECK_THAT(ErrorOf(bare.Handle("step", {{"step", {{"op", "write"}}}})),
+             Catch::Contains("applies no data-plane steps"));
   // A rank step outside a transaction is the participant's refusal, passed through.
   CHECK_FALSE(rank.Handle("step", {{"step", {{"op", "write"}, {"fill", {{"seed", 1}}}}}}).ok());
 }
@@ -144,15 +150,11 @@ TEST_CASE("ControlTestHooksArmCrashPointsSilenceAndCrashThroughTheCallback") {
   ArmedCrashPoint coord_point, rank_point;
   RankAgentHooks agent_hooks;
   std::vector<bool> crashes;
-  net::ControlTestHooks ch;
-  ch.enabled = true;
-  ch.crash_point = &coord_point;
-  ch.crash = [&](bool power_loss) { crashes.push_back(power_loss); };
-  net::CoordinatorControlService coord(c.coordinator.get(), c.transport.get(), 1, ch);
-  net::ControlTestHooks rh = ch;
-  rh.crash_point = &rank_point;
-  rh.agent = &agent_hooks;
-  net::RankControlService rank(c.participant.get(), c.agent.get(), rh);
+  auto crash = [&](bool power_loss) { crashes.push_back(power_loss); };
+  ProcessTestHooks ch(&coord_point, /*agent=*/nullptr, /*fs=*/nullptr, crash);
+  net::CoordinatorControlService coord(c.coordinator.get(), c.transport.get(), 1, &ch);
+  ProcessTestHooks rh(&rank_point, &agent_hooks, /*fs=*/nullptr, crash);
+  net::RankControlService rank(c.participant.get(), c.agent.get(), sim::ControlStepHandler(), &rh);
 
   Call(coord.Handle("arm_crash", {{"point", "before_decision_logged"}}));
   CHECK(coord_point.ShouldCrash("before_decision_logged"));
@@ -170,6 +172,9 @@ TEST_CASE("ControlTestHooksArmCrashPointsSilenceAndCrashThroughTheCallback") {
   Call(coord.Handle("crash", {{"power_loss", true}}));
   Call(rank.Handle("crash", json::object()));
   CHECK(crashes == std::vector<bool>{true, false});
+  // set_silent is a rank's method; hooks without an agent refuse it.
+  CHECK(ErrorOf(coord.Handle("set_silent", {{"silent", true}})) == "unknown method 'set_silent'");
+  CHECK_THAT(ch.SetSilent(true).message(), Catch::Contains("no agent"));
   CHECK_THAT(ErrorOf(rank.Handle("crash", {{"power_loss", "yes"}})),
              Catch::Contains("crash.power_loss"));
 }

@@ -3,6 +3,7 @@
 // control protocol and of the codec refuses fields it does not know, naming them.
 #include <catch2/catch.hpp>
 
+#include "src/conformance/step_codec.h"
 #include "src/manifest/box_json.h"
 #include "src/net/channel.h"
 #include "src/net/codec.h"
@@ -91,12 +92,12 @@ TEST_CASE("CodecRefusesUnknownFieldsNamingThem", "[net]") {
 }
 
 TEST_CASE("ControlRequestsWithUnknownFieldsAreRefused", "[net]") {
-  Status s = sim::CheckControlParams("commit", json{{"tx", "t1"}, {"txx", "t2"}});
+  Status s = net::CheckControlParams("commit", json{{"tx", "t1"}, {"txx", "t2"}});
   CHECK(s.code() == ErrorCode::kInvalidArgument);
   CHECK_THAT(s.message(), Catch::Contains("commit.txx: unknown field"));
-  CHECK(sim::CheckControlParams("commit", json{{"tx", "t1"}}).ok());
-  CHECK_FALSE(sim::CheckControlParams("status", json{{"verbose", true}}).ok());
-  CHECK_FALSE(sim::CheckControlParams("wait_ranks", json{{"ranks", {0}}, {"timeout", 5}}).ok());
+  CHECK(net::CheckControlParams("commit", json{{"tx", "t1"}}).ok());
+  CHECK_FALSE(net::CheckControlParams("status", json{{"verbose", true}}).ok());
+  CHECK_FALSE(net::CheckControlParams("wait_ranks", json{{"ranks", {0}}, {"timeout", 5}}).ok());
 
   auto st = sim::RankStepFromJson(
       json{{"op", "write"}, {"param", "qkv"}, {"sahrd", "k"}, {"fill", "zeros"}});
@@ -112,10 +113,10 @@ TEST_CASE("ControlRequestsWithUnknownFieldsAreRefused", "[net]") {
   REQUIRE(round.ok());
   CHECK(round->shard == "k");
 
-  json outcome = sim::CommitOutcomeToJson(CommitOutcome{});
-  CHECK(sim::CommitOutcomeFromJson(outcome).ok());
+  json outcome = net::CommitOutcomeToJson(CommitOutcome{});
+  CHECK(net::CommitOutcomeFromJson(outcome).ok());
   outcome["decison"] = "commit";
-  CHECK_FALSE(sim::CommitOutcomeFromJson(outcome).ok());
+  CHECK_FALSE(net::CommitOutcomeFromJson(outcome).ok());
 }
 
 TEST_CASE("ControlStepAndCommitFieldsOfTheWrongTypeAreRefusedNamingThem", "[net]") {
@@ -133,15 +134,15 @@ TEST_CASE("ControlStepAndCommitFieldsOfTheWrongTypeAreRefusedNamingThem", "[net]
   st = sim::RankStepFromJson(json{{"op", "patch"}, {"source", "w"}, {"indices", 3}});
   REQUIRE_FALSE(st.ok());
   CHECK_THAT(st.status().message(), Catch::Contains("step.indices: expected an array"));
-  auto o = sim::CommitOptionsFromJson(json{{"expect_version", 5}});
+  auto o = net::CommitOptionsFromJson(json{{"expect_version", 5}});
   REQUIRE_FALSE(o.ok());
   CHECK_THAT(o.status().message(), Catch::Contains("commit.options.expect_version"));
-  o = sim::CommitOptionsFromJson(json{{"expect_version", ""}});
+  o = net::CommitOptionsFromJson(json{{"expect_version", ""}});
   CHECK_FALSE(o.ok());
-  o = sim::CommitOptionsFromJson(json{{"expect_version", "v"}, {"expect_rank_digests", "x"}});
+  o = net::CommitOptionsFromJson(json{{"expect_version", "v"}, {"expect_rank_digests", "x"}});
   REQUIRE_FALSE(o.ok());
   CHECK_THAT(o.status().message(), Catch::Contains("commit.options.expect_rank_digests"));
-  o = sim::CommitOptionsFromJson(json{{"expect_version", "v"}, {"expect_rank_digests", {"a"}}});
+  o = net::CommitOptionsFromJson(json{{"expect_version", "v"}, {"expect_rank_digests", {"a"}}});
   REQUIRE(o.ok());
   CHECK(*o->expect_version == "v");
 }
@@ -229,13 +230,13 @@ TEST_CASE("VoteKindNamesRoundTripAndUnknownKindsAreRefused") {
   v.kind = VoteReport::Kind::kTimeout;
   v.status = Status(ErrorCode::kTimeout, "no vote");
   o.votes.push_back(v);
-  json j = sim::CommitOutcomeToJson(o);
+  json j = net::CommitOutcomeToJson(o);
   CHECK(j["votes"][0]["kind"] == "timeout");
-  auto back = sim::CommitOutcomeFromJson(j);
+  auto back = net::CommitOutcomeFromJson(j);
   REQUIRE(back.ok());
   CHECK(back->votes[0].kind == VoteReport::Kind::kTimeout);
   j["votes"][0]["kind"] = "maybe";
-  auto refused = sim::CommitOutcomeFromJson(j);
+  auto refused = net::CommitOutcomeFromJson(j);
   REQUIRE_FALSE(refused.ok());
   CHECK_THAT(refused.status().message(), Catch::Contains("votes[].kind"));
 }

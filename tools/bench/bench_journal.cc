@@ -7,11 +7,10 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
-#include "journal/history.h"
 #include "journal/journal.h"
 #include "journal/record.h"
-#include "journal/verify.h"
 #include "src/testing/fault_injection_fs.h"
+#include "src/txn/journal_check.h"
 #include "src/util/hash_util.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_util.h"

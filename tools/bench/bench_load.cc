@@ -6,7 +6,7 @@
 #include <fstream>
 #include <set>
 
-#include "src/checkpoint/checkpoint_load.h"
+#include "src/conformance/checkpoint_load.h"
 #include "src/conformance/simulator.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_util.h"

@@ -12,8 +12,8 @@
 #include <sstream>
 #include <thread>
 
-#include "journal/verify.h"
 #include "src/testing/inproc_cluster.h"
+#include "src/txn/journal_check.h"
 #include "tools/torture/model.h"
 #include "wtx/content_hash.h"
 #include "wtx/coordinator.h"

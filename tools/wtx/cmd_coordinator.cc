@@ -21,11 +21,9 @@
 #include "src/net/control_codec.h"
 #include "src/net/control_service.h"
 #include "src/net/coordinator_recovery.h"
-#include "src/testing/armed_crash_point.h"
-#include "src/testing/fault_injection_fs.h"
-#include "src/testing/slow_sync_fs.h"
 #include "src/txn/test_hooks.h"
 #include "tools/wtx/commands.h"
+#include "tools/wtx/daemon_hooks.h"
 #include "tools/wtx/daemon_signals.h"
 #include "wtx/coordinator.h"
 #include "wtx/tcp_transport.h"
@@ -45,16 +43,15 @@ struct CoordinatorArgs {
   int64_t prepare_timeout_ms = 5000;
   int64_t request_timeout_ms = 10000;
   int64_t startup_wait_ms = 30000;
-  int sync_delay_ms = 0;
   int max_connections = 1024;
   TlsFiles tls;
   size_t max_frame_bytes = size_t{64} << 20;
   bool defer_recovery = false;
-  bool test_hooks = false;
+  DaemonHookFlags hook_flags;  // --test-hooks, --sync-delay-ms (daemon_hooks.h)
   bool accept_unverified_journal = false;
 };
 
-int Fail(const Status& s) { return sim::FailToStart("coordinator", s); }
+int Fail(const Status& s) { return net::FailToStart("coordinator", s); }
 
 int RunCoordinator(const CoordinatorArgs& a) {
   DaemonSignals signals("coordinator");
@@ -84,32 +81,20 @@ int RunCoordinator(const CoordinatorArgs& a) {
 
   // With test hooks the journal runs on a fault-injecting filesystem, so that a "crash with
   // power loss" can drop exactly the unsynced data before the process exits.
-  std::shared_ptr<FaultInjectionFileSystem> fs;
-  ArmedCrashPoint crash;
+  DaemonHooks test = MakeDaemonHooks(a.hook_flags, /*rank=*/false);
   CoordinatorOptions co;
   CoordinatorHooks hooks;
   co.journal_dir = a.journal;
   co.prepare_timeout = milliseconds(a.prepare_timeout_ms);
   co.accept_unverified_journal = a.accept_unverified_journal;
-  if (a.test_hooks) {
-    fs = std::make_shared<FaultInjectionFileSystem>();
-    co.env.fs = fs;
-    hooks.crash_points = &crash;
-  }
-  if (a.sync_delay_ms > 0) {
-    co.env.fs = std::make_shared<SlowSyncFileSystem>(
-        milliseconds(a.sync_delay_ms), co.env.fs ? co.env.fs : rocksdb::FileSystem::Default());
-  }
+  if (test.journal_fs) co.env.fs = test.journal_fs;
+  hooks.crash_points = test.crash_points;
   signals.Stage("opening and recovering --journal");
   auto opened = OpenCoordinatorWithHooks(co, &t, hooks);
   if (!opened.ok()) return Fail(opened.status());
   Coordinator* c = opened.value().get();
 
-  net::ControlTestHooks test_hooks;
-  test_hooks.enabled = a.test_hooks;
-  test_hooks.crash_point = &crash;
-  test_hooks.fs = fs.get();
-  net::CoordinatorControlService control(c, &t, a.ranks, test_hooks);
+  net::CoordinatorControlService control(c, &t, a.ranks, test.control);
   t.SetControlHandler(control.Handler());
 
   signals.Ready({{"ready", true}, {"role", "coordinator"}, {"port", t.port()}});
@@ -160,11 +145,7 @@ void RegisterCoordinatorCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--accept-unverified-journal", a->accept_unverified_journal,
                 "Start on a journal that has records but no valid sync watermark (synced records "
                 "may have been lost); logged in the journal as an ACCEPTED_UNVERIFIED record");
-  cmd->add_flag("--test-hooks", a->test_hooks,
-                "Accept crash-point and crash control calls (simulator, tests)");
-  AddIntOption(cmd, "--sync-delay-ms", &a->sync_delay_ms, kSyncDelayMsBounds,
-               "Benchmarks only: every synced journal write first sleeps this long")
-      ->capture_default_str();
+  AddDaemonHookFlags(cmd, &a->hook_flags);
   cmd->callback([=] { *exit_code = RunCoordinator(*a); });
 }
 

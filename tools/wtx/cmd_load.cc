@@ -11,7 +11,7 @@
 #include <iostream>
 #include <random>
 
-#include "src/checkpoint/checkpoint_load.h"
+#include "src/conformance/checkpoint_load.h"
 #include "src/conformance/simulator.h"
 #include "src/conformance/tcp_simulator.h"
 #include "tools/wtx/commands.h"

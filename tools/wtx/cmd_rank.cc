@@ -6,8 +6,9 @@
 // Participant + TcpRankAgent and writes its own bytes. With --control HOST:PORT it also serves
 // an authenticated control port for the data-plane steps of spec/scenario.md (write, patch,
 // refresh, set_kernel_identity with deterministic fills), status queries and, with
-// --test-hooks, crash points, silence and crashes, answered by the library's
-// RankControlService (src/net/control_service.h); this file parses flags and wires.
+// --test-hooks (the build tree's wtx only: daemon_hooks.h), crash points, silence and crashes,
+// answered by the library's RankControlService (src/net/control_service.h); this file parses
+// flags and wires.
 // Prints one JSON line on stdout once ready (manifest and journal loaded, TLS files read, the
 // control port listening): {"ready": true, "rank": R, "control_port": P}; SIGINT/SIGTERM stop
 // it at any stage, start-up included (daemon_signals.h).
@@ -19,17 +20,15 @@
 #include <iostream>
 #include <sstream>
 
+#include "src/conformance/step_codec.h"
 #include "src/net/codec.h"
 #include "src/net/control.h"
 #include "src/net/control_codec.h"
 #include "src/net/control_service.h"
-#include "src/net/rank_agent_hooks.h"
-#include "src/testing/armed_crash_point.h"
-#include "src/testing/fault_injection_fs.h"
-#include "src/testing/slow_sync_fs.h"
 #include "src/txn/test_hooks.h"
 #include "src/util/file_util.h"
 #include "tools/wtx/commands.h"
+#include "tools/wtx/daemon_hooks.h"
 #include "tools/wtx/daemon_signals.h"
 #include "wtx/hf_manifest.h"
 #include "wtx/participant.h"
@@ -58,13 +57,12 @@ struct RankArgs {
   int64_t backoff_max_ms = 1000;
   int64_t request_timeout_ms = 10000;
   size_t max_frame_bytes = size_t{64} << 20;
-  bool test_hooks = false;
+  DaemonHookFlags hook_flags;  // --test-hooks, --sync-delay-ms (daemon_hooks.h)
   bool accept_unverified_journal = false;
-  int sync_delay_ms = 0;
   TlsFiles tls;
 };
 
-int FailRank(const Status& s) { return sim::FailToStart("rank", s); }
+int FailRank(const Status& s) { return net::FailToStart("rank", s); }
 
 Result<ManifestPtr> LoadManifest(const RankArgs& a) {
   if (!a.manifest.empty()) {
@@ -102,8 +100,7 @@ int RunRank(const RankArgs& a) {
   }
   signals.Stage("opening and recovering --journal");
 
-  std::shared_ptr<FaultInjectionFileSystem> fs;
-  ArmedCrashPoint crash;
+  DaemonHooks test = MakeDaemonHooks(a.hook_flags, /*rank=*/true);
   ParticipantOptions po;
   ParticipantHooks hooks;
   po.rank = a.rank;
@@ -112,16 +109,8 @@ int RunRank(const RankArgs& a) {
   po.rollback_budget_bytes = a.rollback_budget_bytes;
   po.landing_hash_threads = a.landing_hash_threads;
   po.accept_unverified_journal = a.accept_unverified_journal;
-  if (a.test_hooks) {
-    // Power-loss emulation: the journal's files remember their synced size (see "crash").
-    fs = std::make_shared<FaultInjectionFileSystem>();
-    po.env.fs = fs;
-    hooks.crash_points = &crash;
-  }
-  if (a.sync_delay_ms > 0) {
-    po.env.fs = std::make_shared<SlowSyncFileSystem>(
-        milliseconds(a.sync_delay_ms), po.env.fs ? po.env.fs : rocksdb::FileSystem::Default());
-  }
+  if (test.journal_fs) po.env.fs = test.journal_fs;
+  hooks.crash_points = test.crash_points;
   auto opened = OpenParticipantWithHooks(std::move(po), manifest.value(), hooks);
   if (!opened.ok()) return FailRank(opened.status());
   Participant& p = *opened.value();
@@ -135,18 +124,13 @@ int RunRank(const RankArgs& a) {
   ao.request_timeout = milliseconds(a.request_timeout_ms);
   ao.max_frame_bytes = a.max_frame_bytes;
   ao.tls = a.tls;
-  RankAgentHooks agent_hooks;
   signals.Stage("reading the TLS files, starting the agent");
-  auto agent = StartRankAgentWithHooks(ao, &p, a.test_hooks ? &agent_hooks : nullptr);
+  auto agent = StartRankAgentWithHooks(ao, &p, test.agent);
   if (!agent.ok()) return FailRank(agent.status());
   TcpRankAgent& ag = *agent.value();
 
-  net::ControlTestHooks test_hooks;
-  test_hooks.enabled = a.test_hooks;
-  test_hooks.crash_point = &crash;
-  test_hooks.agent = &agent_hooks;
-  test_hooks.fs = fs.get();
-  net::RankControlService service(&p, &ag, test_hooks);
+  // The control port applies the scenario runner's data-plane steps (spec/scenario.md).
+  net::RankControlService service(&p, &ag, sim::ControlStepHandler(), test.control);
   std::unique_ptr<net::ControlServer> control;
   if (!a.control.empty()) {
     signals.Stage("listening on --control");
@@ -210,12 +194,8 @@ void RegisterRankCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--accept-unverified-journal", a->accept_unverified_journal,
                 "Start on a journal that has records but no valid sync watermark (synced records "
                 "may have been lost); logged in the journal as an ACCEPTED_UNVERIFIED record");
-  cmd->add_flag("--test-hooks", a->test_hooks,
-                "Accept crash-point, silence and crash control calls (simulator, tests)");
   AddTlsOptions(cmd, &a->tls);
-  AddIntOption(cmd, "--sync-delay-ms", &a->sync_delay_ms, kSyncDelayMsBounds,
-               "Benchmarks only: every synced journal write first sleeps this long")
-      ->capture_default_str();
+  AddDaemonHookFlags(cmd, &a->hook_flags);
   cmd->callback([=] { *exit_code = RunRank(*a); });
 }
 

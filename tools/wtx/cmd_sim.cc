@@ -12,6 +12,7 @@
 #include "src/conformance/tcp_simulator.h"
 #include "src/util/file_util.h"
 #include "tools/wtx/commands.h"
+#include "tools/wtx/daemon_hooks.h"
 
 namespace wtx::cli {
 
@@ -62,6 +63,9 @@ int RunSim(const std::string& path, std::string journal_dir, const std::string& 
   if (transport == "tcp") {
     sim::TcpSimOptions o;
     o.journal_dir = journal_dir;
+    // The rank and coordinator processes are this binary: the build tree's wtx has the daemons'
+    // test hooks, the installed one does not (daemon_hooks.h).
+    o.test_hooks = DaemonTestHooksBuiltIn();
     out = sim::RunScenarioTcp(sc.value(), o);
   } else {
     sim::SimOptions o;

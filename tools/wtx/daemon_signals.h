@@ -56,7 +56,7 @@ class DaemonSignals {
   void Ready(const nlohmann::json& line) {
     std::lock_guard<std::mutex> l(mu_);
     ready_ = true;
-    sim::PrintReadyLine(line);
+    net::PrintReadyLine(line);
   }
 
   // REQUIRES: Ready() was called. Returns once SIGINT or SIGTERM arrived.

@@ -3,9 +3,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "journal/history.h"
 #include "journal/journal.h"
-#include "journal/verify.h"
+#include "src/history/history.h"
+#include "src/txn/journal_check.h"
 
 namespace wtx {
 

@@ -1,6 +1,7 @@
 // History: the audit view of a journal — one entry per transaction with its kind, base,
-// resulting version, outcome, reason, coverage summary and per-phase timings — and the
-// integrity check that replays the journal and compares it with the stored state.
+// resulting version, outcome, reason, coverage summary and per-phase timings — read from the
+// typed records of the transaction layer. The integrity check (replay equals the stored state)
+// is the transaction layer's (src/txn/journal_check.h).
 //
 // Thread-safety: functions read a Journal the caller does not use concurrently.
 #pragma once
@@ -21,15 +22,5 @@ namespace wtx {
 // order: {type, time, reason}.
 Result<std::vector<nlohmann::json>> ReadHistory(const Journal& journal,
                                                 std::vector<nlohmann::json>* events = nullptr);
-
-// Replays every record from empty; returns the rebuilt state.
-Result<nlohmann::json> ReplayState(const Journal& journal);
-
-// State fields only (drops the journal's "seq"/"head" bookkeeping), for comparisons.
-nlohmann::json StripBookkeeping(nlohmann::json state);
-
-// Chain, identity and replay-equals-stored-state checks. OK or kJournalCorrupt naming the
-// first inconsistency.
-Status CheckJournal(const Journal& journal);
 
 }  // namespace wtx

@@ -1,11 +1,10 @@
 // include/wtx/journal_reader.h: the record, state and replay views (`wtx show`, `wtx status`,
-// `wtx replay`) over journal/journal.h and journal/history.h. The history view and the
+// `wtx replay`) over journal/journal.h and src/txn/journal_check.h. The history view and the
 // verification are journal_reader.cc.
 #include <nlohmann/json.hpp>
 
-#include "journal/history.h"
 #include "journal/journal.h"
-#include "journal/verify.h"
+#include "src/txn/journal_check.h"
 #include "src/txn/participant_state.h"
 #include "wtx/journal_reader.h"
 

@@ -1,4 +1,4 @@
-#include "src/checkpoint/checkpoint_load.h"
+#include "src/conformance/checkpoint_load.h"
 
 #include <filesystem>
 #include <set>
