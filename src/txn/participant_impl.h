@@ -25,6 +25,9 @@
 //   participant.cc          Init, AppendRecords, Log, Serving, status; Participant::Open,
 //                           OpenParticipantWithHooks, WaitForLandingHashes; and, until
 //                           they move to their files, the methods not listed below.
+//   participant_write.cc    CheckBeginLocked, Begin, CheckWritable, ResolveBox, CheckInScope,
+//                           ResolveSource, Write, WriteSource, UpdateCoveragePeak; rollback:
+//                           SaveBefore, RestoreBefore, RestoreEpochs.
 // The small inline methods are defined below.
 #pragma once
 
