@@ -28,6 +28,7 @@
 //   participant_write.cc    CheckBeginLocked, Begin, CheckWritable, ResolveBox, CheckInScope,
 //                           ResolveSource, Write, WriteSource, UpdateCoveragePeak; rollback:
 //                           SaveBefore, RestoreBefore, RestoreEpochs.
+//   participant_patch.cc    Patch, PatchLocked.
 // The small inline methods are defined below.
 #pragma once
 
