@@ -29,6 +29,7 @@
 //                           ResolveSource, Write, WriteSource, UpdateCoveragePeak; rollback:
 //                           SaveBefore, RestoreBefore, RestoreEpochs.
 //   participant_patch.cc    Patch, PatchLocked.
+//   participant_derived.cc  Refresh, StaleDerived, CollectMissing, LocalChecks.
 // The small inline methods are defined below.
 #pragma once
 
