@@ -30,6 +30,8 @@
 //                           SaveBefore, RestoreBefore, RestoreEpochs.
 //   participant_patch.cc    Patch, PatchLocked.
 //   participant_derived.cc  Refresh, StaleDerived, CollectMissing, LocalChecks.
+//   participant_prepare.cc  CheckPrepare, DigestLocked, RecomputeDigest, Prepare, Decide,
+//                           ResolveInDoubt.
 // The small inline methods are defined below.
 #pragma once
 
