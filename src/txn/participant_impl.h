@@ -32,6 +32,7 @@
 //   participant_derived.cc  Refresh, StaleDerived, CollectMissing, LocalChecks.
 //   participant_prepare.cc  CheckPrepare, DigestLocked, RecomputeDigest, Prepare, Decide,
 //                           ResolveInDoubt.
+//   participant_landing.cc  Reserve, Landed, HashWritten, HashLanded, DrainLandingHashes.
 // The small inline methods are defined below.
 #pragma once
 
