@@ -23,8 +23,7 @@
 //
 // Where the methods are:
 //   participant.cc          Init, AppendRecords, Log, Serving, status; Participant::Open,
-//                           OpenParticipantWithHooks, WaitForLandingHashes; and, until
-//                           they move to their files, the methods not listed below.
+//                           OpenParticipantWithHooks, WaitForLandingHashes.
 //   participant_write.cc    CheckBeginLocked, Begin, CheckWritable, ResolveBox, CheckInScope,
 //                           ResolveSource, Write, WriteSource, UpdateCoveragePeak; rollback:
 //                           SaveBefore, RestoreBefore, RestoreEpochs.
@@ -33,6 +32,7 @@
 //   participant_prepare.cc  CheckPrepare, DigestLocked, RecomputeDigest, Prepare, Decide,
 //                           ResolveInDoubt.
 //   participant_landing.cc  Reserve, Landed, HashWritten, HashLanded, DrainLandingHashes.
+//   participant_verify.cc   VerifyLiveLocked, LogUndeclared, LoadCommitted, Verify, Reattach.
 // The small inline methods are defined below.
 #pragma once
 
