@@ -85,7 +85,10 @@ wtx_layer(journal
   DEPS memory manifest util)
 wtx_layer(txn
   SOURCES src/txn/coverage.cc src/txn/protocol.cc src/txn/decision_fields.cc
-          src/txn/participant.cc src/txn/participant_state.cc src/txn/participant_records.cc
+          src/txn/participant.cc src/txn/participant_write.cc src/txn/participant_patch.cc
+          src/txn/participant_derived.cc src/txn/participant_prepare.cc
+          src/txn/participant_landing.cc src/txn/participant_verify.cc
+          src/txn/participant_state.cc src/txn/participant_records.cc
           src/txn/coordinator_records.cc src/txn/event_records.cc src/txn/journal_check.cc
           src/txn/coordinator.cc src/txn/inproc_transport.cc src/txn/fan_out.cc
   DEPS journal memory layouts manifest util)

@@ -1,0 +1,273 @@
+// ParticipantImpl (participant_impl.h): the vote and the decision. CheckPrepare and Prepare
+// (local checks, verify all, the rank digest and the synced PREPARED record), the digests
+// (DigestLocked from the hash caches, RecomputeDigest from every live byte), Decide (the dirty
+// rule, restore on abort, the OUTCOME record) and ResolveInDoubt.
+#include "src/txn/participant_impl.h"
+
+namespace wtx::participant_internal {
+
+namespace {
+
+// The PREPARED record's list of what is missing: every {param, shard}, grouped by parameter
+// (and by source for a delta's missing parts) so that a manifest of ~10^5 shards stays a
+// record of a few MB at most.
+std::vector<MissingGroup> MissingGroups(const std::vector<MissingPiece>& missing) {
+  std::vector<MissingGroup> out;
+  for (const MissingPiece& m : missing) {
+    const bool delta = !m.missing_parts.empty();
+    MissingGroup* group = out.empty() ? nullptr : &out.back();
+    if (group && (group->param != m.param || (delta && group->source.value_or("") != m.source))) {
+      group = nullptr;
+    }
+    if (!group) {
+      MissingGroup g;
+      g.param = m.param;
+      if (delta) {
+        g.source = m.source;
+        g.missing_parts.assign(m.missing_parts.begin(), m.missing_parts.end());
+        g.parts = m.parts;
+      }
+      out.push_back(std::move(g));
+      group = &out.back();
+    }
+    if (group->shards.empty() || group->shards.back() != m.shard) group->shards.push_back(m.shard);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<Vote> ParticipantImpl::CheckPrepare(std::string_view txid) const {
+  std::lock_guard<std::mutex> l(mu_);
+  WTX_RETURN_IF_ERROR(CheckAlive());
+  if (!active_ || active_->req.tx != txid) {
+    return Err(ErrorCode::kNoTx,
+               "rank " + Rank() + ": transaction '" + std::string(txid) + "' is not active");
+  }
+  Vote vote;
+  vote.rank = options_.rank;
+  vote.tx = std::string(txid);
+  vote.wrote = active_->wrote;
+  if (active_->prepared) {  // decided already: the vote that was cast
+    vote.yes = active_->vote_yes;
+    return vote;
+  }
+  LocalChecks(&vote);
+  return vote;
+}
+
+Result<std::string> ParticipantImpl::DigestLocked() {
+  DrainLandingHashes();
+  const auto& params = manifest_->params();
+  std::vector<uint64_t> digests(params.size());
+  for (uint32_t i = 0; i < params.size(); ++i) {
+    if (host_memory_) {
+      digests[i] = hash_[i].Digest(memory_->Param(i));
+      continue;
+    }
+    auto d = hash_[i].Digest([&](size_t first, size_t count, uint64_t* out) {
+      return memory_->ChunkDigests(i, first, count, out);
+    });
+    if (!d.ok()) return MemoryFailed(d.status());
+    digests[i] = d.value();
+  }
+  return RankDigest(*manifest_, digests);
+}
+
+Result<std::string> ParticipantImpl::RecomputeDigest() {
+  std::lock_guard<std::mutex> l(mu_);
+  const auto& params = manifest_->params();
+  std::vector<uint64_t> digests(params.size());
+  for (uint32_t i = 0; i < params.size(); ++i) {
+    if (host_memory_) {
+      digests[i] = ParamDigest(memory_->Param(i));
+      continue;
+    }
+    // No caches: every chunk from the live bytes.
+    const size_t chunks = (memory_->Size(i) + kHashChunkBytes - 1) / kHashChunkBytes;
+    std::vector<uint64_t> c(chunks);
+    Status s = memory_->ChunkDigests(i, 0, chunks, c.data());
+    if (!s.ok()) return Status::IOError("rank " + Rank() + ": live memory: " + s.ToString());
+    digests[i] = ParamDigestFromChunks(c);
+  }
+  return RankDigest(*manifest_, digests);
+}
+
+Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
+  std::lock_guard<std::mutex> l(mu_);
+  WTX_RETURN_IF_ERROR(CheckAlive());
+  Vote vote;
+  vote.rank = options_.rank;
+  vote.tx = std::string(txid);
+  if (!active_ || active_->req.tx != txid) {
+    vote.error = ErrorCode::kNoTx;
+    vote.errors = {ErrorCode::kNoTx};
+    vote.message = "rank " + Rank() + ": transaction '" + std::string(txid) + "' is not active";
+    return vote;
+  }
+  ActiveTx& tx = *active_;
+  if (tx.prepared) {  // a repeated prepare gets the same answer
+    vote.yes = tx.vote_yes;
+    vote.wrote = tx.wrote;
+    if (tx.vote_yes && state_.active) vote.digest = state_.active->digest.value_or("");
+    return vote;
+  }
+  const int64_t t0 = options_.env.clock->NowMicros();
+  vote.wrote = tx.wrote;
+  LocalChecks(&vote);
+  VerifyReport verified;
+  if (tx.req.verify == VerifyMode::kAll && !tx.interrupted) {
+    // Every chunk from live memory; the undeclared ones compared with the committed version
+    // when the rank was clean, loaded and committed at begin (otherwise nothing to compare).
+    const bool comparable = !tx.dirty_at_begin && loaded_ && committed_chunks_known_;
+    WTX_RETURN_IF_ERROR(
+        VerifyLiveLocked(&tx, comparable ? &committed_chunks_ : nullptr, &verified));
+    // A difference from the committed version, or a chunk changed after its write or landing
+    // was declared (detectable on a dirty base too).
+    if (verified.chunks_differing > 0) {
+      vote.errors.insert(vote.errors.begin(), ErrorCode::kUndeclaredWrite);
+      vote.error = ErrorCode::kUndeclaredWrite;
+      vote.yes = false;
+      // One "rank N:" prefix for both findings.
+      const std::string prefix = "rank " + Rank() + ":";
+      std::string rest = vote.message;
+      if (rest.rfind(prefix, 0) == 0) rest = rest.substr(prefix.size());
+      vote.message = verified.message + (rest.empty() ? "" : ";" + rest);
+      WTX_RETURN_IF_ERROR(LogUndeclared(verified));
+      tx.undeclared = true;
+    }
+  }
+  if (vote.yes) {
+    auto digest = DigestLocked();
+    if (!digest.ok()) return digest.status();
+    vote.digest = std::move(digest).value();
+    // The chunk digests behind this yes, for Reattach after a restart (same batch as PREPARED).
+    const auto& params = manifest_->params();
+    ChunksRecord chunks;
+    chunks.tx = tx.req.tx;
+    chunks.chunk_bytes = static_cast<int64_t>(kHashChunkBytes);
+    for (uint32_t i = 0; i < params.size(); ++i) {
+      auto d = hash_[i].chunk_digests();
+      chunks.counts.push_back(static_cast<int64_t>(d.size()));
+      for (uint64_t v : d) {
+        for (int b = 0; b < 8; ++b) chunks.digests.push_back(static_cast<uint8_t>(v >> (8 * b)));
+      }
+    }
+    chunks.ts = options_.env.clock->NowMicros();
+    pending_.emplace_back(std::move(chunks));
+  }
+  const int64_t t1 = options_.env.clock->NowMicros();
+  if (CrashAt("before_prepare_logged")) {
+    return Err(ErrorCode::kCrashed, "rank " + Rank() + " crashed before logging PREPARED");
+  }
+  PreparedRecord rec;
+  rec.tx = tx.req.tx;
+  rec.yes = vote.yes;
+  if (vote.yes) rec.digest = vote.digest;
+  for (auto e : vote.errors) rec.errors.emplace_back(ErrorCodeName(e));
+  rec.message = vote.message;
+  rec.coverage = PreparedCoverage{static_cast<int64_t>(tx.shards_touched.size()),
+                                  tx.pieces,
+                                  tx.rows,
+                                  tx.elements,
+                                  tx.bytes,
+                                  tx.patched,
+                                  static_cast<int64_t>(vote.missing_total)};
+  rec.missing = MissingGroups(vote.missing);
+  rec.has_timings = true;
+  rec.first_write_us = tx.t_first_write ? tx.t_first_write - tx.t_begin : 0;
+  rec.writes_us = tx.t_last_write ? tx.t_last_write - tx.t_first_write : 0;
+  rec.prepare_us = t1 - t0;
+  rec.ts = t1;
+  // Synced before voting yes: a yes vote is a promise that survives a crash.
+  Status s = Log(std::move(rec), vote.yes);
+  if (!s.ok()) return s;
+  tx.prepared = true;
+  tx.vote_yes = vote.yes;
+  if (CrashAt("after_prepare_logged")) {
+    return Err(ErrorCode::kCrashed, "rank " + Rank() + " crashed after logging PREPARED");
+  }
+  return vote;
+}
+
+Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::string_view version) {
+  std::lock_guard<std::mutex> l(mu_);
+  WTX_RETURN_IF_ERROR(CheckAlive());
+  if (!active_ || active_->req.tx != txid) {
+    if (txid == last_outcome_tx_) return Status::OK();  // duplicate delivery
+    return Err(ErrorCode::kNoTx,
+               "rank " + Rank() + ": transaction '" + std::string(txid) + "' is not active");
+  }
+  ActiveTx& tx = *active_;
+  // Background hashes of landed bytes finish before a restore may change those bytes.
+  DrainLandingHashes();
+  if (decision == Decision::kCommit && !(tx.prepared && tx.vote_yes)) {
+    return Err(ErrorCode::kVoteNo, "rank " + Rank() + ": commit of '" + tx.req.tx +
+                                       "' which this rank did not vote yes on");
+  }
+  // The dirty rule (DecideOutcome, the function replay applies to the OUTCOME record) on what
+  // this process knows; replay derives the same from the journal's records.
+  OutcomeFacts facts;
+  facts.decision = decision;
+  facts.kind = tx.req.kind;
+  facts.rollback = tx.req.rollback;
+  facts.dirty_at_begin = tx.dirty_at_begin;
+  facts.wrote = tx.wrote;
+  facts.undeclared = tx.undeclared;
+  facts.interrupted = tx.interrupted;
+  facts.loaded = loaded_;
+  const OutcomeEffect effect = DecideOutcome(facts);
+  std::string reason;
+  switch (decision) {
+    case Decision::kCommit:
+      committed_chunks_known_ = !tx.interrupted;
+      committed_chunks_.clear();
+      if (committed_chunks_known_) {
+        // Exact: prepare rehashed every touched chunk and nothing changed since.
+        for (const auto& h : hash_) {
+          committed_chunks_.emplace_back(h.chunk_digests().begin(), h.chunk_digests().end());
+        }
+      }
+      break;
+    case Decision::kAbort:
+      if (effect.restored) {
+        WTX_RETURN_IF_ERROR(RestoreBefore());
+        RestoreEpochs(tx);
+        reason = "before-images restored";
+      }
+      break;
+    case Decision::kNoop:
+      reason = "empty transaction: nothing was written on any rank";
+      break;
+  }
+  OutcomeRecord rec;
+  rec.tx = tx.req.tx;
+  rec.decision = decision;
+  if (decision == Decision::kCommit) rec.version = std::string(version);
+  if (!reason.empty()) rec.reason = reason;
+  rec.interrupted = tx.interrupted;
+  rec.dirty = effect.dirty;
+  rec.loaded = effect.loaded;
+  rec.restored = effect.restored;
+  rec.ts = options_.env.clock->NowMicros();
+  WTX_RETURN_IF_ERROR(Log(std::move(rec), false));
+  loaded_ = effect.loaded;
+  last_outcome_tx_ = tx.req.tx;
+  active_.reset();
+  return Status::OK();
+}
+
+Status ParticipantImpl::ResolveInDoubt(DecisionOracle& oracle) {
+  std::string tx;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    WTX_RETURN_IF_ERROR(CheckAlive());
+    if (!active_ || !active_->prepared) return Status::OK();
+    tx = active_->req.tx;
+  }
+  auto d = oracle.QueryDecision(tx);
+  if (!d.ok()) return d.status();
+  return Decide(tx, d->first, d->second);
+}
+
+}  // namespace wtx::participant_internal

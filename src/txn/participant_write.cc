@@ -1,0 +1,514 @@
+// ParticipantImpl (participant_impl.h): beginning a transaction and writing into it. Begin and
+// its checks (dirty base, base version, scope, rollback budget), the scope and box checks every
+// change shares (CheckWritable, ResolveBox, CheckInScope, ResolveSource), Write and WriteSource,
+// and rollback: the before-images a rollback transaction saves and an abort restores, with the
+// write epochs put back (RestoreEpochs).
+#include "src/txn/participant_impl.h"
+
+#include <algorithm>
+
+namespace wtx::participant_internal {
+
+Status ParticipantImpl::CheckBeginLocked(const BeginRequest& req) const {
+  WTX_RETURN_IF_ERROR(CheckAlive());
+  if (active_) {
+    return Err(ErrorCode::kTxActive,
+               "rank " + Rank() + ": transaction '" + active_->req.tx +
+                   (active_->prepared ? "' is prepared and in doubt" : "' is active"));
+  }
+  if (req.tx.empty()) return Status::InvalidArgument("begin: empty transaction id");
+  if (req.kind != TxKind::kFull) {
+    const bool dirty = state_.dirty;
+    if (dirty || (!loaded_ && state_.version)) {
+      std::string why = dirty ? "is dirty (live bytes may differ from its committed version)"
+                              : "has no loaded weights";
+      return Err(ErrorCode::kDirty, "rank " + Rank() + " " + why + "; a " +
+                                        std::string(TxKindName(req.kind)) +
+                                        " update needs a clean base, only a full commit cleans it");
+    }
+    const std::string version = state_.version.value_or("(none: never committed)");
+    if (!state_.version || req.base != version) {
+      return Err(ErrorCode::kBaseMismatch, "rank " + Rank() + ": base " +
+                                               (req.base.empty() ? "(none)" : req.base) +
+                                               " is not the committed version " + version);
+    }
+  }
+  size_t rollback_bytes = 0;
+  if (req.kind == TxKind::kPartial) {
+    if (req.modules.empty()) {
+      return Err(ErrorCode::kOutOfScope, "partial transaction names no module");
+    }
+    for (const auto& m : req.modules) {
+      auto mi = manifest_->FindModule(m);
+      if (!mi) return Err(ErrorCode::kUnknownParam, "unknown module '" + m + "'");
+      for (const auto& pn : manifest_->modules()[*mi].params) {
+        rollback_bytes += manifest_->params()[*manifest_->FindParam(pn)].num_bytes();
+      }
+    }
+  }
+  if (req.kind == TxKind::kDelta) {
+    if (req.sources.empty()) {
+      return Err(ErrorCode::kOutOfScope, "delta transaction declares no source");
+    }
+    for (const auto& s : req.sources) {
+      for (const ShardRef& ref : manifest_->ShardsOfSource(s)) {
+        const ParamSpec& p = manifest_->params()[ref.param];
+        rollback_bytes += NumElements(p.shards[ref.shard].box) * DTypeSize(p.dtype);
+      }
+    }
+  }
+  if (req.rollback && req.kind != TxKind::kFull &&
+      rollback_bytes > options_.rollback_budget_bytes) {
+    return Err(ErrorCode::kBudgetExceeded, "rank " + Rank() + ": rollback needs up to " +
+                                               std::to_string(rollback_bytes) +
+                                               " bytes of before-images, budget is " +
+                                               std::to_string(options_.rollback_budget_bytes));
+  }
+  return Status::OK();
+}
+
+Status ParticipantImpl::Begin(const BeginRequest& req) {
+  std::lock_guard<std::mutex> l(mu_);
+  WTX_RETURN_IF_ERROR(CheckBeginLocked(req));
+  auto tx = std::make_unique<ActiveTx>();
+  tx->req = req;
+  if (req.kind == TxKind::kFull) tx->req.rollback = false;  // nothing to restore to
+  tx->kernel_identity_at_begin = kernel_identity_;
+  tx->dirty_at_begin = state_.dirty;
+  tx->coverage.resize(manifest_->params().size());
+  tx->reserved.resize(manifest_->params().size());
+  tx->declared_chunks.resize(manifest_->params().size());
+  if (req.kind == TxKind::kPartial) {
+    tx->in_scope.assign(manifest_->params().size(), false);
+    for (const auto& m : req.modules) {
+      for (const auto& pn : manifest_->modules()[*manifest_->FindModule(m)].params) {
+        tx->in_scope[*manifest_->FindParam(pn)] = true;
+      }
+    }
+  }
+  tx->sources.insert(req.sources.begin(), req.sources.end());
+  if (tx->req.rollback) {
+    tx->epochs_at_begin = param_epoch_;
+    tx->derived_epochs_at_begin = derived_epoch_;
+    tx->derived_restored_at_begin = derived_restored_;
+    tx->first_write_epoch.assign(manifest_->params().size(), 0);
+  }
+  tx->begin_epoch = epoch_;
+  tx->t_begin = options_.env.clock->NowMicros();
+  BeginRecord rec;
+  rec.tx = req.tx;
+  rec.kind = req.kind;
+  if (!req.base.empty()) rec.base = req.base;
+  rec.modules = req.modules;
+  rec.sources = req.sources;
+  rec.rollback = tx->req.rollback;
+  rec.verify = req.verify;
+  rec.fingerprint = manifest_->Fingerprint();
+  rec.kernel_identity = kernel_identity_;
+  rec.ts = tx->t_begin;
+  // Durably dirty from here to the decision: WRITE records are batched, so a reader of the
+  // journal cannot know whether live bytes changed (the OUTCOME says after).
+  rec.marks_dirty = true;
+  // Synced: the rank must be durably marked as in a transaction before any live byte changes.
+  WTX_RETURN_IF_ERROR(Log(std::move(rec), true));
+  coverage_peak_bytes_ = 0;
+  active_ = std::move(tx);
+  return Status::OK();
+}
+
+Status ParticipantImpl::CheckWritable() const {
+  WTX_RETURN_IF_ERROR(CheckAlive());
+  if (!active_) return Err(ErrorCode::kNoTx, "rank " + Rank() + ": no active transaction");
+  if (active_->prepared) {
+    return Err(ErrorCode::kTxActive, "rank " + Rank() + ": transaction '" + active_->req.tx +
+                                         "' is already prepared; no more changes");
+  }
+  return Status::OK();
+}
+
+namespace {
+struct PlannedRun {
+  uint32_t param;
+  int64_t begin;  // flat element index
+  int64_t len;
+  const uint8_t* src;
+  bool device;  // src is a device address
+};
+}  // namespace
+
+Result<ParticipantImpl::Target> ParticipantImpl::ResolveBox(
+    const std::string& param, const std::string& shard, const std::optional<Box>& box,
+    const std::function<Status(uint32_t)>& scope) const {
+  auto pi = manifest_->FindParam(param);
+  if (!pi) return Err(ErrorCode::kUnknownParam, "unknown parameter '" + param + "'");
+  const ParamSpec& p = manifest_->params()[*pi];
+  Target t;
+  t.param = *pi;
+  if (!shard.empty()) {
+    t.shard = manifest_->FindShard(*pi, shard);
+    if (!t.shard) {
+      return Err(ErrorCode::kUnknownParam,
+                 "parameter '" + p.name + "' has no shard '" + shard + "'");
+    }
+  }
+  WTX_RETURN_IF_ERROR(scope(*pi));
+  t.box = box ? *box : (t.shard ? p.shards[*t.shard].box : WholeBox(p.shape));
+  t.where = "'" + p.name + "'" + (t.shard ? " shard '" + shard + "'" : "");
+  if (t.box.size() != p.shape.size()) {
+    return Err(ErrorCode::kBadWrite, t.where + ": box " + BoxToString(t.box) + " has " +
+                                         std::to_string(t.box.size()) +
+                                         " dimensions, the "
+                                         "parameter has " +
+                                         std::to_string(p.shape.size()));
+  }
+  for (const auto& r : t.box) {
+    if (r.begin >= r.end && !p.shape.empty()) {
+      return Err(ErrorCode::kBadWrite, t.where + ": empty or inverted box " + BoxToString(t.box));
+    }
+  }
+  if (!BoxInsideShape(t.box, p.shape)) {
+    return Err(ErrorCode::kOutOfRange,
+               t.where + ": box " + BoxToString(t.box) + " lies outside the parameter");
+  }
+  if (t.shard && !BoxContains(p.shards[*t.shard].box, t.box)) {
+    return Err(ErrorCode::kOutOfRange, t.where + ": box " + BoxToString(t.box) +
+                                           " lies outside the shard's box " +
+                                           BoxToString(p.shards[*t.shard].box));
+  }
+  return t;
+}
+
+Status ParticipantImpl::CheckInScope(const ActiveTx& tx, uint32_t param) const {
+  if (tx.req.kind == TxKind::kPartial && !tx.in_scope[param]) {
+    return Err(ErrorCode::kOutOfScope, "'" + manifest_->params()[param].name +
+                                           "' is not in the modules of partial transaction '" +
+                                           tx.req.tx + "'");
+  }
+  return Status::OK();
+}
+
+Status ParticipantImpl::ResolveSource(const WritePiece& w, std::vector<WritePiece>* out) const {
+  if (w.source.empty()) {
+    out->push_back(w);
+    return Status::OK();
+  }
+  const std::string what =
+      "source '" + w.source + "'" + (w.param.empty() ? std::string() : " in '" + w.param + "'");
+  if (!w.shard.empty()) {
+    return Err(ErrorCode::kBadWrite, what + ": give either a shard or a source, not both");
+  }
+  if (!w.param.empty() && !manifest_->FindParam(w.param)) {
+    return Err(ErrorCode::kUnknownParam, "unknown parameter '" + w.param + "'");
+  }
+  std::vector<ShardRef> fed;
+  for (const ShardRef& ref : manifest_->ShardsOfSource(w.source)) {
+    if (w.param.empty() || manifest_->params()[ref.param].name == w.param) fed.push_back(ref);
+  }
+  if (fed.empty()) return Err(ErrorCode::kUnknownParam, "no shard fed by " + what);
+  auto piece = [&](const ShardRef& ref, Box box, const void* data, size_t bytes) {
+    const ParamSpec& p = manifest_->params()[ref.param];
+    WritePiece r;
+    r.param = p.name;
+    r.shard = p.shards[ref.shard].id;
+    r.box = std::move(box);
+    r.data = data;
+    r.bytes = bytes;
+    r.location = w.location;
+    out->push_back(std::move(r));
+  };
+  if (w.box) {
+    // The box restricts the write: it lies inside one shard the source feeds.
+    for (const ShardRef& ref : fed) {
+      if (BoxContains(manifest_->params()[ref.param].shards[ref.shard].box, *w.box)) {
+        piece(ref, *w.box, w.data, w.bytes);
+        return Status::OK();
+      }
+    }
+    const ParamSpec& p0 = manifest_->params()[fed[0].param];
+    if (w.box->size() != p0.shape.size()) {
+      piece(fed[0], *w.box, w.data, w.bytes);  // the shard's own checks name what is wrong
+      return Status::OK();
+    }
+    std::string boxes;
+    for (size_t k = 0; k < fed.size() && k < 4; ++k) {
+      const ParamSpec& p = manifest_->params()[fed[k].param];
+      boxes += std::string(k ? ", " : "") + "'" + p.name + "' shard '" + p.shards[fed[k].shard].id +
+               "' " + BoxToString(p.shards[fed[k].shard].box);
+    }
+    if (fed.size() > 4) boxes += ", ...";
+    return Err(ErrorCode::kOutOfRange, what + ": box " + BoxToString(*w.box) +
+                                           " lies outside what the source feeds (" + boxes + ")");
+  }
+  size_t want = 0;
+  for (const ShardRef& ref : fed) {
+    const ParamSpec& p = manifest_->params()[ref.param];
+    want += static_cast<size_t>(NumElements(p.shards[ref.shard].box)) * DTypeSize(p.dtype);
+  }
+  if (w.bytes != want || (want > 0 && w.data == nullptr)) {
+    return Err(ErrorCode::kBadWrite, what + ": " + std::to_string(w.bytes) + " bytes, expected " +
+                                         std::to_string(want) + " for the " +
+                                         std::to_string(fed.size()) + " shard(s) it feeds");
+  }
+  const uint8_t* data = static_cast<const uint8_t*>(w.data);
+  for (const ShardRef& ref : fed) {
+    const ParamSpec& p = manifest_->params()[ref.param];
+    const Box& box = p.shards[ref.shard].box;
+    const size_t n = static_cast<size_t>(NumElements(box)) * DTypeSize(p.dtype);
+    piece(ref, box, data, n);
+    data += n;
+  }
+  return Status::OK();
+}
+
+Status ParticipantImpl::Write(std::span<const WritePiece> given) {
+  std::lock_guard<std::mutex> l(mu_);
+  WTX_RETURN_IF_ERROR(CheckWritable());
+  ActiveTx& tx = *active_;
+  std::span<const WritePiece> pieces = given;
+  std::vector<WritePiece> resolved;  // only when a piece names a source (no copies otherwise)
+  if (std::any_of(given.begin(), given.end(),
+                  [](const WritePiece& w) { return !w.source.empty(); })) {
+    for (const WritePiece& w : given) WTX_RETURN_IF_ERROR(ResolveSource(w, &resolved));
+    pieces = resolved;
+  }
+  std::vector<PlannedRun> runs;
+  std::vector<WriteRecord> records;
+  std::vector<std::pair<uint32_t, uint32_t>> touched;
+  for (const WritePiece& w : pieces) {
+    WTX_ASSIGN_OR_RETURN(target, ResolveBox(w.param, w.shard, w.box, [&](uint32_t param) {
+                           if (tx.req.kind == TxKind::kDelta) {
+                             return Err(ErrorCode::kOutOfScope,
+                                        "'" + w.param + "': transaction '" + tx.req.tx +
+                                            "' is a delta; it takes patches, not writes");
+                           }
+                           return CheckInScope(tx, param);
+                         }));
+    const uint32_t pi = target.param;
+    const std::optional<uint32_t>& si = target.shard;
+    const ParamSpec& p = manifest_->params()[pi];
+    const Box& box = target.box;
+    const std::string& where = target.where;
+    if (w.location == BufferLocation::kDevice && host_memory_) {
+      return Status::InvalidArgument(where +
+                                     ": a write from device memory needs device live "
+                                     "memory (this rank's live bytes are host memory)");
+    }
+    const size_t esz = DTypeSize(p.dtype);
+    const size_t want = static_cast<size_t>(NumElements(box)) * esz;
+    if (w.bytes != want || (want > 0 && w.data == nullptr)) {
+      return Err(ErrorCode::kBadWrite, where + ": " + std::to_string(w.bytes) + " bytes for box " +
+                                           BoxToString(box) + ", expected " + std::to_string(want) +
+                                           " (" + std::string(DTypeName(p.dtype)) + ")");
+    }
+    const uint8_t* src = static_cast<const uint8_t*>(w.data);
+    const size_t first_run = runs.size();
+    const bool device = w.location == BufferLocation::kDevice;
+    ForEachFlatRun(p.shape, box, [&](int64_t b, int64_t len) {
+      runs.push_back({pi, b, len, src, device});
+      src += static_cast<size_t>(len) * esz;
+    });
+    for (size_t k = first_run; k < runs.size(); ++k) {
+      if (OverlapsDeclared(tx, pi, runs[k].begin, runs[k].len)) {
+        return Err(ErrorCode::kDuplicateWrite,
+                   where + ": box " + BoxToString(box) +
+                       " overlaps elements this transaction already wrote or reserved");
+      }
+    }
+    WriteRecord rec;
+    rec.tx = tx.req.tx;
+    rec.param = p.name;
+    rec.box = box;
+    rec.elements = NumElements(box);
+    rec.bytes = static_cast<int64_t>(want);
+    std::vector<std::string>& shard_ids = rec.shards;
+    if (si) {  // a named shard: no scan (stacked experts have hundreds of shards)
+      shard_ids.push_back(p.shards[*si].id);
+      touched.emplace_back(pi, *si);
+    } else {
+      for (uint32_t k = 0; k < p.shards.size(); ++k) {
+        if (Overlaps(p.shards[k].box, box)) {
+          shard_ids.push_back(p.shards[k].id);
+          touched.emplace_back(pi, k);
+        }
+      }
+    }
+    records.push_back(std::move(rec));
+  }
+  // Overlaps among the pieces of this call.
+  std::vector<size_t> order(runs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::tie(runs[a].param, runs[a].begin) < std::tie(runs[b].param, runs[b].begin);
+  });
+  for (size_t i = 1; i < order.size(); ++i) {
+    const auto& a = runs[order[i - 1]];
+    const auto& b = runs[order[i]];
+    if (a.param == b.param && a.begin + a.len > b.begin) {
+      return Err(ErrorCode::kDuplicateWrite, "'" + manifest_->params()[a.param].name +
+                                                 "': pieces of one write overlap each other");
+    }
+  }
+  // Everything checked: land the bytes.
+  const int64_t now = options_.env.clock->NowMicros();
+  if (!tx.wrote) tx.t_first_write = now;
+  tx.t_last_write = now;
+  for (const PlannedRun& r : runs) {
+    const ParamSpec& p = manifest_->params()[r.param];
+    const size_t esz = DTypeSize(p.dtype);
+    const size_t off = static_cast<size_t>(r.begin) * esz;
+    const size_t len = static_cast<size_t>(r.len) * esz;
+    WTX_RETURN_IF_ERROR(CheckBeforeDeclare(r.param, off, len));
+    if (tx.req.rollback) WTX_RETURN_IF_ERROR(SaveBefore(r.param, off, len));
+    if (hooks_.benchmark_coverage_only) {
+      // nothing lands
+    } else if (host_memory_ && !r.device) {
+      // Whole hash chunks are hashed in the same pass as the copy; prepare rehashes the rest.
+      hash_[r.param].CopyIn(memory_->Param(r.param), off, r.src, len);
+      DeclareBytes(r.param, off, len);
+    } else {
+      // From device memory, or into a device: the bytes go over, then the chunks they cover
+      // whole are hashed now, as CopyIn does on the host, so that the version is of the bytes
+      // as written whatever the memory (a later undeclared change is caught by verify all);
+      // prepare rehashes the chunks covered in part.
+      Status st = r.device ? memory_->StoreFromDevice(r.param, off, r.src, len)
+                           : memory_->Store(r.param, off, r.src, len);
+      if (!st.ok()) return MemoryFailed(st);
+      TouchBytes(r.param, off, len);
+      WTX_RETURN_IF_ERROR(HashWritten(r.param, off, len));
+    }
+    auto& cov = tx.coverage[r.param];
+    if (!cov) {
+      cov = std::make_unique<CoverageSet>(p.num_elements(), p.shape.empty() ? 0 : p.shape.back());
+    }
+    cov->Add(r.begin, r.len);
+    NoteWritten(r.param);
+    tx.elements += r.len;
+    tx.bytes += static_cast<int64_t>(len);
+    tx.rows += p.shape.empty() ? 1 : std::max<int64_t>(1, r.len / p.shape.back());
+  }
+  tx.shards_touched.insert(touched.begin(), touched.end());
+  tx.pieces += static_cast<int64_t>(pieces.size());
+  tx.wrote = tx.wrote || !runs.empty();
+  UpdateCoveragePeak();
+  for (auto& r : records) {
+    r.ts = now;
+    pending_.emplace_back(std::move(r));
+  }
+  if (pending_.size() >= kWriteRecordBatch) return FlushPending();
+  return Status::OK();
+}
+
+Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* data, size_t bytes) {
+  // The manifest is immutable: the slicing needs no lock; Write takes it.
+  const std::vector<ShardRef>& refs = manifest_->ShardsOfSource(source);
+  if (refs.empty()) return 0;
+  const std::string where = "source '" + std::string(source) + "'";
+  const auto& params = manifest_->params();
+  const ShardSpec& first = params[refs[0].param].shards[refs[0].shard];
+  const Shape& shape = first.source_shape;
+  const DType dtype = params[refs[0].param].dtype;
+  for (const ShardRef& r : refs) {
+    if (params[r.param].dtype != dtype) {
+      return Status::InvalidArgument(
+          where + " feeds parameters of different dtypes ('" + params[refs[0].param].name + "' " +
+          std::string(DTypeName(dtype)) + ", '" + params[r.param].name + "' " +
+          std::string(DTypeName(params[r.param].dtype)) + "); write its shards one by one");
+    }
+  }
+  const size_t esz = DTypeSize(dtype);
+  const size_t want = static_cast<size_t>(NumElements(shape)) * esz;
+  if (bytes != want || (want > 0 && data == nullptr)) {
+    return Status(ErrorCode::kBadWrite, where + ": " + std::to_string(bytes) + " bytes, expected " +
+                                            std::to_string(want) + " (shape " +
+                                            BoxToString(WholeBox(shape)) + ", " +
+                                            std::string(DTypeName(dtype)) + ")");
+  }
+  const uint8_t* src = static_cast<const uint8_t*>(data);
+  // Shards whose source box is one contiguous run are written straight from `data`; the
+  // others (column slices) are gathered first.
+  std::vector<std::vector<uint8_t>> gathered;
+  gathered.reserve(refs.size());
+  std::vector<WritePiece> pieces;
+  pieces.reserve(refs.size());
+  for (const ShardRef& r : refs) {
+    const ParamSpec& p = params[r.param];
+    const ShardSpec& sh = p.shards[r.shard];
+    WritePiece w;
+    w.param = p.name;
+    w.shard = sh.id;
+    w.box = sh.box;
+    w.bytes = static_cast<size_t>(NumElements(sh.source_box)) * esz;
+    if (w.bytes == 0) continue;
+    if (NumFlatRuns(shape, sh.source_box) == 1) {
+      ForEachFlatRun(shape, sh.source_box,
+                     [&](int64_t b, int64_t) { w.data = src + static_cast<size_t>(b) * esz; });
+    } else {
+      std::vector<uint8_t>& buf = gathered.emplace_back(w.bytes);
+      CopyBoxOut(shape, sh.source_box, esz, src, buf.data());
+      w.data = buf.data();
+    }
+    pieces.push_back(std::move(w));
+  }
+  Status s = Write(pieces);
+  if (!s.ok()) return Status(s.code(), where + ": " + s.message());
+  return static_cast<int>(pieces.size());
+}
+
+void ParticipantImpl::UpdateCoveragePeak() {
+  size_t bytes = active_->coverage.size() * sizeof(std::unique_ptr<CoverageSet>);
+  for (const auto& c : active_->coverage) {
+    if (c) bytes += c->MemoryBytes();
+  }
+  coverage_peak_bytes_ = std::max(coverage_peak_bytes_, bytes);
+}
+
+Status ParticipantImpl::SaveBefore(uint32_t param, size_t offset, size_t len) {
+  std::string bytes(len, '\0');
+  Status s = memory_->Load(param, offset, bytes.data(), len);
+  if (!s.ok()) return MemoryFailed(s);
+  active_->before.push_back({param, offset, std::move(bytes)});
+  return Status::OK();
+}
+
+Status ParticipantImpl::RestoreBefore() {
+  for (auto it = active_->before.rbegin(); it != active_->before.rend(); ++it) {
+    Status s = memory_->Store(it->param, it->offset, it->bytes.data(), it->bytes.size());
+    if (!s.ok()) return MemoryFailed(s);
+    TouchBytes(it->param, it->offset, it->bytes.size());
+  }
+  active_->before.clear();
+  return Status::OK();
+}
+
+void ParticipantImpl::RestoreEpochs(const ActiveTx& tx) {
+  // The bytes of every parameter are back to those at begin, so are its write epochs: a derived
+  // state the transaction did not refresh has its standing of before the transaction.
+  for (uint32_t p = 0; p < param_epoch_.size(); ++p) {
+    if (param_epoch_[p] > tx.begin_epoch) param_epoch_[p] = tx.epochs_at_begin[p];
+  }
+  // A derived state refreshed in the transaction: its copy was recomputed from the live bytes
+  // at that refresh. If none of its sources had been written by then, those bytes are exactly
+  // the restored ones and the refresh stands. Otherwise the copy holds aborted bytes: stale
+  // until refreshed, naming the sources that were written before the refresh and restored.
+  // Nothing else changes: other derived states of the same sources keep their standing.
+  const auto& derived = manifest_->derived();
+  for (uint32_t d = 0; d < derived_epoch_.size(); ++d) {
+    if (derived_epoch_[d] <= tx.begin_epoch) continue;  // not refreshed in the transaction
+    std::vector<std::string> seen_aborted;
+    for (const auto& src : derived[d].sources) {
+      const uint64_t first = tx.first_write_epoch[*manifest_->FindParam(src)];
+      if (first != 0 && first < derived_epoch_[d]) seen_aborted.push_back(src);
+    }
+    if (seen_aborted.empty()) continue;
+    derived_epoch_[d] = tx.derived_epochs_at_begin[d];
+    std::vector<std::string>& restored = derived_restored_[d];
+    restored = tx.derived_restored_at_begin[d];
+    for (auto& src : seen_aborted) {
+      if (std::find(restored.begin(), restored.end(), src) == restored.end()) {
+        restored.push_back(std::move(src));
+      }
+    }
+  }
+}
+
+}  // namespace wtx::participant_internal
