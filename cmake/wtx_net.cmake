@@ -10,6 +10,9 @@ add_library(wtx_net
   src/net/tls.cc
   src/net/codec.cc
   src/net/channel.cc
+  src/net/channel_handshake.cc
+  src/net/channel_accept.cc
+  src/net/channel_util.cc
   src/net/control.cc
   src/net/tcp_transport.cc
   src/net/rank_agent.cc
