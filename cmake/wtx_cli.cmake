@@ -15,6 +15,8 @@ if(WTX_BUILD_TOOLS)
     tools/bench/bench_landing.cc
     tools/bench/bench_load.cc
     tools/wtx/cmd_torture.cc tools/torture/torture.cc tools/torture/model.cc
+    tools/torture/script_plan.cc tools/torture/script_processes.cc tools/torture/script_ops.cc
+    tools/torture/script_checks.cc
     tools/wtx/cmd_coordinator.cc tools/wtx/cmd_rank.cc tools/wtx/cmd_control.cc
     tools/wtx/cmd_load.cc
     tools/wtx/cmd_verify.cc

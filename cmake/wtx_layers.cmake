@@ -107,6 +107,7 @@ find_package(OpenSSL REQUIRED)  # Debian: libssl-dev (scripts/setup.sh)
 # services and the coordinator's startup recovery).
 wtx_layer(net
   SOURCES src/net/crypto.cc src/net/tls.cc src/net/codec.cc src/net/channel.cc
+          src/net/channel_handshake.cc src/net/channel_accept.cc src/net/channel_util.cc
           src/net/control.cc src/net/tcp_transport.cc src/net/rank_agent.cc
           src/net/rank_service.cc src/net/message_transport.cc src/net/control_codec.cc
           src/net/control_service.cc src/net/coordinator_recovery.cc
