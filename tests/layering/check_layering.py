@@ -36,7 +36,8 @@ class Layers:
     def __init__(self, table):
         self.order = table["order"]
         self.rank = {name: i for i, name in enumerate(self.order)}
-        self.production = set(table["production"])
+        # The production layers: every layer below the test-only ones.
+        self.production = set(self.order[:self.order.index("testing")])
         # Longest folder first: "src/util" before "src".
         self.folders = sorted(table["folders"].items(), key=lambda kv: -len(kv[0]))
         self.public = table["public_headers"]
