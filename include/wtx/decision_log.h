@@ -31,8 +31,20 @@
 
 #include "wtx/protocol.h"
 #include "wtx/status.h"
+#include "wtx/tls_files.h"
 
 namespace wtx {
+
+// One rank's vote as the decision records it (audit only; "yes", "no", "timeout", "crashed").
+struct LoggedVote {
+  int rank = -1;
+  std::string vote;
+  std::string error;  // the E_ code of a "no" vote; empty otherwise
+
+  bool operator==(const LoggedVote&) const = default;
+};
+
+class Leadership;
 
 // One decision as the log holds it.
 struct LoggedDecision {
@@ -43,6 +55,11 @@ struct LoggedDecision {
   std::string writer;  // who wrote it: "coordinator", "rank 3", ...
   int64_t epoch = 0;   // the writer's leader epoch; 0: not fenced (ranks, the embedded log)
   int64_t time_micros = 0;
+  std::optional<int64_t> prepare_us;  // how long the votes took; absent without votes
+  std::vector<LoggedVote> votes;      // the votes it was decided on; empty without votes
+  // Filled by Read/List/ListUnended (ignored by Decide): every rank has acknowledged the
+  // decision (MarkEnded), so no rank will ask for it again.
+  bool ended = false;
 
   bool operator==(const LoggedDecision&) const = default;
 };
@@ -60,9 +77,43 @@ class DecisionLog {
   virtual Result<std::optional<LoggedDecision>> Read(const std::string& tx) = 0;
   // Every decision, in the order written.
   virtual Result<std::vector<LoggedDecision>> List() = 0;
+  // Decisions not yet marked ended, in the order written: what a coordinator taking over
+  // re-sends.
+  virtual Result<std::vector<LoggedDecision>> ListUnended() = 0;
+  // Records that every rank has acknowledged the decision on `tx` (idempotent). REQUIRES: a
+  // decision on `tx` exists.
+  virtual Status MarkEnded(const std::string& tx) = 0;
+  // Retention: removes ended decisions beyond the `keep` most recent ones (never one that is
+  // not ended: a rank may still ask for it). Returns how many were removed.
+  virtual Result<size_t> Compact(size_t keep) = 0;
+  // A contender for the leadership of this log; `holder` names it in the leader record (e.g.
+  // "coordinator 10.0.0.5:7070"). Nothing is acquired until Acquire.
+  virtual Result<std::unique_ptr<Leadership>> NewLeadership(const std::string& holder,
+                                                            std::chrono::milliseconds ttl) = 0;
+  // The current leader's epoch and holder, or nullopt when none leads (its lease expired).
+  virtual Result<std::optional<std::pair<int64_t, std::string>>> CurrentLeader() = 0;
   // "journal /path" or "etcd://host:port,.../prefix": for messages and `wtx status`.
   virtual std::string Describe() const = 0;
 };
+
+// Where a shared decision log lives.
+struct DecisionLogOptions {
+  // "etcd://HOST:PORT[,HOST:PORT...]/PREFIX": the etcd v3 JSON gateway of each member, tried
+  // in turn (a member that fails is skipped until the others fail too). PREFIX: non-empty, no
+  // trailing '/'; every key of this log lives under it (docs/protocol.md, "Decision log").
+  std::string url;
+  // All empty: plain HTTP. ca set: HTTPS verifying the members against `ca`; cert and key set
+  // as well: with a client certificate.
+  TlsFiles tls;
+  // Each request to one member; a request that times out moves on to the next member.
+  std::chrono::milliseconds request_timeout{2000};
+};
+
+// Opens the shared decision log `options.url` names. It checks that the log answers and that
+// PREFIX is a wtx decision log (or empty, and then marks it as one); an unreachable log is
+// E_DECISION_LOG_UNAVAILABLE naming each endpoint, a foreign PREFIX kJournalCorrupt naming the
+// key, a malformed url kInvalidArgument naming the part that is wrong.
+Result<std::shared_ptr<DecisionLog>> OpenDecisionLog(const DecisionLogOptions& options);
 
 // Leadership among coordinators sharing one decision log. The embedded journal has one writer
 // by construction (its lock), so its leadership is always held; etcd elects with a lease.
