@@ -90,7 +90,9 @@ wtx_layer(txn
           src/txn/participant_landing.cc src/txn/participant_verify.cc
           src/txn/participant_state.cc src/txn/participant_records.cc
           src/txn/coordinator_records.cc src/txn/event_records.cc src/txn/journal_check.cc
-          src/txn/coordinator.cc src/txn/inproc_transport.cc src/txn/fan_out.cc
+          src/txn/coordinator.cc src/txn/decision_log_journal.cc src/txn/logged_decision_json.cc
+          src/txn/resolve_from_log.cc src/txn/inproc_transport.cc
+          src/txn/fan_out.cc
   DEPS journal memory layouts manifest util)
 wtx_layer(history
   SOURCES src/history/history.cc src/history/journal_reader.cc src/history/journal_views.cc

@@ -8,8 +8,14 @@
 // CommitOptions::expect_version, a commit whose combined version differs aborts instead
 // (E_VERSION_MISMATCH). Abort
 // decisions need not be synced (presumed abort). After a restart, Recover() re-sends logged
-// decisions that were not acknowledged; QueryDecision answers abort for anything never
-// decided.
+// decisions that were not acknowledged, and aborts (logged, then told to the ranks) every
+// transaction a rank holds active that no decision covers and that this process did not
+// begin: a coordinator that died between begin and its decision leaves no rank holding it.
+// QueryDecision answers abort for anything never decided.
+//
+// The commit point is the decision log (CoordinatorOptions::decision_log): the embedded
+// journal, or a shared log such as etcd where every decision is written exactly once and
+// read back by a standby coordinator or by ranks resolving without any coordinator.
 //
 // Concurrency: each phase (describe, check, begin, prepare, decide) is sent to every rank at
 // once and awaited together (a phase costs the slowest answer or one prepare_timeout, not one
@@ -31,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "wtx/decision_log.h"
 #include "wtx/env.h"
 #include "wtx/participant.h"
 #include "wtx/protocol.h"
@@ -51,6 +58,23 @@ struct CoordinatorOptions {
   // kJournalCorrupt. The operator's decision (`wtx coordinator --accept-unverified-journal`);
   // it is logged in the journal as an ACCEPTED_UNVERIFIED record.
   bool accept_unverified_journal = false;
+  // The shared decision log (OpenDecisionLog in wtx/decision_log.h: etcd), the commit point
+  // of every transaction. Null (the default): the embedded journal in journal_dir is the
+  // decision log. With a shared log, journal_dir keeps this coordinator's local audit copy of
+  // the decisions it wrote or learned, and Open first takes the leadership of the log: it
+  // waits up to leader_wait for the current leader's lease to end (E_TIMEOUT naming the
+  // leader). Every request to a rank then carries the leader epoch, and a deposed coordinator
+  // can neither decide (the log refuses it) nor be obeyed (ranks that saw a newer epoch refuse
+  // it): E_STALE_COORDINATOR.
+  std::shared_ptr<DecisionLog> decision_log;
+  // Optional: the leadership of decision_log, already acquired (a standby that must lead
+  // before it listens for ranks). Open then uses it instead of acquiring one.
+  std::shared_ptr<Leadership> leadership;
+  std::chrono::milliseconds lease_ttl{2000};
+  std::chrono::milliseconds leader_wait{5000};
+  // Who this coordinator is, in the leader record and in the decisions it writes (default
+  // "coordinator pid N on HOST").
+  std::string holder;
 };
 
 struct RankError {
@@ -114,11 +138,20 @@ class Coordinator : public DecisionOracle {
   virtual CommitOutcome Commit(const std::string& tx, const CommitOptions& opts = {}) = 0;
   // The sender gives up on `tx`: logs abort and tells every rank.
   virtual BeginOutcome Abort(const std::string& tx) = 0;
-  // Re-sends logged decisions not yet acknowledged by every rank.
+  // Re-sends logged decisions not yet acknowledged by every rank (with a shared log, also
+  // those other writers logged), then aborts the active transactions nobody decided (see
+  // above) on the ranks that answer.
   virtual Status Recover() = 0;
   virtual std::vector<DecisionEntry> decisions() const = 0;
   // The version committed by `tx`, if it committed.
   virtual std::optional<std::string> CommittedVersion(const std::string& tx) const = 0;
+  // The leader epoch this coordinator decides under (0: the embedded decision log), and
+  // whether it still leads (false once its lease ended: every later call is
+  // E_STALE_COORDINATOR).
+  virtual int64_t epoch() const = 0;
+  virtual bool leads() const = 0;
+  // The decision log's Describe(): "journal DIR" or "etcd://.../PREFIX".
+  virtual std::string decision_log() const = 0;
 };
 
 }  // namespace wtx

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "wtx/decision_log.h"
 #include "wtx/protocol.h"
 #include "wtx/status.h"
 
@@ -41,12 +42,7 @@ struct TxCoverageSummary {
   int64_t missing = 0;   // required elements not written (once prepared)
 };
 
-// One rank's vote as the coordinator logged it.
-struct LoggedVote {
-  int rank = -1;
-  std::string vote;   // "yes", "no", "timeout" or "crashed"
-  std::string error;  // "no": the error code name (E_MISSING_SHARD, ...)
-};
+// LoggedVote (one rank's vote as the coordinator logged it): wtx/decision_log.h.
 
 // One transaction, in order of first appearance in the journal.
 struct HistoryEntry {

@@ -88,6 +88,10 @@ struct RankDescription {
   int rank = -1;
   std::string fingerprint;
   std::string kernel_identity;
+  // The transaction active on the rank, if any, and whether it is prepared (voted yes, in
+  // doubt): a coordinator that takes over aborts one nobody decided.
+  std::optional<std::string> active_tx;
+  bool prepared = false;
 };
 
 struct RankStatus {

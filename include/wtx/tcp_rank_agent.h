@@ -6,7 +6,21 @@
 // requests against the local Participant. After every (re)connection it resolves an in-doubt
 // transaction by asking the coordinator QueryDecision over the same connection, retrying
 // while the coordinator cannot answer. A lost connection is re-established with exponential
-// backoff (backoff_initial doubling up to backoff_max, with jitter).
+// backoff (backoff_initial doubling up to backoff_max, with jitter), trying the coordinators
+// in turn: coordinator_host:coordinator_port, then each of `more_coordinators` (the standbys
+// of a shared decision log).
+//
+// Leader epochs: requests of a coordinator that leads a shared decision log carry its epoch;
+// the agent refuses requests from an epoch older than the newest it has seen
+// (E_STALE_COORDINATOR naming both).
+//
+// With `decision_log` set, a rank resolves without any coordinator: while none can be reached,
+// a transaction it holds (prepared and in doubt, or active and unprepared) is looked up in the
+// log; a logged decision is applied, and when there is none and no coordinator leads (its
+// lease expired), the rank writes an abort by the log's exactly-once write (it can win only if
+// no coordinator decided) and applies the decision that holds. While a coordinator leads, the
+// rank waits for it. An unreachable log (no quorum) decides nothing: the rank stays in doubt
+// and does not serve.
 //
 // The engine keeps writing bytes through the Participant directly; the agent only carries the
 // protocol. Requests are served one at a time, in arrival order.
@@ -20,6 +34,10 @@
 #include <memory>
 #include <string>
 
+#include <utility>
+#include <vector>
+
+#include "wtx/decision_log.h"
 #include "wtx/participant.h"
 #include "wtx/status.h"
 #include "wtx/tls_files.h"
@@ -39,6 +57,10 @@ struct RankAgentOptions {
   std::chrono::milliseconds backoff_max{1000};
   size_t max_frame_bytes = size_t{64} << 20;
   std::string log_tag;  // default "rank-N"
+  // Tried after coordinator_host:coordinator_port, in order (HOST, PORT).
+  std::vector<std::pair<std::string, uint16_t>> more_coordinators;
+  // The shared decision log of the coordinators (OpenDecisionLog); null: ask a coordinator only.
+  std::shared_ptr<DecisionLog> decision_log;
 };
 
 struct RankAgentState {
@@ -48,6 +70,12 @@ struct RankAgentState {
   Status resolution;
   int64_t connections = 0;  // successful handshakes so far
   Status last_error;        // of the last failed connection attempt
+  std::string coordinator;  // HOST:PORT of the current (or last) connection
+  int64_t epoch = 0;        // the newest leader epoch heard
+  // Transactions resolved from the decision log without a coordinator, and the last outcome
+  // of such an attempt (OK, or why it could not resolve yet).
+  int64_t resolved_from_log = 0;
+  Status log_resolution;
 };
 
 class TcpRankAgent {

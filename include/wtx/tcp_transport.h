@@ -82,6 +82,8 @@ class TcpTransport : public Transport {
 
   int num_ranks() const override;
   ParticipantEndpoint* endpoint(int rank) override;
+  // Stamped as "epoch" on every request to a rank from now on.
+  void SetLeaderEpoch(int64_t epoch) override;
 
   class Impl;
 

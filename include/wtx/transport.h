@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 #include "wtx/protocol.h"
@@ -34,6 +35,11 @@ class Transport {
   virtual int num_ranks() const = 0;
   // REQUIRES: 0 <= rank < num_ranks(). Never null; an unreachable rank answers with errors.
   virtual ParticipantEndpoint* endpoint(int rank) = 0;
+  // The leader epoch of the coordinator using this transport (include/wtx/decision_log.h):
+  // a transport that crosses process boundaries stamps it on every request, and ranks refuse
+  // requests from an epoch older than one they have seen (E_STALE_COORDINATOR). 0: unfenced
+  // (the embedded decision log). The default ignores it (one process: nobody to fence).
+  virtual void SetLeaderEpoch(int64_t epoch) { (void)epoch; }
 };
 
 }  // namespace wtx

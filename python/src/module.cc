@@ -18,6 +18,8 @@
 #include "py_common.h"
 #include "src/history/history.h"
 #include "src/net/message_transport.h"
+#include "src/txn/logged_decision_json.h"
+#include "src/txn/resolve_from_log.h"
 #include "src/txn/test_hooks.h"
 #include "wtx/coordinator.h"
 #include "wtx/device_live_memory.h"
@@ -589,12 +591,37 @@ struct PyCoordinator {
   }
 };
 
+// The shared decision log of a coordinator (decision_log="etcd://..."), its lease and wait.
+struct PyDecisionLogArgs {
+  std::optional<std::string> url;
+  double lease_ttl_s = 2.0;
+  double leader_wait_s = 5.0;
+  double request_timeout_s = 2.0;
+};
+
+std::shared_ptr<DecisionLog> OpenPyDecisionLog(const std::string& url, double request_timeout_s) {
+  SecondsArg(request_timeout_s, "decision_log_timeout", kMaxTimeoutMs / 1000.0);
+  DecisionLogOptions o;
+  o.url = url;
+  o.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000));
+  auto r = WithoutGil([&] { return OpenDecisionLog(o); });
+  return Unwrap(std::move(r));
+}
+
 CoordinatorOptions CoordOptions(PyCoordinator& self, const std::string& dir,
                                 double prepare_timeout_s, bool accept_unverified_journal,
-                                const std::optional<std::string>& test_crash_at) {
+                                const std::optional<std::string>& test_crash_at,
+                                const PyDecisionLogArgs& log = {}) {
   CoordinatorOptions o;
   o.journal_dir = dir;
   o.accept_unverified_journal = accept_unverified_journal;
+  if (log.url) {
+    SecondsArg(log.lease_ttl_s, "lease_ttl", 600.0);
+    SecondsArg(log.leader_wait_s, "leader_wait", kMaxTimeoutMs / 1000.0);
+    o.decision_log = OpenPyDecisionLog(*log.url, log.request_timeout_s);
+    o.lease_ttl = std::chrono::milliseconds(static_cast<int64_t>(log.lease_ttl_s * 1000));
+    o.leader_wait = std::chrono::milliseconds(static_cast<int64_t>(log.leader_wait_s * 1000));
+  }
   if (test_crash_at) {
     self.crash = std::make_unique<ExitAtCrashPoint>(*test_crash_at);
   }
@@ -614,7 +641,9 @@ std::unique_ptr<Coordinator> OpenCoordinator(const CoordinatorOptions& o, Transp
 std::shared_ptr<PyCoordinator> OpenInProc(const std::string& dir,
                                           std::vector<std::shared_ptr<PyParticipant>> ps,
                                           double prepare_timeout_s, bool accept_unverified_journal,
-                                          std::optional<std::string> test_crash_at) {
+                                          std::optional<std::string> test_crash_at,
+                                          std::optional<std::string> decision_log, double lease_ttl,
+                                          double leader_wait) {
   if (ps.empty()) Raise(Status::InvalidArgument("coordinator: participants is empty"));
   auto out = std::make_shared<PyCoordinator>();
   auto t = std::make_unique<InProcTransport>(static_cast<int>(ps.size()));
@@ -630,7 +659,8 @@ std::shared_ptr<PyCoordinator> OpenInProc(const std::string& dir,
   out->journal_dir = dir;
   // CoordOptions arms out->crash: called first (argument order is unspecified).
   const CoordinatorOptions o =
-      CoordOptions(*out, dir, prepare_timeout_s, accept_unverified_journal, test_crash_at);
+      CoordOptions(*out, dir, prepare_timeout_s, accept_unverified_journal, test_crash_at,
+                   PyDecisionLogArgs{decision_log, lease_ttl, leader_wait});
   out->c = OpenCoordinator(o, t.get(), out->crash.get());
   out->transport = std::move(t);
   return out;
@@ -639,7 +669,9 @@ std::shared_ptr<PyCoordinator> OpenInProc(const std::string& dir,
 std::shared_ptr<PyCoordinator> OpenCarried(const std::string& dir, py::object num_ranks_arg,
                                            py::function carrier, double prepare_timeout_s,
                                            double request_timeout_s, bool accept_unverified_journal,
-                                           std::optional<std::string> test_crash_at) {
+                                           std::optional<std::string> test_crash_at,
+                                           std::optional<std::string> decision_log,
+                                           double lease_ttl, double leader_wait) {
   const int num_ranks = static_cast<int>(IntArg(num_ranks_arg, "num_ranks", 1, kMaxRanks));
   SecondsArg(request_timeout_s, "request_timeout", kMaxTimeoutMs / 1000.0);
   auto out = std::make_shared<PyCoordinator>();
@@ -649,7 +681,8 @@ std::shared_ptr<PyCoordinator> OpenCarried(const std::string& dir, py::object nu
       std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000)));
   // CoordOptions arms out->crash: called first (argument order is unspecified).
   const CoordinatorOptions o =
-      CoordOptions(*out, dir, prepare_timeout_s, accept_unverified_journal, test_crash_at);
+      CoordOptions(*out, dir, prepare_timeout_s, accept_unverified_journal, test_crash_at,
+                   PyDecisionLogArgs{decision_log, lease_ttl, leader_wait});
   out->c = OpenCoordinator(o, out->transport.get(), out->crash.get());
   return out;
 }
@@ -880,15 +913,67 @@ void DefineModule(py::module_& m) {
         p.reset();
       });
 
+  // The shared decision log, read-side and the ranks' cooperative resolution.
+  py::class_<DecisionLog, std::shared_ptr<DecisionLog>>(m, "DecisionLog")
+      .def_static("open", &OpenPyDecisionLog, py::arg("url"), py::kw_only(),
+                  py::arg("request_timeout") = 2.0,
+                  "Opens 'etcd://HOST:PORT[,HOST:PORT...]/PREFIX' (every member tried in turn).")
+      .def(
+          "read",
+          [](DecisionLog& log, const std::string& tx) -> py::object {
+            auto r = WithoutGil([&] { return log.Read(tx); });
+            auto d = Unwrap(std::move(r));
+            return d ? ToPy(LoggedDecisionToJson(*d)) : py::object(py::none());
+          },
+          py::arg("tx"), "The decision on tx as a dict, or None when none was written.")
+      .def(
+          "list",
+          [](DecisionLog& log, bool unended_only) {
+            auto r = WithoutGil([&] { return unended_only ? log.ListUnended() : log.List(); });
+            py::list out;
+            for (const LoggedDecision& d : Unwrap(std::move(r))) {
+              out.append(ToPy(LoggedDecisionToJson(d)));
+            }
+            return out;
+          },
+          py::kw_only(), py::arg("unended_only") = false,
+          "Every decision in the order written (unended_only: those some rank may still need).")
+      .def(
+          "current_leader",
+          [](DecisionLog& log) -> py::object {
+            auto r = WithoutGil([&] { return log.CurrentLeader(); });
+            auto l = Unwrap(std::move(r));
+            return l ? py::object(py::make_tuple(l->first, l->second)) : py::object(py::none());
+          },
+          "(epoch, holder) of the leading coordinator, or None when none leads.")
+      .def(
+          "resolve",
+          [](DecisionLog& log, PyParticipant& p) -> py::object {
+            Participant& part = p.get();
+            auto r = WithoutGil([&] { return ResolveFromDecisionLog(part, log, p.rank); });
+            auto d = Unwrap(std::move(r));
+            return d ? ToPy(LoggedDecisionToJson(*d)) : py::object(py::none());
+          },
+          py::arg("participant"),
+          "Resolves the transaction the participant holds without a coordinator: applies the "
+          "logged decision, or aborts it when none exists and no coordinator leads (E_TX_ACTIVE "
+          "while one leads). Returns the decision applied, or None with no transaction.")
+      .def("__repr__", [](DecisionLog& log) { return "<wtx.DecisionLog " + log.Describe() + ">"; });
+
   py::class_<PyCoordinator, std::shared_ptr<PyCoordinator>>(m, "Coordinator")
       .def_static("open", &OpenInProc, py::arg("journal_dir"), py::kw_only(),
                   py::arg("participants"), py::arg("prepare_timeout") = 5.0,
                   py::arg("accept_unverified_journal") = false,
-                  py::arg("test_crash_at") = py::none())
+                  py::arg("test_crash_at") = py::none(), py::arg("decision_log") = py::none(),
+                  py::arg("lease_ttl") = 2.0, py::arg("leader_wait") = 5.0,
+                  "decision_log: 'etcd://HOST:PORT[,...]/PREFIX' to decide in etcd (the "
+                  "coordinator takes the leadership of it first, waiting up to leader_wait s); "
+                  "None: the embedded journal.")
       .def_static("open_carried", &OpenCarried, py::arg("journal_dir"), py::kw_only(),
                   py::arg("num_ranks"), py::arg("carrier"), py::arg("prepare_timeout") = 5.0,
                   py::arg("request_timeout") = 30.0, py::arg("accept_unverified_journal") = false,
-                  py::arg("test_crash_at") = py::none(),
+                  py::arg("test_crash_at") = py::none(), py::arg("decision_log") = py::none(),
+                  py::arg("lease_ttl") = 2.0, py::arg("leader_wait") = 5.0,
                   "A coordinator whose calls travel as encoded messages through "
                   "carrier(rank, request: bytes, timeout_s) -> reply bytes (wtx.torch_dist).")
       .def("begin", &Begin, py::arg("tx"), py::kw_only(), py::arg("kind") = "full",
@@ -914,6 +999,10 @@ void DefineModule(py::module_& m) {
             return py::make_tuple(std::string(DecisionName(d.first)), d.second);
           },
           py::arg("tx"))
+      .def_property_readonly("epoch", [](PyCoordinator& self) { return self.get().epoch(); })
+      .def_property_readonly("leads", [](PyCoordinator& self) { return self.get().leads(); })
+      .def_property_readonly("decision_log",
+                             [](PyCoordinator& self) { return self.get().decision_log(); })
       .def("committed_version",
            [](PyCoordinator& self, const std::string& tx) -> py::object {
              auto v = self.get().CommittedVersion(tx);

@@ -10,9 +10,9 @@ See docs/python.md. `wtx.torch_dist` runs the same protocol over a torch.distrib
 group; `wtx.vllm` is a worker extension with vLLM's weight-transfer call names.
 """
 
-from ._wtx import Coordinator, Error, Manifest, Participant, expected_version, history
+from ._wtx import Coordinator, DecisionLog, Error, Manifest, Participant, expected_version, history
 
-__all__ = ["Coordinator", "Error", "Manifest", "Participant", "expected_version", "history",
+__all__ = ["Coordinator", "DecisionLog", "Error", "Manifest", "Participant", "expected_version", "history",
            "slice_source"]
 
 

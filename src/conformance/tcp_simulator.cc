@@ -206,6 +206,8 @@ Status TcpProcesses::Start() {
   work_dir_ = tmpl;  // mode 0700
   secret_ = RandomHex(32);
   secret_file_ = work_dir_ + "/secret";
+  // Scenarios reuse transaction ids: each run decides under a prefix no other run used.
+  if (!options_.decision_log.empty()) decision_log_ = options_.decision_log + "/sim-" + RandomHex(8);
   WTX_RETURN_IF_ERROR(WriteFile(secret_file_, secret_ + "\n"));
   for (int r = 0; r < sc_.ranks; ++r) {
     WTX_RETURN_IF_ERROR(WriteFile(work_dir_ + "/manifest-" + std::to_string(r) + ".json",
@@ -239,6 +241,14 @@ Status TcpProcesses::SpawnCoordinator() {
                                    "--prepare-timeout-ms",
                                    std::to_string(options_.prepare_timeout.count()),
                                    "--defer-recovery"};
+  if (!decision_log_.empty()) {
+    for (const std::string& a :
+         {std::string("--decision-log"), decision_log_, std::string("--lease-ttl-ms"),
+          std::to_string(options_.lease_ttl_ms)}) {
+      args.push_back(a);
+    }
+    args.insert(args.end(), options_.decision_log_args.begin(), options_.decision_log_args.end());
+  }
   if (options_.test_hooks) args.push_back("--test-hooks");
   if (options_.sync_delay_ms > 0) {
     args.push_back("--sync-delay-ms");
@@ -282,6 +292,11 @@ Status TcpProcesses::SpawnRank(int r) {
                                    "127.0.0.1:0",
                                    "--backoff-max-ms",
                                    "100"};
+  if (!decision_log_.empty()) {
+    args.push_back("--decision-log");
+    args.push_back(decision_log_);
+    args.insert(args.end(), options_.decision_log_args.begin(), options_.decision_log_args.end());
+  }
   if (options_.test_hooks) args.push_back("--test-hooks");
   if (options_.sync_delay_ms > 0) {
     args.push_back("--sync-delay-ms");

@@ -50,6 +50,12 @@ struct TcpSimOptions {
   bool test_hooks = true;
   // Benchmarks: every synced journal write of every process sleeps this long first.
   int sync_delay_ms = 0;
+  // A shared decision log (etcd://.../PREFIX) for the coordinator and every rank, given to
+  // them as --decision-log with `decision_log_args` (e.g. --etcd-ca F) after it; empty: the
+  // coordinator's embedded journal. The run uses a fresh sub-prefix of its own.
+  std::string decision_log;
+  std::vector<std::string> decision_log_args;
+  int lease_ttl_ms = 1000;
 };
 
 Result<nlohmann::json> RunScenarioTcp(const Scenario& scenario, const TcpSimOptions& options);
@@ -125,6 +131,7 @@ class TcpProcesses : public SimProcesses {
   std::string work_dir_;  // private: the secret and the manifests
   std::string secret_, secret_file_;
   uint16_t coord_port_ = 0;
+  std::string decision_log_;  // options_.decision_log with this run's own sub-prefix
   Proc coord_;
   std::vector<std::unique_ptr<Proc>> ranks_;
 };

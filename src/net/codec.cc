@@ -175,17 +175,23 @@ Result<Vote> VoteFromJson(const json& j) {
 }
 
 json RankDescriptionToJson(const RankDescription& d) {
-  return {{"rank", d.rank}, {"fingerprint", d.fingerprint}, {"kernel_identity", d.kernel_identity}};
+  json j = {{"rank", d.rank}, {"fingerprint", d.fingerprint}, {"kernel_identity", d.kernel_identity}};
+  if (d.active_tx) j["active_tx"] = *d.active_tx;
+  if (d.prepared) j["prepared"] = true;
+  return j;
 }
 
 Result<RankDescription> RankDescriptionFromJson(const json& j) {
   return Decode<RankDescription>("rank description", j, [&]() -> Result<RankDescription> {
     WTX_RETURN_IF_ERROR(
-        CheckFields(j, "rank description", {"rank", "fingerprint", "kernel_identity"}));
+        CheckFields(j, "rank description",
+                    {"rank", "fingerprint", "kernel_identity", "active_tx", "prepared"}));
     RankDescription d;
     d.rank = RankOrThrow(j);
     d.fingerprint = j.at("fingerprint").get<std::string>();
     d.kernel_identity = j.at("kernel_identity").get<std::string>();
+    if (j.contains("active_tx")) d.active_tx = j.at("active_tx").get<std::string>();
+    if (j.contains("prepared")) d.prepared = j.at("prepared").get<bool>();
     return d;
   });
 }

@@ -9,6 +9,7 @@
 #include "src/net/rank_agent_hooks.h"
 #include "src/net/rank_service.h"
 #include "src/net/tls.h"
+#include "src/txn/resolve_from_log.h"
 #include "src/util/thread_annotations.h"
 #include "wtx/tcp_rank_agent.h"
 
@@ -25,6 +26,8 @@ class TcpRankAgent::Impl : public DecisionOracle {
     net_.connect_timeout = o.connect_timeout;
     net_.handshake_timeout = o.handshake_timeout;
     net_.tls = o.tls;
+    coordinators_.emplace_back(o.coordinator_host, o.coordinator_port);
+    for (const auto& c : o.more_coordinators) coordinators_.push_back(c);
   }
 
   ~Impl() override {
@@ -54,7 +57,9 @@ class TcpRankAgent::Impl : public DecisionOracle {
 
   RankAgentState state() const {
     std::lock_guard<std::mutex> l(mu_);
-    return state_;
+    RankAgentState s = state_;
+    s.epoch = fence_.seen();
+    return s;
   }
 
   bool WaitResolved(std::chrono::milliseconds timeout, RankAgentState* out) const {
@@ -91,7 +96,33 @@ class TcpRankAgent::Impl : public DecisionOracle {
  private:
   std::optional<Result<json>> Serve(const std::string& m, const json& p) {
     if (m == "prepare" && hooks_ && hooks_->silent.load()) return std::nullopt;
-    return net::ServeRankRequest(*p_, m, p);
+    return net::ServeRankRequest(*p_, m, p, &fence_);
+  }
+
+  // No coordinator answers: resolve the transaction this rank holds from the shared decision
+  // log (see wtx/tcp_rank_agent.h). Runs on the supervisor thread between connection attempts,
+  // when no connection serves requests.
+  void ResolveFromLog() {
+    const RankStatus st = p_->status();
+    if (!st.active_tx) return;
+    const std::string& tx = *st.active_tx;
+    auto resolved = ResolveFromDecisionLog(*p_, *options_.decision_log, options_.rank);
+    const Status outcome = resolved.status();
+    if (resolved.ok() && resolved.value()) {
+      const LoggedDecision& won = *resolved.value();
+      net::LogLine(options_.log_tag, "transaction '" + tx + "' resolved from decision log " +
+                                         options_.decision_log->Describe() + ": " +
+                                         std::string(DecisionName(won.decision)) + " (written by " +
+                                         won.writer + ")");
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    if (resolved.ok() && resolved.value()) ++state_.resolved_from_log;
+    if (!outcome.ok() && outcome.message() != state_.log_resolution.message() &&
+        outcome.code() != ErrorCode::kTxActive) {
+      net::LogLine(options_.log_tag, "cannot resolve transaction '" + tx +
+                                         "' from the decision log yet: " + outcome.ToString());
+    }
+    state_.log_resolution = outcome;
   }
 
   // Sleeps up to d; false when stopping.
@@ -117,8 +148,9 @@ class TcpRankAgent::Impl : public DecisionOracle {
         std::lock_guard<std::mutex> l(mu_);
         if (stopping_) return;
       }
+      const auto& [host, port] = coordinators_[next_coordinator_ % coordinators_.size()];
       auto c = net::Connect(
-          loop_, options_.coordinator_host, options_.coordinator_port, options_.secret, "rank",
+          loop_, host, port, options_.secret, "rank",
           options_.rank, net_, options_.log_tag,
           [this](const std::string& m, const json& p) { return Serve(m, p); },
           [this] {
@@ -141,6 +173,11 @@ class TcpRankAgent::Impl : public DecisionOracle {
           net::LogLine(options_.log_tag, c.status().message() + "; retrying");
           last_logged = c.status().message();
         }
+        // The next coordinator is tried at once; a full round that failed backs off and, with
+        // a shared decision log, resolves from it.
+        ++next_coordinator_;
+        if (next_coordinator_ % coordinators_.size() != 0) continue;
+        if (options_.decision_log) ResolveFromLog();
         if (!Sleep(next_backoff())) return;
         continue;
       }
@@ -150,6 +187,7 @@ class TcpRankAgent::Impl : public DecisionOracle {
       {
         std::lock_guard<std::mutex> l(mu_);
         channel_ = ch;
+        state_.coordinator = host + ":" + std::to_string(port);
         state_.connected = true;
         state_.resolved = false;
         ++state_.connections;
@@ -190,6 +228,9 @@ class TcpRankAgent::Impl : public DecisionOracle {
   net::NetOptions net_;
   net::EventLoop loop_;
   std::atomic<bool> oracle_failed_{false};
+  net::EpochFence fence_;
+  std::vector<std::pair<std::string, uint16_t>> coordinators_;  // supervisor thread only
+  size_t next_coordinator_ = 0;                                 // supervisor thread only
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool stopping_ GUARDED_BY(mu_) = false;
@@ -213,6 +254,12 @@ Result<std::unique_ptr<TcpRankAgent>> StartRankAgentWithHooks(const RankAgentOpt
   if (!participant) return Status::InvalidArgument("TcpRankAgent needs a participant");
   if (options.coordinator_port == 0) {
     return Status::InvalidArgument("TcpRankAgent needs the coordinator's port");
+  }
+  for (const auto& [host, port] : options.more_coordinators) {
+    if (port == 0) {
+      return Status::InvalidArgument("TcpRankAgent: more_coordinators entry '" + host +
+                                     "' has no port");
+    }
   }
   // The TLS files are read and checked now, not by the connection thread: a bad one fails the
   // start instead of every reconnection (and the rank never reports itself ready on it).

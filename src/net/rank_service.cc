@@ -22,17 +22,36 @@ Result<std::string> StringField(const json& p, const char* method, const char* f
 Status CheckRankParams(const std::string& m, const json& params) {
   if (params.is_null()) return Status::OK();
   if (!params.is_object()) return Status::InvalidArgument(m + ": expected a map of parameters");
-  if (m == "describe" || m == "ping") return CheckFields(params, m, {});
-  if (m == "check_begin" || m == "begin") return CheckFields(params, m, {"req"});
-  if (m == "prepare") return CheckFields(params, m, {"tx"});
-  if (m == "decide") return CheckFields(params, m, {"tx", "decision", "version"});
+  if (m == "describe" || m == "ping") return CheckFields(params, m, {"epoch"});
+  if (m == "check_begin" || m == "begin") return CheckFields(params, m, {"req", "epoch"});
+  if (m == "prepare") return CheckFields(params, m, {"tx", "epoch"});
+  if (m == "decide") return CheckFields(params, m, {"tx", "decision", "version", "epoch"});
   return Status::OK();  // an unknown method is refused by name below
 }
 
 }  // namespace
 
-Result<json> ServeRankRequest(Participant& p, const std::string& m, const json& params) {
+Result<json> ServeRankRequest(Participant& p, const std::string& m, const json& params,
+                              EpochFence* fence) {
   WTX_RETURN_IF_ERROR(CheckRankParams(m, params));
+  int64_t epoch = 0;
+  if (params.is_object()) {
+    if (auto it = params.find("epoch"); it != params.end()) {
+      if (!it->is_number_integer()) {
+        return Status::InvalidArgument(m + ": field 'epoch' is not an integer");
+      }
+      epoch = it->get<int64_t>();
+    }
+  }
+  if (fence) {
+    // describe and ping only read: a stale coordinator may still look, not act (a newer epoch
+    // is remembered all the same).
+    Status admitted = fence->Admit(epoch, m);
+    const bool reads = m == "describe" || m == "ping";
+    if (!admitted.ok() && (!reads || admitted.code() != ErrorCode::kStaleCoordinator)) {
+      return admitted;
+    }
+  }
   if (m == "describe") return RankDescriptionToJson(p.Describe());
   if (m == "check_begin" || m == "begin") {
     auto req = BeginRequestFromJson(params.is_object() ? params.value("req", json()) : json());

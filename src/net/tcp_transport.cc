@@ -1,6 +1,7 @@
 // TcpTransport::Impl: acceptor, rank registry and the per-rank endpoint proxies.
 #include "wtx/tcp_transport.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -75,6 +76,8 @@ class TcpTransport::Impl {
 
   uint16_t port() const { return port_; }
 
+  void SetEpoch(int64_t epoch) { epoch_.store(epoch); }
+  int64_t epoch() const { return epoch_.load(); }
   void SetOracle(DecisionOracle* o) {
     std::lock_guard<std::mutex> l(mu_);
     oracle_ = o;
@@ -223,6 +226,7 @@ class TcpTransport::Impl {
   std::map<int, std::shared_ptr<net::Channel>> ranks_ GUARDED_BY(mu_);
   std::set<std::shared_ptr<net::Channel>> controls_ GUARDED_BY(mu_);
   DecisionOracle* oracle_ GUARDED_BY(mu_) = nullptr;
+  std::atomic<int64_t> epoch_{0};  // stamped on every request (SetLeaderEpoch)
   ControlHandler control_ GUARDED_BY(mu_);
   std::function<void(int)> on_registered_ GUARDED_BY(mu_);
 };
@@ -299,6 +303,8 @@ class TcpTransport::Impl::Proxy : public ParticipantEndpoint {
     auto c = t_->ChannelOf(rank_);
     if (used) *used = c;
     if (!c) return Down();
+    // The leader epoch: ranks refuse a request from an older one (docs/protocol.md).
+    if (const int64_t epoch = t_->epoch(); epoch > 0) params["epoch"] = epoch;
     bool transport = false;
     auto r = c->Call(method, std::move(params), timeout, &transport);
     if (!r.ok() && transport) {
@@ -350,6 +356,7 @@ bool TcpTransport::WaitForRanks(const std::vector<int>& ranks,
                                 std::chrono::milliseconds timeout) const {
   return impl_->WaitFor(ranks, timeout);
 }
+void TcpTransport::SetLeaderEpoch(int64_t epoch) { impl_->SetEpoch(epoch); }
 int TcpTransport::num_ranks() const { return impl_->num_ranks(); }
 ParticipantEndpoint* TcpTransport::endpoint(int rank) { return impl_->endpoint(rank); }
 

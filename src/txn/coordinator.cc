@@ -5,8 +5,11 @@
 #include <mutex>
 #include <set>
 
+#include <unistd.h>
+
 #include "journal/journal.h"
 #include "src/txn/coordinator_records.h"
+#include "src/txn/decision_log_journal.h"
 #include "src/txn/fan_out.h"
 #include "src/txn/journal_check.h"
 #include "src/txn/test_hooks.h"
@@ -28,6 +31,10 @@ class CoordinatorImpl : public Coordinator {
         hooks_(hooks),
         transport_(t),
         fan_out_(o.fan_out_threads) {}  // threads start only as calls need them
+  ~CoordinatorImpl() override {
+    // A clean close hands the leadership over at once (a crash lets the lease run out).
+    if (leadership_) leadership_->Resign();
+  }
   Status Init();
 
   BeginOutcome Begin(const BeginRequest& req) override;
@@ -47,6 +54,12 @@ class CoordinatorImpl : public Coordinator {
     return order_[it->second].version;
   }
   Result<std::pair<Decision, std::string>> QueryDecision(const std::string& tx) override;
+  int64_t epoch() const override { return epoch_; }
+  bool leads() const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return LeadsLocked();
+  }
+  std::string decision_log() const override { return log_->Describe(); }
 
  private:
   // Marks `tx` busy (one Begin/Commit/Abort at a time per transaction id) for its lifetime.
@@ -67,8 +80,16 @@ class CoordinatorImpl : public Coordinator {
   };
 
   // REQUIRES: mu_ held.
+  bool LeadsLocked() const { return !deposed_ && (!leadership_ || leadership_->Leads()); }
+  // REQUIRES: mu_ held.
   Status CheckAlive() const {
     if (crashed_) return Status(ErrorCode::kCrashed, "the coordinator has crashed");
+    if (!LeadsLocked()) {
+      return Status(ErrorCode::kStaleCoordinator,
+                    "this coordinator no longer leads decision log " + log_->Describe() +
+                        " (its epoch " + std::to_string(epoch_) + " ended" +
+                        (deposed_reason_.empty() ? "" : ": " + deposed_reason_) + ")");
+    }
     return Status::OK();
   }
   // REQUIRES: mu_ held.
@@ -79,135 +100,230 @@ class CoordinatorImpl : public Coordinator {
     }
     return false;
   }
-  // A failed journal write kills the coordinator: its memory and its journal may now disagree,
-  // so every later call is E_CRASHED until a restart recovers from the journal.
-  // REQUIRES: mu_ held.
-  Status Journaled(Status s) {
-    if (s.ok()) return s;
-    crashed_ = true;
-    return Status(ErrorCode::kCrashed, "coordinator journal failed: " + s.ToString());
-  }
-  // REQUIRES: mu_ held (both).
-  // Logs the decision with the votes it was decided on and the time prepare took (both absent
-  // for a decision taken without collecting votes).
-  Status LogDecision(const DecisionEntry& e, std::vector<DecisionVote> votes,
-                     std::optional<int64_t> prepare_us, bool sync);
+  // The commit point: writes `e` to the decision log unless a decision on e.tx exists, and
+  // returns the decision that holds (e, or the one another writer logged first), remembered
+  // in memory and, with a shared log, copied to the local audit journal. A journal failure
+  // kills the coordinator (memory and journal may disagree: E_CRASHED until a restart); a
+  // deposed leader's write is refused (E_STALE_COORDINATOR, and so is every later call); an
+  // unreachable log decides nothing (E_DECISION_LOG_UNAVAILABLE).
+  // REQUIRES: mu_ not held (a shared log is a network call).
+  Result<DecisionEntry> DecideOnce(const DecisionEntry& e, std::vector<LoggedVote> votes,
+                                   std::optional<int64_t> prepare_us);
+  // Remembers a decision the log holds. REQUIRES: mu_ held.
+  void Remember(const LoggedDecision& d);
   // E_VERSION_MISMATCH when `opts` expects a version the yes votes' digests do not combine to,
   // naming the ranks whose digest differs.
   static Status CheckExpectedVersion(const CommitOptions& opts,
                                      const std::vector<std::string>& digests);
-  Status LogEnd(const std::string& tx);
-  // Logs END for `tx` once every rank acknowledged its decision (nothing if already ended).
-  // REQUIRES: mu_ not held.
-  Status EndIfAcked(const std::string& tx, const std::vector<int>& unacked) {
-    if (!unacked.empty()) return Status::OK();
-    std::lock_guard<std::mutex> l(mu_);
-    if (!pending_.count(tx) || crashed_) return Status::OK();
-    return LogEnd(tx);
-  }
-  // Sends the decision to every rank at once. REQUIRES: mu_ not held.
-  std::vector<int> Deliver(const std::string& tx, Decision d, const std::string& version);
+  // Records, once every rank acknowledged the decision on `tx`, that it has ended (nothing if
+  // already ended). REQUIRES: mu_ not held.
+  Status EndIfAcked(const std::string& tx, const std::vector<int>& unacked);
+  // Sends the decision to every rank at once (or to `only` when given). REQUIRES: mu_ not held.
+  std::vector<int> Deliver(const std::string& tx, Decision d, const std::string& version,
+                           const std::vector<int>* only = nullptr);
+  // Aborts the transactions ranks hold active that no decision covers and no call of this
+  // process runs or began. REQUIRES: mu_ not held.
+  Status AbortOrphans();
   // The logged decision on `tx`, if any. REQUIRES: mu_ held.
   const DecisionEntry* DecidedLocked(const std::string& tx) const {
     auto it = decided_.find(tx);
     return it == decided_.end() ? nullptr : &order_[it->second];
   }
-  json State() const;
+  // The local audit journal agrees with the shared log (see Init).
+  Status CheckAuditAgainstLog(const std::vector<LoggedDecision>& shared);
 
   CoordinatorOptions options_;
   CoordinatorHooks hooks_;  // src/txn/test_hooks.h
   Transport* transport_;
   FanOut fan_out_;
-  std::unique_ptr<Journal> journal_ PT_GUARDED_BY(mu_);
+  // The decision log: the shared one, or audit_ itself (embedded).
+  std::shared_ptr<DecisionLog> log_;
+  std::shared_ptr<JournalDecisionLog> audit_;  // the local journal (the embedded log)
+  bool shared_ = false;                        // log_ is not audit_
+  std::shared_ptr<Leadership> leadership_;     // with a shared log
+  int64_t epoch_ = 0;
+  std::string writer_ = "coordinator";
   mutable std::mutex mu_;
   std::condition_variable decided_cv_;  // a decision was logged or a busy tx finished
   bool crashed_ GUARDED_BY(mu_) = false;
+  bool deposed_ GUARDED_BY(mu_) = false;
+  std::string deposed_reason_ GUARDED_BY(mu_);
   std::vector<DecisionEntry> order_ GUARDED_BY(mu_);
   std::map<std::string, size_t> decided_ GUARDED_BY(mu_);  // tx -> index in order_
   // Decided, not acknowledged by every rank.
   std::map<std::string, bool> pending_ GUARDED_BY(mu_);
   std::set<std::string> busy_ GUARDED_BY(mu_);        // a Begin/Commit/Abort is running on these
   std::set<std::string> collecting_ GUARDED_BY(mu_);  // a Commit is collecting votes on these
+  std::set<std::string> begun_ GUARDED_BY(mu_);       // begun by this process, not yet decided
+  // Counts Begin calls started; AbortOrphans acts only on a view no Begin raced with.
+  uint64_t begins_started_ GUARDED_BY(mu_) = 0;
 };
+
+DecisionEntry EntryOf(const LoggedDecision& d) {
+  return DecisionEntry{d.tx, d.decision, d.version, d.reason, d.time_micros};
+}
+
+std::string DefaultHolder() {
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = 0;
+  return "coordinator pid " + std::to_string(getpid()) + " on " + std::string(host);
+}
 
 Status CoordinatorImpl::Init() {
   JournalOptions jo;
   jo.env = options_.env;
   jo.identity = {"coordinator", -1};
   jo.accept_unverified = options_.accept_unverified_journal;
+  shared_ = options_.decision_log != nullptr;
   // Verified first (as `wtx check` would): a coordinator that lost its decisions must not start
-  // afresh and presume abort for transactions it committed.
-  auto j = OpenTrustedJournal(options_.journal_dir, jo);
-  if (!j.ok()) return j.status();
-  journal_ = std::move(j).value();
-  std::lock_guard<std::mutex> l(mu_);
-  WTX_RETURN_IF_ERROR(journal_->ForEachRecord([&](const json& r) -> Status {
-    WTX_ASSIGN_OR_RETURN(rec, DecodeCoordinatorRecord(r));
-    if (auto* d = std::get_if<DecisionRecord>(&rec)) {
-      DecisionEntry e;
-      e.tx = d->tx;
-      e.decision = d->decision;
-      e.version = d->version.value_or("");
-      e.reason = d->reason;
-      e.time_micros = d->ts;
-      decided_[e.tx] = order_.size();
-      order_.push_back(std::move(e));
-      pending_[d->tx] = true;
-    } else if (const auto* end = std::get_if<EndRecord>(&rec)) {
-      pending_.erase(end->tx);
+  // afresh and presume abort for transactions it committed. With a shared log the journal is
+  // the audit copy, so a commit is not synced there (the shared log's quorum write is the
+  // commit point).
+  auto audit = JournalDecisionLog::Open(options_.journal_dir, jo, /*sync_commits=*/!shared_);
+  if (!audit.ok()) return audit.status();
+  audit_ = std::move(audit).value();
+  std::vector<LoggedDecision> known;
+  if (!shared_) {
+    log_ = audit_;
+    WTX_ASSIGN_OR_RETURN(all, audit_->List());
+    known = std::move(all);
+  } else {
+    log_ = options_.decision_log;
+    writer_ = options_.holder.empty() ? DefaultHolder() : options_.holder;
+    // Lead first, then read: the decisions seen below include every one an earlier leader
+    // wrote (it can write no more once its lease ended).
+    if (options_.leadership) {
+      leadership_ = options_.leadership;
+      if (!leadership_->Leads()) {
+        return Status(ErrorCode::kStaleCoordinator,
+                      "the leadership given to the coordinator (epoch " +
+                          std::to_string(leadership_->epoch()) + ") is not held");
+      }
+      epoch_ = leadership_->epoch();
+    } else {
+      WTX_ASSIGN_OR_RETURN(lead, log_->NewLeadership(writer_, options_.lease_ttl));
+      leadership_ = std::move(lead);
+      WTX_ASSIGN_OR_RETURN(epoch, leadership_->Acquire(options_.leader_wait));
+      epoch_ = epoch;
     }
-    return Status::OK();
-  }));
-  if (journal_->state().is_null()) {
-    return journal_->Append(Encode(CoordinatorCreateRecord{options_.env.clock->NowMicros()}),
-                            State(), true);
+    WTX_ASSIGN_OR_RETURN(all, log_->List());
+    WTX_RETURN_IF_ERROR(CheckAuditAgainstLog(all));
+    known = std::move(all);
   }
-  if (!journal_->unverified_at_open().empty()) {
-    // The operator accepted a journal whose synced records cannot be verified: on the record.
-    return Journaled(
-        journal_->Append(Encode(AcceptedUnverifiedRecord{journal_->unverified_at_open(),
-                                                         options_.env.clock->NowMicros()}),
-                         State(), true));
+  transport_->SetLeaderEpoch(epoch_);
+  std::lock_guard<std::mutex> l(mu_);
+  for (const LoggedDecision& d : known) Remember(d);
+  return Status::OK();
+}
+
+Status CoordinatorImpl::CheckAuditAgainstLog(const std::vector<LoggedDecision>& shared) {
+  std::map<std::string, const LoggedDecision*> by_tx;
+  for (const LoggedDecision& d : shared) by_tx[d.tx] = &d;
+  WTX_ASSIGN_OR_RETURN(local, audit_->List());
+  for (const LoggedDecision& d : local) {
+    auto it = by_tx.find(d.tx);
+    if (it == by_tx.end()) {
+      // An ended decision may have been compacted away (retention); one that is not ended
+      // must be there: this is the wrong log (cluster or prefix), or it lost a decision.
+      if (d.ended) continue;
+      return Status(ErrorCode::kJournalCorrupt,
+                    "the local audit journal " + options_.journal_dir + " holds decision " +
+                        std::string(DecisionName(d.decision)) + " on transaction '" + d.tx +
+                        "' that decision log " + log_->Describe() +
+                        " does not hold (the wrong etcd cluster or prefix?)");
+    }
+    if (it->second->decision != d.decision || it->second->version != d.version) {
+      return Status(ErrorCode::kJournalCorrupt,
+                    "transaction '" + d.tx + "': the local audit journal " +
+                        options_.journal_dir + " holds " + std::string(DecisionName(d.decision)) +
+                        " but decision log " + log_->Describe() + " holds " +
+                        std::string(DecisionName(it->second->decision)));
+    }
   }
   return Status::OK();
 }
 
-json CoordinatorImpl::State() const {
-  CoordinatorState s;
-  s.decisions = order_.size();
-  for (const auto& [tx, _] : pending_) s.pending.push_back(tx);
-  return EncodeCoordinatorState(s);
-}
-
-Status CoordinatorImpl::LogDecision(const DecisionEntry& e, std::vector<DecisionVote> votes,
-                                    std::optional<int64_t> prepare_us, bool sync) {
-  decided_[e.tx] = order_.size();
-  order_.push_back(e);
-  pending_[e.tx] = true;
-  DecisionRecord rec;
-  rec.tx = e.tx;
-  rec.decision = e.decision;
-  if (!e.version.empty()) rec.version = e.version;
-  rec.reason = e.reason;
-  rec.votes = std::move(votes);
-  rec.prepare_us = prepare_us;
-  rec.ts = e.time_micros;
-  Status s = Journaled(journal_->Append(Encode(rec), State(), sync));
+void CoordinatorImpl::Remember(const LoggedDecision& d) {
+  begun_.erase(d.tx);
+  if (decided_.count(d.tx)) {
+    if (d.ended) pending_.erase(d.tx);
+    return;
+  }
+  decided_[d.tx] = order_.size();
+  order_.push_back(EntryOf(d));
+  if (!d.ended) pending_[d.tx] = true;
   decided_cv_.notify_all();
-  return s;
 }
 
-Status CoordinatorImpl::LogEnd(const std::string& tx) {
-  pending_.erase(tx);
-  return Journaled(
-      journal_->Append(Encode(EndRecord{tx, options_.env.clock->NowMicros()}), State(), false));
+Result<DecisionEntry> CoordinatorImpl::DecideOnce(const DecisionEntry& e,
+                                                  std::vector<LoggedVote> votes,
+                                                  std::optional<int64_t> prepare_us) {
+  LoggedDecision d;
+  d.tx = e.tx;
+  d.decision = e.decision;
+  d.version = e.version;
+  d.reason = e.reason;
+  d.writer = writer_;
+  d.epoch = epoch_;
+  d.time_micros = e.time_micros;
+  d.prepare_us = prepare_us;
+  d.votes = std::move(votes);
+  auto won = log_->Decide(d);
+  std::lock_guard<std::mutex> l(mu_);
+  if (!won.ok()) {
+    if (won.status().code() == ErrorCode::kStaleCoordinator) {
+      deposed_ = true;
+      deposed_reason_ = won.status().message();
+    } else if (won.status().code() == ErrorCode::kCrashed) {
+      crashed_ = true;
+    }
+    return won.status();
+  }
+  if (shared_) {
+    // The audit copy follows the shared log; it is not the commit point.
+    auto copied = audit_->Decide(won.value());
+    if (!copied.ok()) {
+      crashed_ = true;
+      return Status(ErrorCode::kCrashed, copied.status().message());
+    }
+  }
+  Remember(won.value());
+  return EntryOf(won.value());
+}
+
+Status CoordinatorImpl::EndIfAcked(const std::string& tx, const std::vector<int>& unacked) {
+  if (!unacked.empty()) return Status::OK();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!pending_.count(tx) || crashed_) return Status::OK();
+    pending_.erase(tx);
+  }
+  Status s = audit_->MarkEnded(tx);
+  if (!s.ok()) {
+    std::lock_guard<std::mutex> l(mu_);
+    crashed_ = true;
+    return Status(ErrorCode::kCrashed, s.message());
+  }
+  // Best effort: a decision the shared log still lists unended is re-sent by the next leader,
+  // which the ranks acknowledge again.
+  if (shared_) log_->MarkEnded(tx).ok();
+  return Status::OK();
 }
 
 std::vector<int> CoordinatorImpl::Deliver(const std::string& tx, Decision d,
-                                          const std::string& version) {
+                                          const std::string& version,
+                                          const std::vector<int>* only) {
   const int n = transport_->num_ranks();
   std::vector<char> acked(n, 0);
+  std::vector<char> asked(n, only ? 0 : 1);
+  if (only) {
+    for (int r : *only) asked[r] = 1;
+  }
   fan_out_.Run(n, [&](int r) {
+    if (!asked[r]) {
+      acked[r] = 1;
+      return;
+    }
     Status s = transport_->endpoint(r)->Decide(tx, d, version);
     // A rank that never began `tx` (E_NO_TX) has nothing to learn.
     acked[r] = s.ok() || s.code() == ErrorCode::kNoTx;
@@ -237,6 +353,7 @@ BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
                           "transaction id '" + req.tx + "' is being begun or decided right now");
       return out;
     }
+    ++begins_started_;
   }
   BusyTx busy(this, req.tx);
   const int n = transport_->num_ranks();
@@ -309,6 +426,8 @@ BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
       if (aborted_meanwhile) {
         out.errors.push_back({-1, Status(ErrorCode::kNoTx, "transaction '" + req.tx +
                                                                "' was aborted while it began")});
+      } else {
+        begun_.insert(req.tx);  // ours: recovery must not take it for an orphan
       }
     }
     if (!out.errors.empty()) {
@@ -408,6 +527,7 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
     e.decision = Decision::kCommit;
     e.version = CombineRankDigests(digests);
   }
+  std::vector<LoggedVote> votes;
   {
     std::lock_guard<std::mutex> l(mu_);
     collecting_.erase(tx);
@@ -415,49 +535,51 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
       out.status = s;
       return out;
     }
-    if (const DecisionEntry* prior = DecidedLocked(tx)) {
-      // Aborted while the votes were being collected (Abort, or a presumed abort): that
-      // logged decision stands. Its sender delivered it; ranks that prepared since hear it
-      // again below.
-      e = *prior;
-      out.status = Status(
-          ErrorCode::kNoTx,
-          "transaction '" + tx + "' was aborted while its votes were collected (" + e.reason + ")");
-      out.decision = e.decision;
-      out.decision_logged = true;
-    } else if (all_unknown) {
+    if (DecidedLocked(tx) == nullptr && all_unknown) {
       out.status = Status(ErrorCode::kNoTx, "no rank has transaction '" + tx + "' active");
       return out;
-    } else {
-      if (CrashAt("before_decision_logged")) {
-        out.status =
-            Status(ErrorCode::kCrashed, "the coordinator crashed before logging the decision");
-        return out;
-      }
-      e.time_micros = options_.env.clock->NowMicros();
-      std::vector<DecisionVote> votes;
-      for (const auto& v : out.votes) {
-        DecisionVote dv;
-        dv.rank = v.rank;
-        dv.vote = std::string(VoteKindName(v.kind));
-        if (v.kind == VoteReport::Kind::kNo) dv.error = std::string(ErrorCodeName(v.vote.error));
-        votes.push_back(std::move(dv));
-      }
-      // The commit point: a commit decision is synced before any rank hears it.
-      Status ls = LogDecision(e, std::move(votes), t1 - t0, e.decision == Decision::kCommit);
-      if (!ls.ok()) {
-        out.status = ls;
-        return out;
-      }
-      out.decision = e.decision;
-      out.decision_logged = true;
-      out.version = e.version;
-      if (CrashAt("after_decision_logged")) {
-        out.status =
-            Status(ErrorCode::kCrashed, "the coordinator crashed after logging the decision");
-        for (int r = 0; r < n; ++r) out.unacknowledged.push_back(r);
-        return out;
-      }
+    }
+    if (DecidedLocked(tx) == nullptr && CrashAt("before_decision_logged")) {
+      out.status =
+          Status(ErrorCode::kCrashed, "the coordinator crashed before logging the decision");
+      return out;
+    }
+    e.time_micros = options_.env.clock->NowMicros();
+    for (const auto& v : out.votes) {
+      LoggedVote lv;
+      lv.rank = v.rank;
+      lv.vote = std::string(VoteKindName(v.kind));
+      if (v.kind == VoteReport::Kind::kNo) lv.error = std::string(ErrorCodeName(v.vote.error));
+      votes.push_back(std::move(lv));
+    }
+  }
+  // The commit point: the decision log holds the decision before any rank hears it. Aborted
+  // while the votes were collected (Abort, a presumed abort, a rank's cooperative abort on a
+  // shared log): that logged decision stands, and the log returns it.
+  auto won = DecideOnce(e, std::move(votes), t1 - t0);
+  if (!won.ok()) {
+    out.status = won.status();
+    return out;
+  }
+  const bool ours = won->decision == e.decision && won->version == e.version &&
+                    won->reason == e.reason && won->time_micros == e.time_micros;
+  if (!ours) {
+    e = won.value();
+    out.status = Status(ErrorCode::kNoTx, "transaction '" + tx +
+                                              "' was decided while its votes were collected (" +
+                                              std::string(DecisionName(e.decision)) +
+                                              (e.reason.empty() ? "" : ": " + e.reason) + ")");
+  }
+  out.decision = e.decision;
+  out.decision_logged = true;
+  out.version = e.decision == Decision::kCommit ? e.version : "";
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (CrashAt("after_decision_logged")) {
+      out.status =
+          Status(ErrorCode::kCrashed, "the coordinator crashed after logging the decision");
+      for (int r = 0; r < n; ++r) out.unacknowledged.push_back(r);
+      return out;
     }
   }
   out.unacknowledged = Deliver(tx, e.decision, e.version);
@@ -497,7 +619,7 @@ Status CoordinatorImpl::CheckExpectedVersion(const CommitOptions& opts,
 
 BeginOutcome CoordinatorImpl::Abort(const std::string& tx) {
   BeginOutcome out;
-  bool redeliver = false;
+  bool log_first = false;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (Status s = CheckAlive(); !s.ok()) {
@@ -515,20 +637,25 @@ BeginOutcome CoordinatorImpl::Abort(const std::string& tx) {
         out.status = Status(ErrorCode::kNoTx, "transaction '" + tx + "' was already aborted");
         return out;
       }
-      redeliver = true;
+      log_first = true;  // DecideOnce returns the logged abort; re-delivered below
     } else if (busy_.count(tx)) {
       // A Begin or Commit is running on it: the sender gives up now. The running call sees
       // the logged abort before it could decide otherwise, and ends in abort.
-      DecisionEntry e{tx, Decision::kAbort, "", "aborted by the sender",
-                      options_.env.clock->NowMicros()};
-      if (Status s = LogDecision(e, {}, std::nullopt, false); !s.ok()) {
-        out.status = s;
-        return out;
-      }
-      redeliver = true;
+      log_first = true;
     }
   }
-  if (redeliver) {
+  const DecisionEntry abort_entry{tx, Decision::kAbort, "", "aborted by the sender",
+                                  options_.env.clock->NowMicros()};
+  if (log_first) {
+    auto won = DecideOnce(abort_entry, {}, std::nullopt);
+    if (!won.ok()) {
+      out.status = won.status();
+      return out;
+    }
+    if (won->decision == Decision::kCommit) {
+      out.status = Status(ErrorCode::kNoTx, "transaction '" + tx + "' already committed");
+      return out;
+    }
     EndIfAcked(tx, Deliver(tx, Decision::kAbort, "")).ok();
     return out;
   }
@@ -549,22 +676,48 @@ BeginOutcome CoordinatorImpl::Abort(const std::string& tx) {
     out.status = Status(ErrorCode::kNoTx, "no rank has transaction '" + tx + "' active");
     return out;
   }
-  std::lock_guard<std::mutex> l(mu_);
-  if (Status s = CheckAlive(); !s.ok()) {
-    out.status = s;
+  // A rank refused (a prepared rank takes no abort without a logged decision once it voted),
+  // or some ranks aborted: the abort is logged, so it stands for everyone.
+  auto won = DecideOnce(abort_entry, {}, std::nullopt);
+  if (!won.ok()) {
+    out.status = won.status();
     return out;
   }
-  if (DecidedLocked(tx)) return out;  // decided (abort) meanwhile by a presumed abort
-  DecisionEntry e{tx, Decision::kAbort, "", "aborted by the sender",
-                  options_.env.clock->NowMicros()};
-  Status s = LogDecision(e, {}, std::nullopt, false);
-  if (s.ok() && unacked.empty()) s = LogEnd(tx);
-  if (!s.ok()) out.status = s;
+  if (won->decision == Decision::kCommit) {
+    // Committed first by another writer: the ranks that could hear it learn it now.
+    EndIfAcked(tx, Deliver(tx, Decision::kCommit, won->version)).ok();
+    out.status = Status(ErrorCode::kNoTx, "transaction '" + tx + "' already committed");
+    return out;
+  }
+  if (!unacked.empty()) unacked = Deliver(tx, Decision::kAbort, "", &unacked);
+  if (unacked.empty()) {
+    // Every rank that was asked knows; the others answered E_NO_TX.
+    std::vector<int> none;
+    EndIfAcked(tx, none).ok();
+  }
   return out;
 }
 
 Status CoordinatorImpl::Recover() {
   std::vector<DecisionEntry> todo;
+  if (shared_) {
+    // Decisions other writers logged (a coordinator before this one, a rank's cooperative
+    // abort) that some rank may still wait for.
+    auto unended = log_->ListUnended();
+    if (!unended.ok()) return unended.status();
+    std::lock_guard<std::mutex> l(mu_);
+    for (const LoggedDecision& d : unended.value()) {
+      if (!decided_.count(d.tx)) {
+        auto copied = audit_->Decide(d);
+        if (!copied.ok()) {
+          crashed_ = true;
+          return Status(ErrorCode::kCrashed, copied.status().message());
+        }
+      }
+      Remember(d);
+      pending_[d.tx] = true;
+    }
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     WTX_RETURN_IF_ERROR(CheckAlive());
@@ -574,8 +727,61 @@ Status CoordinatorImpl::Recover() {
     std::vector<int> unacked = Deliver(e.tx, e.decision, e.version);
     WTX_RETURN_IF_ERROR(EndIfAcked(e.tx, unacked));
   }
+  WTX_RETURN_IF_ERROR(AbortOrphans());
   std::lock_guard<std::mutex> l(mu_);
   return CheckAlive();
+}
+
+Status CoordinatorImpl::AbortOrphans() {
+  uint64_t begins_before = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!busy_.empty()) return Status::OK();  // a call is running: the next recovery looks
+    begins_before = begins_started_;
+  }
+  const int n = transport_->num_ranks();
+  std::vector<std::optional<std::string>> active(n);
+  fan_out_.Run(n, [&](int r) {
+    auto d = transport_->endpoint(r)->Describe();
+    if (d.ok()) active[r] = d->active_tx;
+  });
+  // tx -> ranks holding it active.
+  std::map<std::string, std::vector<int>> orphans;
+  std::map<std::string, std::vector<int>> decided_on;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    // A Begin that started since the view was taken may be what a rank shows: look again at
+    // the next recovery rather than abort it.
+    if (begins_started_ != begins_before || !busy_.empty()) return Status::OK();
+    for (int r = 0; r < n; ++r) {
+      if (!active[r]) continue;
+      const std::string& tx = *active[r];
+      if (DecidedLocked(tx)) {
+        decided_on[tx].push_back(r);
+      } else if (!begun_.count(tx)) {
+        orphans[tx].push_back(r);
+      }
+    }
+  }
+  for (const auto& [tx, ranks] : decided_on) {
+    DecisionEntry e;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      e = *DecidedLocked(tx);
+    }
+    Deliver(tx, e.decision, e.version, &ranks);
+  }
+  for (const auto& [tx, ranks] : orphans) {
+    // Begun by a coordinator that died before deciding: nobody will ever commit it.
+    const DecisionEntry abort_entry{
+        tx, Decision::kAbort, "",
+        "aborted on recovery: begun by a coordinator that did not decide it",
+        options_.env.clock->NowMicros()};
+    auto won = DecideOnce(abort_entry, {}, std::nullopt);
+    if (!won.ok()) return won.status();
+    EndIfAcked(tx, Deliver(tx, won->decision, won->version)).ok();
+  }
+  return Status::OK();
 }
 
 Result<std::pair<Decision, std::string>> CoordinatorImpl::QueryDecision(const std::string& tx) {
@@ -592,14 +798,15 @@ Result<std::pair<Decision, std::string>> CoordinatorImpl::QueryDecision(const st
     if (const DecisionEntry* e = DecidedLocked(tx)) {
       return std::make_pair(e->decision, e->version);
     }
-    // Presumed abort; logged so that the transaction can never commit later (a Begin or
-    // Commit running on it ends in abort), and told to every rank so that none keeps waiting.
-    DecisionEntry e{tx, Decision::kAbort, "", "presumed abort (never decided)",
-                    options_.env.clock->NowMicros()};
-    WTX_RETURN_IF_ERROR(LogDecision(e, {}, std::nullopt, false));
   }
-  WTX_RETURN_IF_ERROR(EndIfAcked(tx, Deliver(tx, Decision::kAbort, "")));
-  return std::make_pair(Decision::kAbort, std::string());
+  // Presumed abort; logged so that the transaction can never commit later (a Begin or Commit
+  // running on it ends in abort), and told to every rank so that none keeps waiting. On a
+  // shared log another writer may have decided first: its decision is the answer.
+  const DecisionEntry abort_entry{tx, Decision::kAbort, "", "presumed abort (never decided)",
+                                  options_.env.clock->NowMicros()};
+  WTX_ASSIGN_OR_RETURN(won, DecideOnce(abort_entry, {}, std::nullopt));
+  WTX_RETURN_IF_ERROR(EndIfAcked(tx, Deliver(tx, won.decision, won.version)));
+  return std::make_pair(won.decision, won.version);
 }
 
 }  // namespace

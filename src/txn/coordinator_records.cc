@@ -65,6 +65,8 @@ json Encode(const DecisionRecord& r) {
     out["votes"] = std::move(votes);
   }
   if (r.prepare_us) out["timings_us"] = {{"prepare", *r.prepare_us}};
+  if (r.writer) out["writer"] = *r.writer;
+  if (r.epoch) out["epoch"] = *r.epoch;
   return out;
 }
 
@@ -85,6 +87,8 @@ Result<DecisionRecord> DecodeDecision(const json& j) {
   });
   f.WithObject("timings_us", false, [&](RecordFields& t) { r.prepare_us = t.OptInt("prepare"); });
   r.ts = f.OptInt("ts").value_or(0);
+  r.writer = f.OptString("writer");
+  r.epoch = f.OptInt("epoch");
   return FieldsResult(f, std::move(r));
 }
 

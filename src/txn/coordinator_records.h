@@ -49,6 +49,10 @@ struct DecisionRecord {
   std::vector<DecisionVote> votes;    // decided by collecting votes (absent otherwise)
   std::optional<int64_t> prepare_us;  // timings_us.prepare
   int64_t ts = 0;
+  // Who wrote the decision and the writer's leader epoch (a shared decision log: see
+  // include/wtx/decision_log.h); absent in journals of the embedded log.
+  std::optional<std::string> writer;
+  std::optional<int64_t> epoch;
 };
 
 // Every rank acknowledged the decision on `tx`.

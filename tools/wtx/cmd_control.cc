@@ -64,6 +64,29 @@ CLI::Validator HostPortCheck() {
       "HOST:PORT");
 }
 
+CLI::Validator HostPortListCheck() {
+  return CLI::Validator(
+      [](std::string& s) {
+        auto list = ParseHostPortList(s);
+        return list.ok() ? std::string() : list.status().message();
+      },
+      "HOST:PORT[,HOST:PORT...]");
+}
+
+Result<std::vector<std::pair<std::string, uint16_t>>> ParseHostPortList(const std::string& s) {
+  std::vector<std::pair<std::string, uint16_t>> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = s.find(',', start);
+    const std::string one = s.substr(start, comma == std::string::npos ? comma : comma - start);
+    auto hp = net::ParseHostPort(one);
+    if (!hp.ok()) return hp.status();
+    out.push_back(std::move(hp).value());
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
 void RegisterControlCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("control", "One control call to a wtx coordinator or rank");
   auto address = std::make_shared<std::string>();

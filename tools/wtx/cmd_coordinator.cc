@@ -8,6 +8,10 @@
 // in-doubt ranks; it re-sends pending decisions whenever a rank (re)connects (the library's
 // CoordinatorRecovery, src/net/coordinator_recovery.h). This file parses flags and wires.
 // --defer-recovery leaves both to a control "recover" call (the simulator's ordering).
+// With --decision-log etcd://... the decisions live in etcd: the coordinator first takes the
+// leadership of the log (waiting up to --leader-wait-ms for a dead leader's lease to end, or,
+// with --standby, for as long as another coordinator leads), and only then listens; it exits
+// (status 4) when it loses the leadership, so that a deposed coordinator serves no one.
 // Prints one JSON line on stdout once ready (journal recovered, listening): {"ready": true,
 // "port": P}; SIGINT/SIGTERM stop it at any stage, start-up and the wait for ranks included
 // (daemon_signals.h).
@@ -25,6 +29,7 @@
 #include "tools/wtx/commands.h"
 #include "tools/wtx/daemon_hooks.h"
 #include "tools/wtx/daemon_signals.h"
+#include "tools/wtx/decision_log_flags.h"
 #include "wtx/coordinator.h"
 #include "wtx/tcp_transport.h"
 
@@ -49,6 +54,11 @@ struct CoordinatorArgs {
   bool defer_recovery = false;
   DaemonHookFlags hook_flags;  // --test-hooks, --sync-delay-ms (daemon_hooks.h)
   bool accept_unverified_journal = false;
+  DecisionLogFlags decision_log;
+  bool standby = false;
+  int64_t lease_ttl_ms = 2000;
+  int64_t leader_wait_ms = -1;  // default: two lease TTLs and a second
+  std::string holder;
 };
 
 int Fail(const Status& s) { return net::FailToStart("coordinator", s); }
@@ -64,6 +74,34 @@ int RunCoordinator(const CoordinatorArgs& a) {
                                    /*must_hold_files=*/false);
       !s.ok()) {
     return Fail(s);
+  }
+  // A shared decision log is opened, and led, before anything listens: a standby must not take
+  // ranks' connections away from the leader.
+  signals.Stage("opening --decision-log");
+  auto log = OpenDecisionLogFlags(a.decision_log);
+  if (!log.ok()) return Fail(log.status());
+  std::shared_ptr<Leadership> leadership;
+  if (log.value()) {
+    const std::string holder =
+        a.holder.empty() ? "wtx coordinator pid " + std::to_string(getpid()) + " listening on " +
+                               a.listen
+                         : a.holder;
+    auto lead = log.value()->NewLeadership(holder, milliseconds(a.lease_ttl_ms));
+    if (!lead.ok()) return Fail(lead.status());
+    leadership = std::move(lead).value();
+    const milliseconds wait =
+        a.standby ? milliseconds(kMaxTimeoutMs)
+                  : milliseconds(a.leader_wait_ms >= 0 ? a.leader_wait_ms : 2 * a.lease_ttl_ms + 1000);
+    signals.Stage(a.standby ? "standing by for the leadership of --decision-log"
+                            : "taking the leadership of --decision-log");
+    if (a.standby) {
+      net::LogLine("coordinator", "standby: waiting for the leadership of " +
+                                 log.value()->Describe());
+    }
+    auto epoch = leadership->Acquire(wait);
+    if (!epoch.ok()) return Fail(epoch.status());
+    net::LogLine("coordinator", "leads " + log.value()->Describe() + " with epoch " +
+                               std::to_string(epoch.value()));
   }
   signals.Stage("reading the TLS files, listening on --listen");
   TcpTransportOptions to;
@@ -87,6 +125,9 @@ int RunCoordinator(const CoordinatorArgs& a) {
   co.journal_dir = a.journal;
   co.prepare_timeout = milliseconds(a.prepare_timeout_ms);
   co.accept_unverified_journal = a.accept_unverified_journal;
+  co.decision_log = log.value();
+  co.leadership = leadership;
+  co.lease_ttl = milliseconds(a.lease_ttl_ms);
   if (test.journal_fs) co.env.fs = test.journal_fs;
   hooks.crash_points = test.crash_points;
   signals.Stage("opening and recovering --journal");
@@ -97,20 +138,30 @@ int RunCoordinator(const CoordinatorArgs& a) {
   net::CoordinatorControlService control(c, &t, a.ranks, test.control);
   t.SetControlHandler(control.Handler());
 
-  signals.Ready({{"ready", true}, {"role", "coordinator"}, {"port", t.port()}});
+  json ready = {{"ready", true}, {"role", "coordinator"}, {"port", t.port()}};
+  if (co.decision_log) {
+    ready["epoch"] = c->epoch();
+    ready["decision_log"] = c->decision_log();
+  }
+  signals.Ready(ready);
 
   // Unless deferred: wait for the ranks, re-send logged decisions, then answer in-doubt ranks
   // and re-send pending decisions whenever a rank (re)connects.
   net::CoordinatorRecovery recovery(c, &t);
   if (!a.defer_recovery) recovery.Start(a.ranks, milliseconds(a.startup_wait_ms));
-  signals.WaitForStop();
+  // A deposed leader stops: it can decide nothing, and ranks must find its successor.
+  const bool deposed = !signals.WaitForStopOr([c] { return !c->leads(); });
+  if (deposed) {
+    net::LogLine("coordinator", "lost the leadership of " + c->decision_log() + " (epoch " +
+                               std::to_string(c->epoch()) + "); exiting");
+  }
   recovery.RequestStop();  // a startup wait cut short by the shutdown is no missing rank
   // Every blocking wait ends within a second: the startup wait and WaitForRanks calls return,
   // and calls in flight (prepare, decide, recover) fail at once on their closed connections.
   t.Shutdown();
   recovery.Stop();
   transport.value().reset();
-  return kExitOk;
+  return deposed ? kExitUnreachable : kExitOk;
 }
 
 }  // namespace
@@ -145,6 +196,18 @@ void RegisterCoordinatorCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--accept-unverified-journal", a->accept_unverified_journal,
                 "Start on a journal that has records but no valid sync watermark (synced records "
                 "may have been lost); logged in the journal as an ACCEPTED_UNVERIFIED record");
+  AddDecisionLogFlags(cmd, &a->decision_log);
+  cmd->add_flag("--standby", a->standby,
+                "With --decision-log: wait for as long as another coordinator leads, then take "
+                "over (re-send its decisions, abort what it left undecided)");
+  AddIntOption(cmd, "--lease-ttl-ms", &a->lease_ttl_ms, IntBounds{1000, 600000},
+               "Leader lease TTL (rounded up to whole seconds by etcd)")
+      ->capture_default_str();
+  AddIntOption(cmd, "--leader-wait-ms", &a->leader_wait_ms, kWaitMsBounds,
+               "Without --standby: how long to wait for another leader's lease to end before "
+               "refusing to start (default: 2 x --lease-ttl-ms + 1000)");
+  cmd->add_option("--holder", a->holder,
+                  "This coordinator's name in the leader record (default: pid and --listen)");
   AddDaemonHookFlags(cmd, &a->hook_flags);
   cmd->callback([=] { *exit_code = RunCoordinator(*a); });
 }

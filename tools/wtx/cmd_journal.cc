@@ -3,12 +3,20 @@
 // journal read-only (safe beside a running process); log, show, status and replay first run
 // the full integrity check of `wtx check` and refuse a journal that fails it rather than print
 // wrong history. Warnings (a torn unsynced tail) go to stderr.
+//
+// With --decision-log etcd://.../PREFIX, log, show and status read the decisions from the
+// shared decision log instead (DIR is then not needed), and check compares a coordinator's
+// local audit journal DIR with it: a decision the two hold differently, or one the journal
+// holds unended that the shared log lacks, is reported (exit 3).
 #include <ctime>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <sstream>
 
+#include "src/txn/logged_decision_json.h"
 #include "tools/wtx/commands.h"
+#include "tools/wtx/decision_log_flags.h"
 #include "wtx/journal_reader.h"
 
 namespace wtx::cli {
@@ -49,6 +57,134 @@ std::string Short(const std::optional<std::string>& v) {
 }
 
 json OptionalJson(const std::optional<std::string>& v) { return v ? json(*v) : json(); }
+
+// Exit codes of a shared log that cannot be read: 4 when unreachable, 3 when a value under
+// the prefix does not decode, 2 for bad flags.
+int RefuseLog(const std::string& cmd, const Status& s) {
+  std::cerr << "wtx " << cmd << ": " << s.ToString() << "\n";
+  return s.code() == ErrorCode::kDecisionLogUnavailable ? kExitUnreachable : ExitCodeFor(s);
+}
+
+int LogShared(const DecisionLogFlags& flags, bool as_json) {
+  auto log = OpenDecisionLogFlags(flags);
+  if (!log.ok()) return RefuseLog("log", log.status());
+  auto all = log.value()->List();
+  if (!all.ok()) return RefuseLog("log", all.status());
+  if (as_json) {
+    json entries = json::array();
+    for (const LoggedDecision& d : all.value()) entries.push_back(LoggedDecisionToJson(d));
+    std::cout << entries.dump() << "\n";
+    return kExitOk;
+  }
+  std::cout << std::left << std::setw(12) << "TX" << std::setw(9) << "DECISION" << std::setw(18)
+            << "VERSION" << std::setw(7) << "EPOCH" << std::setw(7) << "ENDED" << std::setw(26)
+            << "TIME" << std::setw(28) << "WRITER"
+            << "REASON\n";
+  for (const LoggedDecision& d : all.value()) {
+    std::cout << std::left << std::setw(12) << d.tx << std::setw(9) << DecisionName(d.decision)
+              << std::setw(18)
+              << Short(d.version.empty() ? std::nullopt : std::optional<std::string>(d.version))
+              << std::setw(7) << d.epoch << std::setw(7) << (d.ended ? "yes" : "no")
+              << std::setw(26) << Time(d.time_micros) << std::setw(28) << d.writer << d.reason
+              << "\n";
+  }
+  return kExitOk;
+}
+
+int ShowShared(const DecisionLogFlags& flags, const std::string& tx, bool as_json) {
+  auto log = OpenDecisionLogFlags(flags);
+  if (!log.ok()) return RefuseLog("show", log.status());
+  auto d = log.value()->Read(tx);
+  if (!d.ok()) return RefuseLog("show", d.status());
+  if (!d.value()) {
+    std::cerr << "wtx show: no decision on '" << tx << "' in " << log.value()->Describe() << "\n";
+    return kExitFailed;
+  }
+  std::cout << LoggedDecisionToJson(**d).dump(as_json ? -1 : 2) << "\n";
+  return kExitOk;
+}
+
+int StatusShared(const DecisionLogFlags& flags, bool as_json) {
+  auto log = OpenDecisionLogFlags(flags);
+  if (!log.ok()) return RefuseLog("status", log.status());
+  auto all = log.value()->List();
+  if (!all.ok()) return RefuseLog("status", all.status());
+  auto leader = log.value()->CurrentLeader();
+  if (!leader.ok()) return RefuseLog("status", leader.status());
+  json unended = json::array();
+  for (const LoggedDecision& d : all.value()) {
+    if (!d.ended) unended.push_back(d.tx);
+  }
+  json s = {{"decision_log", log.value()->Describe()},
+            {"decisions", all->size()},
+            {"pending", unended},
+            {"leader", leader.value() ? json{{"epoch", leader.value()->first},
+                                              {"holder", leader.value()->second}}
+                                      : json()}};
+  if (as_json) {
+    std::cout << s.dump() << "\n";
+    return kExitOk;
+  }
+  for (const auto& [k, v] : s.items())
+    std::cout << std::left << std::setw(14) << k << v.dump() << "\n";
+  return kExitOk;
+}
+
+// The local audit journal DIR of a coordinator against the shared log.
+int CheckShared(const DecisionLogFlags& flags, const std::string& dir) {
+  auto log = OpenDecisionLogFlags(flags);
+  if (!log.ok()) return RefuseLog("check", log.status());
+  auto all = log.value()->List();
+  if (!all.ok()) return RefuseLog("check", all.status());
+  size_t compared = 0;
+  if (!dir.empty()) {
+    auto h = ReadJournalHistory(dir);
+    if (!h.ok()) return Refuse("check", h.status());
+    if (h->owner.role != "coordinator") {
+      return Refuse("check", Status::InvalidArgument(
+                                 "DIR " + dir + " is a participant's journal; --decision-log "
+                                                "compares a coordinator's journal"));
+    }
+    std::map<std::string, const LoggedDecision*> shared;
+    for (const LoggedDecision& d : all.value()) shared[d.tx] = &d;
+    std::vector<std::string> disagree;
+    for (const HistoryEntry& e : h->entries) {
+      if (!e.decision) continue;
+      ++compared;
+      auto it = shared.find(e.tx);
+      if (it == shared.end()) {
+        // An acknowledged decision may have been compacted from the shared log.
+        if (!e.acknowledged) {
+          disagree.push_back("transaction '" + e.tx + "': the journal holds " +
+                             std::string(DecisionName(*e.decision)) +
+                             ", the decision log holds none");
+        }
+        continue;
+      }
+      const std::string local_version = e.version.value_or("");
+      if (it->second->decision != *e.decision ||
+          (*e.decision == Decision::kCommit && it->second->version != local_version)) {
+        disagree.push_back("transaction '" + e.tx + "': the journal holds " +
+                           std::string(DecisionName(*e.decision)) + " " + local_version +
+                           ", the decision log holds " +
+                           std::string(DecisionName(it->second->decision)) + " " +
+                           it->second->version);
+      }
+    }
+    if (!disagree.empty()) {
+      for (const std::string& d : disagree) std::cerr << "wtx check: " << d << "\n";
+      std::cerr << "wtx check: " << dir << " and " << log.value()->Describe() << " disagree on "
+                << disagree.size() << " decision(s)\n";
+      return kExitJournalCorrupt;
+    }
+  }
+  std::cout << "ok: " << log.value()->Describe() << " (" << all->size()
+            << " decisions, every value decodes"
+            << (dir.empty() ? "" : "; " + std::to_string(compared) + " decisions of " + dir +
+                                       " agree with it")
+            << ")\n";
+  return kExitOk;
+}
 
 int Log(const std::string& dir, bool as_json) {
   if (Status s = CheckJournalDir(dir); !s.ok()) return Refuse("log", s);
@@ -183,21 +319,49 @@ void RegisterJournalCommands(CLI::App& app, int* exit_code) {
   auto tx = std::make_shared<std::string>();
   auto as_json = std::make_shared<bool>(false);
 
+  auto shared = std::make_shared<DecisionLogFlags>();
+  // DIR is required unless --decision-log names the shared log to read instead.
+  auto need_dir = [=](const std::string& cmd) -> int {
+    if (shared->url.empty() && dir->empty()) {
+      std::cerr << "wtx " << cmd << ": give DIR (a journal) or --decision-log\n";
+      return kExitInvalidInput;
+    }
+    return kExitOk;
+  };
+
   auto* log = app.add_subcommand("log", "One line per transaction in a journal");
-  log->add_option("dir", *dir, "Journal directory (e.g. DIR/rank-0)")->required();
+  log->add_option("dir", *dir, "Journal directory (e.g. DIR/rank-0)");
   log->add_flag("--json", *as_json, "JSON output");
-  log->callback([=] { *exit_code = Log(*dir, *as_json); });
+  AddDecisionLogFlags(log, shared.get());
+  log->callback([=] {
+    if ((*exit_code = need_dir("log")) != kExitOk) return;
+    *exit_code = shared->url.empty() ? Log(*dir, *as_json) : LogShared(*shared, *as_json);
+  });
 
   auto* show = app.add_subcommand("show", "Everything the journal holds about one transaction");
-  show->add_option("dir", *dir, "Journal directory")->required();
-  show->add_option("tx", *tx, "Transaction id")->required();
+  show->add_option("dir", *dir, "Journal directory (omitted with --decision-log)");
+  show->add_option("tx", *tx, "Transaction id");
   show->add_flag("--json", *as_json, "Compact JSON output");
-  show->callback([=] { *exit_code = Show(*dir, *tx, *as_json); });
+  AddDecisionLogFlags(show, shared.get());
+  show->callback([=] {
+    // With --decision-log the one positional is the transaction id.
+    const std::string id = !shared->url.empty() && tx->empty() ? *dir : *tx;
+    if (id.empty() || (shared->url.empty() && dir->empty())) {
+      std::cerr << "wtx show: give DIR TX, or --decision-log URL TX\n";
+      *exit_code = kExitInvalidInput;
+      return;
+    }
+    *exit_code = shared->url.empty() ? Show(*dir, id, *as_json) : ShowShared(*shared, id, *as_json);
+  });
 
   auto* status = app.add_subcommand("status", "Version, dirty, loaded and in-doubt state");
-  status->add_option("dir", *dir, "Journal directory")->required();
+  status->add_option("dir", *dir, "Journal directory");
   status->add_flag("--json", *as_json, "JSON output");
-  status->callback([=] { *exit_code = StatusCmd(*dir, *as_json); });
+  AddDecisionLogFlags(status, shared.get());
+  status->callback([=] {
+    if ((*exit_code = need_dir("status")) != kExitOk) return;
+    *exit_code = shared->url.empty() ? StatusCmd(*dir, *as_json) : StatusShared(*shared, *as_json);
+  });
 
   auto* replay = app.add_subcommand("replay", "Rebuild the state from the records and print it");
   replay->add_option("dir", *dir, "Journal directory")->required();
@@ -207,7 +371,10 @@ void RegisterJournalCommands(CLI::App& app, int* exit_code) {
       "check", "Verify integrity (files, checksums, chain, state, identity); exit 3 if corrupt");
   auto expect_rank = std::make_shared<int>(-1);
   auto expect_coordinator = std::make_shared<bool>(false);
-  check->add_option("dir", *dir, "Journal directory")->required();
+  check->add_option("dir", *dir,
+                    "Journal directory (with --decision-log: a coordinator's audit journal to "
+                    "compare, optional)");
+  AddDecisionLogFlags(check, shared.get());
   AddIntOption(check, "--expect-rank", expect_rank.get(), kRankIdBounds,
                "The journal must be participant N's (default: inferred from a rank-N "
                "directory name)");
@@ -216,7 +383,14 @@ void RegisterJournalCommands(CLI::App& app, int* exit_code) {
   auto strict = std::make_shared<bool>(false);
   check->add_flag("--strict", *strict,
                   "Warnings (a torn unsynced tail, a missing sync watermark) fail the check too");
-  check->callback([=] { *exit_code = Check(*dir, *expect_rank, *expect_coordinator, *strict); });
+  check->callback([=] {
+    if ((*exit_code = need_dir("check")) != kExitOk) return;
+    if (!dir->empty()) {
+      *exit_code = Check(*dir, *expect_rank, *expect_coordinator, *strict);
+      if (*exit_code != kExitOk) return;
+    }
+    if (!shared->url.empty()) *exit_code = CheckShared(*shared, *dir);
+  });
 }
 
 }  // namespace wtx::cli

@@ -30,6 +30,7 @@
 #include "tools/wtx/commands.h"
 #include "tools/wtx/daemon_hooks.h"
 #include "tools/wtx/daemon_signals.h"
+#include "tools/wtx/decision_log_flags.h"
 #include "wtx/hf_manifest.h"
 #include "wtx/participant.h"
 #include "wtx/tcp_rank_agent.h"
@@ -60,6 +61,7 @@ struct RankArgs {
   DaemonHookFlags hook_flags;  // --test-hooks, --sync-delay-ms (daemon_hooks.h)
   bool accept_unverified_journal = false;
   TlsFiles tls;
+  DecisionLogFlags decision_log;
 };
 
 int FailRank(const Status& s) { return net::FailToStart("rank", s); }
@@ -88,8 +90,13 @@ int RunRank(const RankArgs& a) {
   signals.Stage("reading --secret-file");
   auto secret = net::ReadSecretFile(a.secret_file, "--secret-file");
   if (!secret.ok()) return FailRank(secret.status());
-  auto hp = net::ParseHostPort(a.connect);
-  if (!hp.ok()) return FailRank(hp.status());
+  auto coordinators = ParseHostPortList(a.connect);
+  if (!coordinators.ok()) {
+    return FailRank(Status::InvalidArgument("--connect: " + coordinators.status().message()));
+  }
+  signals.Stage("opening --decision-log");
+  auto log = OpenDecisionLogFlags(a.decision_log);
+  if (!log.ok()) return FailRank(log.status());
   signals.Stage(a.manifest.empty() ? "reading --hf-config" : "reading --manifest");
   auto manifest = LoadManifest(a);
   if (!manifest.ok()) return FailRank(manifest.status());
@@ -116,8 +123,10 @@ int RunRank(const RankArgs& a) {
   Participant& p = *opened.value();
 
   RankAgentOptions ao;
-  ao.coordinator_host = hp->first;
-  ao.coordinator_port = hp->second;
+  ao.coordinator_host = coordinators->front().first;
+  ao.coordinator_port = coordinators->front().second;
+  ao.more_coordinators.assign(coordinators->begin() + 1, coordinators->end());
+  ao.decision_log = log.value();
   ao.rank = a.rank;
   ao.secret = secret.value();
   ao.backoff_max = milliseconds(a.backoff_max_ms);
@@ -159,9 +168,10 @@ int RunRank(const RankArgs& a) {
 void RegisterRankCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("rank", "Run one participant rank on the TCP transport");
   auto a = std::make_shared<RankArgs>();
-  cmd->add_option("--connect", a->connect, "Coordinator HOST:PORT")
+  cmd->add_option("--connect", a->connect,
+                  "Coordinator HOST:PORT, then its standbys' (tried in turn), comma-separated")
       ->required()
-      ->check(HostPortCheck());
+      ->check(HostPortListCheck());
   AddIntOption(cmd, "--rank", &a->rank, kRankIdBounds, "This rank's id")->required();
   cmd->add_option("--journal", a->journal, "Journal directory of this rank")->required();
   cmd->add_option("--secret-file", a->secret_file, "File holding the shared secret")->required();
@@ -195,6 +205,7 @@ void RegisterRankCommand(CLI::App& app, int* exit_code) {
                 "Start on a journal that has records but no valid sync watermark (synced records "
                 "may have been lost); logged in the journal as an ACCEPTED_UNVERIFIED record");
   AddTlsOptions(cmd, &a->tls);
+  AddDecisionLogFlags(cmd, &a->decision_log);
   AddDaemonHookFlags(cmd, &a->hook_flags);
   cmd->callback([=] { *exit_code = RunRank(*a); });
 }

@@ -1,5 +1,5 @@
 // `wtx sim SCENARIO.json [--journal-dir DIR] [--expect EXPECT.json] [--transport inproc|tcp]
-//          [--memory host|reference-device|device]`
+//          [--memory host|reference-device|device] [--decision-log etcd://.../PREFIX]`
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -13,13 +13,28 @@
 #include "src/util/file_util.h"
 #include "tools/wtx/commands.h"
 #include "tools/wtx/daemon_hooks.h"
+#include "tools/wtx/decision_log_flags.h"
 
 namespace wtx::cli {
 
 namespace {
 
 int RunSim(const std::string& path, std::string journal_dir, const std::string& expect_path,
-           bool pretty, const std::string& transport, const std::string& memory_name) {
+           bool pretty, const std::string& transport, const std::string& memory_name,
+           const DecisionLogFlags& decision_log) {
+  if (!decision_log.url.empty() && transport != "tcp") {
+    std::cerr << "wtx sim: --decision-log applies to --transport tcp (the coordinator and "
+                 "rank processes share it)\n";
+    return kExitInvalidInput;
+  }
+  if (!decision_log.url.empty()) {
+    // Refused here, naming the flag, rather than by every process it would start.
+    auto log = OpenDecisionLogFlags(decision_log);
+    if (!log.ok()) {
+      std::cerr << "wtx sim: " << log.status().ToString() << "\n";
+      return ExitCodeFor(log.status()) == kExitInvalidInput ? kExitInvalidInput : kExitUnreachable;
+    }
+  }
   auto memory = ParseLiveMemoryKind(memory_name);
   if (!memory.ok()) {
     std::cerr << "wtx sim: --memory: " << memory.status().message() << "\n";
@@ -66,6 +81,20 @@ int RunSim(const std::string& path, std::string journal_dir, const std::string& 
     // The rank and coordinator processes are this binary: the build tree's wtx has the daemons'
     // test hooks, the installed one does not (daemon_hooks.h).
     o.test_hooks = DaemonTestHooksBuiltIn();
+    o.decision_log = decision_log.url;
+    for (const auto& [flag, value] :
+         {std::pair<const char*, const std::string&>{"--etcd-ca", decision_log.tls.ca},
+          {"--etcd-cert", decision_log.tls.cert},
+          {"--etcd-key", decision_log.tls.key}}) {
+      if (!value.empty()) {
+        o.decision_log_args.push_back(flag);
+        o.decision_log_args.push_back(value);
+      }
+    }
+    if (!decision_log.url.empty()) {
+      o.decision_log_args.push_back("--decision-log-timeout-ms");
+      o.decision_log_args.push_back(std::to_string(decision_log.timeout_ms));
+    }
     out = sim::RunScenarioTcp(sc.value(), o);
   } else {
     sim::SimOptions o;
@@ -114,7 +143,11 @@ void RegisterSimCommand(CLI::App& app, int* exit_code) {
                   "CUDA builds with a GPU); reference-device (the device path on the kernels' "
                   "CPU references)")
       ->capture_default_str();
-  cmd->callback([=] { *exit_code = RunSim(*path, *dir, *expect, *pretty, *transport, *memory); });
+  auto decision_log = std::make_shared<DecisionLogFlags>();
+  AddDecisionLogFlags(cmd, decision_log.get());
+  cmd->callback([=] {
+    *exit_code = RunSim(*path, *dir, *expect, *pretty, *transport, *memory, *decision_log);
+  });
 }
 
 }  // namespace wtx::cli

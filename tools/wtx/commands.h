@@ -31,6 +31,9 @@ inline constexpr IntBounds kByteBudgetBounds{0, INT64_MAX};
 inline constexpr IntBounds kSyncDelayMsBounds{0, 10000};
 // HOST:PORT flags (port 0 .. 65535), refused naming the flag like a numeric range.
 CLI::Validator HostPortCheck();
+// HOST:PORT[,HOST:PORT...] (`wtx rank --connect`: a coordinator and its standbys).
+CLI::Validator HostPortListCheck();
+Result<std::vector<std::pair<std::string, uint16_t>>> ParseHostPortList(const std::string& s);
 
 void RegisterSimCommand(CLI::App& app, int* exit_code);
 void RegisterJournalCommands(CLI::App& app, int* exit_code);  // log, show, status, replay, check

@@ -65,6 +65,21 @@ class DaemonSignals {
     cv_.wait(l, [this] { return stopped_; });
   }
 
+  // REQUIRES: Ready() was called. Returns true once SIGINT or SIGTERM arrived, false as soon as
+  // `gone()` holds (checked every 100 ms; e.g. a coordinator that lost its leadership).
+  template <typename Pred>
+  bool WaitForStopOr(Pred gone) {
+    std::unique_lock<std::mutex> l(mu_);
+    while (!stopped_) {
+      if (cv_.wait_for(l, std::chrono::milliseconds(100), [this] { return stopped_; })) break;
+      l.unlock();
+      const bool is_gone = gone();
+      l.lock();
+      if (is_gone && !stopped_) return false;
+    }
+    return true;
+  }
+
  private:
   void Watch() {
     const timespec tick{0, 100 * 1000 * 1000};

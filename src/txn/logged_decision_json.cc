@@ -1,0 +1,27 @@
+#include "src/txn/logged_decision_json.h"
+
+namespace wtx {
+
+nlohmann::json LoggedDecisionToJson(const LoggedDecision& d) {
+  nlohmann::json j = {{"tx", d.tx},
+                      {"decision", std::string(DecisionName(d.decision))},
+                      {"reason", d.reason},
+                      {"writer", d.writer},
+                      {"epoch", d.epoch},
+                      {"time_micros", d.time_micros},
+                      {"ended", d.ended}};
+  if (d.decision == Decision::kCommit) j["version"] = d.version;
+  if (d.prepare_us) j["prepare_us"] = *d.prepare_us;
+  if (!d.votes.empty()) {
+    nlohmann::json votes = nlohmann::json::array();
+    for (const LoggedVote& v : d.votes) {
+      nlohmann::json jv = {{"rank", v.rank}, {"vote", v.vote}};
+      if (!v.error.empty()) jv["error"] = v.error;
+      votes.push_back(std::move(jv));
+    }
+    j["votes"] = std::move(votes);
+  }
+  return j;
+}
+
+}  // namespace wtx

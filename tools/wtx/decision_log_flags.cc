@@ -1,0 +1,53 @@
+#include "tools/wtx/decision_log_flags.h"
+
+#include "tools/wtx/commands.h"
+
+namespace wtx::cli {
+
+void AddDecisionLogFlags(CLI::App* cmd, DecisionLogFlags* flags) {
+  cmd->add_option("--decision-log", flags->url,
+                  "Shared decision log etcd://HOST:PORT[,HOST:PORT...]/PREFIX (default: the "
+                  "embedded journal)");
+  cmd->add_option("--etcd-ca", flags->tls.ca,
+                  "PEM CA the etcd members' certificates must chain to (HTTPS to etcd)");
+  cmd->add_option("--etcd-cert", flags->tls.cert,
+                  "PEM client certificate presented to etcd (with --etcd-key, --etcd-ca)");
+  cmd->add_option("--etcd-key", flags->tls.key, "PEM private key of --etcd-cert");
+  AddIntOption(cmd, "--decision-log-timeout-ms", &flags->timeout_ms, kTimeoutMsBounds,
+               "Deadline of one request to one etcd member (then the next member is tried)")
+      ->capture_default_str();
+}
+
+Result<std::shared_ptr<DecisionLog>> OpenDecisionLogFlags(const DecisionLogFlags& flags) {
+  const bool any_tls = !flags.tls.ca.empty() || !flags.tls.cert.empty() || !flags.tls.key.empty();
+  if (flags.url.empty()) {
+    if (any_tls) {
+      return Status::InvalidArgument(
+          "--etcd-ca/--etcd-cert/--etcd-key need --decision-log etcd://...");
+    }
+    return std::shared_ptr<DecisionLog>();
+  }
+  if (flags.tls.cert.empty() != flags.tls.key.empty() ||
+      (!flags.tls.cert.empty() && flags.tls.ca.empty())) {
+    return Status::InvalidArgument(
+        "give --etcd-cert and --etcd-key together, and with --etcd-ca (client certificates)");
+  }
+  for (const auto& [flag, path] : {std::pair<std::string_view, const std::string&>{
+                                       "--etcd-ca", flags.tls.ca},
+                                   {"--etcd-cert", flags.tls.cert},
+                                   {"--etcd-key", flags.tls.key}}) {
+    if (!path.empty()) WTX_RETURN_IF_ERROR(ReadFileArg(flag, path).status());
+  }
+  DecisionLogOptions o;
+  o.url = flags.url;
+  o.tls = flags.tls;
+  o.request_timeout = std::chrono::milliseconds(flags.timeout_ms);
+  auto log = OpenDecisionLog(o);
+  if (!log.ok()) {
+    return Status(log.status().code(), "--decision-log '" + flags.url + "': " +
+                                           log.status().message());
+  }
+  return log;
+}
+
+}  // namespace wtx::cli

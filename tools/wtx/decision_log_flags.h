@@ -1,0 +1,30 @@
+// --decision-log and its etcd TLS flags, shared by `wtx coordinator`, `wtx rank`, `wtx sim`
+// and the journal tools (docs/cli.md, "Decision log"): one place that declares them and
+// opens the log they name.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "wtx/decision_log.h"
+#include "wtx/tls_files.h"
+
+namespace wtx::cli {
+
+struct DecisionLogFlags {
+  std::string url;  // empty: the embedded journal
+  TlsFiles tls;     // --etcd-ca / --etcd-cert / --etcd-key
+  int64_t timeout_ms = 2000;
+};
+
+// Declares --decision-log, --etcd-ca, --etcd-cert, --etcd-key, --decision-log-timeout-ms.
+void AddDecisionLogFlags(CLI::App* cmd, DecisionLogFlags* flags);
+
+// The shared log the flags name (null when --decision-log was not given). Errors name the flag
+// and the endpoint (E_DECISION_LOG_UNAVAILABLE, kInvalidArgument for a malformed url or a
+// half-set TLS trio, kJournalCorrupt for a prefix holding foreign values).
+Result<std::shared_ptr<DecisionLog>> OpenDecisionLogFlags(const DecisionLogFlags& flags);
+
+}  // namespace wtx::cli
