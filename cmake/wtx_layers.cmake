@@ -2,8 +2,8 @@
 # one OBJECT library, `wtx_layer_<name>`, that links (for its usage requirements) only the
 # layers below it:
 #
-#   util -> manifest -> layouts -> memory (+ kernels) -> journal -> txn -> history
-#        -> checkpoint -> net
+#   util -> manifest -> layouts -> memory (+ kernels) -> journal -> etcd -> txn
+#        -> history -> checkpoint -> net
 #
 # Above them, outside the production libraries: testing (src/testing: fault injection, crash
 # points, the in-process cluster) -> conformance (src/conformance: the scenario runner) ->
@@ -83,6 +83,13 @@ wtx_layer(journal
   SOURCES journal/record.cc journal/record_fields.cc journal/journal.cc journal/watermark.cc
           journal/verify.cc
   DEPS memory manifest util)
+find_package(OpenSSL REQUIRED)  # Debian: libssl-dev (scripts/setup.sh)
+# The etcd v3 client of the shared decision log (its JSON gateway over HTTP/1.1 with
+# Boost.Beast, optionally HTTPS; base64 with OpenSSL). Uses nothing of wtx but util.
+wtx_layer(etcd
+  SOURCES src/etcd/base64.cc src/etcd/etcd_url.cc src/etcd/http_post.cc src/etcd/etcd_client.cc
+  DEPS util
+  LIBS Boost::headers OpenSSL::SSL OpenSSL::Crypto Threads::Threads)
 wtx_layer(txn
   SOURCES src/txn/coverage.cc src/txn/protocol.cc src/txn/decision_fields.cc
           src/txn/participant.cc src/txn/participant_write.cc src/txn/participant_patch.cc
@@ -91,18 +98,18 @@ wtx_layer(txn
           src/txn/participant_state.cc src/txn/participant_records.cc
           src/txn/coordinator_records.cc src/txn/event_records.cc src/txn/journal_check.cc
           src/txn/coordinator.cc src/txn/decision_log_journal.cc src/txn/logged_decision_json.cc
-          src/txn/resolve_from_log.cc src/txn/inproc_transport.cc
-          src/txn/fan_out.cc
-  DEPS journal memory layouts manifest util)
+          src/txn/resolve_from_log.cc src/txn/inproc_transport.cc src/txn/fan_out.cc
+          src/txn/decision_log.cc src/txn/decision_log_records.cc src/txn/decision_log_etcd.cc
+          src/txn/etcd_leadership.cc
+  DEPS journal etcd memory layouts manifest util)
 wtx_layer(history
   SOURCES src/history/history.cc src/history/journal_reader.cc src/history/journal_views.cc
           src/history/live_verify.cc
-  DEPS txn journal memory manifest util)
+  DEPS txn etcd journal memory manifest util)
 wtx_layer(checkpoint
   SOURCES src/checkpoint/safetensors_header.cc src/checkpoint/safetensors_checkpoint.cc
           src/checkpoint/checkpoint_slices.cc
-  DEPS txn memory layouts manifest util)
-find_package(OpenSSL REQUIRED)  # Debian: libssl-dev (scripts/setup.sh)
+  DEPS txn etcd memory layouts manifest util)
 # The TCP transport (Boost.Asio, header-only; frames of CBOR over TLS 1.3 with OpenSSL — a PSK
 # from the shared secret or certificates — plus an HMAC-SHA-256 role/rank binding), the rank
 # agent, and the control protocol of the `wtx coordinator` / `wtx rank` processes (its codec,
@@ -113,7 +120,7 @@ wtx_layer(net
           src/net/control.cc src/net/tcp_transport.cc src/net/rank_agent.cc
           src/net/rank_service.cc src/net/message_transport.cc src/net/control_codec.cc
           src/net/control_service.cc src/net/coordinator_recovery.cc
-  DEPS checkpoint history txn journal memory manifest util
+  DEPS checkpoint history txn etcd journal memory manifest util
   LIBS Boost::headers OpenSSL::SSL OpenSSL::Crypto Threads::Threads)
 
 # The installed libraries: objects of the layers above, and the link interface they had as
@@ -134,8 +141,9 @@ function(wtx_installed_library target export_name)
 endfunction()
 
 wtx_installed_library(wtx_core core
-  LAYERS util manifest layouts memory journal txn history checkpoint
-  PRIVATE ${WTX_ROCKSDB} xxHash::xxhash Threads::Threads)
+  LAYERS util manifest layouts memory journal etcd txn history checkpoint
+  PRIVATE ${WTX_ROCKSDB} xxHash::xxhash Threads::Threads Boost::headers OpenSSL::SSL
+          OpenSSL::Crypto)
 wtx_installed_library(wtx_kernels kernels LAYERS kernels PUBLIC wtx_core)
 # Boost.Asio stays private: no public header includes it (src/net/ headers do; the internal
 # targets that include them link Boost::headers themselves).

@@ -1,0 +1,192 @@
+#include "src/txn/decision_log_records.h"
+
+#include <nlohmann/json.hpp>
+
+#include <initializer_list>
+#include <vector>
+
+#include "src/util/json_fields.h"
+
+namespace wtx {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kMetaFormat = "wtx-decision-log";
+constexpr std::string_view kLeaderFormat = "wtx-leader";
+constexpr std::string_view kDecisionFormat = "wtx-decision";
+constexpr std::string_view kEndFormat = "wtx-end";
+constexpr int64_t kRecordVersion = 1;
+
+Status RecordCorrupt(std::string_view format, const std::string& what) {
+  return Status::Corruption("not a " + std::string(format) + " record: " + what);
+}
+
+// Parses `value` as one JSON object of `format` version 1 whose fields are all in `allowed`.
+Result<json> ParseRecord(std::string_view value, std::string_view format,
+                         std::initializer_list<std::string_view> allowed) {
+  std::vector<std::string> duplicate;
+  json j = ParseJsonNoDuplicateKeys(value, &duplicate);
+  if (!duplicate.empty()) return RecordCorrupt(format, "a key appears twice");
+  if (!j.is_object()) return RecordCorrupt(format, "the value is not a JSON object");
+  const auto f = j.find("format");
+  if (f == j.end() || !f->is_string() || f->get<std::string>() != format) {
+    return RecordCorrupt(format, "\"format\" is not \"" + std::string(format) + "\"");
+  }
+  const auto v = j.find("v");
+  if (v == j.end() || !v->is_number_integer() || v->get<int64_t>() != kRecordVersion) {
+    return RecordCorrupt(format, "\"v\" is not " + std::to_string(kRecordVersion));
+  }
+  const Status fields = CheckFields(j, "", allowed);
+  if (!fields.ok()) return RecordCorrupt(format, fields.message());
+  return j;
+}
+
+// "\"name\"" (built by appending: GCC 12 warns, wrongly, about a + chain here).
+std::string RecordFieldName(const char* name) {
+  std::string out(1, '"');
+  out.append(name);
+  out.push_back('"');
+  return out;
+}
+
+Status RecordString(const json& j, std::string_view format, const char* name, std::string* out) {
+  const auto it = j.find(name);
+  if (it == j.end() || !it->is_string()) {
+    return RecordCorrupt(format, RecordFieldName(name) + " is missing or not a string");
+  }
+  *out = it->get<std::string>();
+  return Status::OK();
+}
+
+Status RecordInt(const json& j, std::string_view format, const char* name, int64_t* out) {
+  const auto it = j.find(name);
+  if (it == j.end() || !it->is_number_integer()) {
+    return RecordCorrupt(format, RecordFieldName(name) + " is missing or not an integer");
+  }
+  *out = it->get<int64_t>();
+  return Status::OK();
+}
+
+Status ReadVote(const json& j, LoggedVote* vote) {
+  if (!j.is_object()) return RecordCorrupt(kDecisionFormat, "a vote is not an object");
+  const Status fields = CheckFields(j, "votes[]", {"rank", "vote", "error"});
+  if (!fields.ok()) return RecordCorrupt(kDecisionFormat, fields.message());
+  int64_t rank = 0;
+  WTX_RETURN_IF_ERROR(RecordInt(j, kDecisionFormat, "rank", &rank));
+  if (rank < -1 || rank > INT32_MAX) return RecordCorrupt(kDecisionFormat, "a vote's rank");
+  vote->rank = static_cast<int>(rank);
+  WTX_RETURN_IF_ERROR(RecordString(j, kDecisionFormat, "vote", &vote->vote));
+  return RecordString(j, kDecisionFormat, "error", &vote->error);
+}
+
+}  // namespace
+
+std::string EncodeDecisionLogMeta(const DecisionLogMeta& meta) {
+  return json{
+      {"format", kMetaFormat}, {"v", kRecordVersion}, {"created_micros", meta.created_micros}}
+      .dump();
+}
+
+Result<DecisionLogMeta> DecodeDecisionLogMeta(std::string_view value) {
+  WTX_ASSIGN_OR_RETURN(j, ParseRecord(value, kMetaFormat, {"format", "v", "created_micros"}));
+  DecisionLogMeta meta;
+  WTX_RETURN_IF_ERROR(RecordInt(j, kMetaFormat, "created_micros", &meta.created_micros));
+  return meta;
+}
+
+std::string EncodeLeaderRecord(const LeaderRecord& leader) {
+  return json{{"format", kLeaderFormat},
+              {"v", kRecordVersion},
+              {"holder", leader.holder},
+              {"lease", std::to_string(leader.lease)}}
+      .dump();
+}
+
+Result<LeaderRecord> DecodeLeaderRecord(std::string_view value) {
+  WTX_ASSIGN_OR_RETURN(j, ParseRecord(value, kLeaderFormat, {"format", "v", "holder", "lease"}));
+  LeaderRecord leader;
+  WTX_RETURN_IF_ERROR(RecordString(j, kLeaderFormat, "holder", &leader.holder));
+  std::string lease;
+  WTX_RETURN_IF_ERROR(RecordString(j, kLeaderFormat, "lease", &lease));
+  size_t used = 0;
+  try {
+    leader.lease = std::stoll(lease, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (lease.empty() || used != lease.size()) {
+    return RecordCorrupt(kLeaderFormat, "\"lease\" is not a decimal lease id");
+  }
+  return leader;
+}
+
+std::string EncodeDecisionRecord(const LoggedDecision& d) {
+  json votes = json::array();
+  for (const LoggedVote& v : d.votes) {
+    votes.push_back({{"rank", v.rank}, {"vote", v.vote}, {"error", v.error}});
+  }
+  json j = {{"format", kDecisionFormat},
+            {"v", kRecordVersion},
+            {"tx", d.tx},
+            {"decision", DecisionName(d.decision)},
+            {"version", d.version},
+            {"reason", d.reason},
+            {"writer", d.writer},
+            {"epoch", d.epoch},
+            {"time_micros", d.time_micros},
+            {"votes", std::move(votes)}};
+  if (d.prepare_us) j["prepare_us"] = *d.prepare_us;
+  return j.dump();
+}
+
+Result<LoggedDecision> DecodeDecisionRecord(std::string_view value, std::string_view tx) {
+  WTX_ASSIGN_OR_RETURN(j, ParseRecord(value, kDecisionFormat,
+                                      {"format", "v", "tx", "decision", "version", "reason",
+                                       "writer", "epoch", "time_micros", "prepare_us", "votes"}));
+  LoggedDecision d;
+  WTX_RETURN_IF_ERROR(RecordString(j, kDecisionFormat, "tx", &d.tx));
+  if (d.tx != tx) {
+    return RecordCorrupt(kDecisionFormat,
+                         "\"tx\" is '" + d.tx + "', not the key's '" + std::string(tx) + "'");
+  }
+  std::string decision;
+  WTX_RETURN_IF_ERROR(RecordString(j, kDecisionFormat, "decision", &decision));
+  const std::optional<Decision> parsed = DecisionFromName(decision);
+  if (!parsed) return RecordCorrupt(kDecisionFormat, "unknown decision '" + decision + "'");
+  d.decision = *parsed;
+  WTX_RETURN_IF_ERROR(RecordString(j, kDecisionFormat, "version", &d.version));
+  WTX_RETURN_IF_ERROR(RecordString(j, kDecisionFormat, "reason", &d.reason));
+  WTX_RETURN_IF_ERROR(RecordString(j, kDecisionFormat, "writer", &d.writer));
+  WTX_RETURN_IF_ERROR(RecordInt(j, kDecisionFormat, "epoch", &d.epoch));
+  WTX_RETURN_IF_ERROR(RecordInt(j, kDecisionFormat, "time_micros", &d.time_micros));
+  if (j.contains("prepare_us")) {
+    int64_t prepare_us = 0;
+    WTX_RETURN_IF_ERROR(RecordInt(j, kDecisionFormat, "prepare_us", &prepare_us));
+    d.prepare_us = prepare_us;
+  }
+  const auto votes = j.find("votes");
+  if (votes == j.end() || !votes->is_array()) {
+    return RecordCorrupt(kDecisionFormat, "\"votes\" is missing or not an array");
+  }
+  for (const json& v : *votes) {
+    LoggedVote vote;
+    WTX_RETURN_IF_ERROR(ReadVote(v, &vote));
+    d.votes.push_back(std::move(vote));
+  }
+  return d;
+}
+
+std::string EncodeEndRecord() { return json{{"format", kEndFormat}, {"v", kRecordVersion}}.dump(); }
+
+Status DecodeEndRecord(std::string_view value) {
+  return ParseRecord(value, kEndFormat, {"format", "v"}).status();
+}
+
+Status NameStoredKey(const Status& status, std::string_view key, std::string_view endpoint) {
+  return Status(status.code(), "etcd key '" + std::string(key) + "' (member " +
+                                   std::string(endpoint) + "): " + status.message());
+}
+
+}  // namespace wtx

@@ -1,0 +1,159 @@
+#include "src/txn/etcd_leadership.h"
+
+#include <algorithm>
+
+#include "src/txn/decision_log_records.h"
+
+namespace wtx {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+// The lease's TTL: whole seconds, at least `ttl` (so the lease outlives what Leads() trusts).
+int64_t LeaseSeconds(milliseconds ttl) { return std::max<int64_t>(1, (ttl.count() + 999) / 1000); }
+
+}  // namespace
+
+EtcdLeadership::EtcdLeadership(std::shared_ptr<etcd::Client> client, std::string leader_key,
+                               std::string holder, milliseconds ttl, std::string log_name)
+    : client_(std::move(client)),
+      leader_key_(std::move(leader_key)),
+      holder_(std::move(holder)),
+      ttl_(ttl),
+      log_name_(std::move(log_name)) {}
+
+EtcdLeadership::~EtcdLeadership() {
+  std::lock_guard<std::mutex> lock(acquire_mu_);
+  StopKeepAlive();  // no revoke: the key expires with the lease, as after a crash
+}
+
+void EtcdLeadership::StopKeepAlive() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (keeper_.joinable()) keeper_.join();
+}
+
+Result<int64_t> EtcdLeadership::Acquire(milliseconds timeout) {
+  std::lock_guard<std::mutex> acquire_lock(acquire_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ended_) {
+      return Status::InvalidArgument("the leadership of " + log_name_ + " by '" + holder_ +
+                                     "' (epoch " + std::to_string(epoch_) +
+                                     ") has ended; a new term needs a new Leadership");
+    }
+    if (epoch_ > 0) return epoch_;
+  }
+  const Clock::time_point deadline = Clock::now() + timeout;
+  const milliseconds poll = std::clamp(ttl_ / 4, milliseconds(100), milliseconds(1000));
+  const std::string what = "acquire the leadership of " + log_name_ + " (key " + leader_key_ + ")";
+  Clock::time_point renewed = Clock::now();  // when the lease's last grant/renewal was sent
+  WTX_ASSIGN_OR_RETURN(lease, client_->LeaseGrant(LeaseSeconds(ttl_), what));
+  std::string value = EncodeLeaderRecord(LeaderRecord{holder_, lease});
+  while (true) {
+    if (Clock::now() - renewed > ttl_ / 3) {  // still waiting: keep the lease alive
+      const Clock::time_point sent = Clock::now();
+      auto ttl = client_->LeaseKeepAlive(lease, what);
+      if (!ttl.ok()) return ttl.status();
+      if (*ttl <= 0) {  // it expired while this waited (a slow member): take a new one
+        WTX_ASSIGN_OR_RETURN(fresh, client_->LeaseGrant(LeaseSeconds(ttl_), what));
+        lease = fresh;
+        value = EncodeLeaderRecord(LeaderRecord{holder_, lease});
+      }
+      renewed = sent;
+    }
+    WTX_ASSIGN_OR_RETURN(
+        txn, client_->Txn(
+                 {etcd::Compare::CreateRevision(leader_key_, etcd::Compare::Result::kEqual, 0)},
+                 {etcd::Op::Put(leader_key_, value, lease)}, {etcd::Op::Get(leader_key_)}, what));
+    int64_t epoch = 0;
+    if (txn.succeeded) {
+      epoch = txn.revision;  // the put's revision: the key's create revision
+    } else if (!txn.responses.empty() && !txn.responses[0].kvs.empty()) {
+      const etcd::KeyValue& kv = txn.responses[0].kvs[0];
+      auto holder = DecodeLeaderRecord(kv.value);
+      if (!holder.ok()) return NameStoredKey(holder.status(), leader_key_, txn.endpoint);
+      if (holder->lease == lease) {
+        epoch = kv.create_revision;  // ours: an earlier try was applied but its answer lost
+      } else if (Clock::now() + poll > deadline) {
+        client_->LeaseRevoke(lease, what).ok();  // best effort: it would expire anyway
+        return Status(ErrorCode::kTimeout,
+                      "the leadership of " + log_name_ + " was not acquired within " +
+                          std::to_string(timeout.count()) + " ms: '" + holder->holder +
+                          "' leads (epoch " + std::to_string(kv.create_revision) + ")");
+      } else {
+        std::this_thread::sleep_for(poll);
+        continue;
+      }
+    } else {
+      continue;  // the leader went away between the compare and the read: try again
+    }
+    if (epoch <= 0) {
+      return Status(ErrorCode::kDecisionLogUnavailable,
+                    "etcd member " + txn.endpoint + " answered " + what + " without a revision");
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    epoch_ = epoch;
+    lease_ = lease;
+    valid_until_ = renewed + ttl_;
+    stop_ = false;
+    keeper_ = std::thread([this, lease] { KeepAliveLoop(lease); });
+    return epoch;
+  }
+}
+
+void EtcdLeadership::KeepAliveLoop(int64_t lease) {
+  const std::string what = "renew the leadership lease of " + log_name_;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (stop_cv_.wait_for(lock, ttl_ / 3, [this] { return stop_; })) return;
+    }
+    const Clock::time_point sent = Clock::now();
+    auto ttl = client_->LeaseKeepAlive(lease, what);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    if (ttl.ok() && *ttl > 0) {
+      const milliseconds left = std::min<milliseconds>(ttl_, std::chrono::seconds(*ttl));
+      valid_until_ = std::max(valid_until_, sent + left);
+    } else if ((ttl.ok() && *ttl <= 0) || ttl.status().code() == ErrorCode::kNotFound) {
+      ended_ = true;  // the lease expired: another may lead already
+      return;
+    }
+    // Otherwise no member answered: Leads() turns false when valid_until_ passes; keep trying.
+  }
+}
+
+bool EtcdLeadership::Leads() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return epoch_ > 0 && !ended_ && Clock::now() < valid_until_;
+}
+
+int64_t EtcdLeadership::epoch() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return epoch_;
+}
+
+void EtcdLeadership::Resign() {
+  std::lock_guard<std::mutex> acquire_lock(acquire_mu_);
+  StopKeepAlive();
+  int64_t lease = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (epoch_ == 0 || ended_) {
+      ended_ = epoch_ > 0;
+      return;
+    }
+    ended_ = true;
+    lease = lease_;
+  }
+  // Revoking deletes the leader key; a lease already gone (NotFound) is resigned too, and an
+  // unreachable log lets it expire within the TTL.
+  client_->LeaseRevoke(lease, "resign the leadership of " + log_name_).ok();
+}
+
+}  // namespace wtx
