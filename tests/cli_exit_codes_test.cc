@@ -272,7 +272,7 @@ TEST_CASE("UsageErrorsExitTwoNamingTheFlag") {
       {rank + "--hf-config " + b.hf_config + " --tp 2 --ep 3", "ep"},
       {rank + "--manifest " + b.manifest + " --hf-config " + b.hf_config, "--hf-config"},
       {"coordinator --ranks 1", "--journal"},
-      {"log", "dir"},
+      {"log", "DIR"},
       {"log " + b.journal + " --bogus", "--bogus"},
       {"control 127.0.0.1:1 status --secret-file " + b.secret + " not-json", "params"},
       {"control nohostport status --secret-file " + b.secret, "address"},
@@ -385,6 +385,15 @@ std::vector<IntFlag> IntFlags(const std::string& missing, const std::string& fil
       {torture, "--transactions", 0, 10000},
       {bench, "--coverage-tp", 1, 4096},
       {bench, "--landing-bucket-mib", 0, 65536},
+      {coord, "--lease-ttl-ms", 1000, 600000},
+      {coord, "--leader-wait-ms", 0, day},
+      {coord, "--decision-log-timeout-ms", 1, day},
+      {rank0, "--decision-log-timeout-ms", 1, day},
+      {"sim " + missing, "--decision-log-timeout-ms", 1, day},
+      {"log " + missing, "--decision-log-timeout-ms", 1, day},
+      {"show " + missing + " t", "--decision-log-timeout-ms", 1, day},
+      {"status " + missing, "--decision-log-timeout-ms", 1, day},
+      {"check " + missing, "--decision-log-timeout-ms", 1, day},
   };
 }
 

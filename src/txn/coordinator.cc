@@ -692,8 +692,7 @@ BeginOutcome CoordinatorImpl::Abort(const std::string& tx) {
   if (!unacked.empty()) unacked = Deliver(tx, Decision::kAbort, "", &unacked);
   if (unacked.empty()) {
     // Every rank that was asked knows; the others answered E_NO_TX.
-    std::vector<int> none;
-    EndIfAcked(tx, none).ok();
+    if (Status s = EndIfAcked(tx, unacked); !s.ok()) out.status = s;
   }
   return out;
 }

@@ -450,7 +450,10 @@ void Script::DoCommit(const Op& op, const std::optional<Fault>& f) {
     d.rank_digests = digests;
     model_->RecordDecision(tx, d);
   } else {
-    Expect(all_unknown && out.status.code() == ErrorCode::kNoTx,
+    // A transaction the recovered coordinator aborted as an orphan stays aborted.
+    auto it = model_->decisions().find(tx);
+    const bool aborted_before = it != model_->decisions().end() && it->second.kind == DKind::kAbort;
+    Expect((all_unknown || aborted_before) && out.status.code() == ErrorCode::kNoTx,
            "commit of " + tx + " returned no decision: " + out.status.ToString());
   }
 }

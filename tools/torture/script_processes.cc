@@ -10,6 +10,8 @@
 
 namespace wtx::torture {
 
+using DKind = ModelDecision::Kind;
+
 namespace {
 
 using DropMode = FaultInjectionFileSystem::DropMode;
@@ -111,6 +113,26 @@ void Script::StartCoordinator(bool inject_io) {
   s = Coord().Recover();
   Trace("coordinator re-sends logged decisions -> " + s.ToString());
   if (!s.ok()) Fail("coordinator Recover failed: " + s.ToString());
+  // Recover also aborts every transaction a live rank holds active that no decision covers: the
+  // coordinator that began it is gone (the E_TX_ACTIVE hang of issue 27).
+  for (int r = 0; r < o_.ranks; ++r) {
+    if (!Alive(r) || !model_->rank(r).tx) continue;
+    const std::string tx = model_->rank(r).tx->id;
+    if (model_->decisions().count(tx)) continue;  // decided, or in doubt: resolved below
+    bool aborted = false;
+    for (const DecisionEntry& e : Coord().decisions()) {
+      aborted = aborted || (e.tx == tx && e.decision == Decision::kAbort);
+    }
+    Expect(aborted, "rank " + std::to_string(r) + " holds " + tx +
+                        " active, which no decision covers, and the recovered coordinator did "
+                        "not abort it");
+    if (!aborted) continue;
+    ModelDecision d;
+    d.kind = DKind::kAbort;
+    model_->RecordDecision(tx, d);
+    ++rep_.aborted;
+    Trace("orphan " + tx + " aborted by the recovered coordinator");
+  }
   for (int r = 0; r < o_.ranks; ++r) {
     if (!Alive(r)) continue;
     Status rs = RankP(r).ResolveInDoubt(Coord());
