@@ -387,6 +387,7 @@ std::vector<IntFlag> IntFlags(const std::string& missing, const std::string& fil
       {bench, "--landing-bucket-mib", 0, 65536},
       {coord, "--lease-ttl-ms", 1000, 600000},
       {coord, "--leader-wait-ms", 0, day},
+      {coord, "--retain-decisions", 0, INT64_MAX},
       {coord, "--decision-log-timeout-ms", 1, day},
       {rank0, "--decision-log-timeout-ms", 1, day},
       {"sim " + missing, "--decision-log-timeout-ms", 1, day},

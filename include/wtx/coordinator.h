@@ -72,6 +72,10 @@ struct CoordinatorOptions {
   std::shared_ptr<Leadership> leadership;
   std::chrono::milliseconds lease_ttl{2000};
   std::chrono::milliseconds leader_wait{5000};
+  // Retention of a shared log: as decisions end, ended decisions beyond the newest
+  // `retain_decisions` are removed from it (DecisionLog::Compact; never an unended one). 0: keep
+  // every decision. The local audit journal keeps them all.
+  size_t retain_decisions = 0;
   // Who this coordinator is, in the leader record and in the decisions it writes (default
   // "coordinator pid N on HOST").
   std::string holder;

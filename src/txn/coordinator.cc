@@ -1,5 +1,6 @@
 // CoordinatorImpl: presumed-abort two-phase commit over any Transport, each phase fanned out
 // to every rank at once (src/txn/fan_out.h); the mutex guards memory and journal only.
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -143,6 +144,9 @@ class CoordinatorImpl : public Coordinator {
   std::shared_ptr<Leadership> leadership_;     // with a shared log
   int64_t epoch_ = 0;
   std::string writer_ = "coordinator";
+  // Retention (CoordinatorOptions::retain_decisions) runs once per this many ended decisions.
+  static constexpr int kEndsPerCompaction = 16;
+  std::atomic<int> ends_since_compact_{0};
   mutable std::mutex mu_;
   std::condition_variable decided_cv_;  // a decision was logged or a busy tx finished
   bool crashed_ GUARDED_BY(mu_) = false;
@@ -306,7 +310,11 @@ Status CoordinatorImpl::EndIfAcked(const std::string& tx, const std::vector<int>
   }
   // Best effort: a decision the shared log still lists unended is re-sent by the next leader,
   // which the ranks acknowledge again.
-  if (shared_) log_->MarkEnded(tx).ok();
+  if (shared_ && log_->MarkEnded(tx).ok() && options_.retain_decisions > 0 &&
+      ends_since_compact_.fetch_add(1) + 1 >= kEndsPerCompaction) {
+    ends_since_compact_.store(0);
+    log_->Compact(options_.retain_decisions).ok();  // retried after the next ends
+  }
   return Status::OK();
 }
 

@@ -58,6 +58,7 @@ struct CoordinatorArgs {
   bool standby = false;
   int64_t lease_ttl_ms = 2000;
   int64_t leader_wait_ms = -1;  // default: two lease TTLs and a second
+  int64_t retain_decisions = 0;
   std::string holder;
 };
 
@@ -128,6 +129,7 @@ int RunCoordinator(const CoordinatorArgs& a) {
   co.decision_log = log.value();
   co.leadership = leadership;
   co.lease_ttl = milliseconds(a.lease_ttl_ms);
+  co.retain_decisions = static_cast<size_t>(a.retain_decisions);
   if (test.journal_fs) co.env.fs = test.journal_fs;
   hooks.crash_points = test.crash_points;
   signals.Stage("opening and recovering --journal");
@@ -206,6 +208,10 @@ void RegisterCoordinatorCommand(CLI::App& app, int* exit_code) {
   AddIntOption(cmd, "--leader-wait-ms", &a->leader_wait_ms, kWaitMsBounds,
                "Without --standby: how long to wait for another leader's lease to end before "
                "refusing to start (default: 2 x --lease-ttl-ms + 1000)");
+  AddIntOption(cmd, "--retain-decisions", &a->retain_decisions, kByteBudgetBounds,
+               "With --decision-log: keep this many ended decisions in etcd, removing older "
+               "ended ones (0: keep all)")
+      ->capture_default_str();
   cmd->add_option("--holder", a->holder,
                   "This coordinator's name in the leader record (default: pid and --listen)");
   AddDaemonHookFlags(cmd, &a->hook_flags);

@@ -1,0 +1,402 @@
+"""Coordinator failover over an etcd decision log (issue 27), process level.
+
+Real processes only: a 3-member etcd cluster on loopback (etcd_cluster.py), `wtx coordinator`
+leaders and standbys, `wtx rank` processes on the tiny manifest, driven by `wtx control` calls
+(wtx_procs.py). Crash points need the build tree's wtx (--test-hooks): $WTX_BIN, default
+/work/main/build/bin/wtx. The module is skipped only when there is no etcd binary.
+
+Each case checks what docs/protocol.md promises: a standby takes over within the lease TTL plus
+about a second, decisions logged by a dead leader are applied, undecided transactions are
+aborted (by the new leader, or cooperatively by the ranks when no coordinator leads), a paused
+leader is fenced and exits with status 4, a decision log without quorum refuses commits without
+losing earlier ones, and foreign data under the prefix is refused by name.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from etcd_cluster import EtcdCluster, etcd_available  # noqa: E402
+from wtx_procs import (WTX_BIN, Run, begin_req, free_port, free_ports, status_code,  # noqa: E402
+                       wait_for)
+
+if not etcd_available():
+    pytest.skip("no etcd binary (/usr/bin/etcd, $WTX_ETCD_BINARY or etcd on PATH): the etcd "
+                "failover tests need a real cluster", allow_module_level=True)
+
+TTL_MS = 1000
+RANKS = 2
+
+
+# -- fixtures --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def etcd():
+    with EtcdCluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def own_etcd():
+    """A cluster of its own, for the cases that kill members."""
+    with EtcdCluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def run(tmp_path):
+    assert os.access(WTX_BIN, os.X_OK), "no wtx binary at %s (set WTX_BIN)" % WTX_BIN
+    with Run(tmp_path) as r:
+        yield r
+
+
+def prefix(name):
+    return "wtx-failover/%s-%s" % (name, uuid.uuid4().hex[:8])
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+def states(ranks):
+    return [r.ok("status") for r in ranks]
+
+
+def wait_states(ranks, pred, timeout):
+    """Polls the ranks' statuses until pred(status) holds for every rank; returns (ok, the
+    last statuses, seconds waited)."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    while True:
+        st = []
+        for r in ranks:
+            rc, answer = r.call("status", timeout=5)
+            st.append(answer if rc == 0 else {"error": answer})
+        if all(pred(s) for s in st):
+            return True, st, time.monotonic() - t0
+        if time.monotonic() >= deadline:
+            return False, st, time.monotonic() - t0
+        time.sleep(0.05)
+
+
+def serving(tx, version):
+    return lambda s: (s.get("serving") is True and s.get("committed_tx") == tx and
+                      s.get("version") == version and s.get("in_doubt") is None and
+                      s.get("active_tx") is None)
+
+
+def log_json(run, url):
+    out = run.cli("log", "--decision-log", url, "--json")
+    assert out.returncode == 0, "wtx log --decision-log %s: exit %d\n%s%s" % (
+        url, out.returncode, out.stdout, out.stderr)
+    return json.loads(out.stdout)
+
+
+def leader_and_standby(run, etcd_cluster, name, ranks=RANKS, ttl_ms=TTL_MS, a_extra=(),
+                       b_extra=()):
+    """Leader A (ready), standby B (waiting), ranks connected to A then B; every rank
+    registered with A."""
+    url = etcd_cluster.url(prefix(name))
+    pa, pb = free_ports(2)
+    a = run.coordinator("a", pa, url, ranks=ranks, lease_ttl_ms=ttl_ms, extra=a_extra)
+    b = run.coordinator("b", pb, url, ranks=ranks, lease_ttl_ms=ttl_ms, standby=True,
+                        wait_ready=False, extra=b_extra)
+    rs = [run.rank(i, [pa, pb], url) for i in range(ranks)]
+    assert run.wait_ranks(a, ranks)["ok"], run.stderr_tails()
+    return url, a, b, rs
+
+
+def commit_ok(coordinator, tx):
+    answer = coordinator.ok("commit", {"tx": tx})
+    assert status_code(answer) == "OK" and answer["decision"] == "commit", \
+        "commit %s: %s\n%s" % (tx, answer, coordinator.stderr_tail())
+    return answer["version"]
+
+
+def crash_commit(coordinator, tx, point):
+    """Arms `point` on the coordinator, commits `tx` (the call answers E_CRASHED: the
+    coordinator is dead from then on), and kills it with SIGKILL, as the simulator does.
+    Returns the commit answer and the time of the kill."""
+    coordinator.ok("arm_crash", {"point": point})
+    rc, answer = coordinator.call("commit", {"tx": tx})
+    assert answer and answer.get("crash_fired") is True, \
+        "crash point %s did not fire: exit %d, %s\n%s" % (point, rc, answer,
+                                                          coordinator.stderr_tail())
+    killed_at = time.monotonic()
+    coordinator.kill(signal.SIGKILL)
+    return answer, killed_at
+
+
+def begin_ok(coordinator, tx, rollback=False):
+    rc, answer = coordinator.call("begin", begin_req(tx, rollback=rollback))
+    assert rc == 0 and status_code(answer) == "OK", \
+        "begin %s on %s: exit %d, %s\n%s" % (tx, coordinator.name, rc, answer,
+                                             coordinator.stderr_tail())
+    return answer
+
+
+# -- cases -----------------------------------------------------------------------------------
+
+def test_standby_takes_over_after_leader_killed_after_decision(etcd, run):
+    url, a, b, rs = leader_and_standby(run, etcd, "after")
+    run.full_tx(a, rs, "t1", seed=1)
+    commit_ok(a, "t1")
+    run.full_tx(a, rs, "t2", seed=2)
+    answer, killed_at = crash_commit(a, "t2", "after_decision_logged")
+    assert answer["decision"] == "commit" and answer["decision_logged"] is True, answer
+    v2 = answer["version"]
+
+    b.wait_ready(TTL_MS / 1000 + 5)
+    took = time.monotonic() - killed_at
+    assert took < TTL_MS / 1000 + 2, "standby took %.2f s to lead\n%s" % (took, run.stderr_tails())
+    assert b.ready["epoch"] > a.ready["epoch"], (a.ready, b.ready)
+
+    ok, st, waited = wait_states(rs, serving("t2", v2), 10)
+    assert ok, "ranks do not serve t2 (%s): %s\n%s" % (v2, st, run.stderr_tails())
+
+    decisions = log_json(run, url)
+    t2 = [d for d in decisions if d["tx"] == "t2"]
+    assert len(t2) == 1 and t2[0]["decision"] == "commit" and t2[0]["version"] == v2, decisions
+    # The new leader re-sent the decision to every rank: it ends in the log.
+    assert wait_for(lambda: all(d["ended"] for d in log_json(run, url)), 5), \
+        "t2 never marked ended in etcd by the new leader: %s\n%s" % (log_json(run, url),
+                                                                    b.stderr_tail())
+    # And the new leader goes on.
+    run.full_tx(b, rs, "t3", seed=3)
+    v3 = commit_ok(b, "t3")
+    ok, st, _ = wait_states(rs, serving("t3", v3), 5)
+    assert ok, st
+
+
+def test_standby_takes_over_after_leader_killed_before_decision(etcd, run):
+    url, a, b, rs = leader_and_standby(run, etcd, "before")
+    run.full_tx(a, rs, "t1", seed=1)
+    v1 = commit_ok(a, "t1")
+    run.full_tx(a, rs, "t2", seed=2, rollback=True)
+    answer, killed_at = crash_commit(a, "t2", "before_decision_logged")
+    assert answer["decision_logged"] is False, answer
+
+    b.wait_ready(TTL_MS / 1000 + 5)
+    took = time.monotonic() - killed_at
+    assert took < TTL_MS / 1000 + 2, "standby took %.2f s to lead\n%s" % (took, run.stderr_tails())
+
+    # Aborted everywhere: nobody in doubt, the previous version served (rollback restored it).
+    ok, st, _ = wait_states(rs, serving("t1", v1), 10)
+    assert ok, "ranks did not end aborted on t1's version %s: %s\n%s" % (v1, st,
+                                                                         run.stderr_tails())
+    t2 = [d for d in log_json(run, url) if d["tx"] == "t2"]
+    assert all(d["decision"] == "abort" for d in t2), t2
+
+    # A new transaction begins on B (no E_TX_ACTIVE left by t2) and commits.
+    begin_ok(b, "t3")
+    for r in rs:
+        r.ok("step", {"step": {"op": "write", "param": "*", "fill": {"seed": 3}}})
+        r.ok("step", {"step": {"op": "refresh", "derived": "*"}})
+    v3 = commit_ok(b, "t3")
+    ok, st, _ = wait_states(rs, serving("t3", v3), 5)
+    assert ok, st
+
+
+@pytest.mark.parametrize("log", ["journal", "etcd"])
+def test_coordinator_killed_between_begin_and_commit_leaves_no_active_tx(etcd, run, log):
+    if log == "journal":
+        pa = free_port()
+        a = run.coordinator("a", pa)
+        rs = [run.rank(i, [pa]) for i in range(RANKS)]
+        assert run.wait_ranks(a, RANKS)["ok"], run.stderr_tails()
+    else:
+        url, a, b, rs = leader_and_standby(run, etcd, "between")
+    run.full_tx(a, rs, "t1", seed=1)
+    v1 = commit_ok(a, "t1")
+    run.full_tx(a, rs, "t2", seed=2, rollback=True)  # begun and written, never committed
+    a.kill(signal.SIGKILL)
+
+    if log == "journal":  # the same coordinator again, on its journal and port
+        nxt = run.coordinator("a", pa, journal=a.args[a.args.index("--journal") + 1])
+        assert run.wait_ranks(nxt, RANKS)["ok"], run.stderr_tails()
+    else:
+        b.wait_ready(TTL_MS / 1000 + 5)
+        nxt = b
+    # The orphan t2 is aborted on every rank once they registered with the new coordinator.
+    ok, st, _ = wait_states(rs, serving("t1", v1), 10)
+    assert ok, "t2 left active or in doubt: %s\n%s" % (st, run.stderr_tails())
+    begin_ok(nxt, "t3")
+    for r in rs:
+        r.ok("step", {"step": {"op": "write", "param": "*", "fill": {"seed": 3}}})
+        r.ok("step", {"step": {"op": "refresh", "derived": "*"}})
+    v3 = commit_ok(nxt, "t3")
+    ok, st, _ = wait_states(rs, serving("t3", v3), 5)
+    assert ok, st
+
+
+@pytest.mark.parametrize("point", ["after_decision_logged", "before_decision_logged"])
+def test_ranks_resolve_from_etcd_with_every_coordinator_dead(etcd, run, point):
+    url = etcd.url(prefix("nocoord"))
+    pa = free_port()
+    a = run.coordinator("a", pa, url, lease_ttl_ms=TTL_MS)
+    rs = [run.rank(i, [pa], url) for i in range(RANKS)]
+    assert run.wait_ranks(a, RANKS)["ok"], run.stderr_tails()
+    run.full_tx(a, rs, "t1", seed=1)
+    v1 = commit_ok(a, "t1")
+    run.full_tx(a, rs, "t2", seed=2, rollback=True)
+    answer, killed_at = crash_commit(a, "t2", point)
+    if point == "after_decision_logged":
+        want = serving("t2", answer["version"])
+    else:
+        want = serving("t1", v1)
+    ok, st, waited = wait_states(rs, want, TTL_MS / 1000 + 4)
+    assert ok, "ranks did not resolve t2 from etcd (%s) within %.1f s: %s\n%s" % (
+        point, waited, st, run.stderr_tails())
+    t2 = [d for d in log_json(run, url) if d["tx"] == "t2"]
+    assert len(t2) == 1, t2
+    if point == "after_decision_logged":
+        assert t2[0]["decision"] == "commit", t2
+    else:
+        assert t2[0]["decision"] == "abort", t2  # the ranks' cooperative abort
+
+
+def test_paused_leader_is_fenced(etcd, run):
+    url, a, b, rs = leader_and_standby(run, etcd, "paused")
+    run.full_tx(a, rs, "t1", seed=1)
+    commit_ok(a, "t1")
+    a.signal(signal.SIGSTOP)
+    try:
+        b.wait_ready(TTL_MS / 1000 + 5)
+        assert b.ready["epoch"] > a.ready["epoch"], (a.ready, b.ready)
+        # Ranks leave the paused leader for B (its connections are open but nothing answers).
+        ok = b.call("wait_ranks", {"ranks": list(range(RANKS)), "timeout_ms": 10000},
+                    timeout=20)
+        assert ok[0] == 0 and ok[1].get("ok") is True, \
+            "the ranks never registered with the new leader B while A is paused: %s\n%s" % (
+                ok, run.stderr_tails())
+        run.full_tx(b, rs, "t2", seed=2)
+        v2 = commit_ok(b, "t2")
+    finally:
+        a.signal(signal.SIGCONT)
+    status = a.wait_exit(5)
+    assert status == 4, "the paused leader did not exit with status 4 after SIGCONT " \
+        "(status %s)\n%s" % (status, a.stderr_tail())
+    assert "lost the leadership" in a.stderr_text(), a.stderr_tail()
+    ok, st, _ = wait_states(rs, serving("t2", v2), 5)
+    assert ok, st
+    decisions = log_json(run, url)
+    t2 = [d for d in decisions if d["tx"] == "t2"]
+    assert len(t2) == 1 and t2[0]["epoch"] == b.ready["epoch"], decisions
+    # Nothing after the pause was written by A's epoch.
+    assert all(d["epoch"] == b.ready["epoch"] for d in decisions if d["tx"] != "t1"), decisions
+
+
+def test_one_etcd_member_killed_commits_go_on(own_etcd, run):
+    url, a, b, rs = leader_and_standby(run, own_etcd, "onedown")
+    run.full_tx(a, rs, "t1", seed=1)
+    commit_ok(a, "t1")
+    own_etcd.kill(0)
+    for i, tx in enumerate(["t2", "t3"]):
+        run.full_tx(a, rs, tx, seed=2 + i)
+        v = commit_ok(a, tx)
+        ok, st, _ = wait_states(rs, serving(tx, v), 5)
+        assert ok, st
+    assert a.alive(), a.stderr_tail()
+    own_etcd.restart(0)
+    txs = [d["tx"] for d in log_json(run, url)]
+    assert txs.count("t1") == 1 and txs.count("t2") == 1 and txs.count("t3") == 1, txs
+
+
+def test_two_etcd_members_killed_commits_refused(own_etcd, run):
+    # A lease longer than the commit's bounded failure, so that A still leads when it answers.
+    ttl = 5000
+    url, a, b, rs = leader_and_standby(
+        run, own_etcd, "twodown", ttl_ms=ttl,
+        a_extra=("--decision-log-timeout-ms", "300"), b_extra=("--decision-log-timeout-ms", "300"))
+    run.full_tx(a, rs, "t1", seed=1)
+    v1 = commit_ok(a, "t1")
+    run.full_tx(a, rs, "t2", seed=2, rollback=True)
+    own_etcd.kill(1)
+    own_etcd.kill(2)
+    t0 = time.monotonic()
+    rc, answer = a.call("commit", {"tx": "t2"}, timeout=30)
+    took = time.monotonic() - t0
+    assert took < 5, "commit without quorum took %.1f s" % took
+    assert answer is not None and "E_DECISION_LOG_UNAVAILABLE" in json.dumps(answer), \
+        "commit without quorum: exit %d, %s\n%s" % (rc, answer, a.stderr_tail())
+    assert answer.get("decision") in (None, "abort") or answer.get("decision_logged") is False, \
+        answer
+    # Prepared ranks stay in doubt and do not serve (nothing could be decided).
+    time.sleep(0.5)
+    for s in states(rs):
+        assert s["serving"] is False and (s["in_doubt"] == "t2" or s["active_tx"] == "t2"), s
+
+    own_etcd.restart(1)
+    own_etcd.restart(2)
+    # Resolved one way on every rank: committed t2, or aborted back to t1's version.
+    def resolved(s):
+        return s.get("in_doubt") is None and s.get("active_tx") is None and \
+            s.get("serving") is True and s.get("committed_tx") in ("t1", "t2")
+    ok, st, waited = wait_states(rs, resolved, 2 * ttl / 1000 + 10)
+    assert ok, "ranks still in doubt %.1f s after etcd got its quorum back: %s\n%s" % (
+        waited, st, run.stderr_tails())
+    assert len({(s["committed_tx"], s["version"]) for s in st}) == 1, st
+    decisions = log_json(run, url)
+    t1 = [d for d in decisions if d["tx"] == "t1"]
+    assert len(t1) == 1 and t1[0]["decision"] == "commit" and t1[0]["version"] == v1, decisions
+    t2 = [d for d in decisions if d["tx"] == "t2"]
+    assert len(t2) <= 1, decisions
+    if st[0]["committed_tx"] == "t2":
+        assert t2 and t2[0]["decision"] == "commit", decisions
+    else:
+        assert not t2 or t2[0]["decision"] == "abort", decisions
+
+
+def test_foreign_value_under_prefix_is_refused(etcd, run):
+    endpoints = ",".join("http://" + etcd.endpoint(i) for i in range(etcd.size()))
+    env = dict(os.environ, ETCDCTL_API="3")
+
+    def etcdctl_put(key, value):
+        out = subprocess.run(["etcdctl", "--endpoints=" + endpoints, "put", key, value],
+                             env=env, capture_output=True, text=True, timeout=20)
+        assert out.returncode == 0, out.stderr
+
+    # A foreign value under PREFIX/tx/: wtx log refuses, naming the key.
+    p = prefix("foreign-tx")
+    url = etcd.url(p)
+    pa = free_port()
+    a = run.coordinator("a", pa, url)
+    rs = [run.rank(i, [pa], url) for i in range(RANKS)]
+    assert run.wait_ranks(a, RANKS)["ok"], run.stderr_tails()
+    run.full_tx(a, rs, "t1", seed=1)
+    commit_ok(a, "t1")
+    etcdctl_put(p + "/tx/x", "garbage")
+    out = run.cli("log", "--decision-log", url)
+    assert out.returncode != 0, "wtx log accepted garbage at %s/tx/x:\n%s" % (p, out.stdout)
+    assert p + "/tx/x" in out.stderr, out.stderr
+
+    # A foreign PREFIX/meta: the coordinator refuses to start, naming the key.
+    p2 = prefix("foreign-meta")
+    etcdctl_put(p2 + "/meta", "garbage")
+    t0 = time.monotonic()
+    out = run.cli("coordinator", "--listen", "127.0.0.1:%d" % free_port(), "--journal",
+                  os.path.join(run.dir, "coordinator-meta"), "--secret-file", run.secret,
+                  "--ranks", "1", "--decision-log", etcd.url(p2), "--lease-ttl-ms", "1000",
+                  "--leader-wait-ms", "500", timeout=30)
+    assert out.returncode != 0, out.stdout
+    assert p2 + "/meta" in out.stderr, out.stderr
+    assert '"ready":true' not in out.stdout.replace(" ", ""), out.stdout
+
+    # Unreachable etcd: refused quickly, naming the endpoint.
+    dead = free_ports(2)
+    dead_url = "etcd://%s/wtx" % ",".join("127.0.0.1:%d" % port for port in dead)
+    t0 = time.monotonic()
+    out = run.cli("coordinator", "--listen", "127.0.0.1:%d" % free_port(), "--journal",
+                  os.path.join(run.dir, "coordinator-dead"), "--secret-file", run.secret,
+                  "--ranks", "1", "--decision-log", dead_url, "--decision-log-timeout-ms", "300",
+                  "--leader-wait-ms", "500", timeout=30)
+    took = time.monotonic() - t0
+    assert out.returncode != 0, out.stdout
+    assert any("127.0.0.1:%d" % port in out.stderr for port in dead), out.stderr
+    assert took < 5, "refusing an unreachable etcd took %.1f s" % took
