@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <thread>
 
@@ -45,6 +46,9 @@ std::string Loopback(int port) { return "http://127.0.0.1:" + std::to_string(por
 }  // namespace
 
 std::string EtcdBinary() {
+  if (const char* forced = std::getenv("WTX_ETCD_BINARY")) {
+    return ::access(forced, X_OK) == 0 ? forced : "";
+  }
   if (::access("/usr/bin/etcd", X_OK) == 0) return "/usr/bin/etcd";
   const char* path = std::getenv("PATH");
   std::string rest = path ? path : "";
@@ -59,7 +63,38 @@ std::string EtcdBinary() {
   return "";
 }
 
-Result<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(int members) {
+Status EtcdCluster::MakeCertificates() {
+  const std::string d = dir_ + "/tls";
+  std::error_code ec;
+  std::filesystem::create_directories(d, ec);
+  // A CA; a certificate for the members (127.0.0.1) and one for the client, both from it; and
+  // a second CA with a client certificate of its own, which the members do not trust.
+  const std::string script =
+      "set -e\n"
+      "key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out $1.key; }\n"
+      "ca() { key $1; openssl req -x509 -new -key $1.key -out $1.pem -days 2 -subj /CN=$1; }\n"
+      "leaf() { key $1; openssl req -new -key $1.key -out $1.csr -subj /CN=$1\n"
+      "  printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' "
+      ">$1.ext\n"
+      "  openssl x509 -req -in $1.csr -CA $2.pem -CAkey $2.key -CAcreateserial -out $1.pem "
+      "-days 2 -extfile $1.ext; }\n"
+      "ca ca; leaf server ca; leaf client ca; ca other; leaf stranger other\n";
+  {
+    std::ofstream out(d + "/make.sh");
+    out << script;
+    if (!out) return Status::IOError("cannot write " + d + "/make.sh");
+  }
+  const std::string command = "cd '" + d + "' && sh make.sh >openssl.log 2>&1";
+  if (std::system(command.c_str()) != 0) {
+    return Status::IOError("making test certificates with openssl failed (see " + d +
+                           "/openssl.log)");
+  }
+  client_tls_ = {d + "/client.pem", d + "/client.key", d + "/ca.pem"};
+  other_ca_tls_ = {d + "/stranger.pem", d + "/stranger.key", d + "/other.pem"};
+  return Status::OK();
+}
+
+Result<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(int members, bool tls) {
   if (!EtcdAvailable()) return Status::InvalidArgument("no etcd binary (/usr/bin/etcd or PATH)");
   Status last;
   for (int attempt = 0; attempt < 3; ++attempt) {
@@ -67,6 +102,8 @@ Result<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(int members) {
     char tmpl[] = "/tmp/wtx-etcd-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) return Status::IOError("mkdtemp failed");
     c->dir_ = tmpl;
+    c->tls_ = tls;
+    if (tls) WTX_RETURN_IF_ERROR(c->MakeCertificates());
     c->token_ = "wtx-test-" + std::to_string(::getpid()) + "-" + c->dir_.substr(14);
     std::set<int> ports;
     while (ports.size() < static_cast<size_t>(2 * members)) {
@@ -102,33 +139,33 @@ std::vector<std::string> EtcdCluster::Args(int i) const {
     initial += m.name + "=" + Loopback(m.peer_port);
   }
   const Member& m = members_[i];
-  return {EtcdBinary(),
-          "--name",
-          m.name,
-          "--data-dir",
-          dir_ + "/" + m.name,
-          "--listen-client-urls",
-          Loopback(m.client_port),
-          "--advertise-client-urls",
-          Loopback(m.client_port),
-          "--listen-peer-urls",
-          Loopback(m.peer_port),
-          "--initial-advertise-peer-urls",
-          Loopback(m.peer_port),
-          "--initial-cluster",
-          initial,
-          "--initial-cluster-state",
-          "new",
-          "--initial-cluster-token",
-          token_,
-          "--heartbeat-interval",
-          "50",
-          "--election-timeout",
-          "500",
-          "--logger",
-          "zap",
-          "--log-outputs",
-          dir_ + "/" + m.name + ".log"};
+  const std::string client_url =
+      (tls_ ? "https://127.0.0.1:" : "http://127.0.0.1:") + std::to_string(m.client_port);
+  // clang-format off
+  std::vector<std::string> args = {
+      EtcdBinary(),
+      "--name", m.name,
+      "--data-dir", dir_ + "/" + m.name,
+      "--listen-client-urls", client_url,
+      "--advertise-client-urls", client_url,
+      "--listen-peer-urls", Loopback(m.peer_port),
+      "--initial-advertise-peer-urls", Loopback(m.peer_port),
+      "--initial-cluster", initial,
+      "--initial-cluster-state", "new",
+      "--initial-cluster-token", token_,
+      "--heartbeat-interval", "50",
+      "--election-timeout", "500",
+      "--logger", "zap",
+      "--log-outputs", dir_ + "/" + m.name + ".log"};
+  if (tls_) {
+    const std::string d = dir_ + "/tls/";
+    args.insert(args.end(), {"--cert-file", d + "server.pem",
+                             "--key-file", d + "server.key",
+                             "--trusted-ca-file", d + "ca.pem",
+                             "--client-cert-auth=true"});
+  }
+  // clang-format on
+  return args;
 }
 
 Status EtcdCluster::Launch(int i) {
@@ -161,7 +198,8 @@ Status EtcdCluster::WaitReady(const std::vector<int>& members, int timeout_ms) {
     options.endpoints.push_back({"127.0.0.1", static_cast<uint16_t>(members_[i].client_port)});
   }
   options.request_timeout = std::chrono::milliseconds(1000);
-  WTX_ASSIGN_OR_RETURN(client, etcd::Client::Open(options));
+  options.rounds = 1;
+  options.tls = client_tls_;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   Status last;
   while (std::chrono::steady_clock::now() < deadline) {

@@ -18,10 +18,12 @@
 #include <vector>
 
 #include "wtx/status.h"
+#include "wtx/tls_files.h"
 
 namespace wtx::testing {
 
-// The etcd binary: /usr/bin/etcd, else `etcd` on PATH; empty when there is none.
+// The etcd binary: $WTX_ETCD_BINARY when set (empty or not executable: none), else
+// /usr/bin/etcd, else `etcd` on PATH; empty when there is none.
 std::string EtcdBinary();
 inline bool EtcdAvailable() { return !EtcdBinary().empty(); }
 
@@ -30,7 +32,10 @@ class EtcdCluster {
   // Starts `members` members and waits (up to 30 s) until the cluster acknowledges a
   // linearizable write. Ports that turn out to be taken are picked again (3 tries).
   // REQUIRES: EtcdAvailable().
-  static Result<std::unique_ptr<EtcdCluster>> Start(int members = 3);
+  // tls: the members serve HTTPS with a certificate for 127.0.0.1 from a CA made for the
+  // cluster (with the openssl command) and require a client certificate from the same CA;
+  // client_tls() gives the files.
+  static Result<std::unique_ptr<EtcdCluster>> Start(int members = 3, bool tls = false);
   ~EtcdCluster();  // Stop()
 
   EtcdCluster(const EtcdCluster&) = delete;
@@ -41,6 +46,10 @@ class EtcdCluster {
   // Member i's client address, "127.0.0.1:p".
   std::string endpoint(int i) const;
   int size() const { return static_cast<int>(members_.size()); }
+  // The client's CA, certificate and key (empty unless started with tls). Another CA and a
+  // certificate from it, which the members do not trust: other_ca_tls().
+  const TlsFiles& client_tls() const { return client_tls_; }
+  const TlsFiles& other_ca_tls() const { return other_ca_tls_; }
 
   // SIGKILLs member i (and reaps it). No-op when it is not running.
   void Kill(int i);
@@ -63,7 +72,12 @@ class EtcdCluster {
   Status WaitReady(const std::vector<int>& members, int timeout_ms);  // a write through them
   std::vector<std::string> Args(int i) const;
 
+  Status MakeCertificates();  // in dir_/tls, with the openssl command
+
   std::string dir_;
+  bool tls_ = false;
+  TlsFiles client_tls_;
+  TlsFiles other_ca_tls_;
   std::string token_;
   std::vector<Member> members_;
 };

@@ -464,3 +464,50 @@ TEST_CASE("MarkEndedListUnendedAndCompactKeepUnended") {
 
 }  // namespace
 }  // namespace wtx
+
+namespace wtx {
+namespace {
+
+TEST_CASE("TlsWithClientCertificates") {
+  REQUIRE_ETCD();
+  auto cluster = EtcdCluster::Start(3, /*tls=*/true);
+  INFO(cluster.status().ToString());
+  REQUIRE(cluster.ok());
+  DecisionLogOptions options;
+  options.url = (*cluster)->url("wtx/tls");
+  options.tls = (*cluster)->client_tls();
+  options.request_timeout = 1000ms;
+  auto log = OpenDecisionLog(options);
+  INFO(log.status().ToString());
+  REQUIRE(log.ok());
+  const LoggedDecision d = MakeDecision("t", Decision::kCommit);
+  REQUIRE((*log)->Decide(d).ok());
+  auto read = (*log)->Read("t");
+  REQUIRE(read.ok());
+  REQUIRE(read->has_value());
+  CHECK(**read == d);
+
+  struct Case {
+    const char* what;
+    TlsFiles tls;
+    const char* names;
+  };
+  const Case cases[] = {
+      {"no client certificate", {"", "", (*cluster)->client_tls().ca}, ""},
+      {"a CA that did not sign the members", (*cluster)->other_ca_tls(), "certificate verify"},
+      {"plain HTTP to HTTPS members", {}, "reading the response"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    options.tls = c.tls;
+    auto refused = OpenDecisionLog(options);
+    REQUIRE_FALSE(refused.ok());
+    INFO(refused.status().ToString());
+    CHECK(refused.status().code() == ErrorCode::kDecisionLogUnavailable);
+    CHECK(Contains(refused.status().message(), (*cluster)->endpoint(0)));
+    CHECK(Contains(refused.status().message(), c.names));
+  }
+}
+
+}  // namespace
+}  // namespace wtx
