@@ -117,6 +117,12 @@ TEST_CASE("SecondDecisionReturnsTheFirst") {
   REQUIRE(read->has_value());
   CHECK(**read == commit);
 
+  LoggedDecision bad = MakeDecision("t2", Decision::kAbort);
+  bad.reason = "\xff\xfe not UTF-8";
+  auto refused = log->Decide(bad);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == ErrorCode::kInvalidArgument);
+
   // A second open of the same prefix sees the same log.
   auto again = OpenLog(*cluster, "wtx/first");
   auto list = again->List();
@@ -371,13 +377,13 @@ TEST_CASE("CorruptValuesAreNamedByKey") {
   auto cluster = StartCluster();
   auto log = OpenLog(*cluster, "wtx/corrupt");
   auto raw = RawClient(*cluster);
-  const std::string valid = EncodeDecisionRecord(MakeDecision("x", Decision::kCommit));
+  const std::string valid = EncodeDecisionRecord(MakeDecision("x", Decision::kCommit)).value();
   const std::vector<std::string> bad = {
       "not json",
-      valid.substr(0, valid.size() / 2),                           // truncated
-      "{\"format\":\"other\",\"v\":1}",                            // foreign
-      EncodeDecisionRecord(MakeDecision("y", Decision::kCommit)),  // another tx's record
-      [&] {                                                        // an unknown field
+      valid.substr(0, valid.size() / 2),                                   // truncated
+      "{\"format\":\"other\",\"v\":1}",                                    // foreign
+      EncodeDecisionRecord(MakeDecision("y", Decision::kCommit)).value(),  // another tx's record
+      [&] {                                                                // an unknown field
         std::string s = valid;
         s.insert(1, "\"extra\":1,");
         return s;
