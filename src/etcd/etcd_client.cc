@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <functional>
+#include <thread>
 #include <utility>
 
 #include "src/etcd/base64.h"
@@ -281,6 +282,7 @@ Client::Client(ClientOptions options, std::unique_ptr<HttpPoster> poster)
 
 Result<std::unique_ptr<Client>> Client::Open(ClientOptions options) {
   if (options.endpoints.empty()) return Status::InvalidArgument("etcd: no member to ask");
+  if (options.rounds < 1) return Status::InvalidArgument("etcd: rounds must be at least 1");
   if (options.request_timeout.count() <= 0) {
     return Status::InvalidArgument("etcd: the request timeout must be positive");
   }
@@ -296,8 +298,9 @@ Result<std::string> Client::Call(std::string_view target, const std::string& bod
     std::lock_guard<std::mutex> lock(mu_);
     start = preferred_;
   }
-  std::string errors;
-  for (size_t i = 0; i < n; ++i) {
+  std::vector<std::string> errors(n);
+  for (size_t i = 0; i < n * static_cast<size_t>(options_.rounds); ++i) {
+    if (i > 0 && i % n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     const size_t index = (start + i) % n;
     const Endpoint& ep = options_.endpoints[index];
     const std::string name = ep.ToString();
@@ -336,11 +339,15 @@ Result<std::string> Client::Call(std::string_view target, const std::string& bod
         error = decoded.message() + ": " + Snippet(reply->body);
       }
     }
-    if (!errors.empty()) errors += "; ";
-    errors += name + " (" + error + ")";
+    errors[index] = name + " (" + error + ")";
+  }
+  std::string all;
+  for (size_t i = 0; i < n; ++i) {  // in the order they were asked
+    if (!all.empty()) all += "; ";
+    all += errors[(start + i) % n];
   }
   return Status(ErrorCode::kDecisionLogUnavailable,
-                "etcd unavailable: could not " + std::string(what) + " on any member: " + errors);
+                "etcd unavailable: could not " + std::string(what) + " on any member: " + all);
 }
 
 Result<TxnResponse> Client::Txn(const std::vector<Compare>& compares,

@@ -5,11 +5,12 @@
 //
 // Contract:
 //  * Every call is one request, sent to one member at a time: first the member that answered
-//    last, then the others in turn. A member that cannot be reached (refused, timed out after
-//    options.request_timeout, TLS failure), answers HTTP 5xx, answers a retryable gRPC error
+//    last, then the others in turn, for options.rounds rounds (100 ms apart). A member that cannot
+//    be reached (refused, timed out after options.request_timeout, TLS failure), answers HTTP 5xx,
+//    answers a retryable gRPC error
 //    ({"error":"etcdserver: no leader","code":14}), a 4xx the client did not cause, or a body
 //    that is not the JSON the call expects is skipped. When every member was skipped the call
-//    is kDecisionLogUnavailable naming the operation and each member with its error.
+//    is kDecisionLogUnavailable naming the operation and each member with its last error.
 //  * A definitive error from a member (a gRPC NotFound, such as an unknown lease:
 //    kNotFound; a gRPC InvalidArgument, FailedPrecondition, OutOfRange, ...: kInvalidArgument)
 //    names the member and the operation and is not retried elsewhere.
@@ -45,6 +46,9 @@ struct ClientOptions {
   std::vector<Endpoint> endpoints;                  // REQUIRES: non-empty
   TlsFiles tls;                                     // all empty: plain HTTP (see HttpPoster::Make)
   std::chrono::milliseconds request_timeout{2000};  // each request to one member
+  // How many times each member is asked before a call is unavailable: a second round rides out
+  // a leader election (a member without a leader times out) after a member died.
+  int rounds = 2;
 };
 
 // One key as etcd holds it (mvccpb.KeyValue).

@@ -195,8 +195,9 @@ class EtcdDecisionLog final : public DecisionLog {
       compares.push_back(Compare::CreateRevision(leader_key_, CompareIs::kEqual, d.epoch));
     }
     const std::string what = "decide tx '" + d.tx + "' in " + name_ + " (key " + tx_key + ")";
+    WTX_ASSIGN_OR_RETURN(value, EncodeDecisionRecord(d));
     WTX_ASSIGN_OR_RETURN(
-        txn, client_->Txn(compares, {Op::Put(tx_key, EncodeDecisionRecord(d))},
+        txn, client_->Txn(compares, {Op::Put(tx_key, std::move(value))},
                           {Op::Get(tx_key), Op::Get(leader_key_), Op::Get(EndKey(d.tx))}, what));
     if (txn.succeeded) {
       LoggedDecision out = d;

@@ -96,12 +96,21 @@ Result<DecisionLogMeta> DecodeDecisionLogMeta(std::string_view value) {
   return meta;
 }
 
-std::string EncodeLeaderRecord(const LeaderRecord& leader) {
-  return json{{"format", kLeaderFormat},
-              {"v", kRecordVersion},
-              {"holder", leader.holder},
-              {"lease", std::to_string(leader.lease)}}
-      .dump();
+// j.dump(), or kInvalidArgument naming `what` when a string in it is not valid UTF-8.
+Result<std::string> DumpRecord(const json& j, const std::string& what) {
+  try {
+    return j.dump();
+  } catch (const json::exception&) {
+    return Status::InvalidArgument(what + ": a text field is not valid UTF-8");
+  }
+}
+
+Result<std::string> EncodeLeaderRecord(const LeaderRecord& leader) {
+  return DumpRecord(json{{"format", kLeaderFormat},
+                         {"v", kRecordVersion},
+                         {"holder", leader.holder},
+                         {"lease", std::to_string(leader.lease)}},
+                    "leader record of '" + leader.holder + "'");
 }
 
 Result<LeaderRecord> DecodeLeaderRecord(std::string_view value) {
@@ -122,7 +131,7 @@ Result<LeaderRecord> DecodeLeaderRecord(std::string_view value) {
   return leader;
 }
 
-std::string EncodeDecisionRecord(const LoggedDecision& d) {
+Result<std::string> EncodeDecisionRecord(const LoggedDecision& d) {
   json votes = json::array();
   for (const LoggedVote& v : d.votes) {
     votes.push_back({{"rank", v.rank}, {"vote", v.vote}, {"error", v.error}});
@@ -138,7 +147,7 @@ std::string EncodeDecisionRecord(const LoggedDecision& d) {
             {"time_micros", d.time_micros},
             {"votes", std::move(votes)}};
   if (d.prepare_us) j["prepare_us"] = *d.prepare_us;
-  return j.dump();
+  return DumpRecord(j, "decision on tx '" + d.tx + "'");
 }
 
 Result<LoggedDecision> DecodeDecisionRecord(std::string_view value, std::string_view tx) {

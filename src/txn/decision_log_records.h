@@ -37,11 +37,13 @@ struct LeaderRecord {
 std::string EncodeDecisionLogMeta(const DecisionLogMeta& meta);
 Result<DecisionLogMeta> DecodeDecisionLogMeta(std::string_view value);
 
-std::string EncodeLeaderRecord(const LeaderRecord& leader);
+// kInvalidArgument when the holder is not valid UTF-8 (JSON cannot carry it).
+Result<std::string> EncodeLeaderRecord(const LeaderRecord& leader);
 Result<LeaderRecord> DecodeLeaderRecord(std::string_view value);
 
 // Every field of `d` but `ended` (which is the end key's, not the decision's).
-std::string EncodeDecisionRecord(const LoggedDecision& d);
+// kInvalidArgument when a text field is not valid UTF-8.
+Result<std::string> EncodeDecisionRecord(const LoggedDecision& d);
 // Also kJournalCorrupt when the record's "tx" is not `tx` (the key's suffix).
 Result<LoggedDecision> DecodeDecisionRecord(std::string_view value, std::string_view tx);
 

@@ -53,7 +53,7 @@ Result<int64_t> EtcdLeadership::Acquire(milliseconds timeout) {
   const std::string what = "acquire the leadership of " + log_name_ + " (key " + leader_key_ + ")";
   Clock::time_point renewed = Clock::now();  // when the lease's last grant/renewal was sent
   WTX_ASSIGN_OR_RETURN(lease, client_->LeaseGrant(LeaseSeconds(ttl_), what));
-  std::string value = EncodeLeaderRecord(LeaderRecord{holder_, lease});
+  WTX_ASSIGN_OR_RETURN(value, EncodeLeaderRecord(LeaderRecord{holder_, lease}));
   while (true) {
     if (Clock::now() - renewed > ttl_ / 3) {  // still waiting: keep the lease alive
       const Clock::time_point sent = Clock::now();
@@ -62,7 +62,8 @@ Result<int64_t> EtcdLeadership::Acquire(milliseconds timeout) {
       if (*ttl <= 0) {  // it expired while this waited (a slow member): take a new one
         WTX_ASSIGN_OR_RETURN(fresh, client_->LeaseGrant(LeaseSeconds(ttl_), what));
         lease = fresh;
-        value = EncodeLeaderRecord(LeaderRecord{holder_, lease});
+        WTX_ASSIGN_OR_RETURN(renamed, EncodeLeaderRecord(LeaderRecord{holder_, lease}));
+        value = std::move(renamed);
       }
       renewed = sent;
     }
