@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "src/net/codec.h"
 #include "src/net/epoch_fence.h"
 #include "src/net/rank_service.h"
 #include "src/txn/resolve_from_log.h"
@@ -19,7 +20,10 @@ namespace wtx {
 namespace {
 
 using std::chrono::milliseconds;
+using testing::Cluster;
 using testing::EtcdCluster;
+using testing::SmallManifest;
+using testing::TempDir;
 
 std::unique_ptr<EtcdCluster> StartEtcd() {
   auto c = EtcdCluster::Start();
@@ -81,7 +85,7 @@ TEST_CASE("CommitIsDecidedInEtcdOnceAndCopiedToTheAuditJournal") {
   Cluster c(2, SmallManifest());
   c.cluster().CloseCoordinator();
   TempDir d;
-  auto log = OpenLog(*etcd, "/wtx/commit");
+  auto log = OpenLog(*etcd, "wtx/commit");
   auto coord = Open(SharedOptions(d.sub("coord"), log, "coordinator A"), &c.transport());
   CHECK(coord->epoch() > 0);
   CHECK(coord->leads());
@@ -117,7 +121,7 @@ TEST_CASE("SecondCoordinatorWaitsForTheLeaderAndTimesOutNamingIt") {
   Cluster c(1, SmallManifest());
   c.cluster().CloseCoordinator();
   TempDir d;
-  auto log = OpenLog(*etcd, "/wtx/two");
+  auto log = OpenLog(*etcd, "wtx/two");
   auto a = Open(SharedOptions(d.sub("a"), log, "coordinator A"), &c.transport());
   CoordinatorOptions ob = SharedOptions(d.sub("b"), log, "coordinator B");
   ob.leader_wait = milliseconds(1500);
@@ -137,7 +141,7 @@ TEST_CASE("DeposedLeaderCannotDecideEvenBeforeRanksHearOfTheNewEpoch") {
   Cluster c(2, SmallManifest());
   c.cluster().CloseCoordinator();
   TempDir d;
-  auto log = OpenLog(*etcd, "/wtx/fence");
+  auto log = OpenLog(*etcd, "wtx/fence");
   // A leads, then its lease is gone (revoked) while it does not know: B takes over.
   auto lead_a = log->NewLeadership("coordinator A", milliseconds(1000));
   REQUIRE(lead_a.ok());
@@ -191,7 +195,7 @@ TEST_CASE("TakeoverAbortsATransactionBegunButNeverDecided") {
   Cluster c(2, SmallManifest());
   c.cluster().CloseCoordinator();
   TempDir d;
-  auto log = OpenLog(*etcd, "/wtx/orphan");
+  auto log = OpenLog(*etcd, "wtx/orphan");
   auto a = Open(SharedOptions(d.sub("a"), log, "coordinator A"), &c.transport());
   REQUIRE(a->Begin(Full("t1")).status.ok());
   REQUIRE(c.WriteAll(5).ok());
@@ -232,7 +236,7 @@ TEST_CASE("RankResolvesFromTheLogOnlyWhenNoCoordinatorLeads") {
   Cluster c(1, SmallManifest());
   c.cluster().CloseCoordinator();
   TempDir d;
-  auto log = OpenLog(*etcd, "/wtx/resolve");
+  auto log = OpenLog(*etcd, "wtx/resolve");
   auto lead = log->NewLeadership("coordinator A", milliseconds(1000));
   REQUIRE(lead.ok());
   REQUIRE(lead.value()->Acquire(milliseconds(3000)).ok());
@@ -265,13 +269,13 @@ TEST_CASE("AuditJournalThatTheLogLacksIsRefusedAsTheWrongPrefix") {
   Cluster c(1, SmallManifest());
   c.cluster().CloseCoordinator();
   TempDir d;
-  auto right = OpenLog(*etcd, "/wtx/right");
+  auto right = OpenLog(*etcd, "wtx/right");
   {
     auto a = Open(SharedOptions(d.sub("a"), right, "coordinator A"), &c.transport());
     REQUIRE(a->Begin(Full("t1")).status.ok());
     REQUIRE(a->Abort("t1").status.ok());  // every rank answered: ended
   }
-  auto wrong = OpenLog(*etcd, "/wtx/wrong");
+  auto wrong = OpenLog(*etcd, "wtx/wrong");
   // The ended abort may have been compacted: the empty prefix is accepted for it.
   {
     auto again = Coordinator::Open(SharedOptions(d.sub("a"), wrong, "coordinator A"),
@@ -292,13 +296,13 @@ TEST_CASE("AuditJournalThatTheLogLacksIsRefusedAsTheWrongPrefix") {
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().code() == ErrorCode::kJournalCorrupt);
   CHECK(refused.status().message().find("'t2'") != std::string::npos);
-  CHECK(refused.status().message().find("/wtx/wrong") != std::string::npos);
+  CHECK(refused.status().message().find("wtx/wrong") != std::string::npos);
 }
 
 TEST_CASE("RankRefusesRequestsFromAnOlderEpoch") {
   Cluster c(1, SmallManifest());
   net::EpochFence fence;
-  nlohmann::json req = {{"req", {{"tx", "t1"}, {"kind", "full"}}}, {"epoch", 7}};
+  nlohmann::json req = {{"req", net::BeginRequestToJson(Full("t1"))}, {"epoch", 7}};
   auto first = net::ServeRankRequest(c.rank(0), "check_begin", req, &fence);
   INFO(first.status().ToString());
   CHECK(fence.seen() == 7);

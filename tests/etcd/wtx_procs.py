@@ -13,6 +13,7 @@ with its stderr in a file of the run's folder (quoted by the failing assertions)
     answer = a.call("commit", {"tx": "t1"})
 """
 
+import errno
 import json
 import os
 import select
@@ -26,6 +27,20 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 WTX_BIN = os.environ.get("WTX_BIN", "/work/main/build/bin/wtx")
 MANIFEST = os.path.join(REPO, "tests", "conformance", "models", "tiny-manifest.json")
 KERNEL_IDENTITY = "flashinfer-mla/bf16"  # as tests/scenarios/crash-coordinator-*.json
+
+
+def _retry_exec(start, what, wait=60.0):
+    """start() again while the binary is missing or being replaced (a rebuild in progress:
+    ENOENT, EACCES, ETXTBSY), for up to `wait` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return start()
+        except OSError as e:
+            if e.errno not in (errno.ENOENT, errno.EACCES, errno.ETXTBSY) or \
+                    time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def free_port():
@@ -58,8 +73,8 @@ class Proc:
         self.port = None  # control port (coordinator: its --listen port)
         self._stdout_buf = b""
         self._err = open(stderr_path, "ab")
-        self.popen = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                      stderr=self._err)
+        self.popen = _retry_exec(lambda: subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._err), args[0])
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -208,10 +223,11 @@ class Run:
             p.wait_ready(ready_timeout)
         return p
 
-    def rank(self, r, coordinator_ports, decision_log=None, wait_ready=True, extra=()):
+    def rank(self, r, coordinator_ports, decision_log=None, wait_ready=True, extra=(),
+             journal=None):
         args = [self.bin, "rank", "--connect",
                 ",".join("127.0.0.1:%d" % port for port in coordinator_ports),
-                "--rank", str(r), "--journal", os.path.join(self.dir, "rank-%d" % r),
+                "--rank", str(r), "--journal", journal or os.path.join(self.dir, "rank-%d" % r),
                 "--secret-file", self.secret, "--manifest", MANIFEST,
                 "--kernel-identity", KERNEL_IDENTITY, "--control", "127.0.0.1:0",
                 "--backoff-max-ms", "100", "--test-hooks"]
@@ -232,8 +248,9 @@ class Run:
                 json.dumps(params if params is not None else {}), "--secret-file", self.secret,
                 "--timeout-ms", str(int(timeout * 1000))]
         try:
-            out = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True,
-                                 timeout=timeout + 10)
+            out = _retry_exec(lambda: subprocess.run(args, stdin=subprocess.DEVNULL,
+                                                     capture_output=True, timeout=timeout + 10),
+                              args[0])
         except subprocess.TimeoutExpired:
             return 124, None
         answer = None
@@ -249,8 +266,9 @@ class Run:
 
     def cli(self, *args, timeout=30.0):
         """Runs `wtx ARGS...`: the CompletedProcess (text)."""
-        return subprocess.run([self.bin] + list(args), stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=timeout)
+        return _retry_exec(lambda: subprocess.run([self.bin] + list(args),
+                                                  stdin=subprocess.DEVNULL, capture_output=True,
+                                                  text=True, timeout=timeout), self.bin)
 
     # -- transactions ------------------------------------------------------------------------
 
