@@ -210,9 +210,36 @@ class TcpRankAgent::Impl : public DecisionOracle {
         if (!Sleep(retry)) return;
         retry = std::min(retry * 2, options_.backoff_max);
       }
+      // Connected and resolved. With standbys or a shared log the agent also watches the
+      // coordinator: one that stops answering pings (paused, or its host gone without closing
+      // the connection) is left for the next one; and a transaction still in doubt (its
+      // decision could not be logged: no quorum) is asked about again each heartbeat.
+      const bool watch = options_.decision_log || !options_.more_coordinators.empty();
+      while (watch) {
+        {
+          std::unique_lock<std::mutex> l(mu_);
+          if (cv_.wait_for(l, options_.heartbeat, [&] { return stopping_ || ch->closed(); })) {
+            break;
+          }
+        }
+        auto pong = ch->Call("ping", json::object(), 3 * options_.heartbeat);
+        if (!pong.ok() && pong.status().code() == ErrorCode::kTimeout) {
+          net::LogLine(options_.log_tag, "coordinator " + state().coordinator +
+                                             " did not answer a ping in " +
+                                             std::to_string(3 * options_.heartbeat.count()) +
+                                             " ms; trying the next one");
+          ch->Close();
+          break;
+        }
+        if (p_->status().in_doubt) {
+          oracle_failed_ = false;
+          p_->ResolveInDoubt(*this).ok();
+        }
+      }
       {
         std::unique_lock<std::mutex> l(mu_);
         cv_.wait(l, [&] { return stopping_ || ch->closed(); });
+        if (!stopping_) ++next_coordinator_;  // a closed connection: the next one first
         channel_.reset();
         state_.connected = false;
         state_.resolved = false;

@@ -130,6 +130,16 @@ class CoordinatorImpl : public Coordinator {
     auto it = decided_.find(tx);
     return it == decided_.end() ? nullptr : &order_[it->second];
   }
+  // Copies `d` to the local audit journal unless it holds it (a failure kills the
+  // coordinator). REQUIRES: mu_ held.
+  Status EnsureAudited(const LoggedDecision& d) {
+    auto held = audit_->Read(d.tx);
+    if (held.ok() && held.value()) return Status::OK();
+    auto copied = held.ok() ? audit_->Decide(d) : Result<LoggedDecision>(held.status());
+    if (copied.ok()) return Status::OK();
+    crashed_ = true;
+    return Status(ErrorCode::kCrashed, "local audit journal: " + copied.status().message());
+  }
   // The local audit journal agrees with the shared log (see Init).
   Status CheckAuditAgainstLog(const std::vector<LoggedDecision>& shared);
 
@@ -216,7 +226,11 @@ Status CoordinatorImpl::Init() {
   }
   transport_->SetLeaderEpoch(epoch_);
   std::lock_guard<std::mutex> l(mu_);
-  for (const LoggedDecision& d : known) Remember(d);
+  for (const LoggedDecision& d : known) {
+    // An unended decision of another writer will be re-sent and ended here: audited first.
+    if (shared_ && !d.ended) WTX_RETURN_IF_ERROR(EnsureAudited(d));
+    Remember(d);
+  }
   return Status::OK();
 }
 
@@ -473,6 +487,19 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
     collecting_.insert(tx);
   }
   BusyTx busy(this, tx);
+  // Until the decision is logged (or cannot be), an in-doubt query on `tx` waits for it rather
+  // than presume abort under it.
+  struct Collecting {
+    CoordinatorImpl* c;
+    const std::string& tx;
+    ~Collecting() {
+      {
+        std::lock_guard<std::mutex> l(c->mu_);
+        c->collecting_.erase(tx);
+      }
+      c->decided_cv_.notify_all();
+    }
+  } collecting{this, tx};
   const int64_t t0 = options_.env.clock->NowMicros();
   const int n = transport_->num_ranks();
   out.votes.resize(n);
@@ -538,7 +565,6 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
   std::vector<LoggedVote> votes;
   {
     std::lock_guard<std::mutex> l(mu_);
-    collecting_.erase(tx);
     if (Status s = CheckAlive(); !s.ok()) {
       out.status = s;
       return out;
@@ -714,13 +740,9 @@ Status CoordinatorImpl::Recover() {
     if (!unended.ok()) return unended.status();
     std::lock_guard<std::mutex> l(mu_);
     for (const LoggedDecision& d : unended.value()) {
-      if (!decided_.count(d.tx)) {
-        auto copied = audit_->Decide(d);
-        if (!copied.ok()) {
-          crashed_ = true;
-          return Status(ErrorCode::kCrashed, copied.status().message());
-        }
-      }
+      // Its END goes to the audit journal too, which must hold the decision first (another
+      // writer's decision was never copied there).
+      if (Status s = EnsureAudited(d); !s.ok()) return s;
       Remember(d);
       pending_[d.tx] = true;
     }

@@ -173,7 +173,8 @@ def test_standby_takes_over_after_leader_killed_after_decision(etcd, run):
     decisions = log_json(run, url)
     t2 = [d for d in decisions if d["tx"] == "t2"]
     assert len(t2) == 1 and t2[0]["decision"] == "commit" and t2[0]["version"] == v2, decisions
-    # The new leader goes on.
+    # The new leader goes on once the ranks found it (they may have resolved from etcd first).
+    assert run.wait_ranks(b, RANKS)["ok"], run.stderr_tails()
     run.full_tx(b, rs, "t3", seed=3)
     v3 = commit_ok(b, "t3")
     ok, st, _ = wait_states(rs, serving("t3", v3), 5)
@@ -204,6 +205,7 @@ def test_standby_takes_over_after_leader_killed_before_decision(etcd, run):
     assert all(d["decision"] == "abort" for d in t2), t2
 
     # A new transaction begins on B (no E_TX_ACTIVE left by t2) and commits.
+    assert run.wait_ranks(b, RANKS)["ok"], run.stderr_tails()
     begin_ok(b, "t3")
     for r in rs:
         r.ok("step", {"step": {"op": "write", "param": "*", "fill": {"seed": 3}}})
@@ -236,6 +238,7 @@ def test_coordinator_killed_between_begin_and_commit_leaves_no_active_tx(etcd, r
     # The orphan t2 is aborted on every rank once they registered with the new coordinator.
     ok, st, _ = wait_states(rs, aborted_back_to("t1", v1), 10)
     assert ok, "t2 left active or in doubt: %s\n%s" % (st, run.stderr_tails())
+    assert run.wait_ranks(nxt, RANKS)["ok"], run.stderr_tails()
     begin_ok(nxt, "t3")
     for r in rs:
         r.ok("step", {"step": {"op": "write", "param": "*", "fill": {"seed": 3}}})
