@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include <unistd.h>
 
@@ -33,6 +34,14 @@ class CoordinatorImpl : public Coordinator {
         transport_(t),
         fan_out_(o.fan_out_threads) {}  // threads start only as calls need them
   ~CoordinatorImpl() override {
+    if (ender_.joinable()) {
+      {
+        std::lock_guard<std::mutex> l(end_mu_);
+        end_stop_ = true;
+      }
+      end_cv_.notify_all();
+      ender_.join();  // writes the ENDs queued so far
+    }
     // A clean close hands the leadership over at once (a crash lets the lease run out).
     if (leadership_) leadership_->Resign();
   }
@@ -156,7 +165,14 @@ class CoordinatorImpl : public Coordinator {
   std::string writer_ = "coordinator";
   // Retention (CoordinatorOptions::retain_decisions) runs once per this many ended decisions.
   static constexpr int kEndsPerCompaction = 16;
-  std::atomic<int> ends_since_compact_{0};
+  // The ender thread (shared log only) writes the shared log's ENDs queued by EndIfAcked, and
+  // runs retention.
+  void EndInBackground();
+  std::mutex end_mu_;
+  std::condition_variable end_cv_;
+  std::vector<std::string> to_end_ GUARDED_BY(end_mu_);
+  bool end_stop_ GUARDED_BY(end_mu_) = false;
+  std::thread ender_;
   mutable std::mutex mu_;
   std::condition_variable decided_cv_;  // a decision was logged or a busy tx finished
   bool crashed_ GUARDED_BY(mu_) = false;
@@ -225,6 +241,7 @@ Status CoordinatorImpl::Init() {
     known = std::move(all);
   }
   transport_->SetLeaderEpoch(epoch_);
+  if (shared_) ender_ = std::thread([this] { EndInBackground(); });
   std::lock_guard<std::mutex> l(mu_);
   for (const LoggedDecision& d : known) {
     // An unended decision of another writer will be re-sent and ended here: audited first.
@@ -324,12 +341,36 @@ Status CoordinatorImpl::EndIfAcked(const std::string& tx, const std::vector<int>
   }
   // Best effort: a decision the shared log still lists unended is re-sent by the next leader,
   // which the ranks acknowledge again.
-  if (shared_ && log_->MarkEnded(tx).ok() && options_.retain_decisions > 0 &&
-      ends_since_compact_.fetch_add(1) + 1 >= kEndsPerCompaction) {
-    ends_since_compact_.store(0);
-    log_->Compact(options_.retain_decisions).ok();  // retried after the next ends
+  if (shared_) {
+    // Off the commit path: the shared END is bookkeeping (a decision left unended is re-sent
+    // by the next leader and acknowledged again), so a commit costs one quorum write.
+    {
+      std::lock_guard<std::mutex> l(end_mu_);
+      to_end_.push_back(tx);
+    }
+    end_cv_.notify_one();
   }
   return Status::OK();
+}
+
+void CoordinatorImpl::EndInBackground() {
+  int ends_since_compact = 0;
+  std::unique_lock<std::mutex> l(end_mu_);
+  for (;;) {
+    end_cv_.wait(l, [&] { return end_stop_ || !to_end_.empty(); });
+    if (to_end_.empty()) return;  // stopping, nothing left
+    std::vector<std::string> batch;
+    batch.swap(to_end_);
+    l.unlock();
+    for (const std::string& tx : batch) {
+      if (log_->MarkEnded(tx).ok()) ++ends_since_compact;
+    }
+    if (options_.retain_decisions > 0 && ends_since_compact >= kEndsPerCompaction) {
+      ends_since_compact = 0;
+      log_->Compact(options_.retain_decisions).ok();  // retried after the next ends
+    }
+    l.lock();
+  }
 }
 
 std::vector<int> CoordinatorImpl::Deliver(const std::string& tx, Decision d,

@@ -2,7 +2,7 @@
 //
 //   wtx_commit_bench [--inproc 1,4,16,64,256,1024] [--tcp 1,4,16,64] [--repeats 10]
 //                    [--dir /tmp] [--wtx build/bin/wtx] [--sync-delay-ms D]
-//                    [--fan-out-threads T]
+//                    [--fan-out-threads T] [--decision-log etcd://HOST:PORT,.../PREFIX]
 //
 // For each rank count N it opens N participants (each with its own RocksDB journal under DIR)
 // and a coordinator, then runs `repeats` full transactions on a one-parameter manifest
@@ -23,6 +23,9 @@
 // should barely grow with N.
 // --fan-out-threads T: the in-process coordinator's CoordinatorOptions::fan_out_threads
 // (default 256); T = 1 is the near-sequential baseline (two calls in flight).
+// --decision-log URL: every in-process rank count runs twice over the same ranks, with the
+// embedded journal and then with the etcd decision log (a fresh sub-prefix per count), and a
+// row gives etcd / embedded for the commit p50 and p99 (docs/performance.md, "Decision log").
 //
 // Flags are checked before anything runs (exit 2 naming the flag): rank counts 1..4096 in
 // process and 1..256 over TCP (each TCP rank is a process), an empty list skips that transport;
@@ -47,6 +50,7 @@
 #include "tools/guarded_main.h"
 #include "tools/int_option.h"
 #include "wtx/coordinator.h"
+#include "wtx/decision_log.h"
 #include "wtx/inproc_transport.h"
 #include "wtx/limits.h"
 #include "wtx/participant.h"
@@ -71,7 +75,7 @@ using nlohmann::json;
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 struct Stats {
-  double p50 = 0, p90 = 0;
+  double p50 = 0, p90 = 0, p99 = 0;
 };
 Stats Summarize(std::vector<double> v) {
   Stats s;
@@ -79,6 +83,7 @@ Stats Summarize(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   s.p50 = v[v.size() / 2];
   s.p90 = v[std::min(v.size() - 1, (v.size() * 9) / 10)];
+  s.p99 = v[std::min(v.size() - 1, (v.size() * 99) / 100)];
   return s;
 }
 
@@ -127,8 +132,9 @@ ManifestPtr BenchManifest() {
       .value();
 }
 
+// decision_log: empty for the embedded journal, else an etcd url (a sub-prefix is added).
 json RunInProc(int n, int repeats, const std::string& root, int sync_delay_ms,
-               int fan_out_threads) {
+               int fan_out_threads, const std::string& decision_log = "") {
   const std::string dir = root + "/inproc-" + std::to_string(n);
   std::filesystem::remove_all(dir);
   ManifestPtr m = BenchManifest();
@@ -156,7 +162,17 @@ json RunInProc(int n, int repeats, const std::string& root, int sync_delay_ms,
   co.journal_dir = dir + "/coordinator";
   co.env.fs = slow;
   co.fan_out_threads = fan_out_threads;
-  auto c = Coordinator::Open(co, &t).value();
+  if (!decision_log.empty()) {
+    wtx::DecisionLogOptions lo;
+    lo.url = decision_log + "/commit-bench-" + std::to_string(::getpid()) + "-" +
+             std::to_string(n);
+    auto log = wtx::OpenDecisionLog(lo);
+    if (!log.ok()) return {{"ranks", n}, {"error", log.status().ToString()}};
+    co.decision_log = log.value();
+  }
+  auto opened = Coordinator::Open(co, &t);
+  if (!opened.ok()) return {{"ranks", n}, {"error", opened.status().ToString()}};
+  auto c = std::move(opened).value();
   std::vector<float> bytes(64);
   std::vector<double> begin, commit, total;
   for (int i = 0; i < repeats; ++i) {
@@ -182,7 +198,7 @@ json RunInProc(int n, int repeats, const std::string& root, int sync_delay_ms,
   const Stats sb = Summarize(begin), sc = Summarize(commit);
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  json out = {{"transport", "inproc"},
+  json out = {{"transport", decision_log.empty() ? "inproc" : "inproc+etcd"},
               {"ranks", n},
               {"open_ms", open_ms},
               {"fds", OpenFds()},
@@ -191,6 +207,7 @@ json RunInProc(int n, int repeats, const std::string& root, int sync_delay_ms,
               {"begin_p90_ms", sb.p90},
               {"commit_p50_ms", sc.p50},
               {"commit_p90_ms", sc.p90},
+              {"commit_p99_ms", sc.p99},
               {"total_p50_ms", Summarize(total).p50}};
   c.reset();
   parts.clear();
@@ -273,6 +290,9 @@ int Main(int argc, char** argv) {
   wtx::tools::AddIntOption(&app, "--fan-out-threads", &fan_out_threads, 1, wtx::kMaxFanOutThreads,
                            "The in-process coordinator's fan_out_threads")
       ->capture_default_str();
+  std::string decision_log;
+  app.add_option("--decision-log", decision_log,
+                 "Also run every in-process count on this etcd decision log (etcd://.../PREFIX)");
   app.add_option("--wtx", wtx_binary, "The wtx binary for the TCP rows (default: beside this one)")
       ->check(CLI::ExistingFile);
   try {
@@ -319,7 +339,36 @@ int Main(int argc, char** argv) {
     }
     std::fflush(stdout);
   };
-  for (int n : inproc_counts) row(RunInProc(n, repeats, root, sync_delay_ms, fan_out_threads));
+  std::vector<json> ratios;
+  for (int n : inproc_counts) {
+    const json embedded = RunInProc(n, repeats, root, sync_delay_ms, fan_out_threads);
+    row(embedded);
+    if (decision_log.empty()) continue;
+    const json etcd = RunInProc(n, repeats, root, sync_delay_ms, fan_out_threads, decision_log);
+    row(etcd);
+    if (embedded.contains("error") || etcd.contains("error")) continue;
+    ratios.push_back({{"ranks", n},
+                      {"embedded_commit_p50_ms", embedded["commit_p50_ms"]},
+                      {"embedded_commit_p99_ms", embedded["commit_p99_ms"]},
+                      {"etcd_commit_p50_ms", etcd["commit_p50_ms"]},
+                      {"etcd_commit_p99_ms", etcd["commit_p99_ms"]},
+                      {"commit_p50_ratio", etcd["commit_p50_ms"].get<double>() /
+                                               embedded["commit_p50_ms"].get<double>()},
+                      {"commit_p99_ratio", etcd["commit_p99_ms"].get<double>() /
+                                               embedded["commit_p99_ms"].get<double>()}});
+  }
+  if (!ratios.empty()) {
+    std::printf("\n| ranks | embedded commit p50 / p99 ms | etcd commit p50 / p99 ms | "
+                "etcd / embedded p50 | p99 |\n|---:|---:|---:|---:|---:|\n");
+    for (const json& r : ratios) {
+      std::printf("| %d | %.2f / %.2f | %.2f / %.2f | %.2f | %.2f |\n", r["ranks"].get<int>(),
+                  r["embedded_commit_p50_ms"].get<double>(),
+                  r["embedded_commit_p99_ms"].get<double>(), r["etcd_commit_p50_ms"].get<double>(),
+                  r["etcd_commit_p99_ms"].get<double>(), r["commit_p50_ratio"].get<double>(),
+                  r["commit_p99_ratio"].get<double>());
+      all.push_back(r);
+    }
+  }
   for (int n : tcp_counts) row(RunTcp(n, repeats, root, wtx_binary, sync_delay_ms));
   std::filesystem::remove_all(root);
   std::cout << all.dump() << "\n";
