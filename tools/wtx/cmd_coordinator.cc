@@ -82,8 +82,9 @@ int RunCoordinator(const CoordinatorArgs& a) {
   auto log = OpenDecisionLogFlags(a.decision_log);
   if (!log.ok()) return Fail(log.status());
   std::shared_ptr<Leadership> leadership;
+  std::string holder;
   if (log.value()) {
-    const std::string holder =
+    holder =
         a.holder.empty() ? "wtx coordinator pid " + std::to_string(getpid()) + " listening on " +
                                a.listen
                          : a.holder;
@@ -129,6 +130,7 @@ int RunCoordinator(const CoordinatorArgs& a) {
   co.decision_log = log.value();
   co.leadership = leadership;
   co.lease_ttl = milliseconds(a.lease_ttl_ms);
+  co.holder = holder;
   co.retain_decisions = static_cast<size_t>(a.retain_decisions);
   if (test.journal_fs) co.env.fs = test.journal_fs;
   hooks.crash_points = test.crash_points;
