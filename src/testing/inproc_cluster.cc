@@ -60,6 +60,7 @@ Status InProcCluster::OpenCoordinator(CrashPoints* crash_points) {
   CoordinatorOptions o;
   o.journal_dir = coordinator_dir();
   o.env.fs = coordinator_fs_;
+  if (options_.customize_coordinator) options_.customize_coordinator(o);
   CoordinatorHooks hooks;
   hooks.crash_points = crash_points != nullptr ? crash_points : &coordinator_crash_;
   auto c = OpenCoordinatorWithHooks(o, &transport_, hooks);

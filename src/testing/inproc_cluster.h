@@ -47,6 +47,8 @@ struct InProcClusterOptions {
   // Any other participant option of each rank process start (a field the cluster does not set
   // itself); called last, just before the participant opens. May be empty.
   std::function<void(int rank, ParticipantOptions& options)> customize_rank;
+  // Applied to the coordinator's options at every open (e.g. a shared decision log).
+  std::function<void(CoordinatorOptions& options)> customize_coordinator;
 };
 
 // How a killed process loses its unsynced journal data.

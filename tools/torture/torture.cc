@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "tools/torture/script.h"
+#include "wtx/decision_log.h"
 
 namespace wtx::torture {
 
@@ -94,6 +95,18 @@ void Script::Run() {
   co.dir = dir_;
   co.manifests = manifests_;
   co.kernel_identity = model_->default_kernel();
+  if (!o_.decision_log.empty()) {
+    // Scripts reuse transaction ids: each decides under a sub-prefix of its own.
+    DecisionLogOptions lo;
+    lo.url = o_.decision_log + "/torture-" + std::to_string(::getpid()) + "-" +
+             std::to_string(o_.seed) + "-" + std::to_string(index_);
+    auto log = OpenDecisionLog(lo);
+    if (!log.ok()) Fail("--decision-log: " + log.status().ToString());
+    co.customize_coordinator = [log = log.value()](CoordinatorOptions& c) {
+      c.decision_log = log;
+      c.leader_wait = std::chrono::milliseconds(10000);
+    };
+  }
   cluster_ = std::make_unique<InProcCluster>(std::move(co));
   // Injected I/O errors hit the script's own journal calls only (see FailNextWrites).
   for (int r = 0; r < o_.ranks; ++r) FsOf(r).RestrictInjectionToThread(std::this_thread::get_id());

@@ -50,6 +50,10 @@ struct TortureOptions {
   bool keep_failed = false;  // keep the journals of a failing script
   bool verbose = false;      // trace every operation to `log`
   std::function<void(const std::string&)> log;  // progress and traces; may be empty
+  // The coordinator's decision log: empty for its embedded journal, or etcd://.../PREFIX
+  // (each script decides under a sub-prefix of its own; a coordinator "kill" hands the
+  // leadership over and the next one takes it, re-sends and aborts what was left undecided).
+  std::string decision_log;
 };
 
 struct Violation {

@@ -79,6 +79,9 @@ void RegisterTortureCommand(CLI::App& app, int* exit_code) {
   AddIntOption(cmd, "--transactions", &o->transactions, 0, 10000,
                "Faulty transactions per script before the final clean one (default 10)");
   cmd->add_option("--dir", o->dir, "Scratch directory (default /dev/shm or the temp dir)");
+  cmd->add_option("--decision-log", o->decision_log,
+                  "The coordinator decides in etcd (etcd://HOST:PORT,.../PREFIX): coordinator "
+                  "kills become takeovers of the leadership");
   cmd->add_flag("--json", *as_json, "Print the report as JSON");
   cmd->add_flag("--verbose", o->verbose, "Trace every operation to stderr");
   cmd->add_flag("--keep-failed", o->keep_failed, "Keep the journals of failing scripts");
