@@ -107,6 +107,11 @@ Result<json> CoordinatorControlService::Handle(const std::string& m, const json&
     return StatusToJson(s);
   }
   if (m == "connected") return json{{"ranks", t_->ConnectedRanks()}};
+  if (m == "leader") {  // the decision log and this coordinator's leadership of it
+    return json{{"decision_log", c_->decision_log()},
+                {"epoch", c_->epoch()},
+                {"leads", c_->leads()}};
+  }
   if (m == "wait_ranks") {
     // Checked: a rank outside 0..ranks-1 (or 2^40, which get<int> truncates to 0) can never
     // connect, so it is refused rather than waited for or confused with another rank.
@@ -166,6 +171,17 @@ Result<json> RankControlService::Handle(const std::string& m, const json& q) {
                 {"last_error", StatusToJson(s.last_error)}};
   }
   if (m == "ping") return json::object();
+  if (m == "agent") {  // the transport agent: which coordinator, epoch, resolutions from the log
+    if (agent_ == nullptr) return Status::InvalidArgument("agent: this rank has no transport agent");
+    const RankAgentState s = agent_->state();
+    return json{{"connected", s.connected},
+                {"coordinator", s.coordinator},
+                {"connections", s.connections},
+                {"epoch", s.epoch},
+                {"resolved_from_log", s.resolved_from_log},
+                {"log_resolution", StatusToJson(s.log_resolution)},
+                {"last_error", StatusToJson(s.last_error)}};
+  }
   if (hooks_ != nullptr && m == "set_silent") {
     WTX_ASSIGN_OR_RETURN(silent, BoolParam(q, m, "silent", std::nullopt));
     WTX_RETURN_IF_ERROR(hooks_->SetSilent(silent));
