@@ -447,3 +447,56 @@ def test_foreign_value_under_prefix_is_refused(etcd, run):
     assert out.returncode != 0, out.stdout
     assert any("127.0.0.1:%d" % port in out.stderr for port in dead), out.stderr
     assert took < 5, "refusing an unreachable etcd took %.1f s" % took
+
+
+def test_journal_tools_read_the_decision_log_and_check_finds_disagreement(etcd, run):
+    """wtx log/show/status --decision-log read etcd; wtx check DIR --decision-log compares a
+    coordinator's audit journal with it and reports a decision they hold differently."""
+    endpoints = ",".join("http://" + etcd.endpoint(i) for i in range(etcd.size()))
+    p = prefix("tools")
+    url = etcd.url(p)
+    pa = free_port()
+    a = run.coordinator("a", pa, url)
+    rs = [run.rank(i, [pa], url) for i in range(RANKS)]
+    assert run.wait_ranks(a, RANKS)["ok"], run.stderr_tails()
+    run.full_tx(a, rs, "t1", seed=1)
+    v1 = commit_ok(a, "t1")
+    run.full_tx(a, rs, "t2", seed=2)
+    commit_ok(a, "t2")
+
+    text = run.cli("log", "--decision-log", url)
+    assert text.returncode == 0, text.stderr
+    assert "t1" in text.stdout and "t2" in text.stdout and "commit" in text.stdout
+    show = run.cli("show", "--decision-log", url, "t1", "--json")
+    assert show.returncode == 0, show.stderr
+    d = json.loads(show.stdout)
+    assert d["decision"] == "commit" and d["version"] == v1 and d["epoch"] == a.ready["epoch"]
+    missing = run.cli("show", "--decision-log", url, "nope")
+    assert missing.returncode == 1 and "nope" in missing.stderr
+    status = run.cli("status", "--decision-log", url, "--json")
+    assert status.returncode == 0, status.stderr
+    st = json.loads(status.stdout)
+    assert st["decisions"] == 2 and st["leader"]["epoch"] == a.ready["epoch"]
+
+    audit = os.path.join(run.dir, "coordinator-a")
+    ok = run.cli("check", audit, "--decision-log", url)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "agree" in ok.stdout
+
+    # etcd now says t1 aborted: the audit journal disagrees, and check names the transaction.
+    record = {"format": "wtx-decision", "v": 1, "tx": "t1", "decision": "abort", "version": "",
+              "reason": "rewritten by the test", "writer": "test", "epoch": 1,
+              "time_micros": 1, "votes": []}
+    out = subprocess.run(["etcdctl", "--endpoints=" + endpoints, "put", p + "/tx/t1",
+                          json.dumps(record)], env=dict(os.environ, ETCDCTL_API="3"),
+                         capture_output=True, text=True, timeout=20)
+    assert out.returncode == 0, out.stderr
+    assert run.cli("show", "--decision-log", url, "t1", "--json").returncode == 0
+    bad = run.cli("check", audit, "--decision-log", url)
+    assert bad.returncode == 3, bad.stdout + bad.stderr
+    assert "'t1'" in bad.stderr and "disagree" in bad.stderr
+
+    # An unreachable log: exit 4, naming the endpoint.
+    dead = "etcd://127.0.0.1:%d/x" % free_port()
+    gone = run.cli("log", "--decision-log", dead, "--decision-log-timeout-ms", "300")
+    assert gone.returncode == 4 and "127.0.0.1" in gone.stderr, gone.stderr
