@@ -175,7 +175,8 @@ Result<Vote> VoteFromJson(const json& j) {
 }
 
 json RankDescriptionToJson(const RankDescription& d) {
-  json j = {{"rank", d.rank}, {"fingerprint", d.fingerprint}, {"kernel_identity", d.kernel_identity}};
+  json j = {
+      {"rank", d.rank}, {"fingerprint", d.fingerprint}, {"kernel_identity", d.kernel_identity}};
   if (d.active_tx) j["active_tx"] = *d.active_tx;
   if (d.prepared) j["prepared"] = true;
   return j;

@@ -108,9 +108,8 @@ Result<json> CoordinatorControlService::Handle(const std::string& m, const json&
   }
   if (m == "connected") return json{{"ranks", t_->ConnectedRanks()}};
   if (m == "leader") {  // the decision log and this coordinator's leadership of it
-    return json{{"decision_log", c_->decision_log()},
-                {"epoch", c_->epoch()},
-                {"leads", c_->leads()}};
+    return json{
+        {"decision_log", c_->decision_log()}, {"epoch", c_->epoch()}, {"leads", c_->leads()}};
   }
   if (m == "wait_ranks") {
     // Checked: a rank outside 0..ranks-1 (or 2^40, which get<int> truncates to 0) can never
@@ -172,7 +171,8 @@ Result<json> RankControlService::Handle(const std::string& m, const json& q) {
   }
   if (m == "ping") return json::object();
   if (m == "agent") {  // the transport agent: which coordinator, epoch, resolutions from the log
-    if (agent_ == nullptr) return Status::InvalidArgument("agent: this rank has no transport agent");
+    if (agent_ == nullptr)
+      return Status::InvalidArgument("agent: this rank has no transport agent");
     const RankAgentState s = agent_->state();
     return json{{"connected", s.connected},
                 {"coordinator", s.coordinator},

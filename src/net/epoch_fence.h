@@ -30,11 +30,11 @@ class EpochFence {
     while (epoch > seen && !seen_.compare_exchange_weak(seen, epoch)) {
     }
     if (epoch >= seen) return Status::OK();
-    return Status(ErrorCode::kStaleCoordinator,
-                  method + " refused: it comes from coordinator epoch " + std::to_string(epoch) +
-                      (epoch == 0 ? " (no epoch: a coordinator without the shared decision log)"
-                                  : "") +
-                      ", and this rank follows epoch " + std::to_string(seen));
+    return Status(
+        ErrorCode::kStaleCoordinator,
+        method + " refused: it comes from coordinator epoch " + std::to_string(epoch) +
+            (epoch == 0 ? " (no epoch: a coordinator without the shared decision log)" : "") +
+            ", and this rank follows epoch " + std::to_string(seen));
   }
   int64_t seen() const { return seen_.load(); }
 

@@ -150,8 +150,7 @@ class TcpRankAgent::Impl : public DecisionOracle {
       }
       const auto& [host, port] = coordinators_[next_coordinator_ % coordinators_.size()];
       auto c = net::Connect(
-          loop_, host, port, options_.secret, "rank",
-          options_.rank, net_, options_.log_tag,
+          loop_, host, port, options_.secret, "rank", options_.rank, net_, options_.log_tag,
           [this](const std::string& m, const json& p) { return Serve(m, p); },
           [this] {
             { std::lock_guard<std::mutex> l(mu_); }

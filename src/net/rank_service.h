@@ -25,7 +25,6 @@
 namespace wtx::net {
 
 Result<nlohmann::json> ServeRankRequest(Participant& participant, const std::string& method,
-                                        const nlohmann::json& params,
-                                        EpochFence* fence = nullptr);
+                                        const nlohmann::json& params, EpochFence* fence = nullptr);
 
 }  // namespace wtx::net

@@ -269,9 +269,9 @@ Status CoordinatorImpl::CheckAuditAgainstLog(const std::vector<LoggedDecision>& 
     }
     if (it->second->decision != d.decision || it->second->version != d.version) {
       return Status(ErrorCode::kJournalCorrupt,
-                    "transaction '" + d.tx + "': the local audit journal " +
-                        options_.journal_dir + " holds " + std::string(DecisionName(d.decision)) +
-                        " but decision log " + log_->Describe() + " holds " +
+                    "transaction '" + d.tx + "': the local audit journal " + options_.journal_dir +
+                        " holds " + std::string(DecisionName(d.decision)) + " but decision log " +
+                        log_->Describe() + " holds " +
                         std::string(DecisionName(it->second->decision)));
     }
   }

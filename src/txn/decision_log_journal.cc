@@ -75,10 +75,10 @@ Result<std::unique_ptr<JournalDecisionLog>> JournalDecisionLog::Open(const std::
         Encode(CoordinatorCreateRecord{options.env.clock->NowMicros()}), log->State(), true));
   } else if (!log->journal_->unverified_at_open().empty()) {
     // The operator accepted a journal whose synced records cannot be verified: on the record.
-    WTX_RETURN_IF_ERROR(log->journal_->Append(
-        Encode(AcceptedUnverifiedRecord{log->journal_->unverified_at_open(),
-                                        options.env.clock->NowMicros()}),
-        log->State(), true));
+    WTX_RETURN_IF_ERROR(
+        log->journal_->Append(Encode(AcceptedUnverifiedRecord{log->journal_->unverified_at_open(),
+                                                              options.env.clock->NowMicros()}),
+                              log->State(), true));
   }
   return log;
 }
@@ -115,8 +115,8 @@ Result<LoggedDecision> JournalDecisionLog::Decide(const LoggedDecision& d) {
   index_[d.tx] = order_.size();
   order_.push_back(stored);
   // The commit point of the embedded log: a commit is synced before anyone hears it.
-  WTX_RETURN_IF_ERROR(Appended(journal_->Append(
-      Encode(ToRecord(stored)), State(), sync_commits_ && d.decision == Decision::kCommit)));
+  WTX_RETURN_IF_ERROR(Appended(journal_->Append(Encode(ToRecord(stored)), State(),
+                                                sync_commits_ && d.decision == Decision::kCommit)));
   return stored;
 }
 
@@ -159,8 +159,8 @@ Status JournalDecisionLog::MarkEnded(const std::string& tx) {
   WTX_RETURN_IF_ERROR(CheckOpen());
   auto it = index_.find(tx);
   if (it == index_.end()) {
-    return Status(ErrorCode::kNoTx, "decision journal " + dir_ + " holds no decision on '" + tx +
-                                        "' to mark ended");
+    return Status(ErrorCode::kNoTx,
+                  "decision journal " + dir_ + " holds no decision on '" + tx + "' to mark ended");
   }
   if (order_[it->second].ended) return Status::OK();
   order_[it->second].ended = true;

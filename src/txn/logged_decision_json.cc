@@ -3,12 +3,9 @@
 namespace wtx {
 
 nlohmann::json LoggedDecisionToJson(const LoggedDecision& d) {
-  nlohmann::json j = {{"tx", d.tx},
-                      {"decision", std::string(DecisionName(d.decision))},
-                      {"reason", d.reason},
-                      {"writer", d.writer},
-                      {"epoch", d.epoch},
-                      {"time_micros", d.time_micros},
+  nlohmann::json j = {{"tx", d.tx},         {"decision", std::string(DecisionName(d.decision))},
+                      {"reason", d.reason}, {"writer", d.writer},
+                      {"epoch", d.epoch},   {"time_micros", d.time_micros},
                       {"ended", d.ended}};
   if (d.decision == Decision::kCommit) j["version"] = d.version;
   if (d.prepare_us) j["prepare_us"] = *d.prepare_us;

@@ -59,6 +59,17 @@ std::unique_ptr<Coordinator> Open(const CoordinatorOptions& o, Transport* t) {
   return std::move(c).value();
 }
 
+// A real etcd, `ranks` in-process ranks (their embedded coordinator closed: each test opens
+// its own on the shared log) and a folder for the coordinators' audit journals.
+struct Setup {
+  explicit Setup(int ranks) : etcd(StartEtcd()), c(ranks, SmallManifest()) {
+    c.cluster().CloseCoordinator();
+  }
+  std::unique_ptr<EtcdCluster> etcd;
+  Cluster c;
+  TempDir d;
+};
+
 BeginRequest Full(const std::string& tx) {
   BeginRequest b;
   b.tx = tx;
@@ -81,10 +92,8 @@ class StaleLeadership : public Leadership {
 };
 
 TEST_CASE("CommitIsDecidedInEtcdOnceAndCopiedToTheAuditJournal") {
-  auto etcd = StartEtcd();
-  Cluster c(2, SmallManifest());
-  c.cluster().CloseCoordinator();
-  TempDir d;
+  Setup setup(2);
+  auto& [etcd, c, d] = setup;
   auto log = OpenLog(*etcd, "wtx/commit");
   auto coord = Open(SharedOptions(d.sub("coord"), log, "coordinator A"), &c.transport());
   CHECK(coord->epoch() > 0);
@@ -122,10 +131,8 @@ TEST_CASE("CommitIsDecidedInEtcdOnceAndCopiedToTheAuditJournal") {
 }
 
 TEST_CASE("SecondCoordinatorWaitsForTheLeaderAndTimesOutNamingIt") {
-  auto etcd = StartEtcd();
-  Cluster c(1, SmallManifest());
-  c.cluster().CloseCoordinator();
-  TempDir d;
+  Setup setup(1);
+  auto& [etcd, c, d] = setup;
   auto log = OpenLog(*etcd, "wtx/two");
   auto a = Open(SharedOptions(d.sub("a"), log, "coordinator A"), &c.transport());
   CoordinatorOptions ob = SharedOptions(d.sub("b"), log, "coordinator B");
@@ -142,10 +149,8 @@ TEST_CASE("SecondCoordinatorWaitsForTheLeaderAndTimesOutNamingIt") {
 }
 
 TEST_CASE("DeposedLeaderCannotDecideEvenBeforeRanksHearOfTheNewEpoch") {
-  auto etcd = StartEtcd();
-  Cluster c(2, SmallManifest());
-  c.cluster().CloseCoordinator();
-  TempDir d;
+  Setup setup(2);
+  auto& [etcd, c, d] = setup;
   auto log = OpenLog(*etcd, "wtx/fence");
   // A leads, then its lease is gone (revoked) while it does not know: B takes over.
   auto lead_a = log->NewLeadership("coordinator A", milliseconds(1000));
@@ -196,10 +201,8 @@ TEST_CASE("DeposedLeaderCannotDecideEvenBeforeRanksHearOfTheNewEpoch") {
 }
 
 TEST_CASE("TakeoverAbortsATransactionBegunButNeverDecided") {
-  auto etcd = StartEtcd();
-  Cluster c(2, SmallManifest());
-  c.cluster().CloseCoordinator();
-  TempDir d;
+  Setup setup(2);
+  auto& [etcd, c, d] = setup;
   auto log = OpenLog(*etcd, "wtx/orphan");
   auto a = Open(SharedOptions(d.sub("a"), log, "coordinator A"), &c.transport());
   REQUIRE(a->Begin(Full("t1")).status.ok());
@@ -237,10 +240,8 @@ TEST_CASE("EmbeddedJournalRestartAbortsATransactionItNeverDecided") {
 }
 
 TEST_CASE("RankResolvesFromTheLogOnlyWhenNoCoordinatorLeads") {
-  auto etcd = StartEtcd();
-  Cluster c(1, SmallManifest());
-  c.cluster().CloseCoordinator();
-  TempDir d;
+  Setup setup(1);
+  auto& [etcd, c, d] = setup;
   auto log = OpenLog(*etcd, "wtx/resolve");
   auto lead = log->NewLeadership("coordinator A", milliseconds(1000));
   REQUIRE(lead.ok());
@@ -270,10 +271,8 @@ TEST_CASE("RankResolvesFromTheLogOnlyWhenNoCoordinatorLeads") {
 }
 
 TEST_CASE("AuditJournalThatTheLogLacksIsRefusedAsTheWrongPrefix") {
-  auto etcd = StartEtcd();
-  Cluster c(1, SmallManifest());
-  c.cluster().CloseCoordinator();
-  TempDir d;
+  Setup setup(1);
+  auto& [etcd, c, d] = setup;
   auto right = OpenLog(*etcd, "wtx/right");
   {
     auto a = Open(SharedOptions(d.sub("a"), right, "coordinator A"), &c.transport());
@@ -283,8 +282,8 @@ TEST_CASE("AuditJournalThatTheLogLacksIsRefusedAsTheWrongPrefix") {
   auto wrong = OpenLog(*etcd, "wtx/wrong");
   // The ended abort may have been compacted: the empty prefix is accepted for it.
   {
-    auto again = Coordinator::Open(SharedOptions(d.sub("a"), wrong, "coordinator A"),
-                                   &c.transport());
+    auto again =
+        Coordinator::Open(SharedOptions(d.sub("a"), wrong, "coordinator A"), &c.transport());
     CHECK(again.ok());
   }
   // A pending (unended) decision the log lacks is refused, naming the transaction.
@@ -296,8 +295,8 @@ TEST_CASE("AuditJournalThatTheLogLacksIsRefusedAsTheWrongPrefix") {
     c.cluster().CloseRank(0);  // the decision cannot be delivered: it stays unended
     CHECK(a->Commit("t2").decision.has_value());
   }
-  auto refused = Coordinator::Open(SharedOptions(d.sub("p"), wrong, "coordinator A"),
-                                   &c.transport());
+  auto refused =
+      Coordinator::Open(SharedOptions(d.sub("p"), wrong, "coordinator A"), &c.transport());
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().code() == ErrorCode::kJournalCorrupt);
   CHECK(refused.status().message().find("'t2'") != std::string::npos);

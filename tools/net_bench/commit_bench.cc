@@ -133,8 +133,8 @@ ManifestPtr BenchManifest() {
 }
 
 // decision_log: empty for the embedded journal, else an etcd url (a sub-prefix is added).
-json RunInProc(int n, int repeats, const std::string& root, int sync_delay_ms,
-               int fan_out_threads, const std::string& decision_log = "") {
+json RunInProc(int n, int repeats, const std::string& root, int sync_delay_ms, int fan_out_threads,
+               const std::string& decision_log = "") {
   const std::string dir = root + "/inproc-" + std::to_string(n);
   std::filesystem::remove_all(dir);
   ManifestPtr m = BenchManifest();
@@ -164,8 +164,7 @@ json RunInProc(int n, int repeats, const std::string& root, int sync_delay_ms,
   co.fan_out_threads = fan_out_threads;
   if (!decision_log.empty()) {
     wtx::DecisionLogOptions lo;
-    lo.url = decision_log + "/commit-bench-" + std::to_string(::getpid()) + "-" +
-             std::to_string(n);
+    lo.url = decision_log + "/commit-bench-" + std::to_string(::getpid()) + "-" + std::to_string(n);
     auto log = wtx::OpenDecisionLog(lo);
     if (!log.ok()) return {{"ranks", n}, {"error", log.status().ToString()}};
     co.decision_log = log.value();
@@ -358,8 +357,9 @@ int Main(int argc, char** argv) {
                                                embedded["commit_p99_ms"].get<double>()}});
   }
   if (!ratios.empty()) {
-    std::printf("\n| ranks | embedded commit p50 / p99 ms | etcd commit p50 / p99 ms | "
-                "etcd / embedded p50 | p99 |\n|---:|---:|---:|---:|---:|\n");
+    std::printf(
+        "\n| ranks | embedded commit p50 / p99 ms | etcd commit p50 / p99 ms | "
+        "etcd / embedded p50 | p99 |\n|---:|---:|---:|---:|---:|\n");
     for (const json& r : ratios) {
       std::printf("| %d | %.2f / %.2f | %.2f / %.2f | %.2f | %.2f |\n", r["ranks"].get<int>(),
                   r["embedded_commit_p50_ms"].get<double>(),

@@ -84,26 +84,26 @@ int RunCoordinator(const CoordinatorArgs& a) {
   std::shared_ptr<Leadership> leadership;
   std::string holder;
   if (log.value()) {
-    holder =
-        a.holder.empty() ? "wtx coordinator pid " + std::to_string(getpid()) + " listening on " +
-                               a.listen
-                         : a.holder;
+    holder = a.holder.empty()
+                 ? "wtx coordinator pid " + std::to_string(getpid()) + " listening on " + a.listen
+                 : a.holder;
     auto lead = log.value()->NewLeadership(holder, milliseconds(a.lease_ttl_ms));
     if (!lead.ok()) return Fail(lead.status());
     leadership = std::move(lead).value();
     const milliseconds wait =
-        a.standby ? milliseconds(kMaxTimeoutMs)
-                  : milliseconds(a.leader_wait_ms >= 0 ? a.leader_wait_ms : 2 * a.lease_ttl_ms + 1000);
+        a.standby
+            ? milliseconds(kMaxTimeoutMs)
+            : milliseconds(a.leader_wait_ms >= 0 ? a.leader_wait_ms : 2 * a.lease_ttl_ms + 1000);
     signals.Stage(a.standby ? "standing by for the leadership of --decision-log"
                             : "taking the leadership of --decision-log");
     if (a.standby) {
-      net::LogLine("coordinator", "standby: waiting for the leadership of " +
-                                 log.value()->Describe());
+      net::LogLine("coordinator",
+                   "standby: waiting for the leadership of " + log.value()->Describe());
     }
     auto epoch = leadership->Acquire(wait);
     if (!epoch.ok()) return Fail(epoch.status());
     net::LogLine("coordinator", "leads " + log.value()->Describe() + " with epoch " +
-                               std::to_string(epoch.value()));
+                                    std::to_string(epoch.value()));
   }
   signals.Stage("reading the TLS files, listening on --listen");
   TcpTransportOptions to;
@@ -157,7 +157,7 @@ int RunCoordinator(const CoordinatorArgs& a) {
   const bool deposed = !signals.WaitForStopOr([c] { return !c->leads(); });
   if (deposed) {
     net::LogLine("coordinator", "lost the leadership of " + c->decision_log() + " (epoch " +
-                               std::to_string(c->epoch()) + "); exiting");
+                                    std::to_string(c->epoch()) + "); exiting");
   }
   recovery.RequestStop();  // a startup wait cut short by the shutdown is no missing rank
   // Every blocking wait ends within a second: the startup wait and WaitForRanks calls return,

@@ -58,6 +58,17 @@ std::string Short(const std::optional<std::string>& v) {
 
 json OptionalJson(const std::optional<std::string>& v) { return v ? json(*v) : json(); }
 
+// `wtx status` output: one JSON line, or a "key value" line per field.
+int PrintState(const json& s, bool as_json) {
+  if (as_json) {
+    std::cout << s.dump() << "\n";
+    return kExitOk;
+  }
+  for (const auto& [k, v] : s.items())
+    std::cout << std::left << std::setw(14) << k << v.dump() << "\n";
+  return kExitOk;
+}
+
 // Exit codes of a shared log that cannot be read: 4 when unreachable, 3 when a value under
 // the prefix does not decode, 2 for bad flags.
 int RefuseLog(const std::string& cmd, const Status& s) {
@@ -119,15 +130,9 @@ int StatusShared(const DecisionLogFlags& flags, bool as_json) {
             {"decisions", all->size()},
             {"pending", unended},
             {"leader", leader.value() ? json{{"epoch", leader.value()->first},
-                                              {"holder", leader.value()->second}}
+                                             {"holder", leader.value()->second}}
                                       : json()}};
-  if (as_json) {
-    std::cout << s.dump() << "\n";
-    return kExitOk;
-  }
-  for (const auto& [k, v] : s.items())
-    std::cout << std::left << std::setw(14) << k << v.dump() << "\n";
-  return kExitOk;
+  return PrintState(s, as_json);
 }
 
 // The local audit journal DIR of a coordinator against the shared log.
@@ -141,9 +146,9 @@ int CheckShared(const DecisionLogFlags& flags, const std::string& dir) {
     auto h = ReadJournalHistory(dir);
     if (!h.ok()) return Refuse("check", h.status());
     if (h->owner.role != "coordinator") {
-      return Refuse("check", Status::InvalidArgument(
-                                 "DIR " + dir + " is a participant's journal; --decision-log "
-                                                "compares a coordinator's journal"));
+      return Refuse("check", Status::InvalidArgument("DIR " + dir +
+                                                     " is a participant's journal; --decision-log "
+                                                     "compares a coordinator's journal"));
     }
     std::map<std::string, const LoggedDecision*> shared;
     for (const LoggedDecision& d : all.value()) shared[d.tx] = &d;
@@ -180,8 +185,9 @@ int CheckShared(const DecisionLogFlags& flags, const std::string& dir) {
   }
   std::cout << "ok: " << log.value()->Describe() << " (" << all->size()
             << " decisions, every value decodes"
-            << (dir.empty() ? "" : "; " + std::to_string(compared) + " decisions of " + dir +
-                                       " agree with it")
+            << (dir.empty()
+                    ? ""
+                    : "; " + std::to_string(compared) + " decisions of " + dir + " agree with it")
             << ")\n";
   return kExitOk;
 }
@@ -267,13 +273,7 @@ int StatusCmd(const std::string& dir, bool as_json) {
   if (!st.ok()) return Refuse("status", st.status());
   Warn("status", st->warnings);
   json s = StateJson(st.value());
-  if (as_json) {
-    std::cout << s.dump() << "\n";
-    return kExitOk;
-  }
-  for (const auto& [k, v] : s.items())
-    std::cout << std::left << std::setw(14) << k << v.dump() << "\n";
-  return kExitOk;
+  return PrintState(s, as_json);
 }
 
 int Replay(const std::string& dir) {

@@ -32,10 +32,10 @@ Result<std::shared_ptr<DecisionLog>> OpenDecisionLogFlags(const DecisionLogFlags
     return Status::InvalidArgument(
         "give --etcd-cert and --etcd-key together, and with --etcd-ca (client certificates)");
   }
-  for (const auto& [flag, path] : {std::pair<std::string_view, const std::string&>{
-                                       "--etcd-ca", flags.tls.ca},
-                                   {"--etcd-cert", flags.tls.cert},
-                                   {"--etcd-key", flags.tls.key}}) {
+  for (const auto& [flag, path] :
+       {std::pair<std::string_view, const std::string&>{"--etcd-ca", flags.tls.ca},
+        {"--etcd-cert", flags.tls.cert},
+        {"--etcd-key", flags.tls.key}}) {
     if (!path.empty()) WTX_RETURN_IF_ERROR(ReadFileArg(flag, path).status());
   }
   DecisionLogOptions o;
@@ -44,8 +44,8 @@ Result<std::shared_ptr<DecisionLog>> OpenDecisionLogFlags(const DecisionLogFlags
   o.request_timeout = std::chrono::milliseconds(flags.timeout_ms);
   auto log = OpenDecisionLog(o);
   if (!log.ok()) {
-    return Status(log.status().code(), "--decision-log '" + flags.url + "': " +
-                                           log.status().message());
+    return Status(log.status().code(),
+                  "--decision-log '" + flags.url + "': " + log.status().message());
   }
   return log;
 }
