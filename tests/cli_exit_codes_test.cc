@@ -390,6 +390,7 @@ std::vector<IntFlag> IntFlags(const std::string& missing, const std::string& fil
       {coord, "--retain-decisions", 0, INT64_MAX},
       {coord, "--decision-log-timeout-ms", 1, day},
       {rank0, "--decision-log-timeout-ms", 1, day},
+      {rank0, "--heartbeat-ms", 10, day},
       {"sim " + missing, "--decision-log-timeout-ms", 1, day},
       {"log " + missing, "--decision-log-timeout-ms", 1, day},
       {"show " + missing + " t", "--decision-log-timeout-ms", 1, day},

@@ -59,7 +59,7 @@ struct RankAgentOptions {
   std::string log_tag;  // default "rank-N"
   // With standbys or a decision log: how often the coordinator is pinged (three missed
   // heartbeats move the agent to the next coordinator) and an in-doubt transaction re-asked.
-  std::chrono::milliseconds heartbeat{500};
+  std::chrono::milliseconds heartbeat{1000};
   // Tried after coordinator_host:coordinator_port, in order (HOST, PORT).
   std::vector<std::pair<std::string, uint16_t>> more_coordinators;
   // The shared decision log of the coordinators (OpenDecisionLog); null: ask a coordinator only.

@@ -214,6 +214,8 @@ class TcpRankAgent::Impl : public DecisionOracle {
       // the connection) is left for the next one; and a transaction still in doubt (its
       // decision could not be logged: no quorum) is asked about again each heartbeat.
       const bool watch = options_.decision_log || !options_.more_coordinators.empty();
+      std::optional<std::string> last_doubt;
+      int in_doubt_beats = 0;
       while (watch) {
         {
           std::unique_lock<std::mutex> l(mu_);
@@ -230,7 +232,14 @@ class TcpRankAgent::Impl : public DecisionOracle {
           ch->Close();
           break;
         }
-        if (p_->status().in_doubt) {
+        // A commit in progress holds its ranks in doubt for milliseconds: only a transaction
+        // still in doubt after a few heartbeats (its decision could not be logged) is asked
+        // about again, so that in-doubt queries never crowd a busy coordinator.
+        const std::optional<std::string> doubt = p_->status().in_doubt;
+        in_doubt_beats = doubt && doubt == last_doubt ? in_doubt_beats + 1 : 0;
+        last_doubt = doubt;
+        if (doubt && in_doubt_beats >= kInDoubtBeatsBeforeAsking) {
+          in_doubt_beats = 0;
           oracle_failed_ = false;
           p_->ResolveInDoubt(*this).ok();
         }
@@ -254,6 +263,7 @@ class TcpRankAgent::Impl : public DecisionOracle {
   net::NetOptions net_;
   net::EventLoop loop_;
   std::atomic<bool> oracle_failed_{false};
+  static constexpr int kInDoubtBeatsBeforeAsking = 3;
   net::EpochFence fence_;
   std::vector<std::pair<std::string, uint16_t>> coordinators_;  // supervisor thread only
   size_t next_coordinator_ = 0;                                 // supervisor thread only

@@ -132,7 +132,10 @@ class ParticipantImpl : public Participant {
 
   RankDescription Describe() const override EXCLUDES(mu_) {
     std::lock_guard<std::mutex> l(mu_);
-    RankDescription d{options_.rank, manifest_->Fingerprint(), kernel_identity_};
+    RankDescription d;
+    d.rank = options_.rank;
+    d.fingerprint = manifest_->Fingerprint();
+    d.kernel_identity = kernel_identity_;
     if (active_) {
       d.active_tx = active_->req.tx;
       d.prepared = active_->prepared && active_->vote_yes;

@@ -230,7 +230,7 @@ class Run:
                 "--rank", str(r), "--journal", journal or os.path.join(self.dir, "rank-%d" % r),
                 "--secret-file", self.secret, "--manifest", MANIFEST,
                 "--kernel-identity", KERNEL_IDENTITY, "--control", "127.0.0.1:0",
-                "--backoff-max-ms", "100", "--test-hooks"]
+                "--backoff-max-ms", "100", "--heartbeat-ms", "300", "--test-hooks"]
         if decision_log:
             args += ["--decision-log", decision_log]
         args += list(extra)

@@ -56,6 +56,7 @@ struct RankArgs {
   int landing_hash_threads = 0;
   std::string control;
   int64_t backoff_max_ms = 1000;
+  int64_t heartbeat_ms = 1000;
   int64_t request_timeout_ms = 10000;
   size_t max_frame_bytes = size_t{64} << 20;
   DaemonHookFlags hook_flags;  // --test-hooks, --sync-delay-ms (daemon_hooks.h)
@@ -130,6 +131,7 @@ int RunRank(const RankArgs& a) {
   ao.rank = a.rank;
   ao.secret = secret.value();
   ao.backoff_max = milliseconds(a.backoff_max_ms);
+  ao.heartbeat = milliseconds(a.heartbeat_ms);
   ao.request_timeout = milliseconds(a.request_timeout_ms);
   ao.max_frame_bytes = a.max_frame_bytes;
   ao.tls = a.tls;
@@ -194,6 +196,10 @@ void RegisterRankCommand(CLI::App& app, int* exit_code) {
       ->check(HostPortCheck());
   AddIntOption(cmd, "--backoff-max-ms", &a->backoff_max_ms, kTimeoutMsBounds,
                "Longest reconnect backoff")
+      ->capture_default_str();
+  AddIntOption(cmd, "--heartbeat-ms", &a->heartbeat_ms, IntBounds{10, kMaxTimeoutMs},
+               "With standbys or --decision-log: ping the coordinator this often (3 missed: "
+               "try the next one)")
       ->capture_default_str();
   AddIntOption(cmd, "--request-timeout-ms", &a->request_timeout_ms, kTimeoutMsBounds,
                "Timeout of this rank's own requests (QueryDecision)")
