@@ -107,10 +107,16 @@ struct DecisionLogOptions {
   TlsFiles tls;
   // Each request to one member; a request that times out moves on to the next member.
   std::chrono::milliseconds request_timeout{2000};
+  // true (coordinators): an empty PREFIX is marked as a decision log at open. false (ranks):
+  // nothing is written at open, an unreachable log is not an error yet (it is needed only to
+  // resolve without a coordinator), and a rank's cooperative abort is refused in a PREFIX no
+  // coordinator ever opened (a wrong --decision-log must not abort what was committed
+  // elsewhere).
+  bool create = true;
 };
 
 // Opens the shared decision log `options.url` names. It checks that the log answers and that
-// PREFIX is a wtx decision log (or empty, and then marks it as one); an unreachable log is
+// PREFIX is a wtx decision log (or empty, and then marks it as one; see `create`); an unreachable log is
 // E_DECISION_LOG_UNAVAILABLE naming each endpoint, a foreign PREFIX kJournalCorrupt naming the
 // key, a malformed url kInvalidArgument naming the part that is wrong.
 Result<std::shared_ptr<DecisionLog>> OpenDecisionLog(const DecisionLogOptions& options);

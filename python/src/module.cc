@@ -599,11 +599,13 @@ struct PyDecisionLogArgs {
   double request_timeout_s = 2.0;
 };
 
-std::shared_ptr<DecisionLog> OpenPyDecisionLog(const std::string& url, double request_timeout_s) {
+std::shared_ptr<DecisionLog> OpenPyDecisionLog(const std::string& url, double request_timeout_s,
+                                               bool create = false) {
   SecondsArg(request_timeout_s, "decision_log_timeout", kMaxTimeoutMs / 1000.0);
   DecisionLogOptions o;
   o.url = url;
   o.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000));
+  o.create = create;
   auto r = WithoutGil([&] { return OpenDecisionLog(o); });
   return Unwrap(std::move(r));
 }
@@ -618,7 +620,7 @@ CoordinatorOptions CoordOptions(PyCoordinator& self, const std::string& dir,
   if (log.url) {
     SecondsArg(log.lease_ttl_s, "lease_ttl", 600.0);
     SecondsArg(log.leader_wait_s, "leader_wait", kMaxTimeoutMs / 1000.0);
-    o.decision_log = OpenPyDecisionLog(*log.url, log.request_timeout_s);
+    o.decision_log = OpenPyDecisionLog(*log.url, log.request_timeout_s, /*create=*/true);
     o.lease_ttl = std::chrono::milliseconds(static_cast<int64_t>(log.lease_ttl_s * 1000));
     o.leader_wait = std::chrono::milliseconds(static_cast<int64_t>(log.leader_wait_s * 1000));
   }
@@ -915,8 +917,11 @@ void DefineModule(py::module_& m) {
 
   // The shared decision log, read-side and the ranks' cooperative resolution.
   py::class_<DecisionLog, std::shared_ptr<DecisionLog>>(m, "DecisionLog")
-      .def_static("open", &OpenPyDecisionLog, py::arg("url"), py::kw_only(),
-                  py::arg("request_timeout") = 2.0,
+      .def_static("open",
+                  [](const std::string& url, double request_timeout) {
+                    return OpenPyDecisionLog(url, request_timeout);
+                  },
+                  py::arg("url"), py::kw_only(), py::arg("request_timeout") = 2.0,
                   "Opens 'etcd://HOST:PORT[,HOST:PORT...]/PREFIX' (every member tried in turn).")
       .def(
           "read",

@@ -33,13 +33,14 @@ class EtcdDecisionLog final : public DecisionLog {
         tx_prefix_(url.prefix + "/tx/"),
         end_prefix_(url.prefix + "/end/") {}
 
-  // Marks PREFIX as a decision log, or checks that it is one.
-  Status Init() {
+  // Marks PREFIX as a decision log (create: a coordinator), or checks that it is one.
+  Status Init(bool create) {
     const std::string what = "open the decision log " + name_ + " (key " + meta_key_ + ")";
+    std::vector<Op> mark;
+    if (create) mark.push_back(Op::Put(meta_key_, EncodeDecisionLogMeta({WallMicros()})));
     WTX_ASSIGN_OR_RETURN(txn,
                          client_->Txn({Compare::CreateRevision(meta_key_, CompareIs::kEqual, 0)},
-                                      {Op::Put(meta_key_, EncodeDecisionLogMeta({WallMicros()}))},
-                                      {Op::Get(meta_key_)}, what));
+                                      mark, {Op::Get(meta_key_)}, what));
     if (txn.succeeded || txn.responses[0].kvs.empty()) return Status::OK();
     const auto meta = DecodeDecisionLogMeta(txn.responses[0].kvs[0].value);
     if (!meta.ok()) {
@@ -191,6 +192,9 @@ class EtcdDecisionLog final : public DecisionLog {
     std::vector<Compare> compares = {Compare::CreateRevision(tx_key, CompareIs::kEqual, 0)};
     if (leaderless) {
       compares.push_back(Compare::CreateRevision(leader_key_, CompareIs::kEqual, 0));
+      // Only in a log some coordinator opened: a rank given a wrong prefix must not abort on
+      // its own where no coordinator ever decided.
+      compares.push_back(Compare::CreateRevision(meta_key_, CompareIs::kGreater, 0));
     } else if (d.epoch > 0) {
       compares.push_back(Compare::CreateRevision(leader_key_, CompareIs::kEqual, d.epoch));
     }
@@ -198,7 +202,9 @@ class EtcdDecisionLog final : public DecisionLog {
     WTX_ASSIGN_OR_RETURN(value, EncodeDecisionRecord(d));
     WTX_ASSIGN_OR_RETURN(
         txn, client_->Txn(compares, {Op::Put(tx_key, std::move(value))},
-                          {Op::Get(tx_key), Op::Get(leader_key_), Op::Get(EndKey(d.tx))}, what));
+                          {Op::Get(tx_key), Op::Get(leader_key_), Op::Get(EndKey(d.tx)),
+                           Op::Get(meta_key_)},
+                          what));
     if (txn.succeeded) {
       LoggedDecision out = d;
       out.ended = false;
@@ -216,6 +222,12 @@ class EtcdDecisionLog final : public DecisionLog {
       leader.emplace(kv.create_revision, record.holder);
     }
     if (leaderless) {
+      if (!leader && txn.responses[3].kvs.empty()) {
+        return Status::InvalidArgument(
+            name_ + " is not a wtx decision log (no key " + meta_key_ +
+            "): no coordinator ever opened it, so a rank does not decide tx '" + d.tx +
+            "' there on its own; check --decision-log (the coordinators' PREFIX)");
+      }
       if (!leader) {  // cannot be: the compare on the leader key failed
         return Status(ErrorCode::kDecisionLogUnavailable,
                       "etcd member " + txn.endpoint + " refused to " + what + " for no reason");
@@ -251,7 +263,10 @@ Result<std::shared_ptr<DecisionLog>> OpenEtcdDecisionLog(const DecisionLogOption
   WTX_ASSIGN_OR_RETURN(client, etcd::Client::Open(std::move(client_options)));
   auto log =
       std::make_shared<EtcdDecisionLog>(std::shared_ptr<etcd::Client>(std::move(client)), url);
-  WTX_RETURN_IF_ERROR(log->Init());
+  Status s = log->Init(options.create);
+  // A rank's log is needed only when it must resolve without a coordinator: an unreachable
+  // etcd at its start is retried then, not a reason to stay down.
+  if (!s.ok() && (options.create || s.code() != ErrorCode::kDecisionLogUnavailable)) return s;
   return std::shared_ptr<DecisionLog>(std::move(log));
 }
 

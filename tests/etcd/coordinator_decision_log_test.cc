@@ -270,6 +270,29 @@ TEST_CASE("RankResolvesFromTheLogOnlyWhenNoCoordinatorLeads") {
   CHECK_FALSE(c.rank(0).status().in_doubt.has_value());
 }
 
+TEST_CASE("RankDoesNotAbortOnItsOwnInAPrefixNoCoordinatorOpened") {
+  Setup setup(1);
+  auto& [etcd, c, d] = setup;
+  DecisionLogOptions o;
+  o.url = etcd->url("wtx/never-used");
+  o.create = false;  // as a rank opens it: nothing written
+  auto log = OpenDecisionLog(o);
+  REQUIRE(log.ok());
+  REQUIRE(c.rank(0).Begin(Full("t1")).ok());
+  auto r = ResolveFromDecisionLog(c.rank(0), *log.value(), 0);
+  CHECK(r.status().code() == ErrorCode::kInvalidArgument);
+  CHECK(r.status().message().find("wtx/never-used/meta") != std::string::npos);
+  CHECK(c.rank(0).status().active_tx == std::optional<std::string>("t1"));
+  // A rank's log opens even while etcd is unreachable (it is needed only later).
+  DecisionLogOptions dead;
+  dead.url = "etcd://127.0.0.1:1/wtx";
+  dead.create = false;
+  dead.request_timeout = milliseconds(200);
+  CHECK(OpenDecisionLog(dead).ok());
+  dead.create = true;  // a coordinator's does not
+  CHECK(OpenDecisionLog(dead).status().code() == ErrorCode::kDecisionLogUnavailable);
+}
+
 TEST_CASE("AuditJournalThatTheLogLacksIsRefusedAsTheWrongPrefix") {
   Setup setup(1);
   auto& [etcd, c, d] = setup;

@@ -79,7 +79,7 @@ int RunCoordinator(const CoordinatorArgs& a) {
   // A shared decision log is opened, and led, before anything listens: a standby must not take
   // ranks' connections away from the leader.
   signals.Stage("opening --decision-log");
-  auto log = OpenDecisionLogFlags(a.decision_log);
+  auto log = OpenDecisionLogFlags(a.decision_log, /*create=*/true);
   if (!log.ok()) return Fail(log.status());
   std::shared_ptr<Leadership> leadership;
   std::string holder;

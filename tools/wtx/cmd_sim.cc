@@ -29,7 +29,7 @@ int RunSim(const std::string& path, std::string journal_dir, const std::string& 
   }
   if (!decision_log.url.empty()) {
     // Refused here, naming the flag, rather than by every process it would start.
-    auto log = OpenDecisionLogFlags(decision_log);
+    auto log = OpenDecisionLogFlags(decision_log, /*create=*/true);
     if (!log.ok()) {
       std::cerr << "wtx sim: " << log.status().ToString() << "\n";
       return ExitCodeFor(log.status()) == kExitInvalidInput ? kExitInvalidInput : kExitUnreachable;

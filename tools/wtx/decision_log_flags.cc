@@ -18,7 +18,8 @@ void AddDecisionLogFlags(CLI::App* cmd, DecisionLogFlags* flags) {
       ->capture_default_str();
 }
 
-Result<std::shared_ptr<DecisionLog>> OpenDecisionLogFlags(const DecisionLogFlags& flags) {
+Result<std::shared_ptr<DecisionLog>> OpenDecisionLogFlags(const DecisionLogFlags& flags,
+                                                          bool create) {
   const bool any_tls = !flags.tls.ca.empty() || !flags.tls.cert.empty() || !flags.tls.key.empty();
   if (flags.url.empty()) {
     if (any_tls) {
@@ -42,6 +43,7 @@ Result<std::shared_ptr<DecisionLog>> OpenDecisionLogFlags(const DecisionLogFlags
   o.url = flags.url;
   o.tls = flags.tls;
   o.request_timeout = std::chrono::milliseconds(flags.timeout_ms);
+  o.create = create;
   auto log = OpenDecisionLog(o);
   if (!log.ok()) {
     return Status(log.status().code(),

@@ -25,6 +25,9 @@ void AddDecisionLogFlags(CLI::App* cmd, DecisionLogFlags* flags);
 // The shared log the flags name (null when --decision-log was not given). Errors name the flag
 // and the endpoint (E_DECISION_LOG_UNAVAILABLE, kInvalidArgument for a malformed url or a
 // half-set TLS trio, kJournalCorrupt for a prefix holding foreign values).
-Result<std::shared_ptr<DecisionLog>> OpenDecisionLogFlags(const DecisionLogFlags& flags);
+// create: DecisionLogOptions::create (a coordinator marks an empty PREFIX; ranks and readers
+// do not).
+Result<std::shared_ptr<DecisionLog>> OpenDecisionLogFlags(const DecisionLogFlags& flags,
+                                                          bool create = false);
 
 }  // namespace wtx::cli
