@@ -80,6 +80,7 @@ class TcpRankAgent::Impl : public DecisionOracle {
     oracle_failed_ = true;
     if (!c) return Status(ErrorCode::kCrashed, "not connected to the coordinator");
     auto r = c->Call("query_decision", {{"tx", tx}}, options_.request_timeout);
+    oracle_timed_out_ = !r.ok() && r.status().code() == ErrorCode::kTimeout;
     if (!r.ok()) return r.status();
     const json& j = r.value();
     auto d = j.find("decision");
@@ -192,11 +193,22 @@ class TcpRankAgent::Impl : public DecisionOracle {
         ++state_.connections;
       }
       cv_.notify_all();
-      // In-doubt resolution, retried while the coordinator cannot answer.
+      // In-doubt resolution, retried while the coordinator cannot answer. With standbys or a
+      // shared log, a coordinator that does not answer at all (paused, its host gone) is left
+      // for the next one rather than waited for.
+      const bool watch = options_.decision_log || !options_.more_coordinators.empty();
       std::chrono::milliseconds retry = options_.backoff_initial;
       while (!ch->closed()) {
         oracle_failed_ = false;
+        oracle_timed_out_ = false;
         Status s = p_->ResolveInDoubt(*this);
+        if (watch && oracle_timed_out_) {
+          net::LogLine(options_.log_tag,
+                       "coordinator " + state().coordinator +
+                           " did not answer an in-doubt query; trying the next one");
+          ch->Close();
+          break;
+        }
         if (!oracle_failed_) {
           {
             std::lock_guard<std::mutex> l(mu_);
@@ -212,8 +224,7 @@ class TcpRankAgent::Impl : public DecisionOracle {
       // Connected and resolved. With standbys or a shared log the agent also watches the
       // coordinator: one that stops answering pings (paused, or its host gone without closing
       // the connection) is left for the next one; and a transaction still in doubt (its
-      // decision could not be logged: no quorum) is asked about again each heartbeat.
-      const bool watch = options_.decision_log || !options_.more_coordinators.empty();
+      // decision could not be logged: no quorum) is asked about again after a few heartbeats.
       std::optional<std::string> last_doubt;
       int in_doubt_beats = 0;
       while (watch) {
@@ -241,7 +252,12 @@ class TcpRankAgent::Impl : public DecisionOracle {
         if (doubt && in_doubt_beats >= kInDoubtBeatsBeforeAsking) {
           in_doubt_beats = 0;
           oracle_failed_ = false;
+          oracle_timed_out_ = false;
           p_->ResolveInDoubt(*this).ok();
+          if (oracle_timed_out_) {
+            ch->Close();  // no answer: the next coordinator, or the log, decides
+            break;
+          }
         }
       }
       {
@@ -263,6 +279,7 @@ class TcpRankAgent::Impl : public DecisionOracle {
   net::NetOptions net_;
   net::EventLoop loop_;
   std::atomic<bool> oracle_failed_{false};
+  bool oracle_timed_out_ = false;  // supervisor thread only: the last query had no answer
   static constexpr int kInDoubtBeatsBeforeAsking = 3;
   net::EpochFence fence_;
   std::vector<std::pair<std::string, uint16_t>> coordinators_;  // supervisor thread only

@@ -897,6 +897,18 @@ Result<std::unique_ptr<Coordinator>> OpenCoordinatorWithHooks(const CoordinatorO
         .append(std::to_string(options.fan_out_threads));
     return Status::InvalidArgument(message);
   }
+  if (options.decision_log) {
+    if (options.lease_ttl.count() < 1) {
+      return Status::InvalidArgument("lease_ttl must be positive, got " +
+                                     std::to_string(options.lease_ttl.count()) + " ms");
+    }
+    if (options.leader_wait.count() < 0) {
+      return Status::InvalidArgument("leader_wait must be >= 0, got " +
+                                     std::to_string(options.leader_wait.count()) + " ms");
+    }
+  } else if (options.leadership) {
+    return Status::InvalidArgument("a leadership without a decision_log to lead");
+  }
   auto c = std::make_unique<CoordinatorImpl>(options, transport, hooks);
   WTX_RETURN_IF_ERROR(c->Init());
   return std::unique_ptr<Coordinator>(std::move(c));
