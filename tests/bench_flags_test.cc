@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +11,10 @@
 #include "tests/test_util.h"
 
 namespace {
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
 
 void CheckRefused(const std::string& binary,
                   const std::vector<std::pair<std::string, std::string>>& cases) {
@@ -85,6 +90,34 @@ TEST_CASE("CommitBenchRunsWithAnEmptyListSkippingThatTransport") {
   CHECK(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("| inproc | 2 |"));
   CHECK_THAT(r.out, !Catch::Contains("| tcp |"));
+}
+
+// `wtx bench --compare OLD.json`: each figure both runs have, old and new, with a verdict
+// that follows the figure's goal; a file that is not a bench output is refused before running.
+TEST_CASE("BenchCompareReportsEachFigureAgainstAnEarlierRun") {
+  wtx::testing::TempDir d;
+  const std::string bench = std::string("timeout 120 ") + WTX_BINARY +
+                            " bench --quick --only hash --shared-dir " WTX_CONFORMANCE_DIR;
+  // An earlier run, hand-made so that the verdicts are known: hash_vs_xxh3 (goal >= 0.95) was
+  // 100x better, synced_writes_per_tx (goal <= 2) was 0.5 (the new 2 is 4x worse).
+  WriteText(d.sub("old.json"), R"({"hash_vs_xxh3": 100.0, "synced_writes_per_tx": 0.5})");
+  wtx::testing::CommandResult r =
+      wtx::testing::RunCommand(bench + " --json --compare " + d.sub("old.json"), false);
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const nlohmann::json out = nlohmann::json::parse(r.out);
+  const nlohmann::json& f = out.at("compare").at("figures");
+  CHECK(f.at("hash_vs_xxh3").at("old") == 100.0);
+  CHECK(f.at("hash_vs_xxh3").at("new") == out.at("hash_vs_xxh3"));
+  CHECK(f.at("hash_vs_xxh3").at("verdict") == "worse");
+  CHECK_FALSE(f.contains("update_vs_memcpy"));  // not measured by --only hash
+  r = wtx::testing::RunCommand(bench + " --compare " + d.sub("old.json"));
+  CHECK_THAT(r.out, Catch::Contains("against " + d.sub("old.json")));
+  CHECK_THAT(r.out, Catch::Contains("worse"));
+  // Refused before measuring, naming the flag.
+  WriteText(d.sub("other.json"), R"({"ranks": 4})");
+  CheckRefused(WTX_BINARY, {{"bench --quick --compare " + d.sub("other.json"), "--compare"},
+                            {"bench --quick --compare " + d.sub("missing.json"), "--compare"}});
 }
 
 #ifdef WTX_GPU_BENCH

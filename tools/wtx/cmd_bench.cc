@@ -32,6 +32,7 @@ struct BenchArgs {
   bool json = false;
   bool quick = false;
   bool coverage_tp_given = false;
+  std::string compare;  // --compare OLD.json: an earlier `wtx bench --json`
 };
 
 // Where the model configs (models/<name>/config.json) come from, and which lookup found them.
@@ -106,6 +107,32 @@ const Figure kFigures[] = {
     {"load_vs_read", ">= 0.80", [](double v) { return v >= 0.80; }},
 };
 
+// --compare: each figure of kFigures both runs have, old and new, and whether it moved the
+// wrong way: "worse" when it changed by more than 5 % against its goal's direction (a ">="
+// figure fell, a "<"/"<=" figure rose; the extra figures count higher as better), "better"
+// when by more than 5 % the other way, "same" otherwise.
+json CompareFigures(const json& old_out, const json& new_out) {
+  json figures = json::object();
+  for (const Figure& f : kFigures) {
+    if (!old_out.contains(f.key) || !new_out.contains(f.key)) continue;
+    if (!old_out[f.key].is_number() || !new_out[f.key].is_number()) continue;
+    const double o = old_out[f.key].get<double>(), n = new_out[f.key].get<double>();
+    const bool lower_better = f.goal[0] == '<';
+    std::string verdict = "same";
+    if (o != 0) {
+      const double change = n / o - 1;
+      const double good = lower_better ? -change : change;
+      if (good < -0.05) verdict = "worse";
+      if (good > 0.05) verdict = "better";
+    }
+    figures[f.key] = {{"old", o},
+                      {"new", n},
+                      {"new_vs_old", o != 0 ? json(n / o) : json()},
+                      {"verdict", verdict}};
+  }
+  return figures;
+}
+
 std::string Num(double v) {
   char buf[64];
   if (v != 0 && (v >= 1e6 || v < 1e-2)) {
@@ -163,6 +190,24 @@ std::string Baseline(const std::string& name, const json& d) {
 }
 
 int RunBench(BenchArgs a) {
+  // The earlier run to compare with is read first: a bad file is refused before measuring.
+  json old_out;
+  if (!a.compare.empty()) {
+    auto old = ReadJsonFileArg("--compare", a.compare);
+    if (!old.ok()) {
+      std::cerr << "wtx bench: " << old.status().message() << "\n";
+      return 2;
+    }
+    bool any = false;
+    for (const Figure& f : kFigures) any = any || (old->is_object() && old->contains(f.key));
+    if (!any) {
+      std::cerr << "wtx bench: --compare '" << a.compare
+                << "': not the output of `wtx bench --json` (no figure such as " << kFigures[0].key
+                << ")\n";
+      return 2;
+    }
+    old_out = std::move(old).value();
+  }
   // The default models (a --model or --coverage-model given needs none).
   std::vector<std::string> names;
   if (a.model.empty()) names.push_back(a.quick ? "tiny-qwen2" : "qwen2.5-0.5b");
@@ -285,6 +330,9 @@ int RunBench(BenchArgs a) {
                    {"coverage_model", a.coverage_model}};
   out["seconds"] = bench::NowSeconds() - t0;
   if (!errors.empty()) out["errors"] = errors;
+  if (!a.compare.empty()) {
+    out["compare"] = {{"old", a.compare}, {"figures", CompareFigures(old_out, out)}};
+  }
 
   if (a.json) {
     std::cout << out.dump(2) << "\n";
@@ -306,6 +354,21 @@ int RunBench(BenchArgs a) {
       t << "  " << key << val << goal << (!f.met ? "-" : f.met(v) ? "yes" : "NO") << "\n";
     }
     std::cout << t.str() << "\n";
+    if (out.contains("compare")) {
+      std::ostringstream c;
+      c << "  against " << a.compare << ":\n"
+        << "  figure                              old          new          new/old  verdict\n";
+      for (const auto& [key, f] : out["compare"]["figures"].items()) {
+        std::string k = key, o = Num(f["old"].get<double>()), n = Num(f["new"].get<double>());
+        std::string r = f["new_vs_old"].is_number() ? Num(f["new_vs_old"].get<double>()) : "-";
+        k.resize(std::max<size_t>(36, k.size() + 1), ' ');
+        o.resize(13, ' ');
+        n.resize(13, ' ');
+        r.resize(9, ' ');
+        c << "  " << k << o << n << r << f["verdict"].get<std::string>() << "\n";
+      }
+      std::cout << c.str() << "\n";
+    }
     for (const auto& [name, d] : details.items()) {
       std::cout << "  " << name << ": " << Baseline(name, d) << "\n";
     }
@@ -347,6 +410,9 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
       ->delimiter(',');
   cmd->add_flag("--json", a->json, "print one JSON object with every figure and detail");
   cmd->add_flag("--quick", a->quick, "small sizes: a smoke test of a few seconds");
+  cmd->add_option("--compare", a->compare,
+                  "an earlier `wtx bench --json` output: print each figure's old and new value "
+                  "and whether it got worse (more than 5 % against its goal)");
   CLI::Option* tp = cmd->get_option("--coverage-tp");
   cmd->callback([a, tp, exit_code] {
     a->coverage_tp_given = tp->count() > 0;
