@@ -87,6 +87,14 @@ Stats Summarize(std::vector<double> v) {
   return s;
 }
 
+// CPU time (user + system) this process has used, in ms.
+double CpuMs() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+         (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
 int OpenFds() {
   int n = 0;
   if (DIR* d = opendir("/proc/self/fd")) {
@@ -174,6 +182,7 @@ json RunInProc(int n, int repeats, const std::string& root, int sync_delay_ms, i
   auto c = std::move(opened).value();
   std::vector<float> bytes(64);
   std::vector<double> begin, commit, total;
+  const double cpu0 = CpuMs();
   for (int i = 0; i < repeats; ++i) {
     BeginRequest b;
     b.tx = "t" + std::to_string(i);
@@ -194,6 +203,9 @@ json RunInProc(int n, int repeats, const std::string& root, int sync_delay_ms, i
     commit.push_back(Ms(Clock::now() - a));
     total.push_back(begin.back() + commit.back());
   }
+  // Every thread of the process: the coordinator's and the in-process ranks' (their writes
+  // included), per transaction.
+  const double cpu_per_tx_ms = (CpuMs() - cpu0) / repeats;
   const Stats sb = Summarize(begin), sc = Summarize(commit);
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -207,7 +219,8 @@ json RunInProc(int n, int repeats, const std::string& root, int sync_delay_ms, i
               {"commit_p50_ms", sc.p50},
               {"commit_p90_ms", sc.p90},
               {"commit_p99_ms", sc.p99},
-              {"total_p50_ms", Summarize(total).p50}};
+              {"total_p50_ms", Summarize(total).p50},
+              {"cpu_ms_per_tx", cpu_per_tx_ms}};
   c.reset();
   parts.clear();
   std::filesystem::remove_all(dir);
@@ -322,19 +335,24 @@ int Main(int argc, char** argv) {
               sync_delay_ms, fan_out_threads);
   std::printf(
       "| transport | ranks | setup ms | begin p50 / p90 ms | commit p50 / p90 ms | "
-      "begin+commit p50 ms |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|\n");
+      "begin+commit p50 ms | CPU ms / tx |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
   auto row = [&](const json& j) {
     all.push_back(j);
     if (j.contains("error")) {
-      std::printf("| %s | %d | error: %s | | | |\n", j.value("transport", "").c_str(),
+      std::printf("| %s | %d | error: %s | | | | |\n", j.value("transport", "").c_str(),
                   j["ranks"].get<int>(), j["error"].dump().c_str());
     } else {
-      std::printf("| %s | %d | %.0f | %.2f / %.2f | %.2f / %.2f | %.2f |\n",
+      // CPU per transaction: the in-process rows only (TCP ranks are other processes).
+      const std::string cpu =
+          j.contains("cpu_ms_per_tx") ? std::to_string(j["cpu_ms_per_tx"].get<double>()) : "-";
+      std::printf("| %s | %d | %.0f | %.2f / %.2f | %.2f / %.2f | %.2f | %s |\n",
                   j["transport"].get<std::string>().c_str(), j["ranks"].get<int>(),
                   j.value("open_ms", j.value("start_ms", 0.0)), j["begin_p50_ms"].get<double>(),
                   j["begin_p90_ms"].get<double>(), j["commit_p50_ms"].get<double>(),
-                  j["commit_p90_ms"].get<double>(), j["total_p50_ms"].get<double>());
+                  j["commit_p90_ms"].get<double>(), j["total_p50_ms"].get<double>(),
+                  cpu.substr(0, cpu.find('.') == std::string::npos ? cpu.size() : cpu.find('.') + 3)
+                      .c_str());
     }
     std::fflush(stdout);
   };
