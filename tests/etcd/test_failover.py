@@ -25,8 +25,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from etcd_cluster import EtcdCluster, etcd_available  # noqa: E402
-from wtx_procs import (WTX_BIN, Run, begin_req, free_port, free_ports, status_code,  # noqa: E402
-                       wait_for)
+from wtx_procs import (MANIFEST, WTX_BIN, Run, begin_req, free_port, free_ports,  # noqa: E402
+                       status_code, wait_for)
 
 if not etcd_available():
     # Exit 77: CTest reports the run as skipped (SKIP_RETURN_CODE), never as passed.
@@ -500,3 +500,18 @@ def test_journal_tools_read_the_decision_log_and_check_finds_disagreement(etcd, 
     dead = "etcd://127.0.0.1:%d/x" % free_port()
     gone = run.cli("log", "--decision-log", dead, "--decision-log-timeout-ms", "300")
     assert gone.returncode == 4 and "127.0.0.1" in gone.stderr, gone.stderr
+
+
+def test_rank_with_an_unreachable_decision_log_starts_and_says_so(run):
+    """A rank needs the log only to resolve without a coordinator: it starts, naming the
+    endpoint it cannot reach; a malformed url refuses the start, naming the part."""
+    pa = free_port()
+    a = run.coordinator("a", pa)
+    dead = "etcd://127.0.0.1:%d/wtx" % free_port()
+    r = run.rank(0, [pa], dead, extra=("--decision-log-timeout-ms", "200"))
+    assert run.wait_ranks(a, 1)["ok"], run.stderr_tails()
+    assert "does not answer yet" in r.stderr_text() and dead.split("/")[2] in r.stderr_text()
+    bad = run.cli("rank", "--connect", "127.0.0.1:%d" % pa, "--rank", "1", "--journal",
+                  os.path.join(run.dir, "rank-bad"), "--secret-file", run.secret,
+                  "--manifest", MANIFEST, "--decision-log", "etcd://127.0.0.1/wtx")
+    assert bad.returncode == 2 and "port" in bad.stderr, bad.stderr

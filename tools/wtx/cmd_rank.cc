@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "src/conformance/step_codec.h"
+#include "src/net/channel.h"
 #include "src/net/codec.h"
 #include "src/net/control.h"
 #include "src/net/control_codec.h"
@@ -98,6 +99,16 @@ int RunRank(const RankArgs& a) {
   signals.Stage("opening --decision-log");
   auto log = OpenDecisionLogFlags(a.decision_log);
   if (!log.ok()) return FailRank(log.status());
+  if (log.value()) {
+    // The rank needs the log only to resolve without a coordinator: an unreachable one is
+    // said now, naming the endpoints, and does not keep the rank down.
+    if (auto leader = log.value()->CurrentLeader(); !leader.ok()) {
+      net::LogLine("rank-" + std::to_string(a.rank),
+                   "warning: --decision-log " + log.value()->Describe() + " does not answer yet (" +
+                       leader.status().ToString() +
+                       "); starting, and resolving from it once it does");
+    }
+  }
   signals.Stage(a.manifest.empty() ? "reading --hf-config" : "reading --manifest");
   auto manifest = LoadManifest(a);
   if (!manifest.ok()) return FailRank(manifest.status());
