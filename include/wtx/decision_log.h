@@ -116,9 +116,9 @@ struct DecisionLogOptions {
 };
 
 // Opens the shared decision log `options.url` names. It checks that the log answers and that
-// PREFIX is a wtx decision log (or empty, and then marks it as one; see `create`); an unreachable log is
-// E_DECISION_LOG_UNAVAILABLE naming each endpoint, a foreign PREFIX kJournalCorrupt naming the
-// key, a malformed url kInvalidArgument naming the part that is wrong.
+// PREFIX is a wtx decision log (or empty, and then marks it as one; see `create`); an unreachable
+// log is E_DECISION_LOG_UNAVAILABLE naming each endpoint, a foreign PREFIX kJournalCorrupt naming
+// the key, a malformed url kInvalidArgument naming the part that is wrong.
 Result<std::shared_ptr<DecisionLog>> OpenDecisionLog(const DecisionLogOptions& options);
 
 // Leadership among coordinators sharing one decision log. The embedded journal has one writer

@@ -917,12 +917,13 @@ void DefineModule(py::module_& m) {
 
   // The shared decision log, read-side and the ranks' cooperative resolution.
   py::class_<DecisionLog, std::shared_ptr<DecisionLog>>(m, "DecisionLog")
-      .def_static("open",
-                  [](const std::string& url, double request_timeout) {
-                    return OpenPyDecisionLog(url, request_timeout);
-                  },
-                  py::arg("url"), py::kw_only(), py::arg("request_timeout") = 2.0,
-                  "Opens 'etcd://HOST:PORT[,HOST:PORT...]/PREFIX' (every member tried in turn).")
+      .def_static(
+          "open",
+          [](const std::string& url, double request_timeout) {
+            return OpenPyDecisionLog(url, request_timeout);
+          },
+          py::arg("url"), py::kw_only(), py::arg("request_timeout") = 2.0,
+          "Opens 'etcd://HOST:PORT[,HOST:PORT...]/PREFIX' (every member tried in turn).")
       .def(
           "read",
           [](DecisionLog& log, const std::string& tx) -> py::object {

@@ -38,9 +38,9 @@ class EtcdDecisionLog final : public DecisionLog {
     const std::string what = "open the decision log " + name_ + " (key " + meta_key_ + ")";
     std::vector<Op> mark;
     if (create) mark.push_back(Op::Put(meta_key_, EncodeDecisionLogMeta({WallMicros()})));
-    WTX_ASSIGN_OR_RETURN(txn,
-                         client_->Txn({Compare::CreateRevision(meta_key_, CompareIs::kEqual, 0)},
-                                      mark, {Op::Get(meta_key_)}, what));
+    WTX_ASSIGN_OR_RETURN(
+        txn, client_->Txn({Compare::CreateRevision(meta_key_, CompareIs::kEqual, 0)}, mark,
+                          {Op::Get(meta_key_)}, what));
     if (txn.succeeded || txn.responses[0].kvs.empty()) return Status::OK();
     const auto meta = DecodeDecisionLogMeta(txn.responses[0].kvs[0].value);
     if (!meta.ok()) {
@@ -200,11 +200,10 @@ class EtcdDecisionLog final : public DecisionLog {
     }
     const std::string what = "decide tx '" + d.tx + "' in " + name_ + " (key " + tx_key + ")";
     WTX_ASSIGN_OR_RETURN(value, EncodeDecisionRecord(d));
-    WTX_ASSIGN_OR_RETURN(
-        txn, client_->Txn(compares, {Op::Put(tx_key, std::move(value))},
-                          {Op::Get(tx_key), Op::Get(leader_key_), Op::Get(EndKey(d.tx)),
-                           Op::Get(meta_key_)},
-                          what));
+    WTX_ASSIGN_OR_RETURN(txn, client_->Txn(compares, {Op::Put(tx_key, std::move(value))},
+                                           {Op::Get(tx_key), Op::Get(leader_key_),
+                                            Op::Get(EndKey(d.tx)), Op::Get(meta_key_)},
+                                           what));
     if (txn.succeeded) {
       LoggedDecision out = d;
       out.ended = false;
