@@ -50,7 +50,8 @@ struct CoordinatorOptions {
   std::string journal_dir;
   Env env;
   std::chrono::milliseconds prepare_timeout{5000};
-  // Most rank calls in flight at once (threads of the fan-out pool, started lazily); with
+  // Most rank calls in flight at once (threads of the fan-out pool, started at Open: ranks - 1,
+  // at most this many); with
   // more silent ranks than this, a phase costs more than one timeout. Valid: 1..4096.
   int fan_out_threads = 256;
   // Start on a journal that has records but no valid sync watermark (a coordinator that lost

@@ -32,7 +32,7 @@ class CoordinatorImpl : public Coordinator {
       : options_(o),
         hooks_(hooks),
         transport_(t),
-        fan_out_(o.fan_out_threads) {}  // threads start only as calls need them
+        fan_out_(o.fan_out_threads) {}  // threads start in Init (Prestart)
   ~CoordinatorImpl() override {
     if (ender_.joinable()) {
       {
@@ -241,6 +241,9 @@ Status CoordinatorImpl::Init() {
     known = std::move(all);
   }
   transport_->SetLeaderEpoch(epoch_);
+  // Every phase calls all ranks at once, the caller taking one: the threads for the others are
+  // started now rather than by the first Begin (its tail latency).
+  fan_out_.Prestart(transport_->num_ranks() - 1);
   if (shared_) ender_ = std::thread([this] { EndInBackground(); });
   std::lock_guard<std::mutex> l(mu_);
   for (const LoggedDecision& d : known) {

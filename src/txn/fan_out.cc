@@ -1,5 +1,6 @@
 #include "src/txn/fan_out.h"
 
+#include <algorithm>
 #include <cassert>
 
 namespace wtx {
@@ -40,6 +41,13 @@ void FanOut::Work() {
     l.unlock();
     Execute(t);
     l.lock();
+  }
+}
+
+void FanOut::Prestart(int n) {
+  std::lock_guard<std::mutex> l(mu_);
+  while (static_cast<int>(threads_.size()) < std::min(n, max_threads_)) {
+    threads_.emplace_back([this] { Work(); });
   }
 }
 

@@ -36,6 +36,9 @@ class FanOut {
   FanOut& operator=(const FanOut&) = delete;
 
   void Run(int n, const std::function<void(int)>& fn);
+  // Starts threads now, up to `n` in all (and max_threads), so that the first Run that needs
+  // them does not pay their start-up (a tail latency of the first transaction).
+  void Prestart(int n);
 
  private:
   struct Batch;
