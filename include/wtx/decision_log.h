@@ -7,9 +7,10 @@
 //  * Decide(d) writes `d` only if no decision for d.tx exists yet, and returns the decision
 //    that holds for d.tx afterwards: `d` itself, or the one another writer (a second
 //    coordinator, a rank terminating the transaction) wrote first. Once Decide has returned a
-//    decision it is durable (embedded journal: synced; etcd: acknowledged by a quorum) and no
-//    later Decide or Read for that tx returns anything else. Nothing may report `committed`
-//    before Decide returned that commit.
+//    commit it is durable (embedded journal: synced; etcd: acknowledged by a quorum), and no
+//    later Decide or Read for that tx returns anything else; an embedded abort need not be
+//    synced (presumed abort: a lost abort reads as none, which is answered as abort). Nothing
+//    may report `committed` before Decide returned that commit.
 //  * A fenced write (d.epoch > 0, written by a coordinator) succeeds only while the writer
 //    still holds the leadership of that epoch; a deposed writer gets E_STALE_COORDINATOR
 //    naming both epochs, and nothing is written. A rank's cooperative termination
