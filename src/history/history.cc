@@ -4,6 +4,7 @@
 
 #include "journal/record_fields.h"
 #include "src/txn/coordinator_records.h"
+#include "src/txn/logged_decision_json.h"
 #include "src/txn/participant_records.h"
 #include "src/txn/participant_state.h"
 
@@ -37,11 +38,7 @@ Result<std::vector<json>> CoordinatorHistory(const Journal& journal, std::vector
     WTX_ASSIGN_OR_RETURN(rec, DecodeCoordinatorRecord(r));
     if (const auto* d = std::get_if<DecisionRecord>(&rec)) {
       json votes = json::array();
-      for (const DecisionVote& v : d->votes) {
-        json jv = {{"rank", v.rank}, {"vote", v.vote}};
-        if (!v.error.empty()) jv["error"] = v.error;
-        votes.push_back(std::move(jv));
-      }
+      for (const DecisionVote& v : d->votes) votes.push_back(LoggedVoteToJson(v));
       json timings = json::object();
       if (d->prepare_us) timings["prepare"] = *d->prepare_us;
       at[d->tx] = out.size();

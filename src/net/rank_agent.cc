@@ -104,14 +104,12 @@ class TcpRankAgent::Impl : public DecisionOracle {
   // log (see wtx/tcp_rank_agent.h). Runs on the supervisor thread between connection attempts,
   // when no connection serves requests.
   void ResolveFromLog() {
-    const RankStatus st = p_->status();
-    if (!st.active_tx) return;
-    const std::string& tx = *st.active_tx;
+    // Nothing active: nullopt without a request. Errors name the transaction.
     auto resolved = ResolveFromDecisionLog(*p_, *options_.decision_log, options_.rank);
     const Status outcome = resolved.status();
     if (resolved.ok() && resolved.value()) {
       const LoggedDecision& won = *resolved.value();
-      net::LogLine(options_.log_tag, "transaction '" + tx + "' resolved from decision log " +
+      net::LogLine(options_.log_tag, "transaction '" + won.tx + "' resolved from decision log " +
                                          options_.decision_log->Describe() + ": " +
                                          std::string(DecisionName(won.decision)) + " (written by " +
                                          won.writer + ")");
@@ -120,8 +118,8 @@ class TcpRankAgent::Impl : public DecisionOracle {
     if (resolved.ok() && resolved.value()) ++state_.resolved_from_log;
     if (!outcome.ok() && outcome.message() != state_.log_resolution.message() &&
         outcome.code() != ErrorCode::kTxActive) {
-      net::LogLine(options_.log_tag, "cannot resolve transaction '" + tx +
-                                         "' from the decision log yet: " + outcome.ToString());
+      net::LogLine(options_.log_tag,
+                   "cannot resolve from the decision log yet: " + outcome.ToString());
     }
     state_.log_resolution = outcome;
   }

@@ -20,6 +20,7 @@
 
 #include "journal/journal.h"
 #include "src/txn/event_records.h"
+#include "wtx/decision_log.h"
 #include "wtx/protocol.h"
 #include "wtx/status.h"
 
@@ -33,12 +34,9 @@ struct CoordinatorCreateRecord {
   int64_t ts = 0;
 };
 
-// One rank's vote as the decision logged it.
-struct DecisionVote {
-  int rank = -1;
-  std::string vote;   // "yes", "no", "timeout" or "crashed"
-  std::string error;  // "no": the error code name
-};
+// One rank's vote as the decision logged it: the public LoggedVote (wtx/decision_log.h), the
+// same fields in the journal as in a shared decision log.
+using DecisionVote = LoggedVote;
 
 // The decision on a transaction (a commit decision is synced: the commit point).
 struct DecisionRecord {

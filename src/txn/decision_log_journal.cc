@@ -19,7 +19,7 @@ LoggedDecision FromRecord(const DecisionRecord& r) {
   d.epoch = r.epoch.value_or(0);
   d.time_micros = r.ts;
   d.prepare_us = r.prepare_us;
-  for (const DecisionVote& v : r.votes) d.votes.push_back({v.rank, v.vote, v.error});
+  d.votes = r.votes;
   return d;
 }
 
@@ -31,7 +31,7 @@ DecisionRecord ToRecord(const LoggedDecision& d) {
   r.reason = d.reason;
   r.ts = d.time_micros;
   r.prepare_us = d.prepare_us;
-  for (const LoggedVote& v : d.votes) r.votes.push_back({v.rank, v.vote, v.error});
+  r.votes = d.votes;
   // The embedded log's own decisions stay as they always were; a copy of a shared log's
   // decision says who wrote it and under which epoch.
   if (!d.writer.empty() && d.writer != "coordinator") r.writer = d.writer;

@@ -11,13 +11,15 @@ nlohmann::json LoggedDecisionToJson(const LoggedDecision& d) {
   if (d.prepare_us) j["prepare_us"] = *d.prepare_us;
   if (!d.votes.empty()) {
     nlohmann::json votes = nlohmann::json::array();
-    for (const LoggedVote& v : d.votes) {
-      nlohmann::json jv = {{"rank", v.rank}, {"vote", v.vote}};
-      if (!v.error.empty()) jv["error"] = v.error;
-      votes.push_back(std::move(jv));
-    }
+    for (const LoggedVote& v : d.votes) votes.push_back(LoggedVoteToJson(v));
     j["votes"] = std::move(votes);
   }
+  return j;
+}
+
+nlohmann::json LoggedVoteToJson(const LoggedVote& v) {
+  nlohmann::json j = {{"rank", v.rank}, {"vote", v.vote}};
+  if (!v.error.empty()) j["error"] = v.error;
   return j;
 }
 

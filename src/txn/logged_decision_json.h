@@ -15,5 +15,8 @@ namespace wtx {
 // {"tx", "decision", "version" (commit only), "reason", "writer", "epoch", "time_micros",
 //  "ended", "prepare_us" (when known), "votes": [{"rank", "vote", "error"?}] (when known)}
 nlohmann::json LoggedDecisionToJson(const LoggedDecision& d);
+// {"rank", "vote", "error" (a "no" vote only)}: one vote, as the forms above and the history
+// of a coordinator journal show it.
+nlohmann::json LoggedVoteToJson(const LoggedVote& v);
 
 }  // namespace wtx
