@@ -136,6 +136,8 @@ class Cluster {
   }
   // ParticipantOptions::landing_hash_threads of ranks started from now on (default 0).
   void SetLandingHashThreads(int n) { landing_hash_threads_ = n; }
+  // ParticipantOptions::threads of ranks started from now on (default 0: one per core).
+  void SetThreads(int n) { threads_ = n; }
   Coordinator& coordinator() { return cluster_.coordinator(); }
   FaultInjectionFileSystem& fs(int r) { return cluster_.rank_fs(r); }
   InProcTransport& transport() { return cluster_.transport(); }
@@ -226,6 +228,7 @@ class Cluster {
     };
     o.customize_rank = [this](int, ParticipantOptions& po) {
       po.landing_hash_threads = landing_hash_threads_;
+      po.threads = threads_;
     };
     return o;
   }
@@ -233,6 +236,7 @@ class Cluster {
   TempDir dir_;
   ManifestPtr manifest_;
   int landing_hash_threads_ = 0;  // read by the cluster's customize_rank
+  int threads_ = 0;               // read by the cluster's customize_rank
   InProcCluster cluster_;         // after dir_: closed before the directory is removed
 };
 

@@ -16,6 +16,8 @@ inline constexpr int kMaxRanks = 4096;
 
 // Threads of a coordinator's fan-out pool (CoordinatorOptions::fan_out_threads).
 inline constexpr int kMaxFanOutThreads = 4096;
+// ParticipantOptions::threads and landing_hash_threads: data-path threads of one rank.
+inline constexpr int kMaxDataThreads = 256;
 
 // Dimensions of a parameter, source tensor or box.
 inline constexpr size_t kMaxTensorDims = 16;

@@ -33,9 +33,9 @@
 //    Landed, so the transfer must be complete (stream synchronized) before Landed is called.
 //  * Landed(region), with the region as reserved, records the region as coverage and hashes,
 //    from live memory, every hash chunk the region covers whole (while the transfer most
-//    likely left the bytes in cache; on device memory with the device's kernel; with
-//    ParticipantOptions::landing_hash_threads under verify "touched", on background threads,
-//    Landed not waiting);
+//    likely left the bytes in cache; on device memory with the device's kernel; under verify
+//    "touched", a large landing, or any with ParticipantOptions::landing_hash_threads, on the
+//    participant's data-path threads, Landed not waiting);
 //    chunks it covers only in part are rehashed from live memory at Prepare. A region
 //    reserved but never landed is E_COVERAGE_INCOMPLETE at prepare, naming it.
 //  * After Landed the region's bytes are final for this transaction: a later change (without
@@ -50,8 +50,10 @@
 //    is not a translation of the source is E_LAYOUT_MISMATCH; a delta Reserve is E_OUT_OF_SCOPE.
 //
 // Thread-safety: all methods are safe to call from several threads; calls are serialized by
-// an internal mutex (Landed hashes under it). With landing_hash_threads > 0 the participant
-// owns that many threads, which only read landed bytes; they are joined when it is destroyed.
+// an internal mutex (Landed hashes under it). With more than one data-path thread
+// (ParticipantOptions::threads, landing_hash_threads) the participant owns threads that copy a
+// Write's chunks while that Write waits for them, and read landed bytes; they are joined when
+// it is destroyed.
 #pragma once
 
 #include <memory>
@@ -88,16 +90,23 @@ struct ParticipantOptions {
   // Where the live bytes are (live_memory.h; a GPU: device_live_memory.h). Null: zeroed host
   // buffers owned by the participant. Sizes must match the manifest (checked at Open).
   std::shared_ptr<LiveMemory> memory;
-  // Host live memory: 0 (default): Landed hashes the chunks a landing covers whole in the
-  // calling thread. N in [1, 256]: N background threads of this participant hash them and
-  // Landed returns at once, so the engine's next transfer overlaps the hashing (on another
-  // core); prepare, decide and Verify wait for them. Recommended where a core is spare: the
-  // landed update then costs about the engine's copy alone (docs/performance.md). The trade,
-  // under verify "touched" only: a landed byte the engine changes again before a background
-  // thread has read it is hashed as changed, so the version describes it and a later Verify()
-  // does not report it. Under verify "all" Landed always hashes in the calling thread (that
-  // prepare rehashes every chunk anyway), so a change after Landed is always caught. Ignored
-  // for device memory. Out of range: Open fails with kInvalidArgument.
+  // Threads of the data path on host live memory: a Write of a large region (at least 512 KiB
+  // of whole 64 KiB hash chunks) is copied and hashed by the calling thread and threads - 1
+  // threads of this participant together (each chunk in one pass: streaming stores, the hash
+  // computed from the same loads), and Landed hands a landing that covers at least 1 MiB of
+  // whole chunks to those threads and returns at once, so the engine's next transfer overlaps
+  // the hashing; prepare, decide and Verify wait for them, so prepare only combines digests.
+  // 0 (default): one per core (std::thread::hardware_concurrency). 1: everything in the
+  // calling thread. The threads start at the first such copy or landing. In [0, 256], else
+  // Open fails with kInvalidArgument. The trade of background hashing, under verify "touched"
+  // only: a landed byte the engine changes again before a thread has read it is hashed as
+  // changed, so the version describes it and a later Verify() does not report it. Under
+  // verify "all" Landed always hashes in the calling thread (that prepare rehashes every chunk
+  // anyway), so a change after Landed is always caught. Ignored for device memory.
+  int threads = 0;
+  // Host live memory: N in [1, 256]: at least N threads as above, and every landing, whatever
+  // its size, is hashed by them (Landed returns at once). 0 (default): as `threads` says.
+  // Out of range: Open fails with kInvalidArgument.
   int landing_hash_threads = 0;
   // Start on a journal that has records but no valid sync watermark (both copies lost or
   // damaged: synced records may have been lost without a trace), which Open otherwise refuses

@@ -150,13 +150,15 @@ std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir, c
                                                const std::string& kernel_identity,
                                                py::object rollback_budget_bytes_arg,
                                                py::object landing_hash_threads_arg,
+                                               py::object threads_arg,
                                                bool accept_unverified_journal,
                                                std::optional<std::string> test_crash_at) {
   const int rank = static_cast<int>(IntArg(rank_arg, "rank", 0, kMaxRanks - 1));
   const auto rollback_budget_bytes =
       static_cast<size_t>(IntArg(rollback_budget_bytes_arg, "rollback_budget_bytes", 0, INT64_MAX));
-  const int landing_hash_threads =
-      static_cast<int>(IntArg(landing_hash_threads_arg, "landing_hash_threads", 0, 256));
+  const int landing_hash_threads = static_cast<int>(
+      IntArg(landing_hash_threads_arg, "landing_hash_threads", 0, kMaxDataThreads));
+  const int threads = static_cast<int>(IntArg(threads_arg, "threads", 0, kMaxDataThreads));
   auto out = std::make_shared<PyParticipant>();
   out->manifest = m.m;
   out->journal_dir = journal_dir;
@@ -168,6 +170,7 @@ std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir, c
   o.kernel_identity = kernel_identity;
   o.rollback_budget_bytes = rollback_budget_bytes;
   o.landing_hash_threads = landing_hash_threads;
+  o.threads = threads;
   o.accept_unverified_journal = accept_unverified_journal;
   if (test_crash_at) {
     out->crash = std::make_unique<ExitAtCrashPoint>(*test_crash_at);
@@ -838,7 +841,8 @@ void DefineModule(py::module_& m) {
           "open", &OpenParticipant, py::arg("journal_dir"), py::arg("manifest"), py::kw_only(),
           py::arg("rank") = 0, py::arg("tensors") = py::none(), py::arg("kernel_identity") = "",
           py::arg("rollback_budget_bytes") = int64_t{1} << 30, py::arg("landing_hash_threads") = 0,
-          py::arg("accept_unverified_journal") = false, py::arg("test_crash_at") = py::none())
+          py::arg("threads") = 0, py::arg("accept_unverified_journal") = false,
+          py::arg("test_crash_at") = py::none())
       .def_property_readonly("rank", [](const PyParticipant& s) { return s.rank; })
       .def_property_readonly("journal_dir", [](const PyParticipant& s) { return s.journal_dir; })
       .def_property_readonly("manifest",

@@ -26,8 +26,8 @@ namespace {
 // (the library's InProcCluster: one fault-injecting filesystem and crash point per process).
 class InProcProcesses : public SimProcesses {
  public:
-  InProcProcesses(const Scenario& sc, std::string dir, LiveMemoryKind memory)
-      : cluster_(Options(sc, std::move(dir), memory)) {}
+  InProcProcesses(const Scenario& sc, std::string dir, LiveMemoryKind memory, int threads)
+      : cluster_(Options(sc, std::move(dir), memory, threads)) {}
 
   Status Start() override { return cluster_.Start(); }
 
@@ -80,7 +80,8 @@ class InProcProcesses : public SimProcesses {
   Status RestartCoordinator() override { return cluster_.RestartCoordinator(); }
 
  private:
-  static InProcClusterOptions Options(const Scenario& sc, std::string dir, LiveMemoryKind kind) {
+  static InProcClusterOptions Options(const Scenario& sc, std::string dir, LiveMemoryKind kind,
+                                      int threads) {
     InProcClusterOptions o;
     o.dir = std::move(dir);
     o.manifests = sc.manifests;
@@ -88,6 +89,7 @@ class InProcProcesses : public SimProcesses {
     o.rollback_budget_bytes = sc.rollback_budget_bytes;
     // A new process: new live memory (zeros), of the kind the run asked for.
     o.memory = [kind](int, const Manifest& m) { return NewLiveMemory(kind, m); };
+    o.customize_rank = [threads](int, ParticipantOptions& po) { po.threads = threads; };
     return o;
   }
 
@@ -110,7 +112,7 @@ Status PrepareJournalDir(const std::string& dir) {
 
 Result<json> RunScenario(const Scenario& scenario, const SimOptions& options) {
   WTX_RETURN_IF_ERROR(PrepareJournalDir(options.journal_dir));
-  InProcProcesses procs(scenario, options.journal_dir, options.memory);
+  InProcProcesses procs(scenario, options.journal_dir, options.memory, options.threads);
   WTX_RETURN_IF_ERROR(procs.Start());
   return RunSteps(scenario, procs, options.journal_dir);
 }

@@ -29,6 +29,7 @@ struct SimOptions {
   std::string journal_dir;  // must be empty or absent
   // Where each rank's live bytes are (a fresh LiveMemory per rank process start).
   LiveMemoryKind memory = LiveMemoryKind::kHost;
+  int threads = 0;  // ParticipantOptions::threads of every rank
 };
 
 // Runs every step; step failures are part of the output, not errors. Errors are environment

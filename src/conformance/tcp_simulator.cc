@@ -307,6 +307,10 @@ Status TcpProcesses::SpawnRank(int r) {
     args.push_back("--kernel-identity");
     args.push_back(sc_.kernel_identity);
   }
+  if (options_.threads > 0) {
+    args.push_back("--threads");
+    args.push_back(std::to_string(options_.threads));
+  }
   json ready;
   WTX_RETURN_IF_ERROR(p.child.Spawn(args, options_.start_timeout, &ready));
   p.pid = p.child.pid();

@@ -56,6 +56,7 @@ struct TcpSimOptions {
   std::string decision_log;
   std::vector<std::string> decision_log_args;
   int lease_ttl_ms = 1000;
+  int threads = 0;  // `wtx rank --threads` of every rank (0: the rank's default)
 };
 
 Result<nlohmann::json> RunScenarioTcp(const Scenario& scenario, const TcpSimOptions& options);

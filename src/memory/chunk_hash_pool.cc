@@ -2,23 +2,28 @@
 
 #include <algorithm>
 #include <cassert>
-
-#include "wtx/content_hash.h"
+#include <cstring>
 
 namespace wtx {
 
-ChunkHashPool::ChunkHashPool(int threads) {
+ChunkHashPool::ChunkHashPool(int threads) : threads_wanted_(threads) {
   assert(threads > 0 && "a pool needs a thread");
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
 }
 
 ChunkHashPool::~ChunkHashPool() {
+  std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
+    threads.swap(threads_);
   }
   work_.notify_all();
-  for (auto& t : threads_) t.join();
+  for (auto& t : threads) t.join();
+}
+
+void ChunkHashPool::StartThreadsLocked() {
+  if (!threads_.empty() || stop_) return;
+  for (int i = 0; i < threads_wanted_; ++i) threads_.emplace_back([this] { Run(); });
 }
 
 void ChunkHashPool::Submit(uint32_t tag, std::span<const uint8_t> bytes, size_t first,
@@ -27,6 +32,7 @@ void ChunkHashPool::Submit(uint32_t tag, std::span<const uint8_t> bytes, size_t 
          "chunks outside the buffer");
   {
     std::lock_guard<std::mutex> l(mu_);
+    StartThreadsLocked();
     // Jobs of at most kJobChunks chunks: the threads (and a draining caller) share a large
     // landing instead of one thread taking it whole.
     for (size_t at = first, end = first + count; at < end; at += kJobChunks) {
@@ -48,6 +54,29 @@ std::vector<uint64_t> ChunkHashPool::Hash(const Job& job) {
   return digests;
 }
 
+void ChunkHashPool::RunCopy(const Batch& b, size_t k) {
+  const size_t begin = k * kJobChunks * kHashChunkBytes;
+  const size_t end = std::min(b.bytes, begin + kJobChunks * kHashChunkBytes);
+  for (size_t off = begin, c = k * kJobChunks; off < end; off += kHashChunkBytes, ++c) {
+    const size_t n = std::min(kHashChunkBytes, end - off);
+    b.digests[c] = CopyAndChunkDigest(b.dst + off, b.src + off, n);
+  }
+}
+
+bool ChunkHashPool::RunBatchJob(std::unique_lock<std::mutex>& l) {
+  for (Batch* b : batches_) {
+    if (b->next == b->jobs) continue;
+    const size_t k = b->next++;
+    l.unlock();
+    RunCopy(*b, k);
+    l.lock();
+    ++b->finished;
+    if (b->finished == b->jobs) idle_.notify_all();
+    return true;
+  }
+  return false;
+}
+
 void ChunkHashPool::RunOne(std::unique_lock<std::mutex>& l) {
   assert(!queue_.empty() && "RunOne needs a queued job");
   // Newest first: the bytes landed last are the likeliest to be still in cache (the engine's
@@ -66,9 +95,14 @@ void ChunkHashPool::RunOne(std::unique_lock<std::mutex>& l) {
 void ChunkHashPool::Run() {
   std::unique_lock<std::mutex> l(mu_);
   for (;;) {
-    work_.wait(l, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping, and nothing left to do
-    RunOne(l);
+    // A synchronous copy first: its caller is waiting; landed hashes can wait for prepare.
+    if (RunBatchJob(l)) continue;
+    if (!queue_.empty()) {
+      RunOne(l);
+      continue;
+    }
+    if (stop_) return;
+    work_.wait(l);
   }
 }
 
@@ -86,6 +120,47 @@ std::vector<ChunkHashPool::Done> ChunkHashPool::Drain() {
 size_t ChunkHashPool::outstanding() const {
   std::lock_guard<std::mutex> l(mu_);
   return done_.size();
+}
+
+void ChunkHashPool::CopyIn(ParamHashCache& cache, std::span<uint8_t> bytes, size_t offset,
+                           const void* src, size_t len) {
+  const auto [first, end] = cache.CoveredChunks(offset, len);
+  if (end - first < 2 * kJobChunks) {  // not worth waking a thread
+    cache.CopyIn(bytes, offset, src, len);
+    return;
+  }
+  const auto* s = static_cast<const uint8_t*>(src);
+  const size_t whole_begin = first * kHashChunkBytes;
+  const size_t whole_end = std::min(end * kHashChunkBytes, bytes.size());
+  // The partly covered chunks at the ends: copied here, marked touched (CopyIn's way).
+  if (whole_begin > offset) cache.CopyIn(bytes, offset, s, whole_begin - offset);
+  if (offset + len > whole_end) {
+    cache.CopyIn(bytes, whole_end, s + (whole_end - offset), offset + len - whole_end);
+  }
+  std::vector<uint64_t> digests(end - first);
+  Batch batch;
+  batch.dst = bytes.data() + whole_begin;
+  batch.src = s + (whole_begin - offset);
+  batch.bytes = whole_end - whole_begin;
+  batch.digests = digests.data();
+  batch.jobs = (end - first + kJobChunks - 1) / kJobChunks;
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    StartThreadsLocked();
+    batches_.push_back(&batch);
+    work_.notify_all();
+    // The caller works too, then waits for the jobs the threads took.
+    while (batch.next < batch.jobs) {
+      const size_t k = batch.next++;
+      l.unlock();
+      RunCopy(batch, k);
+      l.lock();
+      ++batch.finished;
+    }
+    idle_.wait(l, [&] { return batch.finished == batch.jobs; });
+    batches_.erase(std::find(batches_.begin(), batches_.end(), &batch));
+  }
+  for (size_t c = first; c < end; ++c) cache.SetChunkDigest(c, digests[c - first]);
 }
 
 }  // namespace wtx

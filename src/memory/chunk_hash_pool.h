@@ -1,15 +1,23 @@
-// ChunkHashPool: threads that compute chunk digests (content_hash.h) of host bytes in the
-// background. The participant hands it the chunks an in-place landing covered whole when its
-// options ask for landing_hash_threads > 0, so that the engine's thread goes on to its next
-// transfer while the landed bytes are hashed on another core (still likely in the shared
-// cache), and collects the digests before prepare reads the hash caches.
+// ChunkHashPool: the data path's worker threads. They copy and hash host bytes in 64 KiB
+// chunks (content_hash.h) beside the calling thread, in two ways:
+//  * CopyIn (synchronous): one large copy into a parameter is split into jobs of whole chunks
+//    that the caller and the pool's threads take in turn, each copying its chunks with the
+//    fused copy+hash kernel (CopyAndChunkDigest: streaming stores, one read of every byte);
+//    it returns when every byte is copied and every digest is installed in the hash cache.
+//  * Submit / Drain (background): the chunks an in-place landing covered whole are hashed
+//    while the engine's thread goes on to its next transfer (newest first: the bytes landed
+//    last are the likeliest to be still in cache); Drain collects the digests before prepare
+//    reads the hash caches.
+// The threads start at the first job, so a participant that never moves a large write costs
+// no thread.
 //
 // Contract: the bytes of a submitted job must stay alive and unchanged until Drain() has
 // returned it (the participant drains before anything may write them: prepare, decide, close).
 // Digests are XXH3 of each 64 KiB chunk, exactly as ChunkDigest computes them.
 //
-// Thread-safety: Submit and Drain may be called from any thread (internally synchronized); the
-// destructor waits for the queued jobs and joins the threads.
+// Thread-safety: Submit, Drain and CopyIn may be called from any thread (internally
+// synchronized; CopyIn's `cache` must not be used by another thread meanwhile); the destructor
+// waits for the queued jobs and joins the threads.
 #pragma once
 
 #include <condition_variable>
@@ -22,16 +30,23 @@
 #include <vector>
 
 #include "src/util/thread_annotations.h"
+#include "wtx/content_hash.h"
 
 namespace wtx {
 
 class ChunkHashPool {
  public:
+  // Chunks per job: 256 KiB. A copy is split across threads only when it covers at least two
+  // jobs' worth of whole chunks; smaller ones are not worth a wake-up.
+  static constexpr size_t kJobChunks = 4;
+
   // REQUIRES: threads > 0
   explicit ChunkHashPool(int threads);
   ~ChunkHashPool();
   ChunkHashPool(const ChunkHashPool&) = delete;
   ChunkHashPool& operator=(const ChunkHashPool&) = delete;
+
+  int threads() const { return threads_wanted_; }
 
   // Digests of chunks [first, first + count) of `bytes` (the last chunk of `bytes` may be
   // shorter), tagged `tag` (the participant: a parameter index).
@@ -49,7 +64,14 @@ class ChunkHashPool {
   // Jobs submitted and not yet drained.
   size_t outstanding() const;
 
+  // ParamHashCache::CopyIn, with the whole chunks copied and hashed by the calling thread and
+  // the pool's threads together (the partly covered chunks at the ends are copied by the
+  // caller and marked touched, as CopyIn does). Same REQUIRES as ParamHashCache::CopyIn.
+  void CopyIn(ParamHashCache& cache, std::span<uint8_t> bytes, size_t offset, const void* src,
+              size_t len);
+
  private:
+  struct Batch;
   struct Job {
     uint32_t tag;
     std::span<const uint8_t> bytes;
@@ -57,21 +79,39 @@ class ChunkHashPool {
     size_t count;
     size_t slot;  // index in done_
   };
-  static constexpr size_t kJobChunks = 16;  // 1 MiB of 64 KiB chunks per job
+  // A synchronous copy: jobs [next, jobs) are unclaimed; `finished` counts completed ones.
+  struct Batch {
+    uint8_t* dst;        // chunk `first` of the destination
+    const uint8_t* src;  // its bytes
+    size_t bytes;        // from dst/src to the end of the last whole chunk
+    uint64_t* digests;   // one per chunk, from chunk `first`
+    size_t jobs = 0;
+    size_t next = 0;
+    size_t finished = 0;
+  };
   static std::vector<uint64_t> Hash(const Job& job);
-  // Pops the first queued job, hashes it with mu_ released, stores its digests.
+  // Copies and hashes job `k` of `batch` (with mu_ released).
+  static void RunCopy(const Batch& batch, size_t k);
+  // Pops the newest queued job, hashes it with mu_ released, stores its digests.
   // REQUIRES: l holds mu_, the queue is not empty.
   void RunOne(std::unique_lock<std::mutex>& l);
+  // Claims and runs one job of the first batch with unclaimed jobs. REQUIRES: l holds mu_.
+  // Returns false when no batch has one.
+  bool RunBatchJob(std::unique_lock<std::mutex>& l);
   void Run();
+  // Starts the threads the first time there is work. REQUIRES: mu_ held.
+  void StartThreadsLocked();
 
+  const int threads_wanted_;
   mutable std::mutex mu_;
   std::condition_variable work_;  // a job was queued, or stopping
   std::condition_variable idle_;  // a job finished
   std::deque<Job> queue_ GUARDED_BY(mu_);
+  std::vector<Batch*> batches_ GUARDED_BY(mu_);  // copies in progress (owned by their callers)
   std::vector<Done> done_ GUARDED_BY(mu_);
-  size_t running_ GUARDED_BY(mu_) = 0;  // jobs being hashed with mu_ released
+  size_t running_ GUARDED_BY(mu_) = 0;  // queued jobs being hashed with mu_ released
   bool stop_ GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
+  std::vector<std::thread> threads_ GUARDED_BY(mu_);
 };
 
 }  // namespace wtx

@@ -63,8 +63,52 @@ Status LiveMemory::CopyDeviceToHost(const void*, void*, size_t) {
 
 namespace {
 
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { std::free(p); }
+// One parameter's zeroed host buffer. Large ones are mapped anonymous memory aligned to 2 MiB
+// and advised to transparent huge pages where the kernel allows them (madvise mode): the OS
+// hands out zero pages lazily (untouched parameters cost nothing), the first write of a 2 MiB
+// page takes one fault instead of 512 (most of the cost of filling fresh live memory: `wtx
+// load`), and every 64 KiB hash chunk starts on a 64-byte boundary, so the fused copy+hash
+// kernel streams whole 32-byte stores. Small ones come from calloc. Advice failures are
+// ignored.
+class HostBuffer {
+ public:
+  explicit HostBuffer(size_t size) : size_(size) {
+    if (size_ >= kMapAtLeast) {
+      const size_t span = size_ + kHuge;
+      void* a = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (a != MAP_FAILED) {
+        const auto base = reinterpret_cast<uintptr_t>(a);
+        const uintptr_t aligned = (base + kHuge - 1) & ~(kHuge - 1);
+        // Return the slack before and after the aligned span.
+        if (aligned > base) munmap(a, aligned - base);
+        const uintptr_t end = aligned + ((size_ + kPage - 1) & ~(kPage - 1));
+        if (base + span > end) munmap(reinterpret_cast<void*>(end), base + span - end);
+        mapped_ = true;
+        p_ = reinterpret_cast<uint8_t*>(aligned);
+        if (size_ >= 2 * kHuge) madvise(p_, size_ & ~(kHuge - 1), MADV_HUGEPAGE);
+        return;
+      }
+    }
+    p_ = static_cast<uint8_t*>(std::calloc(size_ ? size_ : 1, 1));
+  }
+  ~HostBuffer() {
+    if (mapped_) {
+      munmap(p_, (size_ + kPage - 1) & ~(kPage - 1));
+    } else {
+      std::free(p_);
+    }
+  }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  uint8_t* data() const { return p_; }
+
+ private:
+  static constexpr size_t kPage = 4096;
+  static constexpr size_t kHuge = size_t{2} << 20;
+  static constexpr size_t kMapAtLeast = size_t{64} << 10;  // one hash chunk
+  size_t size_;
+  bool mapped_ = false;
+  uint8_t* p_ = nullptr;
 };
 
 class HostLiveMemory : public LiveMemory {
@@ -73,30 +117,16 @@ class HostLiveMemory : public LiveMemory {
     for (const auto& p : m.params()) sizes_.push_back(static_cast<size_t>(p.num_bytes()));
     Allocate();
   }
-  std::span<uint8_t> Param(uint32_t i) override { return {bufs_[i].get(), sizes_[i]}; }
+  std::span<uint8_t> Param(uint32_t i) override { return {bufs_[i]->data(), sizes_[i]}; }
   void Discard() override { Allocate(); }
 
  private:
   void Allocate() {
     bufs_.clear();
-    // calloc: the OS hands out zero pages lazily, so untouched parameters cost nothing.
-    for (size_t s : sizes_) {
-      bufs_.emplace_back(static_cast<uint8_t*>(std::calloc(s ? s : 1, 1)));
-      AdviseHugePages(bufs_.back().get(), s);
-    }
-  }
-  // Large parameters are backed by transparent huge pages where the kernel allows them
-  // (madvise mode): the first write of a 2 MiB page takes one fault instead of 512, which is
-  // most of the cost of filling fresh live memory (`wtx load`). Advisory: failures are ignored.
-  static void AdviseHugePages(uint8_t* p, size_t size) {
-    constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-    if (p == nullptr || size < 2 * kHuge) return;
-    const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
-    const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + size) & ~(kHuge - 1);
-    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+    for (size_t s : sizes_) bufs_.push_back(std::make_unique<HostBuffer>(s));
   }
   std::vector<size_t> sizes_;
-  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> bufs_;
+  std::vector<std::unique_ptr<HostBuffer>> bufs_;
 };
 
 class BorrowedLiveMemory : public LiveMemory {

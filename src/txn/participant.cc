@@ -6,6 +6,7 @@
 
 #include <cassert>
 #include <new>
+#include <thread>
 
 #include "src/txn/journal_check.h"
 #include "wtx/limits.h"
@@ -21,13 +22,22 @@ Status ParticipantImpl::Init() {
   memory_ = options_.memory ? options_.memory
                             : std::shared_ptr<LiveMemory>(NewHostLiveMemory(*manifest_));
   host_memory_ = memory_->HostAddressable();
-  if (options_.landing_hash_threads < 0 || options_.landing_hash_threads > 256) {
-    return Status::InvalidArgument("landing_hash_threads must be in [0, 256], got " +
+  if (options_.landing_hash_threads < 0 || options_.landing_hash_threads > kMaxDataThreads) {
+    return Status::InvalidArgument("landing_hash_threads must be in [0, " +
+                                   std::to_string(kMaxDataThreads) + "], got " +
                                    std::to_string(options_.landing_hash_threads));
   }
-  if (options_.landing_hash_threads > 0 && host_memory_) {
-    landing_pool_ = std::make_unique<ChunkHashPool>(options_.landing_hash_threads);
+  if (options_.threads < 0 || options_.threads > kMaxDataThreads) {
+    return Status::InvalidArgument("threads must be in [0, " + std::to_string(kMaxDataThreads) +
+                                   "], got " + std::to_string(options_.threads));
   }
+  // The data path's threads besides the caller's: threads - 1 (0: one per core), at least
+  // landing_hash_threads. Started at the first large copy or landing (ChunkHashPool).
+  const int threads = options_.threads > 0
+                          ? options_.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int workers = std::max(threads - 1, options_.landing_hash_threads);
+  if (workers > 0 && host_memory_) data_pool_ = std::make_unique<ChunkHashPool>(workers);
   const auto& params = manifest_->params();
   for (uint32_t i = 0; i < params.size(); ++i) {
     if (memory_->Size(i) != static_cast<size_t>(params[i].num_bytes())) {

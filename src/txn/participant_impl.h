@@ -16,9 +16,10 @@
 // takes mu_ itself (EXCLUDES(mu_)); ResolveInDoubt releases it before asking the oracle and
 // then calls Decide. The private helpers run with mu_ held (REQUIRES(mu_)). Init runs before
 // the participant is shared, so it touches the guarded state without mu_. options_, hooks_,
-// manifest_, memory_, host_memory_, journal_ and landing_pool_ are set by the constructor and
+// manifest_, memory_, host_memory_, journal_ and data_pool_ are set by the constructor and
 // Init and never reassigned; the journal and the live bytes are used only under mu_, except by
-// landing_pool_'s threads, which hash landed chunks that nothing changes until
+// data_pool_'s threads, which copy the chunks of a Write while its caller holds mu_ and waits
+// for them (ChunkHashPool::CopyIn), and hash landed chunks that nothing changes until
 // DrainLandingHashes (under mu_) has installed their digests.
 //
 // Where the methods are:
@@ -267,13 +268,13 @@ class ParticipantImpl : public Participant {
   // Landed: digests of the chunks `landing` covers whole, computed now from the live bytes
   // (host memory directly, device memory through its ChunkDigests kernel); the chunks it
   // covers in part stay touched for prepare.
-  // background: hand the whole chunks to landing_pool_ when there is one.
+  // background: hand the whole chunks to data_pool_ when there is one.
   Status HashLanded(const Landing& landing, bool background) REQUIRES(mu_);
   // Hashes now the chunks that bytes [offset, offset + len) of `param`, just stored, cover
   // whole (host memory directly, device memory through its ChunkDigests kernel); the chunks
   // covered in part stay touched for prepare.
   Status HashWritten(uint32_t param, size_t offset, size_t len) REQUIRES(mu_);
-  // Waits for the background hashes of landed chunks (landing_pool_) and installs them in the
+  // Waits for the background hashes of landed chunks (data_pool_) and installs them in the
   // hash caches. Called before anything reads the caches or may change landed bytes: prepare,
   // decide, verify, reattach.
   void DrainLandingHashes() REQUIRES(mu_);
@@ -343,10 +344,11 @@ class ParticipantImpl : public Participant {
   // commit and by Reattach; empty otherwise).
   std::vector<std::vector<uint64_t>> committed_chunks_ GUARDED_BY(mu_);
   bool committed_chunks_known_ GUARDED_BY(mu_) = false;
-  // options_.landing_hash_threads > 0 on host memory: hashes landed chunks in the background
-  // (HashLanded submits, DrainLandingHashes installs). Declared last: destroyed (joined) first,
-  // while the live memory its jobs read is still alive.
-  std::unique_ptr<ChunkHashPool> landing_pool_;
+  // Host memory with more than one data-path thread (ParticipantOptions::threads,
+  // landing_hash_threads): copies the whole chunks of a large Write with the caller, and hashes
+  // landed chunks in the background (HashLanded submits, DrainLandingHashes installs). Declared
+  // last: destroyed (joined) first, while the live memory its jobs read is still alive.
+  std::unique_ptr<ChunkHashPool> data_pool_;
 };
 
 }  // namespace wtx::participant_internal

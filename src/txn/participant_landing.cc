@@ -1,6 +1,6 @@
 // ParticipantImpl (participant_impl.h): in-place landings. Reserve hands out the live memory of
 // a region for the caller to fill and Landed declares it written; HashWritten and HashLanded
-// hash the chunks a change covers whole (landings possibly in the background, landing_pool_),
+// hash the chunks a change covers whole (landings possibly in the background, data_pool_),
 // and DrainLandingHashes installs those background digests.
 #include "src/txn/participant_impl.h"
 
@@ -252,12 +252,18 @@ Status ParticipantImpl::HashLanded(const Landing& landing, bool background) {
     const size_t esz = DTypeSize(manifest_->params()[param].dtype);
     const size_t off = static_cast<size_t>(begin) * esz;
     const size_t len = static_cast<size_t>(end - begin) * esz;
-    if (host_memory_ && landing_pool_ && background) {
+    if (host_memory_ && data_pool_ && background) {
       const auto [first_chunk, end_chunk] = hash_[param].CoveredChunks(off, len);
-      if (first_chunk < end_chunk) {
-        landing_pool_->Submit(param, memory_->Param(param), first_chunk, end_chunk - first_chunk);
+      // Threads asked for landings take every landing; the data path's threads take those of
+      // at least 1 MiB of whole chunks (a smaller one is hashed here, hot in cache, for less
+      // than a wake-up costs).
+      constexpr size_t kBackgroundChunks = (size_t{1} << 20) / kHashChunkBytes;
+      const bool large = end_chunk - first_chunk >= kBackgroundChunks;
+      if (first_chunk == end_chunk) continue;
+      if (large || options_.landing_hash_threads > 0) {
+        data_pool_->Submit(param, memory_->Param(param), first_chunk, end_chunk - first_chunk);
+        continue;
       }
-      continue;
     }
     WTX_RETURN_IF_ERROR(HashWritten(param, off, len));
   }
@@ -265,8 +271,8 @@ Status ParticipantImpl::HashLanded(const Landing& landing, bool background) {
 }
 
 void ParticipantImpl::DrainLandingHashes() {
-  if (!landing_pool_) return;
-  for (const ChunkHashPool::Done& d : landing_pool_->Drain()) {
+  if (!data_pool_) return;
+  for (const ChunkHashPool::Done& d : data_pool_->Drain()) {
     for (size_t k = 0; k < d.digests.size(); ++k) {
       hash_[d.tag].SetChunkDigest(d.first + k, d.digests[k]);
     }

@@ -363,7 +363,12 @@ Status ParticipantImpl::Write(std::span<const WritePiece> given) {
       // nothing lands
     } else if (host_memory_ && !r.device) {
       // Whole hash chunks are hashed in the same pass as the copy; prepare rehashes the rest.
-      hash_[r.param].CopyIn(memory_->Param(r.param), off, r.src, len);
+      // A large copy is split across the data path's threads (ParticipantOptions::threads).
+      if (data_pool_) {
+        data_pool_->CopyIn(hash_[r.param], memory_->Param(r.param), off, r.src, len);
+      } else {
+        hash_[r.param].CopyIn(memory_->Param(r.param), off, r.src, len);
+      }
       DeclareBytes(r.param, off, len);
     } else {
       // From device memory, or into a device: the bytes go over, then the chunks they cover

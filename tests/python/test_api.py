@@ -307,6 +307,34 @@ def test_LandingHashThreadsOutOfRangeIsRefusedNamingTheOption(tmp_path, tiny_lla
     assert e.value.code == "INVALID_ARGUMENT" and "landing_hash_threads" in e.value.message
 
 
+def test_DataPathThreadsGiveTheSameVersion(tmp_path):
+    # threads= splits a large write's copy and hash across threads, and hashes a large landing
+    # in the background: the committed version is the same for every thread count.
+    m = wtx.Manifest.from_json(
+        '{"params": [{"name": "w", "dtype": "f32", "shape": [1024, 1536]},'
+        ' {"name": "l", "dtype": "f32", "shape": [512, 1024]}]}')
+    w = torch.randn(1024, 1536)
+    landed = torch.randn(512, 1024)
+    versions = []
+    for threads in (1, 3, 0):
+        d = tmp_path / f"t{threads}"
+        p = wtx.Participant.open(str(d / "rank0"), m, threads=threads)
+        c = wtx.Coordinator.open(str(d / "coord"), participants=[p])
+        c.begin("tx1")
+        p.write("w", w)
+        p.reserve("l").copy_(landed)
+        p.landed("l")
+        out = c.commit("tx1")
+        assert out["outcome"] == "committed", out
+        versions.append(out["version"])
+        c.close()
+        p.close()
+    assert versions[0] == versions[1] == versions[2]
+    with pytest.raises(wtx.Error) as e:
+        wtx.Participant.open(str(tmp_path / "bad"), m, threads=257)
+    assert e.value.code == "INVALID_ARGUMENT" and "threads" in e.value.message
+
+
 def test_LandingErrorsNameTheRegion(tmp_path, tiny_llama_config):
     ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
     qkv = "model.layers.0.self_attn.qkv_proj.weight"
@@ -365,6 +393,7 @@ def test_IntegerArgumentsOutOfRangeAreErrorsNamingArgumentAndRange(tmp_path, tin
             "rollback_budget_bytes", "[0, 9223372036854775807]")
     refused(lambda: wtx.Participant.open(d, m, landing_hash_threads=value),
             "landing_hash_threads", "[0, 256]")
+    refused(lambda: wtx.Participant.open(d, m, threads=value), "threads", "[0, 256]")
     refused(lambda: wtx.Coordinator.open_carried(str(tmp_path / "c"), num_ranks=value,
                                                  carrier=lambda *a: None),
             "num_ranks", "[1, 4096]")

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -36,14 +37,20 @@ struct BenchOptions {
   // parameter larger than a bucket in row slices, smaller ones packed together); 0: one
   // parameter at a time.
   size_t landing_bucket_bytes = size_t{32} << 20;
+  // ParticipantOptions::threads of the measured ranks (0: one per core), and the thread count
+  // of the baselines that do the same work in parallel.
+  int threads = 0;
   std::string scratch_dir;  // where journals live; must exist
   std::ostream* progress = nullptr;
 };
 
-// update_vs_memcpy: a full transaction of the model (Participant writes with coverage, journal,
-// prepare with hashing, 2PC commit through Coordinator + InProcTransport with real fsync)
-// against memcpy of the same shards into the same live buffers. Keys: update_vs_memcpy,
-// update_vs_stream_copy, details.
+// update_vs_stream_copy: a full transaction of the model (Participant writes with coverage,
+// journal, prepare with hashing, 2PC commit through Coordinator + InProcTransport with real
+// fsync; the rank's data path on options.threads threads) against the streaming (non-temporal)
+// copy of the same shards into the same live buffers on as many threads: the limit of one pass
+// over the bytes. update_vs_memcpy: against one thread's memcpy of the same shards. Keys:
+// update_vs_memcpy, update_vs_stream_copy, details (update_vs_stream_copy_one_thread: against
+// one thread's streaming copy).
 Result<nlohmann::json> BenchUpdate(const BenchOptions& options);
 
 // hash_vs_xxh3: ParamDigest over a buffer larger than the caches against one XXH3_64bits pass
@@ -75,20 +82,23 @@ Result<nlohmann::json> BenchJournal(const BenchOptions& options);
 // receives its bytes in buckets of options.landing_bucket_bytes (per bucket: Reserve each
 // piece, the engine's own memcpy into the returned addresses, Landed each piece; 2PC commit)
 // against the same memcpy calls of the same bytes into the same live buffers, without wtx
-// (higher is better), with ParticipantOptions::landing_hash_threads = 1 (the engine's thread
-// copies, one background thread hashes the chunks each piece covers whole; prepare rehashes the
-// rest). landed_update_vs_memcpy_one_thread: the same landing with the default options (Landed
-// hashes in the engine's thread), by a second participant over the same buffers. The details
-// also hold the landing with all hashing left to prepare (a hook) and one memcpy per whole
-// parameter. verify_all_vs_xxh3: Participant::Verify() (every chunk rehashed and compared with
-// the committed chunk digests) on the clean rank against one XXH3_64bits pass
-// over the same bytes (its cost: lower is better). Keys: those three, details.
+// (higher is better), by a rank with the default data path on options.threads threads (Landed
+// hands the chunks of a large landing to threads - 1 data-path threads and returns; prepare only
+// combines digests). landed_update_vs_memcpy_one_thread: the same landing by a second
+// participant over the same buffers with ParticipantOptions::threads = 1 (Landed hashes in the
+// engine's thread). hash_at_prepare_landed_update_vs_memcpy: the one-thread landing with all
+// hashing left to prepare (a hook; the second pass over the bytes that the two others avoid).
+// The details also hold one memcpy per whole parameter. verify_all_vs_xxh3:
+// Participant::Verify() (every chunk rehashed and compared with the committed chunk digests) on
+// the clean rank against one XXH3_64bits pass over the same bytes (its cost: lower is better).
+// Keys: those four, details.
 Result<nlohmann::json> BenchLanding(const BenchOptions& options);
 
 // load_vs_read: `wtx load` (checkpoint_load.h: open + validate, fresh participants and
-// journals, every rank reads its slices by source name, 2PC commit) of a safetensors checkpoint
-// of the model (tp 1, written under the scratch dir, page cache warm) against read() of the same
-// files into fresh memory. Keys: load_vs_read, details.
+// journals on options.threads data-path threads, every rank reads its slices by source name,
+// 2PC commit) of a safetensors checkpoint of the model (tp 1, written under the scratch dir, page
+// cache warm) against read() of the same files, by as many threads taking a file at a time, into
+// fresh memory advised to huge pages as host live memory is. Keys: load_vs_read, details.
 Result<nlohmann::json> BenchLoad(const BenchOptions& options);
 
 // {"cores", "cpu", "memory_bytes", "loadavg"} of this machine.
@@ -102,5 +112,10 @@ void FillPattern(void* p, size_t n, uint64_t seed);
 // Copies with non-temporal stores where the CPU allows (the fastest copy of bytes that are not
 // read back soon); memcpy elsewhere.
 void StreamCopy(void* dst, const void* src, size_t n);
+// options.threads, 0 resolved to the number of cores.
+int ResolvedThreads(const BenchOptions& options);
+// Runs fn(k) for k in [0, n) on `threads` threads (the caller's and threads - 1 started for the
+// call), each taking the next k in turn.
+void ParallelFor(int threads, size_t n, const std::function<void(size_t)>& fn);
 
 }  // namespace wtx::bench

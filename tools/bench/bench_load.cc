@@ -71,25 +71,23 @@ Result<std::vector<std::string>> WriteModelCheckpoint(const Manifest& m, const s
   return files;
 }
 
-// Reads every file whole with read() into `dst` (laid end to end). Returns the bytes read.
-Result<size_t> ReadFiles(const std::vector<std::string>& files, uint8_t* dst, size_t cap) {
+// Reads file `f` whole with read() into `dst` (at most `cap` bytes). Returns the bytes read.
+Result<size_t> ReadFile(const std::string& f, uint8_t* dst, size_t cap) {
   size_t total = 0;
-  for (const std::string& f : files) {
-    int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::IOError(f + ": cannot open");
-    while (true) {
-      const size_t want = std::min<size_t>(cap - total, size_t{16} << 20);
-      if (want == 0) break;
-      const ssize_t n = ::read(fd, dst + total, want);
-      if (n < 0) {
-        ::close(fd);
-        return Status::IOError(f + ": read failed");
-      }
-      if (n == 0) break;
-      total += static_cast<size_t>(n);
+  int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError(f + ": cannot open");
+  while (true) {
+    const size_t want = std::min<size_t>(cap - total, size_t{16} << 20);
+    if (want == 0) break;
+    const ssize_t n = ::read(fd, dst + total, want);
+    if (n < 0) {
+      ::close(fd);
+      return Status::IOError(f + ": read failed");
     }
-    ::close(fd);
+    if (n == 0) break;
+    total += static_cast<size_t>(n);
   }
+  ::close(fd);
   return total;
 }
 
@@ -106,6 +104,9 @@ Result<json> BenchLoad(const BenchOptions& o) {
   for (const auto& f : files) file_bytes += std::filesystem::file_size(f);
   Progress(o, "load: checkpoint of " + o.model + " written: " + std::to_string(files.size()) +
                   " files, " + std::to_string(file_bytes) + " bytes");
+  const int threads = ResolvedThreads(o);
+  std::vector<size_t> sizes;
+  for (const auto& f : files) sizes.push_back(std::filesystem::file_size(f));
   CheckpointLoadRequest req;
   req.checkpoint = ckpt;
   req.hf_config = o.model;
@@ -117,6 +118,7 @@ Result<json> BenchLoad(const BenchOptions& o) {
     WTX_ASSIGN_OR_RETURN(plan, PlanCheckpointLoad(req));
     sim::SimOptions so;
     so.journal_dir = dir.path() + "/journals-" + std::to_string(run_id++);
+    so.threads = threads;
     WTX_ASSIGN_OR_RETURN(run, sim::RunScenario(plan.scenario, so));
     json out = CheckpointLoadOutput(plan, run);
     std::error_code ec;
@@ -127,11 +129,23 @@ Result<json> BenchLoad(const BenchOptions& o) {
     return out["version"].get<std::string>();
   };
   // Reading the files into fresh memory (the loader's destination is fresh too: the live
-  // buffers of new participants).
+  // buffers of new participants, advised to huge pages), `threads` files in flight.
   auto read = [&]() -> Result<size_t> {
-    Buffer buf(file_bytes, /*zeroed=*/true);
-    if (!buf.data()) return Status::IOError("cannot allocate " + std::to_string(file_bytes));
-    return ReadFiles(files, buf.data(), file_bytes);
+    std::vector<std::unique_ptr<Buffer>> bufs;
+    for (size_t n : sizes) {
+      bufs.push_back(std::make_unique<Buffer>(n, /*zeroed=*/true));
+      if (!bufs.back()->data()) return Status::IOError("cannot allocate " + std::to_string(n));
+      bufs.back()->AdviseHugePages();
+    }
+    std::vector<Result<size_t>> got(files.size(), size_t{0});
+    ParallelFor(threads, files.size(),
+                [&](size_t k) { got[k] = ReadFile(files[k], bufs[k]->data(), sizes[k]); });
+    size_t total = 0;
+    for (auto& g : got) {
+      if (!g.ok()) return g.status();
+      total += g.value();
+    }
+    return total;
   };
   // Warm-up: page cache and allocator.
   WTX_ASSIGN_OR_RETURN(version, load());
@@ -160,6 +174,7 @@ Result<json> BenchLoad(const BenchOptions& o) {
   return json{{"load_vs_read", tr / tl},
               {"details",
                {{"bytes", file_bytes},
+                {"threads", threads},
                 {"files", files.size()},
                 {"rounds", rounds},
                 {"version", version},

@@ -43,6 +43,9 @@ class Buffer {
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   uint8_t* data() { return p_; }
+  // Advises the kernel to back the buffer with transparent huge pages, as host live memory is
+  // (src/memory/live_memory.cc): a baseline writing fresh memory pays the same faults.
+  void AdviseHugePages();
   size_t size() const { return size_; }
 
  private:
@@ -62,6 +65,7 @@ struct OneRankOptions {
   ParticipantHooks hooks;
   std::shared_ptr<LiveMemory> memory;  // null: the participant's own host buffers
   int landing_hash_threads = 0;        // ParticipantOptions::landing_hash_threads
+  int threads = 0;                     // ParticipantOptions::threads
 };
 struct OneRank {
   std::unique_ptr<Participant> participant;

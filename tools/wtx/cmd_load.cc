@@ -32,6 +32,7 @@ struct LoadArgs {
   std::string transport = "inproc";
   bool expect_version = false;
   bool json = false;
+  int threads = 0;
 };
 
 int Fail(const char* cmd, const Status& s) {
@@ -89,10 +90,12 @@ int RunLoad(const LoadArgs& a) {
     sim::TcpSimOptions o;
     o.journal_dir = dir;
     o.test_hooks = false;
+    o.threads = a.threads;
     run = sim::RunScenarioTcp(plan.value().scenario, o);
   } else if (a.transport == "inproc") {
     sim::SimOptions o;
     o.journal_dir = dir;
+    o.threads = a.threads;
     run = sim::RunScenario(plan.value().scenario, o);
   }
   if (temp) {
@@ -178,6 +181,7 @@ void RegisterLoadCommands(CLI::App& app, int* exit_code) {
   load->add_flag("--expect-version", la->expect_version,
                  "compute the version the checkpoint must produce first, and commit only if "
                  "the ranks' digests equal it (E_VERSION_MISMATCH otherwise)");
+  AddDataThreadsOption(load, &la->threads);
   load->callback([=] { *exit_code = RunLoad(*la); });
 
   auto ea = std::make_shared<LoadArgs>();

@@ -55,6 +55,7 @@ struct RankArgs {
   std::string kernel_identity;
   size_t rollback_budget_bytes = size_t{1} << 30;
   int landing_hash_threads = 0;
+  int threads = 0;
   std::string control;
   int64_t backoff_max_ms = 1000;
   int64_t heartbeat_ms = 1000;
@@ -127,6 +128,7 @@ int RunRank(const RankArgs& a) {
   po.kernel_identity = a.kernel_identity;
   po.rollback_budget_bytes = a.rollback_budget_bytes;
   po.landing_hash_threads = a.landing_hash_threads;
+  po.threads = a.threads;
   po.accept_unverified_journal = a.accept_unverified_journal;
   if (test.journal_fs) po.env.fs = test.journal_fs;
   hooks.crash_points = test.crash_points;
@@ -199,8 +201,10 @@ void RegisterRankCommand(CLI::App& app, int* exit_code) {
   AddIntOption(cmd, "--rollback-budget-bytes", &a->rollback_budget_bytes, kByteBudgetBounds,
                "Before-image budget of rollback transactions")
       ->capture_default_str();
-  AddIntOption(cmd, "--landing-hash-threads", &a->landing_hash_threads, 0, 256,
-               "Threads hashing in-place landings in the background (0: in Landed's thread)")
+  AddDataThreadsOption(cmd, &a->threads);
+  AddIntOption(cmd, "--landing-hash-threads", &a->landing_hash_threads, kDataThreadsBounds,
+               "At least this many threads hash every in-place landing in the background, "
+               "whatever its size (0: as --threads says)")
       ->capture_default_str();
   cmd->add_option("--control", a->control,
                   "Serve the control protocol on HOST:PORT (port 0: any free port)")

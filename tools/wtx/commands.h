@@ -29,6 +29,15 @@ inline constexpr IntBounds kFrameBytesBounds{static_cast<int64_t>(kMinFrameBytes
                                              static_cast<int64_t>(kMaxFrameBytesLimit)};
 inline constexpr IntBounds kByteBudgetBounds{0, INT64_MAX};
 inline constexpr IntBounds kSyncDelayMsBounds{0, 10000};
+inline constexpr IntBounds kDataThreadsBounds{0, kMaxDataThreads};
+// --threads (rank, load, bench): ParticipantOptions::threads of each rank.
+inline CLI::Option* AddDataThreadsOption(CLI::App* cmd, int* threads) {
+  return AddIntOption(cmd, "--threads", threads, kDataThreadsBounds,
+                      "Data-path threads of each rank: a large write is copied and hashed by "
+                      "this many threads, a large landing is hashed by threads-1 in the "
+                      "background (0: one per core; 1: everything in the calling thread)")
+      ->capture_default_str();
+}
 // HOST:PORT flags (port 0 .. 65535), refused naming the flag like a numeric range.
 CLI::Validator HostPortCheck();
 // HOST:PORT[,HOST:PORT...] (`wtx rank --connect`: a coordinator and its standbys).
