@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <future>
@@ -483,4 +484,64 @@ TEST_CASE("FanOutNeverRunsMoreCallsAtOnceThanItsThreadsAndTheCaller") {
   });
   CHECK(peak <= 3 + 1);  // the pool's threads, and the caller helping
   CHECK(peak >= 2);      // and calls did overlap
+}
+
+TEST_CASE("DataPathThreadsCopyAndHashBesideConcurrentCallers") {
+  // ParticipantOptions::threads: one engine thread writes a large parameter (its chunks copied
+  // by the participant's data-path threads too) while another lands a large one in place
+  // (hashed by those threads in the background) and a third polls the status; prepare waits for
+  // the hashing. The version is the live bytes', every time.
+  ManifestPtr m = ParseManifest(json{{"params",
+                                      {{{"name", "a"}, {"dtype", "f32"}, {"shape", {1024, 1024}}},
+                                       {{"name", "b"}, {"dtype", "f32"}, {"shape", {768, 1024}}}}}})
+                      .value();
+  TempDir dir;
+  ParticipantOptions o;
+  o.journal_dir = dir.path + "/rank-0";
+  o.threads = 3;
+  auto opened = Participant::Open(std::move(o), m);
+  REQUIRE(opened.ok());
+  Participant& p = **opened;
+  std::vector<uint8_t> a(size_t{1024} * 1024 * 4), b(size_t{768} * 1024 * 4);
+  for (int round = 0; round < 3; ++round) {
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint8_t>(i * 7 + round);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 13 + round);
+    BeginRequest req;
+    req.tx = "t" + std::to_string(round);
+    REQUIRE(p.Begin(req).ok());
+    std::atomic<int> failures{0};
+    std::atomic<bool> done{false};
+    std::thread writer([&] {
+      WritePiece w{"a", "", std::nullopt, a.data(), a.size()};
+      if (!p.Write({&w, 1}).ok()) ++failures;
+    });
+    std::thread lander([&] {
+      // Two landings of row halves, each at least 1 MiB of whole chunks.
+      for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 384}, {384, 768}}) {
+        LandingRegion region{"b", "", "", Box{{r0, r1}, {0, 1024}}};
+        auto res = p.Reserve(region);
+        if (!res.ok()) {
+          ++failures;
+          continue;
+        }
+        const size_t off = static_cast<size_t>(r0) * 1024 * 4;
+        std::memcpy(static_cast<uint8_t*>(res->front().host) + off, b.data() + off,
+                    static_cast<size_t>(r1 - r0) * 1024 * 4);
+        if (!p.Landed(region).ok()) ++failures;
+      }
+    });
+    std::thread monitor([&] {
+      while (!done) (void)p.status();
+    });
+    writer.join();
+    lander.join();
+    auto vote = p.Prepare(req.tx);
+    done = true;
+    monitor.join();
+    REQUIRE(failures == 0);
+    REQUIRE(vote.ok());
+    REQUIRE(vote->yes);
+    CHECK(vote->digest == p.RecomputeDigest().value());
+    REQUIRE(p.Decide(req.tx, Decision::kCommit, "v").ok());
+  }
 }

@@ -2,9 +2,20 @@
 
 #include <algorithm>
 #include <cassert>
+#include <chrono>
 #include <cstring>
 
 namespace wtx {
+
+namespace {
+
+void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
 
 ChunkHashPool::ChunkHashPool(int threads) : threads_wanted_(threads) {
   assert(threads > 0 && "a pool needs a thread");
@@ -40,6 +51,7 @@ void ChunkHashPool::Submit(uint32_t tag, std::span<const uint8_t> bytes, size_t 
       done_.push_back({tag, at, {}});
       queue_.push_back({tag, bytes, at, n, done_.size() - 1});
     }
+    submitted_.fetch_add(1, std::memory_order_release);
   }
   work_.notify_all();
 }
@@ -102,6 +114,20 @@ void ChunkHashPool::Run() {
       continue;
     }
     if (stop_) return;
+    // A loader's writes come back to back: watch for the next one a little while before
+    // sleeping, so that a large write does not wait for this thread's wake-up (tens of
+    // microseconds, a good part of copying a few MiB).
+    const uint64_t seen = submitted_.load(std::memory_order_acquire);
+    l.unlock();
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    bool more = false;
+    for (int k = 0; !more; ++k) {
+      more = submitted_.load(std::memory_order_acquire) != seen;
+      if (k % 64 == 63 && std::chrono::steady_clock::now() > until) break;
+      CpuRelax();
+    }
+    l.lock();
+    if (more || !batches_.empty() || !queue_.empty() || stop_) continue;
     work_.wait(l);
   }
 }
@@ -148,6 +174,7 @@ void ChunkHashPool::CopyIn(ParamHashCache& cache, std::span<uint8_t> bytes, size
     std::unique_lock<std::mutex> l(mu_);
     StartThreadsLocked();
     batches_.push_back(&batch);
+    submitted_.fetch_add(1, std::memory_order_release);
     work_.notify_all();
     // The caller works too, then waits for the jobs the threads took.
     while (batch.next < batch.jobs) {

@@ -20,6 +20,8 @@
 // waits for the queued jobs and joins the threads.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -102,7 +104,11 @@ class ChunkHashPool {
   // Starts the threads the first time there is work. REQUIRES: mu_ held.
   void StartThreadsLocked();
 
+  // How long an idle thread watches for the next job before it sleeps.
+  static constexpr std::chrono::microseconds kSpin{50};
+
   const int threads_wanted_;
+  std::atomic<uint64_t> submitted_{0};  // counts Submit and CopyIn calls
   mutable std::mutex mu_;
   std::condition_variable work_;  // a job was queued, or stopping
   std::condition_variable idle_;  // a job finished
