@@ -149,6 +149,16 @@ class ParticipantImpl : public Participant {
   }
   Status Begin(const BeginRequest& req) override EXCLUDES(mu_);
   Status Write(std::span<const WritePiece> pieces) override EXCLUDES(mu_);
+  // Where a piece's bytes are when they are not one contiguous run: the box `box` of a
+  // row-major tensor of shape `shape` whose first byte is the piece's `data` (WriteSource of a
+  // shard fed by a column slice reads it in place, without gathering it first).
+  struct SourceLayout {
+    const Shape* shape = nullptr;  // null: the piece's bytes are contiguous
+    const Box* box = nullptr;
+  };
+  // Write, with layouts[i] describing pieces[i] (empty: every piece contiguous).
+  Status WriteLocked(std::span<const WritePiece> pieces, std::span<const SourceLayout> layouts)
+      REQUIRES(mu_);
   Status Patch(const PatchRequest& req) override EXCLUDES(mu_);
   Result<int> WriteSource(std::string_view source, const void* data, size_t bytes) override
       EXCLUDES(mu_);

@@ -132,8 +132,14 @@ struct PlannedRun {
   int64_t begin;  // flat element index
   int64_t len;
   const uint8_t* src;
-  bool device;  // src is a device address
+  bool device;           // src is a device address
+  bool strided = false;  // one of many runs of a piece read in place from a strided source
 };
+
+// Bytes of a strided piece land run by run (rows of a column slice), so no run covers a hash
+// chunk whole; the chunks they fill are hashed every this many bytes, from cache, instead of
+// at prepare (within the 1 MiB L2 of a core, so the hash reads what the copy just wrote).
+constexpr size_t kStridedHashBatch = size_t{256} << 10;
 }  // namespace
 
 Result<ParticipantImpl::Target> ParticipantImpl::ResolveBox(
@@ -262,6 +268,15 @@ Status ParticipantImpl::ResolveSource(const WritePiece& w, std::vector<WritePiec
 
 Status ParticipantImpl::Write(std::span<const WritePiece> given) {
   std::lock_guard<std::mutex> l(mu_);
+  return WriteLocked(given, {});
+}
+
+Status ParticipantImpl::WriteLocked(std::span<const WritePiece> given,
+                                    std::span<const SourceLayout> layouts) {
+  assert((layouts.empty() || layouts.size() == given.size()) && "one layout per piece");
+  assert((layouts.empty() || std::none_of(given.begin(), given.end(),
+                                          [](const WritePiece& w) { return !w.source.empty(); })) &&
+         "layouts describe resolved pieces");
   WTX_RETURN_IF_ERROR(CheckWritable());
   ActiveTx& tx = *active_;
   std::span<const WritePiece> pieces = given;
@@ -274,7 +289,10 @@ Status ParticipantImpl::Write(std::span<const WritePiece> given) {
   std::vector<PlannedRun> runs;
   std::vector<WriteRecord> records;
   std::vector<std::pair<uint32_t, uint32_t>> touched;
-  for (const WritePiece& w : pieces) {
+  for (size_t pi_index = 0; pi_index < pieces.size(); ++pi_index) {
+    const WritePiece& w = pieces[pi_index];
+    const SourceLayout* layout =
+        layouts.empty() || layouts[pi_index].shape == nullptr ? nullptr : &layouts[pi_index];
     WTX_ASSIGN_OR_RETURN(target, ResolveBox(w.param, w.shard, w.box, [&](uint32_t param) {
                            if (tx.req.kind == TxKind::kDelta) {
                              return Err(ErrorCode::kOutOfScope,
@@ -303,10 +321,36 @@ Status ParticipantImpl::Write(std::span<const WritePiece> given) {
     const uint8_t* src = static_cast<const uint8_t*>(w.data);
     const size_t first_run = runs.size();
     const bool device = w.location == BufferLocation::kDevice;
-    ForEachFlatRun(p.shape, box, [&](int64_t b, int64_t len) {
-      runs.push_back({pi, b, len, src, device});
-      src += static_cast<size_t>(len) * esz;
-    });
+    if (layout == nullptr) {
+      ForEachFlatRun(p.shape, box, [&](int64_t b, int64_t len) {
+        runs.push_back({pi, b, len, src, device});
+        src += static_cast<size_t>(len) * esz;
+      });
+    } else {
+      // The live box's runs and the source box's runs cut the same elements (both row-major
+      // over boxes of one shape) at different places: one planned run per piece between cuts.
+      std::vector<std::pair<int64_t, int64_t>> source_runs;
+      ForEachFlatRun(*layout->shape, *layout->box,
+                     [&](int64_t b, int64_t len) { source_runs.emplace_back(b, len); });
+      size_t s = 0;
+      int64_t in_run = 0;
+      ForEachFlatRun(p.shape, box, [&](int64_t b, int64_t len) {
+        while (len > 0) {
+          assert(s < source_runs.size() && "the source box has the live box's element count");
+          const int64_t take = std::min(len, source_runs[s].second - in_run);
+          runs.push_back({pi, b, take,
+                          src + static_cast<size_t>(source_runs[s].first + in_run) * esz, device,
+                          /*strided=*/true});
+          b += take;
+          len -= take;
+          in_run += take;
+          if (in_run == source_runs[s].second) {
+            ++s;
+            in_run = 0;
+          }
+        }
+      });
+    }
     for (size_t k = first_run; k < runs.size(); ++k) {
       if (OverlapsDeclared(tx, pi, runs[k].begin, runs[k].len)) {
         return Err(ErrorCode::kDuplicateWrite,
@@ -352,6 +396,20 @@ Status ParticipantImpl::Write(std::span<const WritePiece> given) {
   const int64_t now = options_.env.clock->NowMicros();
   if (!tx.wrote) tx.t_first_write = now;
   tx.t_last_write = now;
+  // Strided runs contiguous in live memory since the last hash of their chunks.
+  struct Pending {
+    uint32_t param = 0;
+    size_t begin = 0, end = 0;
+  } pending;
+  auto hash_pending = [&](bool all) {
+    if (pending.end == pending.begin) return;
+    hash_[pending.param].HashCovered(memory_->Param(pending.param), pending.begin,
+                                     pending.end - pending.begin);
+    // A chunk that continues past `end` is hashed with the next batch (from its start).
+    pending.begin = all ? pending.end
+                        : std::max(pending.begin, pending.end / kHashChunkBytes * kHashChunkBytes);
+    if (all) pending.end = pending.begin;
+  };
   for (const PlannedRun& r : runs) {
     const ParamSpec& p = manifest_->params()[r.param];
     const size_t esz = DTypeSize(p.dtype);
@@ -361,6 +419,18 @@ Status ParticipantImpl::Write(std::span<const WritePiece> given) {
     if (tx.req.rollback) WTX_RETURN_IF_ERROR(SaveBefore(r.param, off, len));
     if (hooks_.benchmark_coverage_only) {
       // nothing lands
+    } else if (host_memory_ && !r.device && r.strided) {
+      // A row of a strided source: copied (the chunk stays in cache), its chunks hashed once
+      // consecutive rows have filled them.
+      hash_[r.param].CopyIn(memory_->Param(r.param), off, r.src, len);
+      DeclareBytes(r.param, off, len);
+      if (pending.param != r.param || pending.end != off) {
+        hash_pending(/*all=*/true);
+        pending = {r.param, off, off + len};
+      } else {
+        pending.end += len;
+      }
+      if (pending.end - pending.begin >= kStridedHashBatch) hash_pending(/*all=*/false);
     } else if (host_memory_ && !r.device) {
       // Whole hash chunks are hashed in the same pass as the copy; prepare rehashes the rest.
       // A large copy is split across the data path's threads (ParticipantOptions::threads).
@@ -391,6 +461,7 @@ Status ParticipantImpl::Write(std::span<const WritePiece> given) {
     tx.bytes += static_cast<int64_t>(len);
     tx.rows += p.shape.empty() ? 1 : std::max<int64_t>(1, r.len / p.shape.back());
   }
+  hash_pending(/*all=*/true);
   tx.shards_touched.insert(touched.begin(), touched.end());
   tx.pieces += static_cast<int64_t>(pieces.size());
   tx.wrote = tx.wrote || !runs.empty();
@@ -404,7 +475,7 @@ Status ParticipantImpl::Write(std::span<const WritePiece> given) {
 }
 
 Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* data, size_t bytes) {
-  // The manifest is immutable: the slicing needs no lock; Write takes it.
+  // The manifest is immutable: the slicing needs no lock; the write below takes it.
   const std::vector<ShardRef>& refs = manifest_->ShardsOfSource(source);
   if (refs.empty()) return 0;
   const std::string where = "source '" + std::string(source) + "'";
@@ -429,12 +500,13 @@ Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* da
                                             std::string(DTypeName(dtype)) + ")");
   }
   const uint8_t* src = static_cast<const uint8_t*>(data);
-  // Shards whose source box is one contiguous run are written straight from `data`; the
-  // others (column slices) are gathered first.
-  std::vector<std::vector<uint8_t>> gathered;
-  gathered.reserve(refs.size());
+  // Every shard is written straight from `data`: one whose source box is one contiguous run as
+  // a plain piece, the others (column slices) row by row through their layout, without a
+  // gathered copy.
   std::vector<WritePiece> pieces;
+  std::vector<SourceLayout> layouts;
   pieces.reserve(refs.size());
+  layouts.reserve(refs.size());
   for (const ShardRef& r : refs) {
     const ParamSpec& p = params[r.param];
     const ShardSpec& sh = p.shards[r.shard];
@@ -444,17 +516,22 @@ Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* da
     w.box = sh.box;
     w.bytes = static_cast<size_t>(NumElements(sh.source_box)) * esz;
     if (w.bytes == 0) continue;
+    SourceLayout layout;
     if (NumFlatRuns(shape, sh.source_box) == 1) {
       ForEachFlatRun(shape, sh.source_box,
                      [&](int64_t b, int64_t) { w.data = src + static_cast<size_t>(b) * esz; });
     } else {
-      std::vector<uint8_t>& buf = gathered.emplace_back(w.bytes);
-      CopyBoxOut(shape, sh.source_box, esz, src, buf.data());
-      w.data = buf.data();
+      w.data = src;
+      layout = {&shape, &sh.source_box};
     }
     pieces.push_back(std::move(w));
+    layouts.push_back(layout);
   }
-  Status s = Write(pieces);
+  Status s;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    s = WriteLocked(pieces, layouts);
+  }
   if (!s.ok()) return Status(s.code(), where + ": " + s.message());
   return static_cast<int>(pieces.size());
 }

@@ -1,14 +1,17 @@
 // landed_update_vs_memcpy and verify_all_vs_xxh3 (tools/bench/bench.h).
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "src/util/xxh3.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_util.h"
+#include "wtx/content_hash.h"
 #include "wtx/coordinator.h"
 #include "wtx/hf_manifest.h"
 #include "wtx/inproc_transport.h"
@@ -153,6 +156,49 @@ Result<json> BenchLanding(const BenchOptions& o) {
     }
     return NowSeconds() - t0;
   };
+  // The limit of any copy-then-hash landing, without wtx: the same memcpy calls, and XXH3 of
+  // the same 64 KiB chunks once each bucket is copied, by a second thread that follows the
+  // copying one bucket by bucket (newest chunk first, as the data-path threads take them), or
+  // by the copying thread itself (`one_thread`). Landed bytes must be read once more after the
+  // engine's copy to be hashed; on this path that read is what the memory has to give.
+  auto hash_piece_chunks = [&](const Piece& piece, uint64_t* sink) {
+    const uint8_t* base = live[piece.param] + piece.offset;
+    for (size_t at = piece.bytes; at > 0;) {
+      const size_t n = at % kHashChunkBytes ? at % kHashChunkBytes : kHashChunkBytes;
+      at -= n;
+      *sink += Xxh3_64(base + at, n);
+    }
+  };
+  auto run_copy_then_hash = [&](bool one_thread) {
+    std::atomic<size_t> copied{0};
+    uint64_t hashed = 0;
+    const double t0 = NowSeconds();
+    std::thread hasher;
+    if (!one_thread) {
+      hasher = std::thread([&] {
+        for (size_t b = 0; b < buckets.size(); ++b) {
+          while (copied.load(std::memory_order_acquire) <= b) std::this_thread::yield();
+          for (auto it = buckets[b].rbegin(); it != buckets[b].rend(); ++it) {
+            hash_piece_chunks(*it, &hashed);
+          }
+        }
+      });
+    }
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      for (const Piece& piece : buckets[b]) {
+        std::memcpy(live[piece.param] + piece.offset, from[piece.param] + piece.offset,
+                    piece.bytes);
+      }
+      if (one_thread) {
+        for (const Piece& piece : buckets[b]) hash_piece_chunks(piece, &hashed);
+      }
+      copied.store(b + 1, std::memory_order_release);
+    }
+    if (hasher.joinable()) hasher.join();
+    volatile uint64_t keep = hashed;  // the hashes are computed, not optimized away
+    (void)keep;
+    return NowSeconds() - t0;
+  };
   // And one memcpy per whole parameter (large ones then take glibc's non-temporal path).
   auto run_memcpy_params = [&]() {
     const double t0 = NowSeconds();
@@ -188,7 +234,8 @@ Result<json> BenchLanding(const BenchOptions& o) {
   const int rounds = o.quick ? 3 : 7;
   std::vector<double> t_landed, t_commit, t_prepare_hash, t_prepare_hash_commit, t_memcpy,
       t_memcpy_params, t_verify, t_xxh3, t_threaded, t_threaded_commit;
-  constexpr int kKinds = 7;
+  std::vector<double> t_limit, t_limit_one;
+  constexpr int kKinds = 9;
   for (int r = 0; r < rounds; ++r) {
     for (int k = 0; k < kKinds; ++k) {
       double s = 0, sc = 0;
@@ -229,6 +276,12 @@ Result<json> BenchLanding(const BenchOptions& o) {
           t_threaded.push_back(s);
           t_threaded_commit.push_back(sc);
           break;
+        case 7:
+          t_limit.push_back(run_copy_then_hash(/*one_thread=*/false));
+          break;
+        case 8:
+          t_limit_one.push_back(run_copy_then_hash(/*one_thread=*/true));
+          break;
       }
     }
     Progress(o, "landing: round " + std::to_string(r + 1) + "/" + std::to_string(rounds) +
@@ -267,6 +320,13 @@ Result<json> BenchLanding(const BenchOptions& o) {
                 {"pieces", pieces},
                 {"rounds", rounds},
                 {"threads", threads},
+                // The limit of copy-then-hash on this machine (see run_copy_then_hash).
+                {"copy_then_hash_ms", Median(t_limit) * 1e3},
+                {"copy_then_hash_vs_memcpy", tm / Median(t_limit)},
+                {"copy_then_hash_one_thread_ms", Median(t_limit_one) * 1e3},
+                {"copy_then_hash_one_thread_vs_memcpy", tm / Median(t_limit_one)},
+                {"landed_update_vs_copy_then_hash", Median(t_limit) / tt},
+                {"one_thread_landed_update_vs_copy_then_hash", Median(t_limit_one) / tl},
                 {"landed_update_ms", tt * 1e3},
                 {"landed_commit_ms", Median(t_threaded_commit) * 1e3},
                 {"memcpy_ms", tm * 1e3},
