@@ -91,7 +91,11 @@ Result<nlohmann::json> BenchJournal(const BenchOptions& options);
 // The details also hold one memcpy per whole parameter. verify_all_vs_xxh3:
 // Participant::Verify() (every chunk rehashed and compared with the committed chunk digests) on
 // the clean rank against one XXH3_64bits pass over the same bytes (its cost: lower is better).
-// Keys: those four, details.
+// details.copy_then_hash_vs_memcpy / copy_then_hash_one_thread_vs_memcpy: the limit of any
+// copy-then-hash landing on the machine (the same memcpy calls and XXH3 of the same chunks by
+// a thread following the copy bucket by bucket, or by the copying thread), and the landed
+// figures against it (landed_update_vs_copy_then_hash, one_thread_...). Keys: those four,
+// details.
 Result<nlohmann::json> BenchLanding(const BenchOptions& options);
 
 // load_vs_read: `wtx load` (checkpoint_load.h: open + validate, fresh participants and
