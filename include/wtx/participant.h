@@ -96,13 +96,14 @@ struct ParticipantOptions {
   // computed from the same loads), and Landed hands a landing that covers at least 1 MiB of
   // whole chunks to those threads and returns at once, so the engine's next transfer overlaps
   // the hashing; prepare, decide and Verify wait for them, so prepare only combines digests.
-  // 0 (default): one per core (std::thread::hardware_concurrency). 1: everything in the
-  // calling thread. The threads start at the first such copy or landing. In [0, 256], else
-  // Open fails with kInvalidArgument. The trade of background hashing, under verify "touched"
-  // only: a landed byte the engine changes again before a thread has read it is hashed as
-  // changed, so the version describes it and a later Verify() does not report it. Under
-  // verify "all" Landed always hashes in the calling thread (that prepare rehashes every chunk
-  // anyway), so a change after Landed is always caught. Ignored for device memory.
+  // 0 (default): one per core (std::thread::hardware_concurrency); where several ranks share
+  // a host, give each its share of the cores. 1: everything in the calling thread. The threads
+  // start at the first such copy or landing. In [0, 256], else Open fails with kInvalidArgument.
+  // The trade of background hashing, under verify "touched" only: a landed byte the engine changes
+  // again before a thread has read it is hashed as changed, so the version describes it and a later
+  // Verify() does not report it. Under verify "all" Landed always hashes in the calling thread
+  // (that prepare rehashes every chunk anyway), so a change after Landed is always caught. Ignored
+  // for device memory.
   int threads = 0;
   // Host live memory: N in [1, 256]: at least N threads as above, and every landing, whatever
   // its size, is hashed by them (Landed returns at once). 0 (default): as `threads` says.

@@ -502,9 +502,12 @@ Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* da
   const uint8_t* src = static_cast<const uint8_t*>(data);
   // Every shard is written straight from `data`: one whose source box is one contiguous run as
   // a plain piece, the others (column slices) row by row through their layout, without a
-  // gathered copy.
+  // gathered copy; into device memory, where a store per row would cost a transfer per row,
+  // those are gathered first and go over in one store.
+  std::vector<std::vector<uint8_t>> gathered;
   std::vector<WritePiece> pieces;
   std::vector<SourceLayout> layouts;
+  gathered.reserve(refs.size());
   pieces.reserve(refs.size());
   layouts.reserve(refs.size());
   for (const ShardRef& r : refs) {
@@ -520,9 +523,13 @@ Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* da
     if (NumFlatRuns(shape, sh.source_box) == 1) {
       ForEachFlatRun(shape, sh.source_box,
                      [&](int64_t b, int64_t) { w.data = src + static_cast<size_t>(b) * esz; });
-    } else {
+    } else if (host_memory_) {
       w.data = src;
       layout = {&shape, &sh.source_box};
+    } else {
+      std::vector<uint8_t>& buf = gathered.emplace_back(w.bytes);
+      CopyBoxOut(shape, sh.source_box, esz, src, buf.data());
+      w.data = buf.data();
     }
     pieces.push_back(std::move(w));
     layouts.push_back(layout);
