@@ -207,8 +207,9 @@ Status TcpProcesses::Start() {
   secret_ = RandomHex(32);
   secret_file_ = work_dir_ + "/secret";
   // Scenarios reuse transaction ids: each run decides under a prefix no other run used.
-  if (!options_.decision_log.empty())
+  if (!options_.decision_log.empty()) {
     decision_log_ = options_.decision_log + "/sim-" + RandomHex(8);
+  }
   WTX_RETURN_IF_ERROR(WriteFile(secret_file_, secret_ + "\n"));
   for (int r = 0; r < sc_.ranks; ++r) {
     WTX_RETURN_IF_ERROR(WriteFile(work_dir_ + "/manifest-" + std::to_string(r) + ".json",

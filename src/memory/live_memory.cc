@@ -77,14 +77,14 @@ class HostBuffer {
       const size_t span = size_ + kHuge;
       void* a = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (a != MAP_FAILED) {
-        const auto base = reinterpret_cast<uintptr_t>(a);
-        const uintptr_t aligned = (base + kHuge - 1) & ~(kHuge - 1);
+        auto* base = static_cast<uint8_t*>(a);
+        const size_t head = (kHuge - reinterpret_cast<uintptr_t>(base) % kHuge) % kHuge;
+        const size_t used = head + ((size_ + kPage - 1) & ~(kPage - 1));
         // Return the slack before and after the aligned span.
-        if (aligned > base) munmap(a, aligned - base);
-        const uintptr_t end = aligned + ((size_ + kPage - 1) & ~(kPage - 1));
-        if (base + span > end) munmap(reinterpret_cast<void*>(end), base + span - end);
+        if (head > 0) munmap(base, head);
+        if (span > used) munmap(base + used, span - used);
         mapped_ = true;
-        p_ = reinterpret_cast<uint8_t*>(aligned);
+        p_ = base + head;
         if (size_ >= 2 * kHuge) madvise(p_, size_ & ~(kHuge - 1), MADV_HUGEPAGE);
         return;
       }

@@ -130,7 +130,7 @@ Status ParticipantImpl::Init() {
   RestartRecord restart;
   restart.dirty = DirtyAfterRestart(state_);
   restart.ts = options_.env.clock->NowMicros();
-  return Log(std::move(restart), false);
+  return Log(restart, false);
 }
 
 Status ParticipantImpl::AppendRecords(std::vector<ParticipantRecord> records,

@@ -151,12 +151,10 @@ Buffer::Buffer(size_t n, bool zeroed) : size_(n) {
 Buffer::~Buffer() { std::free(p_); }
 
 void Buffer::AdviseHugePages() {
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p_) + kHuge - 1) & ~(kHuge - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(p_) + size_) & ~(kHuge - 1);
-  if (p_ != nullptr && end > begin) {
-    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-  }
+  constexpr size_t kHuge = size_t{2} << 20;
+  if (p_ == nullptr) return;
+  const size_t head = (kHuge - reinterpret_cast<uintptr_t>(p_) % kHuge) % kHuge;
+  if (size_ > head + kHuge) madvise(p_ + head, (size_ - head) & ~(kHuge - 1), MADV_HUGEPAGE);
 }
 
 int ResolvedThreads(const BenchOptions& o) {
