@@ -68,8 +68,8 @@ namespace {
 // hands out zero pages lazily (untouched parameters cost nothing), the first write of a 2 MiB
 // page takes one fault instead of 512 (most of the cost of filling fresh live memory: `wtx
 // load`), and every 64 KiB hash chunk starts on a 64-byte boundary, so the fused copy+hash
-// kernel streams whole 32-byte stores. Small ones come from calloc. Advice failures are
-// ignored.
+// kernel streams whole 64-byte (AVX-512) or 32-byte (AVX2) stores. Small ones, and any whose
+// mapping fails (a process at its map count), come from calloc. Advice failures are ignored.
 class HostBuffer {
  public:
   explicit HostBuffer(size_t size) : size_(size) {
