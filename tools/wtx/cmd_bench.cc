@@ -151,8 +151,10 @@ std::string Num(double v) {
 std::string Baseline(const std::string& name, const json& d) {
   auto g = [&](const char* k) { return d.contains(k) ? Num(d[k].get<double>()) : "?"; };
   if (name == "update") {
+    const std::string threads = d.value("threads", json(1)).dump();
     return "memcpy " + g("memcpy_ms") + " ms (" + g("memcpy_gb_per_s") + " GB/s), stream copy " +
-           g("stream_copy_ms") + " ms, transaction " + g("transaction_ms") + " ms for " +
+           g("stream_copy_ms") + " ms (on " + threads + " threads: " + g("stream_copy_threads_ms") +
+           " ms), transaction on " + threads + " threads " + g("transaction_ms") + " ms for " +
            d.value("bytes", json(0)).dump() + " bytes";
   }
   if (name == "hash") {
@@ -173,18 +175,20 @@ std::string Baseline(const std::string& name, const json& d) {
            d.value("records", json(0)).dump() + " records";
   }
   if (name == "landing") {
-    return "memcpy " + g("memcpy_ms") + " ms, landed update " + g("landed_update_ms") +
-           " ms with a hasher thread (one thread: " + g("one_thread_landed_update_ms") +
-           " ms, hashing at prepare only: " + g("hash_at_prepare_landed_update_ms") + " ms) in " +
-           d.value("buckets", json(0)).dump() + " buckets of " +
-           Num(d.value("bucket_bytes", 0.0) / (1024.0 * 1024)) + " MiB; xxh3 " + g("xxh3_ms") +
-           " ms, verify all " + g("verify_all_ms") + " ms for " + d.value("bytes", json(0)).dump() +
-           " bytes";
+    return "memcpy " + g("memcpy_ms") + " ms, landed update " + g("landed_update_ms") + " ms on " +
+           d.value("threads", json(1)).dump() +
+           " threads (one thread: " + g("one_thread_landed_update_ms") +
+           " ms, hashing at prepare only: " + g("hash_at_prepare_landed_update_ms") +
+           " ms; copy-then-hash without wtx: " + g("copy_then_hash_ms") + " ms, in one thread " +
+           g("copy_then_hash_one_thread_ms") + " ms) in " + d.value("buckets", json(0)).dump() +
+           " buckets of " + Num(d.value("bucket_bytes", 0.0) / (1024.0 * 1024)) + " MiB; xxh3 " +
+           g("xxh3_ms") + " ms, verify all " + g("verify_all_ms") + " ms for " +
+           d.value("bytes", json(0)).dump() + " bytes";
   }
   if (name == "load") {
-    return "read() of the files " + g("read_ms") + " ms (" + g("read_gb_per_s") +
-           " GB/s), wtx load " + g("load_ms") + " ms for " + d.value("bytes", json(0)).dump() +
-           " bytes";
+    return "read() of the files " + g("read_ms") + " ms (" + g("read_gb_per_s") + " GB/s, " +
+           d.value("threads", json(1)).dump() + " in flight), wtx load " + g("load_ms") +
+           " ms for " + d.value("bytes", json(0)).dump() + " bytes";
   }
   if (name == "journal") {
     return "raw RocksDB " + g("rocksdb_records_per_s") + " records/s, journal " +
