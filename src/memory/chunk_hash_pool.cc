@@ -17,6 +17,11 @@ void CpuRelax() {
 
 }  // namespace
 
+int DataPathThreads(int requested) {
+  return requested > 0 ? requested
+                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 ChunkHashPool::ChunkHashPool(int threads) : threads_wanted_(threads) {
   assert(threads > 0 && "a pool needs a thread");
 }

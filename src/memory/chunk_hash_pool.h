@@ -36,6 +36,11 @@
 
 namespace wtx {
 
+// The data-path threads of ParticipantOptions::threads = `requested` (0: one per core, at
+// least 1), the caller's included: the one rule the participant and `wtx bench`'s baselines
+// share.
+int DataPathThreads(int requested);
+
 class ChunkHashPool {
  public:
   // Chunks per job: 256 KiB. A copy is split across threads only when it covers at least two
@@ -47,8 +52,6 @@ class ChunkHashPool {
   ~ChunkHashPool();
   ChunkHashPool(const ChunkHashPool&) = delete;
   ChunkHashPool& operator=(const ChunkHashPool&) = delete;
-
-  int threads() const { return threads_wanted_; }
 
   // Digests of chunks [first, first + count) of `bytes` (the last chunk of `bytes` may be
   // shorter), tagged `tag` (the participant: a parameter index).

@@ -6,7 +6,6 @@
 
 #include <cassert>
 #include <new>
-#include <thread>
 
 #include "src/txn/journal_check.h"
 #include "wtx/limits.h"
@@ -33,10 +32,8 @@ Status ParticipantImpl::Init() {
   }
   // The data path's threads besides the caller's: threads - 1 (0: one per core), at least
   // landing_hash_threads. Started at the first large copy or landing (ChunkHashPool).
-  const int threads = options_.threads > 0
-                          ? options_.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int workers = std::max(threads - 1, options_.landing_hash_threads);
+  const int workers =
+      std::max(DataPathThreads(options_.threads) - 1, options_.landing_hash_threads);
   if (workers > 0 && host_memory_) data_pool_ = std::make_unique<ChunkHashPool>(workers);
   const auto& params = manifest_->params();
   for (uint32_t i = 0; i < params.size(); ++i) {

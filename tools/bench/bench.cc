@@ -21,6 +21,7 @@
 #define WTX_BENCH_AVX2 1
 #endif
 
+#include "src/memory/chunk_hash_pool.h"
 #include "src/txn/test_hooks.h"
 #include "src/util/xxh3.h"
 #include "tools/bench/bench_util.h"
@@ -157,10 +158,7 @@ void Buffer::AdviseHugePages() {
   if (size_ > head + kHuge) madvise(p_ + head, (size_ - head) & ~(kHuge - 1), MADV_HUGEPAGE);
 }
 
-int ResolvedThreads(const BenchOptions& o) {
-  return o.threads > 0 ? o.threads
-                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
+int ResolvedThreads(const BenchOptions& o) { return DataPathThreads(o.threads); }
 
 void ParallelFor(int threads, size_t n, const std::function<void(size_t)>& fn) {
   std::atomic<size_t> next{0};
