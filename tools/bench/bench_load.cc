@@ -100,13 +100,15 @@ Result<json> BenchLoad(const BenchOptions& o) {
   const std::string ckpt = dir.path() + "/checkpoint";
   std::filesystem::create_directories(ckpt);
   WTX_ASSIGN_OR_RETURN(files, WriteModelCheckpoint(*manifest, ckpt, o.quick ? 2 : 4));
+  std::vector<size_t> sizes;
   size_t file_bytes = 0;
-  for (const auto& f : files) file_bytes += std::filesystem::file_size(f);
+  for (const auto& f : files) {
+    sizes.push_back(std::filesystem::file_size(f));
+    file_bytes += sizes.back();
+  }
   Progress(o, "load: checkpoint of " + o.model + " written: " + std::to_string(files.size()) +
                   " files, " + std::to_string(file_bytes) + " bytes");
   const int threads = ResolvedThreads(o);
-  std::vector<size_t> sizes;
-  for (const auto& f : files) sizes.push_back(std::filesystem::file_size(f));
   CheckpointLoadRequest req;
   req.checkpoint = ckpt;
   req.hf_config = o.model;
