@@ -179,7 +179,6 @@ Result<OneRank> OpenOneRank(const std::string& dir, ManifestPtr manifest,
   po.journal_dir = dir + "/rank0";
   po.kernel_identity = "bench";
   po.memory = options.memory;
-  po.landing_hash_threads = options.landing_hash_threads;
   po.threads = options.threads;
   WTX_ASSIGN_OR_RETURN(participant,
                        OpenParticipantWithHooks(po, std::move(manifest), options.hooks));

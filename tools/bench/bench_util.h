@@ -64,7 +64,6 @@ Result<ManifestPtr> Tp1Bf16Manifest(const BenchOptions& options);
 struct OneRankOptions {
   ParticipantHooks hooks;
   std::shared_ptr<LiveMemory> memory;  // null: the participant's own host buffers
-  int landing_hash_threads = 0;        // ParticipantOptions::landing_hash_threads
   int threads = 0;                     // ParticipantOptions::threads
 };
 struct OneRank {
