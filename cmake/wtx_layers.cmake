@@ -71,7 +71,7 @@ wtx_layer(manifest
 wtx_layer(layouts SOURCES ${WTX_HF_LAYOUT_SOURCES} DEPS manifest util)
 wtx_layer(memory
   SOURCES src/memory/content_hash.cc src/memory/chunk_hash_pool.cc
-          src/memory/expected_version.cc src/memory/live_memory.cc
+          src/memory/expected_version.cc src/memory/host_arena.cc src/memory/live_memory.cc
           src/memory/chunks_before_declare.cc
   DEPS layouts manifest util)
 # The kernels' CPU references and device live memory (kernels/): the memory layer's device

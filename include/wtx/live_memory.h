@@ -70,8 +70,9 @@ class LiveMemory {
   virtual Status CopyDeviceToHost(const void* src, void* dst, size_t len);
 };
 
-// Zero-initialized host buffers owned by the LiveMemory (pages handed out lazily by the OS;
-// parameters of 4 MiB and more advised to transparent huge pages where the kernel allows).
+// Zero-initialized host memory owned by the LiveMemory: one mapping for all parameters, each
+// 64-byte aligned (pages handed out lazily by the OS; advised to transparent huge pages where
+// the kernel allows). Discard maps fresh zero pages.
 std::unique_ptr<LiveMemory> NewHostLiveMemory(const Manifest& manifest);
 // Borrowed buffers; spans[i].size() must equal the parameter's byte size (checked). Their
 // contents are left as they are (never zeroed at creation or at a participant's Open).

@@ -1,13 +1,12 @@
 #include "wtx/live_memory.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "src/memory/host_arena.h"
 #include "wtx/content_hash.h"
 
 namespace wtx {
@@ -63,70 +62,23 @@ Status LiveMemory::CopyDeviceToHost(const void*, void*, size_t) {
 
 namespace {
 
-// One parameter's zeroed host buffer. Large ones are mapped anonymous memory aligned to 2 MiB
-// and advised to transparent huge pages where the kernel allows them (madvise mode): the OS
-// hands out zero pages lazily (untouched parameters cost nothing), the first write of a 2 MiB
-// page takes one fault instead of 512 (most of the cost of filling fresh live memory: `wtx
-// load`), and every 64 KiB hash chunk starts on a 64-byte boundary, so the fused copy+hash
-// kernel streams whole 64-byte (AVX-512) or 32-byte (AVX2) stores. Small ones, and any whose
-// mapping fails (a process at its map count), come from calloc. Advice failures are ignored.
-class HostBuffer {
- public:
-  explicit HostBuffer(size_t size) : size_(size) {
-    if (size_ >= kMapAtLeast) {
-      const size_t span = size_ + kHuge;
-      void* a = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (a != MAP_FAILED) {
-        auto* base = static_cast<uint8_t*>(a);
-        const size_t head = (kHuge - reinterpret_cast<uintptr_t>(base) % kHuge) % kHuge;
-        const size_t used = head + ((size_ + kPage - 1) & ~(kPage - 1));
-        // Return the slack before and after the aligned span.
-        if (head > 0) munmap(base, head);
-        if (span > used) munmap(base + used, span - used);
-        mapped_ = true;
-        p_ = base + head;
-        if (size_ >= 2 * kHuge) madvise(p_, size_ & ~(kHuge - 1), MADV_HUGEPAGE);
-        return;
-      }
-    }
-    p_ = static_cast<uint8_t*>(std::calloc(size_ ? size_ : 1, 1));
-  }
-  ~HostBuffer() {
-    if (mapped_) {
-      munmap(p_, (size_ + kPage - 1) & ~(kPage - 1));
-    } else {
-      std::free(p_);
-    }
-  }
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  uint8_t* data() const { return p_; }
-
- private:
-  static constexpr size_t kPage = 4096;
-  static constexpr size_t kHuge = size_t{2} << 20;
-  static constexpr size_t kMapAtLeast = size_t{64} << 10;  // one hash chunk
-  size_t size_;
-  bool mapped_ = false;
-  uint8_t* p_ = nullptr;
-};
-
 class HostLiveMemory : public LiveMemory {
  public:
   explicit HostLiveMemory(const Manifest& m) {
     for (const auto& p : m.params()) sizes_.push_back(static_cast<size_t>(p.num_bytes()));
     Allocate();
   }
-  std::span<uint8_t> Param(uint32_t i) override { return {bufs_[i]->data(), sizes_[i]}; }
+  std::span<uint8_t> Param(uint32_t i) override { return arena_->Region(i); }
   void Discard() override { Allocate(); }
 
  private:
+  // Fresh zero pages: the old arena is unmapped first, so the process never holds both.
   void Allocate() {
-    bufs_.clear();
-    for (size_t s : sizes_) bufs_.push_back(std::make_unique<HostBuffer>(s));
+    arena_.reset();
+    arena_ = std::make_unique<HostArena>(sizes_);
   }
   std::vector<size_t> sizes_;
-  std::vector<std::unique_ptr<HostBuffer>> bufs_;
+  std::unique_ptr<HostArena> arena_;  // src/memory/host_arena.h
 };
 
 class BorrowedLiveMemory : public LiveMemory {
