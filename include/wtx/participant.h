@@ -140,6 +140,17 @@ struct WritePiece {
 // Part `part` of `parts` of a sparse patch of `source`, at flat indices in source
 // coordinates; values[i] (in the dtype of the live parameter the source feeds) goes to
 // indices[i].
+// A source tensor's bytes in a file (a safetensors checkpoint's): `offset` is where its first
+// byte is in the open file `fd` (read with pread; the descriptor stays the caller's, open for
+// the call). `name` names the file in errors. `mapped`, when not null, is the same bytes mapped
+// in memory (the checkpoint's mapping): column slices are then read from it in place.
+struct SourceFile {
+  int fd = -1;
+  uint64_t offset = 0;
+  std::string name;
+  const void* mapped = nullptr;
+};
+
 struct PatchRequest {
   std::string source;
   std::span<const int64_t> indices;
@@ -219,6 +230,19 @@ class Participant {
   // source feeds parameters of different dtypes; otherwise those of Write (E_NO_TX,
   // E_OUT_OF_SCOPE, E_DUPLICATE_WRITE, ...), naming the source.
   virtual Result<int> WriteSource(std::string_view source, const void* data, size_t bytes) = 0;
+  // WriteSource with the source read from a file, in the live parameter's dtype (its manifest
+  // source_shape, row-major): every shard that is one contiguous run of the source is read
+  // with pread straight into host live memory, several reads in flight on the data-path
+  // threads (ParticipantOptions::threads), and its chunks hashed right after each read, from
+  // cache; no page of a mapping is touched for it. Column slices are read in place from
+  // `file.mapped`, or, without it, from one read of the source into a buffer; into device live
+  // memory every shard goes through such a buffer. Errors as WriteSource's, checked before any
+  // byte lands. A read that fails once bytes have landed (an I/O error, a file that ends early)
+  // is kIOError naming the file, the source and the byte range: the live bytes of the shards
+  // being read are then undefined, so the transaction can no longer commit (prepare votes no,
+  // E_BAD_WRITE, naming the read) and its abort leaves the rank dirty unless the transaction
+  // saves rollback before-images.
+  virtual Result<int> WriteSourceFromFile(std::string_view source, const SourceFile& file) = 0;
   // The engine recomputed derived state `name` ("*": every stale one). Returns the names.
   virtual Result<std::vector<std::string>> Refresh(std::string_view name) = 0;
   // In-place landings: see the file comment. E_NO_TX without a transaction.

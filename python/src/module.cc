@@ -322,6 +322,26 @@ int WriteSource(PyParticipant& self, const std::string& source, py::object tenso
   return Unwrap(std::move(r));
 }
 
+// The source read from a file straight into the live tensors (Participant::WriteSourceFromFile):
+// `file` an open file object (its fileno() and name) or a descriptor, `offset` where the
+// source's first byte is, in the live dtype.
+int WriteSourceFromFile(PyParticipant& self, const std::string& source, const py::object& file,
+                        const py::object& offset) {
+  SourceFile f;
+  if (py::hasattr(file, "fileno")) {
+    f.fd = static_cast<int>(IntArg(file.attr("fileno")(), "file.fileno()", 0, INT32_MAX));
+    f.name = py::hasattr(file, "name") ? py::str(file.attr("name")).cast<std::string>()
+                                       : "fd " + std::to_string(f.fd);
+  } else {
+    f.fd = static_cast<int>(IntArg(file, "file", 0, INT32_MAX));
+    f.name = "fd " + std::to_string(f.fd);
+  }
+  f.offset = static_cast<uint64_t>(IntArg(offset, "offset", 0, INT64_MAX));
+  Participant& p = self.get();
+  auto r = WithoutGil([&] { return p.WriteSourceFromFile(source, f); });
+  return Unwrap(std::move(r));
+}
+
 std::vector<int64_t> IndicesFromPy(py::handle obj, const std::string& what) {
   if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
     std::vector<int64_t> out;
@@ -855,6 +875,10 @@ void DefineModule(py::module_& m) {
       .def("write_source", &WriteSource, py::arg("source"), py::arg("tensor"),
            "Writes every shard this rank holds of `source` from the full source tensor; "
            "returns the number of shards written (0: this rank holds none).")
+      .def("write_source_from_file", &WriteSourceFromFile, py::arg("source"), py::arg("file"),
+           py::arg("offset"),
+           "write_source with the source read from `file` (an open file or a descriptor) at "
+           "byte `offset`, in the live dtype, straight into the live tensors.")
       .def("patch", &Patch, py::arg("source"), py::arg("indices"), py::arg("values"), py::kw_only(),
            py::arg("part") = py::make_tuple(0, 1))
       .def(

@@ -35,6 +35,7 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
   ~MappedFile() {
     if (addr_ != nullptr) munmap(addr_, size_);
+    if (fd_ >= 0) close(fd_);
   }
 
   Status Open(const std::string& path) {
@@ -44,6 +45,7 @@ class MappedFile {
     WTX_ASSIGN_OR_RETURN(file, OpenRegularFile(path, ro));
     const int fd = file.fd();
     size_ = static_cast<size_t>(file.size());
+    fd_ = file.Release();  // kept open: loaders read the tensors with pread
     if (size_ > 0) {
       void* a = mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
       if (a == MAP_FAILED) return Status::IOError(path + ": cannot map: " + std::strerror(errno));
@@ -52,8 +54,10 @@ class MappedFile {
     return Status::OK();
   }
   std::span<const uint8_t> bytes() const { return {static_cast<const uint8_t*>(addr_), size_}; }
+  int fd() const { return fd_; }
 
  private:
+  int fd_ = -1;
   void* addr_ = nullptr;
   size_t size_ = 0;
 };
@@ -86,6 +90,8 @@ class CheckpointImpl : public SafetensorsCheckpoint {
       t.dtype = e.dtype;
       t.shape = e.shape;
       t.bytes = f->bytes().subspan(h.value().data_offset + e.begin, e.end - e.begin);
+      t.fd = f->fd();
+      t.file_offset = h.value().data_offset + e.begin;
       data_bytes_ += e.end - e.begin;
       auto [it, inserted] = tensors_.emplace(e.name, std::move(t));
       if (!inserted) {

@@ -1,5 +1,7 @@
 #include "src/memory/chunk_hash_pool.h"
 
+#include "src/util/file_util.h"
+
 #include <algorithm>
 #include <cassert>
 #include <chrono>
@@ -16,6 +18,30 @@ void CpuRelax() {
 }
 
 }  // namespace
+
+Status ReadInAndHash(ParamHashCache& cache, std::span<uint8_t> bytes, size_t offset, int fd,
+                     uint64_t file_offset, size_t len) {
+  assert(offset + len <= bytes.size() && "read outside the parameter");
+  // Read and hashed a few chunks at a time, so that the hash reads what the read just wrote
+  // from cache.
+  constexpr size_t kStep = ChunkHashPool::kJobChunks * kHashChunkBytes;
+  for (size_t done = 0; done < len;) {
+    // Steps end on chunk boundaries (but the last).
+    const size_t at = offset + done;
+    const size_t stop = std::min(offset + len, (at / kHashChunkBytes) * kHashChunkBytes + kStep);
+    Status s = PreadFully(fd, file_offset + done, bytes.data() + at, stop - at);
+    if (!s.ok()) {
+      cache.Touch(offset, len);
+      return s;
+    }
+    // Every chunk the step changed is marked, then those it covers whole get their digest
+    // (which clears the mark): only the partly covered ones at the range's ends stay marked.
+    cache.Touch(at, stop - at);
+    cache.HashCovered(bytes, at, stop - at);
+    done = stop - offset;
+  }
+  return Status::OK();
+}
 
 int DataPathThreads(int requested) {
   return requested > 0 ? requested
@@ -71,13 +97,21 @@ std::vector<uint64_t> ChunkHashPool::Hash(const Job& job) {
   return digests;
 }
 
-void ChunkHashPool::RunCopy(const Batch& b, size_t k) {
+Status ChunkHashPool::RunCopy(const Batch& b, size_t k) {
   const size_t begin = k * kJobChunks * kHashChunkBytes;
   const size_t end = std::min(b.bytes, begin + kJobChunks * kHashChunkBytes);
+  if (b.fd >= 0) {
+    WTX_RETURN_IF_ERROR(PreadFully(b.fd, b.file_offset + begin, b.dst + begin, end - begin));
+    for (size_t off = begin, c = k * kJobChunks; off < end; off += kHashChunkBytes, ++c) {
+      b.digests[c] = ChunkDigest(b.dst + off, std::min(kHashChunkBytes, end - off));
+    }
+    return Status::OK();
+  }
   for (size_t off = begin, c = k * kJobChunks; off < end; off += kHashChunkBytes, ++c) {
     const size_t n = std::min(kHashChunkBytes, end - off);
     b.digests[c] = CopyAndChunkDigest(b.dst + off, b.src + off, n);
   }
+  return Status::OK();
 }
 
 bool ChunkHashPool::RunBatchJob(std::unique_lock<std::mutex>& l) {
@@ -85,8 +119,9 @@ bool ChunkHashPool::RunBatchJob(std::unique_lock<std::mutex>& l) {
     if (b->next == b->jobs) continue;
     const size_t k = b->next++;
     l.unlock();
-    RunCopy(*b, k);
+    Status s = RunCopy(*b, k);
     l.lock();
+    if (!s.ok() && b->error.ok()) b->error = std::move(s);
     ++b->finished;
     if (b->finished == b->jobs) idle_.notify_all();
     return true;
@@ -175,24 +210,62 @@ void ChunkHashPool::CopyIn(ParamHashCache& cache, std::span<uint8_t> bytes, size
   batch.bytes = whole_end - whole_begin;
   batch.digests = digests.data();
   batch.jobs = (end - first + kJobChunks - 1) / kJobChunks;
-  {
-    std::unique_lock<std::mutex> l(mu_);
-    StartThreadsLocked();
-    batches_.push_back(&batch);
-    submitted_.fetch_add(1, std::memory_order_release);
-    work_.notify_all();
-    // The caller works too, then waits for the jobs the threads took.
-    while (batch.next < batch.jobs) {
-      const size_t k = batch.next++;
-      l.unlock();
-      RunCopy(batch, k);
-      l.lock();
-      ++batch.finished;
-    }
-    idle_.wait(l, [&] { return batch.finished == batch.jobs; });
-    batches_.erase(std::find(batches_.begin(), batches_.end(), &batch));
+  [[maybe_unused]] const Status copied = RunBatch(batch);
+  assert(copied.ok() && "a copy from memory cannot fail");
+  for (size_t c = first; c < end; ++c) cache.SetChunkDigest(c, digests[c - first]);
+}
+
+Status ChunkHashPool::ReadIn(ParamHashCache& cache, std::span<uint8_t> bytes, size_t offset, int fd,
+                             uint64_t file_offset, size_t len) {
+  const auto [first, end] = cache.CoveredChunks(offset, len);
+  if (end - first < 2 * kJobChunks) {  // not worth waking a thread
+    return ReadInAndHash(cache, bytes, offset, fd, file_offset, len);
+  }
+  const size_t whole_begin = first * kHashChunkBytes;
+  const size_t whole_end = std::min(end * kHashChunkBytes, bytes.size());
+  std::vector<uint64_t> digests(end - first);
+  Batch batch;
+  batch.dst = bytes.data() + whole_begin;
+  batch.fd = fd;
+  batch.file_offset = file_offset + (whole_begin - offset);
+  batch.bytes = whole_end - whole_begin;
+  batch.digests = digests.data();
+  batch.jobs = (end - first + kJobChunks - 1) / kJobChunks;
+  // The partly covered chunks at the ends are read here, while the threads take the jobs.
+  Status s = RunBatch(batch);
+  if (s.ok() && whole_begin > offset) {
+    s = ReadInAndHash(cache, bytes, offset, fd, file_offset, whole_begin - offset);
+  }
+  if (s.ok() && offset + len > whole_end) {
+    s = ReadInAndHash(cache, bytes, whole_end, fd, file_offset + (whole_end - offset),
+                      offset + len - whole_end);
+  }
+  if (!s.ok()) {
+    cache.Touch(offset, len);  // the range's bytes are undefined
+    return s;
   }
   for (size_t c = first; c < end; ++c) cache.SetChunkDigest(c, digests[c - first]);
+  return Status::OK();
+}
+
+Status ChunkHashPool::RunBatch(Batch& batch) {
+  std::unique_lock<std::mutex> l(mu_);
+  StartThreadsLocked();
+  batches_.push_back(&batch);
+  submitted_.fetch_add(1, std::memory_order_release);
+  work_.notify_all();
+  // The caller works too, then waits for the jobs the threads took.
+  while (batch.next < batch.jobs) {
+    const size_t k = batch.next++;
+    l.unlock();
+    Status s = RunCopy(batch, k);
+    l.lock();
+    if (!s.ok() && batch.error.ok()) batch.error = std::move(s);
+    ++batch.finished;
+  }
+  idle_.wait(l, [&] { return batch.finished == batch.jobs; });
+  batches_.erase(std::find(batches_.begin(), batches_.end(), &batch));
+  return batch.error;
 }
 
 }  // namespace wtx

@@ -8,6 +8,8 @@
 //    while the engine's thread goes on to its next transfer (newest first: the bytes landed
 //    last are the likeliest to be still in cache); Drain collects the digests before prepare
 //    reads the hash caches.
+//  * ReadIn (synchronous): as CopyIn, with the bytes read from a file (pread) straight into
+//    the destination, each job hashing its chunks right after its read, from cache.
 // The threads start at the first job, so a participant that never moves a large write costs
 // no thread.
 //
@@ -33,6 +35,7 @@
 
 #include "src/util/thread_annotations.h"
 #include "wtx/content_hash.h"
+#include "wtx/status.h"
 
 namespace wtx {
 
@@ -40,6 +43,16 @@ namespace wtx {
 // least 1), the caller's included: the one rule the participant and `wtx bench`'s baselines
 // share.
 int DataPathThreads(int requested);
+
+// Reads `len` bytes at `file_offset` of the open file `fd` (pread, resumed after short reads
+// and EINTR) into bytes[offset, offset + len) and keeps `cache` exact, as
+// ParamHashCache::CopyIn does: each chunk the range covers whole is hashed right after its
+// read, while in cache; the partly covered ones at the ends are marked touched. A failed read,
+// or a file that ends before the range does, is kIOError naming the file range; the bytes of
+// the range are then undefined and all of it is marked touched.
+// REQUIRES: as ParamHashCache::CopyIn.
+Status ReadInAndHash(ParamHashCache& cache, std::span<uint8_t> bytes, size_t offset, int fd,
+                     uint64_t file_offset, size_t len);
 
 class ChunkHashPool {
  public:
@@ -74,6 +87,10 @@ class ChunkHashPool {
   // caller and marked touched, as CopyIn does). Same REQUIRES as ParamHashCache::CopyIn.
   void CopyIn(ParamHashCache& cache, std::span<uint8_t> bytes, size_t offset, const void* src,
               size_t len);
+  // ReadInAndHash, with the jobs of whole chunks (each a pread then its digests) taken by the
+  // calling thread and the pool's threads together: several reads in flight.
+  Status ReadIn(ParamHashCache& cache, std::span<uint8_t> bytes, size_t offset, int fd,
+                uint64_t file_offset, size_t len);
 
  private:
   struct Batch;
@@ -86,17 +103,22 @@ class ChunkHashPool {
   };
   // A synchronous copy: jobs [next, jobs) are unclaimed; `finished` counts completed ones.
   struct Batch {
-    uint8_t* dst;        // chunk `first` of the destination
-    const uint8_t* src;  // its bytes
-    size_t bytes;        // from dst/src to the end of the last whole chunk
-    uint64_t* digests;   // one per chunk, from chunk `first`
+    uint8_t* dst;                  // chunk `first` of the destination
+    const uint8_t* src = nullptr;  // its bytes, or
+    int fd = -1;                   // the file they are read from, at
+    uint64_t file_offset = 0;
+    size_t bytes;       // from dst/src to the end of the last whole chunk
+    uint64_t* digests;  // one per chunk, from chunk `first`
     size_t jobs = 0;
     size_t next = 0;
     size_t finished = 0;
+    Status error;  // the first job that failed (reads only); guarded by the pool's mu_
   };
   static std::vector<uint64_t> Hash(const Job& job);
-  // Copies and hashes job `k` of `batch` (with mu_ released).
-  static void RunCopy(const Batch& batch, size_t k);
+  // Copies (or reads) and hashes job `k` of `batch` (with mu_ released).
+  static Status RunCopy(const Batch& batch, size_t k);
+  // Runs `batch` with the pool's threads; returns its first error.
+  Status RunBatch(Batch& batch);
   // Pops the newest queued job, hashes it with mu_ released, stores its digests.
   // REQUIRES: l holds mu_, the queue is not empty.
   void RunOne(std::unique_lock<std::mutex>& l);

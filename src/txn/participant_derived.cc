@@ -16,8 +16,9 @@ Result<std::vector<std::string>> ParticipantImpl::Refresh(std::string_view name)
     for (const auto& s : StaleDerived()) targets.push_back(*manifest_->FindDerived(s.name));
   } else {
     auto d = manifest_->FindDerived(name);
-    if (!d)
+    if (!d) {
       return Err(ErrorCode::kUnknownParam, "unknown derived state '" + std::string(name) + "'");
+    }
     targets.push_back(*d);
   }
   std::vector<std::string> names;
@@ -137,6 +138,7 @@ void ParticipantImpl::CollectMissing(Vote* vote) const {
 
 void ParticipantImpl::LocalChecks(Vote* vote) const {
   const ActiveTx& tx = *active_;
+  if (!tx.failed_read.empty()) vote->errors.push_back(ErrorCode::kBadWrite);
   CollectMissing(vote);
   std::string unlanded;
   for (const auto& [key, landing] : tx.landings) {
@@ -154,6 +156,7 @@ void ParticipantImpl::LocalChecks(Vote* vote) const {
   if (vote->yes) return;
   vote->error = vote->errors.front();
   std::string msg = "rank " + Rank() + ":";
+  if (!tx.failed_read.empty()) msg += " a read failed (" + tx.failed_read + ");";
   if (vote->missing_total) msg += " " + std::to_string(vote->missing_total) + " piece(s) missing;";
   if (!unlanded.empty()) msg += " reserved but never landed: " + unlanded + ";";
   if (!vote->stale.empty()) msg += " " + std::to_string(vote->stale.size()) + " stale derived;";

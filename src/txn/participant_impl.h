@@ -103,6 +103,9 @@ struct ActiveTx {
   bool interrupted = false;  // recovered after a restart: bytes lost
   bool dirty_at_begin = false;
   bool undeclared = false;  // verify all found undeclared changes
+  // A read from a file failed after bytes landed (WriteSourceFromFile): what failed. The
+  // transaction cannot commit (prepare votes no, E_BAD_WRITE).
+  std::string failed_read;
   std::vector<std::unique_ptr<CoverageSet>> coverage;
   std::vector<std::unique_ptr<CoverageSet>> reserved;  // elements reserved for landings
   std::map<std::string, Landing> landings;             // by RegionKey
@@ -155,6 +158,11 @@ class ParticipantImpl : public Participant {
   struct SourceLayout {
     const Shape* shape = nullptr;  // null: the piece's bytes are contiguous
     const Box* box = nullptr;
+    // Contiguous pieces only: the bytes are at `file_offset` of the open file `fd` (-1: at the
+    // piece's `data`), read straight into host live memory; `file` names it in errors.
+    int fd = -1;
+    uint64_t file_offset = 0;
+    const std::string* file = nullptr;
   };
   // Write, with layouts[i] describing pieces[i] (empty: every piece contiguous).
   Status WriteLocked(std::span<const WritePiece> pieces, std::span<const SourceLayout> layouts)
@@ -162,6 +170,11 @@ class ParticipantImpl : public Participant {
   Status Patch(const PatchRequest& req) override EXCLUDES(mu_);
   Result<int> WriteSource(std::string_view source, const void* data, size_t bytes) override
       EXCLUDES(mu_);
+  Result<int> WriteSourceFromFile(std::string_view source, const SourceFile& file) override
+      EXCLUDES(mu_);
+  // WriteSource's slicing, from `data` (may be null when `file` is given) or `file`.
+  Result<int> WriteSourceFrom(std::string_view source, const void* data, size_t bytes,
+                              const SourceFile* file) EXCLUDES(mu_);
   Result<std::vector<std::string>> Refresh(std::string_view name) override EXCLUDES(mu_);
   Result<std::vector<Reservation>> Reserve(const LandingRegion& region) override EXCLUDES(mu_);
   Status Landed(const LandingRegion& region) override EXCLUDES(mu_);

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 
+#include "src/util/file_util.h"
+
 namespace wtx::participant_internal {
 
 Status ParticipantImpl::CheckBeginLocked(const BeginRequest& req) const {
@@ -134,6 +136,9 @@ struct PlannedRun {
   const uint8_t* src;
   bool device;           // src is a device address
   bool strided = false;  // one of many runs of a piece read in place from a strided source
+  int fd = -1;           // >= 0: the bytes are read from this file at file_offset, not src
+  uint64_t file_offset = 0;
+  const std::string* file = nullptr;  // its name
 };
 
 // Bytes of a strided piece land run by run (rows of a column slice), so no run covers a hash
@@ -291,8 +296,15 @@ Status ParticipantImpl::WriteLocked(std::span<const WritePiece> given,
   std::vector<std::pair<uint32_t, uint32_t>> touched;
   for (size_t pi_index = 0; pi_index < pieces.size(); ++pi_index) {
     const WritePiece& w = pieces[pi_index];
+    const SourceLayout* given_layout = layouts.empty() ? nullptr : &layouts[pi_index];
     const SourceLayout* layout =
-        layouts.empty() || layouts[pi_index].shape == nullptr ? nullptr : &layouts[pi_index];
+        given_layout != nullptr && given_layout->shape != nullptr ? given_layout : nullptr;
+    // Read from a file: a contiguous piece into host memory (WriteSourceFromFile's routing).
+    const SourceLayout* from_file =
+        given_layout != nullptr && layout == nullptr && given_layout->fd >= 0 ? given_layout
+                                                                              : nullptr;
+    assert((from_file == nullptr || (host_memory_ && w.location == BufferLocation::kHost)) &&
+           "file reads go to host live memory only");
     WTX_ASSIGN_OR_RETURN(target, ResolveBox(w.param, w.shard, w.box, [&](uint32_t param) {
                            if (tx.req.kind == TxKind::kDelta) {
                              return Err(ErrorCode::kOutOfScope,
@@ -313,7 +325,7 @@ Status ParticipantImpl::WriteLocked(std::span<const WritePiece> given,
     }
     const size_t esz = DTypeSize(p.dtype);
     const size_t want = static_cast<size_t>(NumElements(box)) * esz;
-    if (w.bytes != want || (want > 0 && w.data == nullptr)) {
+    if (w.bytes != want || (want > 0 && w.data == nullptr && from_file == nullptr)) {
       return Err(ErrorCode::kBadWrite, where + ": " + std::to_string(w.bytes) + " bytes for box " +
                                            BoxToString(box) + ", expected " + std::to_string(want) +
                                            " (" + std::string(DTypeName(p.dtype)) + ")");
@@ -321,7 +333,13 @@ Status ParticipantImpl::WriteLocked(std::span<const WritePiece> given,
     const uint8_t* src = static_cast<const uint8_t*>(w.data);
     const size_t first_run = runs.size();
     const bool device = w.location == BufferLocation::kDevice;
-    if (layout == nullptr) {
+    if (from_file != nullptr) {
+      uint64_t at = from_file->file_offset;
+      ForEachFlatRun(p.shape, box, [&](int64_t b, int64_t len) {
+        runs.push_back({pi, b, len, nullptr, false, false, from_file->fd, at, from_file->file});
+        at += static_cast<size_t>(len) * esz;
+      });
+    } else if (layout == nullptr) {
       ForEachFlatRun(p.shape, box, [&](int64_t b, int64_t len) {
         runs.push_back({pi, b, len, src, device});
         src += static_cast<size_t>(len) * esz;
@@ -419,6 +437,24 @@ Status ParticipantImpl::WriteLocked(std::span<const WritePiece> given,
     if (tx.req.rollback) WTX_RETURN_IF_ERROR(SaveBefore(r.param, off, len));
     if (hooks_.benchmark_coverage_only) {
       // nothing lands
+    } else if (r.fd >= 0) {
+      // Read from the file straight into host live memory, several reads in flight on the
+      // data path's threads, each job's chunks hashed right after its read.
+      Status st = data_pool_ ? data_pool_->ReadIn(hash_[r.param], memory_->Param(r.param), off,
+                                                  r.fd, r.file_offset, len)
+                             : ReadInAndHash(hash_[r.param], memory_->Param(r.param), off, r.fd,
+                                             r.file_offset, len);
+      DeclareBytes(r.param, off, len);
+      if (!st.ok()) {
+        // Bytes of this call landed, and these are undefined: the transaction wrote, cannot
+        // commit, and its abort leaves the rank dirty (or restores the before-images).
+        NoteWritten(r.param);
+        tx.wrote = true;
+        tx.shards_touched.insert(touched.begin(), touched.end());
+        const std::string what = *r.file + ": " + st.message() + " into '" + p.name + "'";
+        if (tx.failed_read.empty()) tx.failed_read = what;
+        return Err(ErrorCode::kIOError, what + "; the transaction can no longer commit");
+      }
     } else if (host_memory_ && !r.device && r.strided) {
       // A row of a strided source: copied (the chunk stays in cache), its chunks hashed once
       // consecutive rows have filled them.
@@ -475,6 +511,24 @@ Status ParticipantImpl::WriteLocked(std::span<const WritePiece> given,
 }
 
 Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* data, size_t bytes) {
+  return WriteSourceFrom(source, data, bytes, nullptr);
+}
+
+Result<int> ParticipantImpl::WriteSourceFromFile(std::string_view source, const SourceFile& file) {
+  if (file.fd < 0) {
+    return Status::InvalidArgument("source '" + std::string(source) + "': no file (fd " +
+                                   std::to_string(file.fd) + ")");
+  }
+  const std::vector<ShardRef>& refs = manifest_->ShardsOfSource(source);
+  if (refs.empty()) return 0;
+  const ParamSpec& p = manifest_->params()[refs[0].param];
+  const size_t bytes =
+      static_cast<size_t>(NumElements(p.shards[refs[0].shard].source_shape)) * DTypeSize(p.dtype);
+  return WriteSourceFrom(source, file.mapped, bytes, &file);
+}
+
+Result<int> ParticipantImpl::WriteSourceFrom(std::string_view source, const void* data,
+                                             size_t bytes, const SourceFile* file) {
   // The manifest is immutable: the slicing needs no lock; the write below takes it.
   const std::vector<ShardRef>& refs = manifest_->ShardsOfSource(source);
   if (refs.empty()) return 0;
@@ -493,17 +547,28 @@ Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* da
   }
   const size_t esz = DTypeSize(dtype);
   const size_t want = static_cast<size_t>(NumElements(shape)) * esz;
-  if (bytes != want || (want > 0 && data == nullptr)) {
+  if (bytes != want || (want > 0 && data == nullptr && file == nullptr)) {
     return Status(ErrorCode::kBadWrite, where + ": " + std::to_string(bytes) + " bytes, expected " +
                                             std::to_string(want) + " (shape " +
                                             BoxToString(WholeBox(shape)) + ", " +
                                             std::string(DTypeName(dtype)) + ")");
   }
+  // A file's shards that cannot be read straight into live memory (column slices without a
+  // mapping, any shard into device memory) read from one read of the whole source.
+  std::vector<uint8_t> whole;
   const uint8_t* src = static_cast<const uint8_t*>(data);
-  // Every shard is written straight from `data`: one whose source box is one contiguous run as
-  // a plain piece, the others (column slices) row by row through their layout, without a
-  // gathered copy; into device memory, where a store per row would cost a transfer per row,
-  // those are gathered first and go over in one store.
+  auto source_bytes = [&]() -> Result<const uint8_t*> {
+    if (src != nullptr) return src;
+    whole.resize(want);
+    Status read = PreadFully(file->fd, file->offset, whole.data(), want);
+    if (!read.ok()) return Status(read.code(), file->name + ": " + where + ": " + read.message());
+    src = whole.data();
+    return src;
+  };
+  // Every shard is written straight from `data` (or the file): one whose source box is one
+  // contiguous run as a plain piece, the others (column slices) row by row through their
+  // layout, without a gathered copy; into device memory, where a store per row would cost a
+  // transfer per row, those are gathered first and go over in one store.
   std::vector<std::vector<uint8_t>> gathered;
   std::vector<WritePiece> pieces;
   std::vector<SourceLayout> layouts;
@@ -521,14 +586,26 @@ Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* da
     if (w.bytes == 0) continue;
     SourceLayout layout;
     if (NumFlatRuns(shape, sh.source_box) == 1) {
-      ForEachFlatRun(shape, sh.source_box,
-                     [&](int64_t b, int64_t) { w.data = src + static_cast<size_t>(b) * esz; });
+      int64_t run_begin = 0;
+      ForEachFlatRun(shape, sh.source_box, [&](int64_t b, int64_t) { run_begin = b; });
+      const size_t at = static_cast<size_t>(run_begin) * esz;
+      if (file != nullptr && host_memory_) {
+        layout.fd = file->fd;
+        layout.file_offset = file->offset + at;
+        layout.file = &file->name;
+      } else {
+        WTX_ASSIGN_OR_RETURN(base, source_bytes());
+        w.data = base + at;
+      }
     } else if (host_memory_) {
-      w.data = src;
-      layout = {&shape, &sh.source_box};
+      WTX_ASSIGN_OR_RETURN(base, source_bytes());
+      w.data = base;
+      layout.shape = &shape;
+      layout.box = &sh.source_box;
     } else {
+      WTX_ASSIGN_OR_RETURN(base, source_bytes());
       std::vector<uint8_t>& buf = gathered.emplace_back(w.bytes);
-      CopyBoxOut(shape, sh.source_box, esz, src, buf.data());
+      CopyBoxOut(shape, sh.source_box, esz, base, buf.data());
       w.data = buf.data();
     }
     pieces.push_back(std::move(w));

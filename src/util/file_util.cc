@@ -38,6 +38,22 @@ OpenedFile::~OpenedFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+Status PreadFully(int fd, uint64_t offset, void* dst, size_t len) {
+  auto* out = static_cast<uint8_t*>(dst);
+  for (size_t got = 0; got < len;) {
+    const ssize_t n = pread(fd, out + got, len - got, static_cast<off_t>(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return Status::IOError("cannot read bytes [" + std::to_string(offset) + ", " +
+                             std::to_string(offset + len) + "): " +
+                             (n < 0 ? std::string(std::strerror(errno))
+                                    : "the file ends at " + std::to_string(offset + got)));
+    }
+    got += static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
 Result<OpenedFile> OpenRegularFile(const std::string& path, const ReadFileOptions& o) {
   const std::string name = Named(o.what, path);
   if (path.empty()) return Status::InvalidArgument(name + ": empty path");
@@ -49,8 +65,9 @@ Result<OpenedFile> OpenRegularFile(const std::string& path, const ReadFileOption
   }
   OpenedFile f(fd, 0);
   struct stat st {};
-  if (::fstat(fd, &st) != 0)
+  if (::fstat(fd, &st) != 0) {
     return Status::IOError(name + ": cannot stat: " + std::strerror(errno));
+  }
   if (!S_ISREG(st.st_mode)) {
     return Status::InvalidArgument(name + ": not a regular file" + FileTypeName(st.st_mode));
   }
@@ -103,8 +120,9 @@ Status CheckDirectoryArg(std::string_view what, const std::string& path, bool mu
     std::error_code ec;
     std::filesystem::directory_iterator it(path, ec);
     if (ec) return Status::InvalidArgument(name + ": cannot list: " + ec.message());
-    if (it == std::filesystem::directory_iterator())
+    if (it == std::filesystem::directory_iterator()) {
       return Status::InvalidArgument(name + ": empty directory (no journal)");
+    }
   }
   return Status::OK();
 }

@@ -61,6 +61,10 @@ class OpenedFile {
 // read: safetensors shards).
 Result<OpenedFile> OpenRegularFile(const std::string& path, const ReadFileOptions& options);
 
+// `len` bytes at `offset` of the open file `fd` into `dst` (pread, resumed after short reads
+// and EINTR). kIOError naming the byte range: a failed read, or a file that ends before it.
+Status PreadFully(int fd, uint64_t offset, void* dst, size_t len);
+
 // The whole contents of the regular file `path`, opened with OpenRegularFile. Opens without
 // blocking (O_NONBLOCK: a FIFO does not wait for a writer), checks with fstat before reading and
 // refuses anything but a regular file ("not a regular file (a FIFO)"), a file longer than

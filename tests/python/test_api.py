@@ -477,3 +477,39 @@ def test_JournalWithoutAValidWatermarkIsRefusedUnlessAccepted(tmp_path, tiny_lla
                              accept_unverified_journal=True)
     assert c.committed_version("tx1") is not None
     c.close()
+
+
+def test_WriteSourceFromFileCommitsTheExpectedVersion(tmp_path, tiny_llama_config):
+    # Every source written into one file; each rank reads its slices from it (pread straight
+    # into the live tensors, column slices through one read): the expected version commits.
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    sources = hf_sources(ms)
+    path = tmp_path / "sources.bin"
+    offsets = {}
+    with open(path, "wb") as f:
+        f.write(b"\x00" * 77)  # sources need not start aligned
+        for name, t in sources.items():
+            offsets[name] = f.tell()
+            f.write(t.contiguous().view(torch.uint8).numpy().tobytes())
+    expected = wtx.expected_version(ms, sources)
+    c.begin("tx1")
+    with open(path, "rb") as f:
+        for p in ps:
+            for name in sources:
+                p.write_source_from_file(name, f, offsets[name])
+        assert ps[0].write_source_from_file("not.a.tensor", f, 0) == 0
+        with pytest.raises(wtx.Error) as e:
+            ps[0].write_source_from_file(next(iter(sources)), f, -1)
+        assert "offset" in e.value.message
+    out = c.commit("tx1", expect_version=expected["version"])
+    assert out["outcome"] == "committed" and out["version"] == expected["version"]
+    # A file too short for the source: the read fails naming the file; the transaction
+    # cannot commit.
+    name = next(n for n in sources if sources[n].numel() * sources[n].element_size() > 1000)
+    c.begin("tx2", kind="full")
+    with open(path, "rb") as f:
+        with pytest.raises(wtx.Error) as e:
+            ps[0].write_source_from_file(name, f, path.stat().st_size - 100)
+    assert e.value.code == "IO_ERROR" and str(path) in e.value.message
+    out = c.commit("tx2")
+    assert out["outcome"] == "aborted"
