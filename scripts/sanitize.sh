@@ -53,7 +53,7 @@ if [ "${SANITIZE_SKIP_ASAN:-0}" != 1 ]; then
   build_existing build-asan wtx manifest_test hf_manifest_test content_hash_test participant_test \
       recovery_test coverage_test crash_safety_test journal_corruption_test journal_record_test \
       journal_reader_test landing_test checkpoint_test input_limits_test protocol_bounds_test \
-      participant_concurrency_test fuzz_regression_test gpu_ref_test \
+      participant_concurrency_test fuzz_regression_test gpu_ref_test source_file_test host_arena_test \
       fuzz_scenario fuzz_manifest fuzz_record fuzz_safetensors
   phase "test build-asan"
   # RocksDB keeps some allocations in static storage until exit: no leak checking; any
@@ -88,7 +88,7 @@ if [ "${SANITIZE_SKIP_TSAN:-0}" != 1 ]; then
   # The coordinator on the etcd decision log (its background END thread, the leadership's
   # renewal thread, concurrent exactly-once writes) runs here too, against a real etcd; without
   # an etcd binary it exits 77 and is skipped.
-  tsan_tests=(participant_concurrency_test tcp_transport_test coordinator_decision_log_test
+  tsan_tests=(participant_concurrency_test source_file_test tcp_transport_test coordinator_decision_log_test
               etcd_decision_log_test)
   build_existing build-tsan wtx_core wtx_kernels wtx_testing wtx_sim wtx_net wtx_test_main \
                  wtx_etcd_test_main
