@@ -1,7 +1,9 @@
 // Issue 14 items 3, 6, 7: Participant::WriteSource, expected versions (ComputeExpectedVersion,
 // CommitOptions::expect_version, scenario expect_version and ranks[].digest), the safetensors
 // reader, and `wtx load` / `wtx expect` (library and CLI, both transports).
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -671,6 +673,41 @@ TEST_CASE("LoadCommitsTheVersionExpectPredicts") {
       CHECK(out["ranks"][r]["serving"] == true);
     }
   }
+}
+
+TEST_CASE("LoadWithoutSpareDescriptorsReadsThroughTheMappingAndCommitsTheSameVersion") {
+  // With descriptors 0..511 in use the checkpoint keeps no file open (CheckpointTensor::fd is
+  // -1) and the ranks copy from the mapping instead of pread: same version as expected.
+  TempDir d;
+  auto ms = TpManifests("tiny-llama", 2);
+  WriteCheckpoint(d.path(), SourcesOf(ms, 7), 2);
+  auto req = Req(d.path(), "tiny-llama", 2);
+  auto e = ExpectCheckpointVersion(req);
+  REQUIRE(e.ok());
+  {
+    auto open = SafetensorsCheckpoint::Open(d.path());
+    REQUIRE(open.ok());
+    const CheckpointTensor* t = open.value()->Find(open.value()->names().front());
+    REQUIRE(t != nullptr);
+    CHECK(t->fd >= 0);  // descriptors to spare: kept for pread
+  }
+  // dup returns the lowest free descriptor: once one is 511 or more, all below are taken.
+  std::vector<int> held = {open("/dev/null", O_RDONLY)};
+  REQUIRE(held[0] >= 0);
+  while (held.back() < 511) {
+    held.push_back(dup(held[0]));
+    REQUIRE(held.back() >= 0);
+  }
+  {
+    auto open = SafetensorsCheckpoint::Open(d.path());
+    REQUIRE(open.ok());
+    for (const std::string& n : open.value()->names()) CHECK(open.value()->Find(n)->fd == -1);
+  }
+  req.expect_version = true;
+  json out = RunLoad(req, d);
+  for (int fd : held) close(fd);
+  CHECK(out["outcome"] == "committed");
+  CHECK(out["version"] == e.value().version);
 }
 
 TEST_CASE("ExpectAndLoadOfAPaddedVocabularyTakeThePaddingRowsAsZeros") {

@@ -68,8 +68,8 @@ struct CheckpointTensor {
   DType dtype = DType::kF32;
   Shape shape;
   std::span<const uint8_t> bytes;  // mapped; valid while the checkpoint lives
-  int fd = -1;                     // the open file (the checkpoint's, open while it lives)
-  uint64_t file_offset = 0;        // where `bytes` begin in it: read them with pread
+  int fd = -1;               // the open file (open while the checkpoint lives), or -1: read `bytes`
+  uint64_t file_offset = 0;  // where `bytes` begin in it: read them with pread
 };
 
 class SafetensorsCheckpoint {

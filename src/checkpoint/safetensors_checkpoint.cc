@@ -45,7 +45,10 @@ class MappedFile {
     WTX_ASSIGN_OR_RETURN(file, OpenRegularFile(path, ro));
     const int fd = file.fd();
     size_ = static_cast<size_t>(file.size());
-    fd_ = file.Release();  // kept open: loaders read the tensors with pread
+    // Kept open (loaders read the tensors with pread) while descriptors are plentiful; a
+    // checkpoint of very many files reads the rest through the mapping, so that it never runs
+    // the process out of descriptors.
+    if (fd < kMaxKeptDescriptor) fd_ = file.Release();
     if (size_ > 0) {
       void* a = mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
       if (a == MAP_FAILED) return Status::IOError(path + ": cannot map: " + std::strerror(errno));
@@ -57,6 +60,7 @@ class MappedFile {
   int fd() const { return fd_; }
 
  private:
+  static constexpr int kMaxKeptDescriptor = 512;
   int fd_ = -1;
   void* addr_ = nullptr;
   size_t size_ = 0;
