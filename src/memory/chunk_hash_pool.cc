@@ -231,7 +231,7 @@ Status ChunkHashPool::ReadIn(ParamHashCache& cache, std::span<uint8_t> bytes, si
   batch.bytes = whole_end - whole_begin;
   batch.digests = digests.data();
   batch.jobs = (end - first + kJobChunks - 1) / kJobChunks;
-  // The partly covered chunks at the ends are read here, while the threads take the jobs.
+  // The whole chunks on every thread, then the partly covered ones at the ends on this one.
   Status s = RunBatch(batch);
   if (s.ok() && whole_begin > offset) {
     s = ReadInAndHash(cache, bytes, offset, fd, file_offset, whole_begin - offset);
