@@ -71,6 +71,13 @@ Result<std::vector<std::string>> WriteModelCheckpoint(const Manifest& m, const s
   return files;
 }
 
+// The fixed cost of any load: a model of a few KiB (qwen2, hidden 64, 2 layers) in the same
+// family as the measured one, written as an HF config.json under `dir`.
+constexpr const char* kFixedCostConfig = R"({"architectures": ["Qwen2ForCausalLM"],
+  "model_type": "qwen2", "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
+  "num_hidden_layers": 2, "num_key_value_heads": 2, "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16", "vocab_size": 256})";
+
 // Reads file `f` whole with read() into `dst` (at most `cap` bytes). Returns the bytes read.
 Result<size_t> ReadFile(const std::string& f, uint8_t* dst, size_t cap) {
   size_t total = 0;
@@ -120,9 +127,9 @@ Result<json> BenchLoad(const BenchOptions& o) {
   // checkpoint), the run (journals, live memory, the copies, the 2PC, closing), the removal of
   // the journals.
   std::vector<double> t_plan, t_run, t_cleanup;
-  auto load = [&]() -> Result<std::string> {
+  auto load_of = [&](const CheckpointLoadRequest& r, bool record) -> Result<std::string> {
     const double t0 = NowSeconds();
-    WTX_ASSIGN_OR_RETURN(plan, PlanCheckpointLoad(req));
+    WTX_ASSIGN_OR_RETURN(plan, PlanCheckpointLoad(r));
     sim::SimOptions so;
     so.journal_dir = dir.path() + "/journals-" + std::to_string(run_id++);
     so.threads = threads;
@@ -132,9 +139,11 @@ Result<json> BenchLoad(const BenchOptions& o) {
     const double t2 = NowSeconds();
     std::error_code ec;
     std::filesystem::remove_all(so.journal_dir, ec);
-    t_plan.push_back(t1 - t0);
-    t_run.push_back(t2 - t1);
-    t_cleanup.push_back(NowSeconds() - t2);
+    if (record) {
+      t_plan.push_back(t1 - t0);
+      t_run.push_back(t2 - t1);
+      t_cleanup.push_back(NowSeconds() - t2);
+    }
     if (out["outcome"] != "committed") {
       return Status::IOError("load did not commit: " + out.dump());
     }
@@ -159,12 +168,26 @@ Result<json> BenchLoad(const BenchOptions& o) {
     }
     return total;
   };
+  // The fixed cost of any load (journals created and synced, the 2PC, a few KiB of bytes):
+  // the same load of a tiny model of the same family, timed between the rounds.
+  const std::string tiny_dir = dir.path() + "/fixed-cost";
+  std::filesystem::create_directories(tiny_dir + "/checkpoint");
+  std::ofstream(tiny_dir + "/config.json") << kFixedCostConfig;
+  WTX_ASSIGN_OR_RETURN(tiny_manifest, ManifestFromHfConfigFile(tiny_dir + "/config.json", ho));
+  WTX_ASSIGN_OR_RETURN(tiny_files,
+                       WriteModelCheckpoint(*tiny_manifest, tiny_dir + "/checkpoint", 1));
+  (void)tiny_files;
+  CheckpointLoadRequest tiny_req = req;
+  tiny_req.checkpoint = tiny_dir + "/checkpoint";
+  tiny_req.hf_config = tiny_dir + "/config.json";
+  auto load = [&]() { return load_of(req, /*record=*/true); };
   // Warm-up: page cache and allocator.
   WTX_ASSIGN_OR_RETURN(version, load());
   WTX_ASSIGN_OR_RETURN(n0, read());
   if (n0 != file_bytes) return Status::IOError("short read of the checkpoint");
+  WTX_RETURN_IF_ERROR(load_of(tiny_req, /*record=*/false).status());
   const int rounds = o.quick ? 3 : 7;
-  std::vector<double> t_load, t_read;
+  std::vector<double> t_load, t_read, t_fixed;
   for (int r = 0; r < rounds; ++r) {
     for (int k = 0; k < 2; ++k) {
       const double t0 = NowSeconds();
@@ -178,8 +201,11 @@ Result<json> BenchLoad(const BenchOptions& o) {
         if (n != file_bytes) return Status::IOError("short read of the checkpoint");
       }
     }
+    const double t0 = NowSeconds();
+    WTX_RETURN_IF_ERROR(load_of(tiny_req, /*record=*/false).status());
+    t_fixed.push_back(NowSeconds() - t0);
   }
-  const double tl = Median(t_load), tr = Median(t_read);
+  const double tl = Median(t_load), tr = Median(t_read), tf = Median(t_fixed);
   Progress(o, "load: wtx load " + std::to_string(tl * 1e3) + " ms, read " +
                   std::to_string(tr * 1e3) + " ms over " + std::to_string(file_bytes) + " bytes");
   const double gb = static_cast<double>(file_bytes) / 1e9;
@@ -196,7 +222,11 @@ Result<json> BenchLoad(const BenchOptions& o) {
                 {"load_ms", tl * 1e3},
                 {"load_gb_per_s", gb / tl},
                 {"read_ms", tr * 1e3},
-                {"read_gb_per_s", gb / tr}}}};
+                {"read_gb_per_s", gb / tr},
+                // The load of a model of a few KiB: what any load costs whatever its size.
+                {"fixed_cost_ms", tf * 1e3},
+                // read / (load - fixed cost): the data path alone against read().
+                {"load_without_fixed_cost_vs_read", tl > tf ? tr / (tl - tf) : 0.0}}}};
 }
 
 }  // namespace wtx::bench
