@@ -32,8 +32,9 @@ Result<std::vector<std::string>> WriteModelCheckpoint(const Manifest& m, const s
   std::set<std::string> seen;
   for (const ParamSpec& p : m.params()) {
     for (const ShardSpec& s : p.shards) {
-      if (!s.padding && seen.insert(s.source).second)
+      if (!s.padding && seen.insert(s.source).second) {
         ts.push_back({s.source, s.source_shape, p.dtype});
+      }
     }
   }
   std::vector<std::string> files;
@@ -54,7 +55,8 @@ Result<std::vector<std::string>> WriteModelCheckpoint(const Manifest& m, const s
       off += n;
     }
     std::string h = header.dump();
-    std::ofstream out(dir + "/" + name, std::ios::binary);
+    const std::string path = (dir + "/").append(name);
+    std::ofstream out(path, std::ios::binary);
     uint64_t hn = h.size();
     for (int b = 0; b < 8; ++b) out.put(static_cast<char>((hn >> (8 * b)) & 0xff));
     out << h;
@@ -64,8 +66,8 @@ Result<std::vector<std::string>> WriteModelCheckpoint(const Manifest& m, const s
       out.write(reinterpret_cast<const char*>(chunk.data()),
                 static_cast<std::streamsize>(chunk.size()));
     }
-    if (!out) return Status::IOError(dir + "/" + name + ": cannot write");
-    files.push_back(dir + "/" + name);
+    if (!out) return Status::IOError(path + ": cannot write");
+    files.push_back(path);
   }
   std::ofstream(dir + "/model.safetensors.index.json") << json{{"weight_map", weight_map}}.dump();
   return files;
