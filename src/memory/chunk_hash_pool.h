@@ -133,7 +133,7 @@ class ChunkHashPool {
   static constexpr std::chrono::microseconds kSpin{50};
 
   const int threads_wanted_;
-  std::atomic<uint64_t> submitted_{0};  // counts Submit and CopyIn calls
+  std::atomic<uint64_t> submitted_{0};  // counts Submit calls and batches (CopyIn, ReadIn)
   mutable std::mutex mu_;
   std::condition_variable work_;  // a job was queued, or stopping
   std::condition_variable idle_;  // a job finished

@@ -176,9 +176,7 @@ Result<json> BenchLoad(const BenchOptions& o) {
   std::filesystem::create_directories(tiny_dir + "/checkpoint");
   std::ofstream(tiny_dir + "/config.json") << kFixedCostConfig;
   WTX_ASSIGN_OR_RETURN(tiny_manifest, ManifestFromHfConfigFile(tiny_dir + "/config.json", ho));
-  WTX_ASSIGN_OR_RETURN(tiny_files,
-                       WriteModelCheckpoint(*tiny_manifest, tiny_dir + "/checkpoint", 1));
-  (void)tiny_files;
+  WTX_RETURN_IF_ERROR(WriteModelCheckpoint(*tiny_manifest, tiny_dir + "/checkpoint", 1).status());
   CheckpointLoadRequest tiny_req = req;
   tiny_req.checkpoint = tiny_dir + "/checkpoint";
   tiny_req.hf_config = tiny_dir + "/config.json";
