@@ -72,7 +72,7 @@ wtx_layer(layouts SOURCES ${WTX_HF_LAYOUT_SOURCES} DEPS manifest util)
 wtx_layer(memory
   SOURCES src/memory/content_hash.cc src/memory/chunk_hash_pool.cc
           src/memory/expected_version.cc src/memory/host_arena.cc src/memory/live_memory.cc
-          src/memory/chunks_before_declare.cc
+          src/memory/chunks_before_declare.cc src/memory/storage_identity.cc
   DEPS layouts manifest util)
 # The kernels' CPU references and device live memory (kernels/): the memory layer's device
 # side, its own installed library (wtx_kernels); the CUDA kernels are wtx_gpu (wtx_gpu.cmake).
@@ -95,6 +95,7 @@ wtx_layer(txn
           src/txn/participant.cc src/txn/participant_write.cc src/txn/participant_patch.cc
           src/txn/participant_derived.cc src/txn/participant_prepare.cc
           src/txn/participant_landing.cc src/txn/participant_verify.cc
+          src/txn/participant_identity.cc
           src/txn/participant_state.cc src/txn/participant_records.cc
           src/txn/coordinator_records.cc src/txn/event_records.cc src/txn/journal_check.cc
           src/txn/coordinator.cc src/txn/decision_log_journal.cc src/txn/logged_decision_json.cc

@@ -25,7 +25,8 @@ endif()
 
 if(WTX_HAVE_PYTHON)
   set(WTX_PYTHON_DIR "${CMAKE_BINARY_DIR}/python")
-  pybind11_add_module(wtx_python MODULE python/src/module.cc python/src/py_common.cc)
+  pybind11_add_module(wtx_python MODULE python/src/module.cc python/src/py_common.cc
+                    python/src/py_storage.cc)
   set_target_properties(wtx_python PROPERTIES
     OUTPUT_NAME _wtx
     LIBRARY_OUTPUT_DIRECTORY "${WTX_PYTHON_DIR}/wtx"

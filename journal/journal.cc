@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cassert>
 #include <filesystem>
+#include <map>
+#include <mutex>
 
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
@@ -51,7 +53,27 @@ void ConfigureJournalOptions(rocksdb::Options* o) {
   o->compression = rocksdb::kNoCompression;
 }
 
+namespace {
+
+// The journals this process has open for writing, by canonical directory, with their holder.
+// RocksDB's own lock answers a second open in the same process with an unhelpful "lock hold by
+// current process"; this names the holder and the fix instead.
+std::mutex& HeldMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<std::string, std::string>& HeldJournals() {
+  static std::map<std::string, std::string> held;  // guarded by HeldMutex()
+  return held;
+}
+
+}  // namespace
+
 Journal::~Journal() {
+  if (!held_as_.empty()) {
+    std::lock_guard<std::mutex> l(HeldMutex());
+    HeldJournals().erase(held_as_);
+  }
   if (db_) {
     // Close without flushing memtables (avoid_flush_during_shutdown): the WAL holds the data.
     // A clean close syncs the WAL first, so the watermark can name the last record; a dead
@@ -86,6 +108,20 @@ Result<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
     std::filesystem::create_directories(dir, ec);
   } else if (!std::filesystem::exists(std::filesystem::path(dir) / "CURRENT")) {
     return Status(ErrorCode::kNotFound, "no journal at " + dir);
+  }
+  if (!options.read_only) {
+    std::error_code ec;
+    std::string key = std::filesystem::weakly_canonical(dir, ec).string();
+    if (ec) key = dir;
+    std::lock_guard<std::mutex> l(HeldMutex());
+    auto [it, fresh] = HeldJournals().emplace(key, DescribeIdentity(options.identity));
+    if (!fresh) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "journal " + dir + " is already open in this process (by the " + it->second +
+                        "); close that one first (Participant.close() / Coordinator.close(), or "
+                        "leave its `with` block) or use another directory");
+    }
+    j->held_as_ = key;
   }
   // Read before the database: a writer beside a read-only reader only moves it forward.
   j->watermark_at_open_ = ReadWatermark(dir, options.env.fs);

@@ -174,6 +174,9 @@ class Journal {
   void DecodeState() const;
 
   std::string dir_;
+  // The directory as registered among this process's writable journals ("" when not: a
+  // read-only open). One writer per directory and process: a second is refused by name.
+  std::string held_as_;
   JournalOptions options_;
   JournalIdentity identity_;
   std::unique_ptr<rocksdb::DB> db_;

@@ -65,6 +65,11 @@ class ReferenceDeviceLiveMemory : public LiveMemory {
   uint64_t DeviceAddress(uint32_t i) override {
     return reinterpret_cast<uint64_t>(bufs_[i].data());
   }
+  Status Rebind(uint32_t i, uint64_t address) override {
+    if (!owned_.empty()) return LiveMemory::Rebind(i, address);
+    bufs_[i] = {reinterpret_cast<uint8_t*>(address), bufs_[i].size()};  // NOLINT
+    return Status::OK();
+  }
   // The reference "device" is host memory: device-to-device is memmove.
   Status StoreFromDevice(uint32_t i, size_t offset, const void* src, size_t len) override {
     return Store(i, offset, src, len);

@@ -107,6 +107,11 @@ class CudaLiveMemory : public LiveMemory {
     return Sync("copying a device array to the host");
   }
   uint64_t DeviceAddress(uint32_t i) override { return reinterpret_cast<uint64_t>(bufs_[i]); }
+  Status Rebind(uint32_t i, uint64_t address) override {
+    if (owned_) return LiveMemory::Rebind(i, address);
+    bufs_[i] = reinterpret_cast<void*>(address);  // NOLINT(performance-no-int-to-ptr)
+    return Status::OK();
+  }
   Status Scatter(uint32_t i, std::span<const int64_t> flat, const void* values, size_t elem_size,
                  void* before) override {
     if (flat.empty()) return Status::OK();

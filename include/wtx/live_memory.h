@@ -13,10 +13,11 @@
 //    bytes live.
 //
 // Contract: Param(i) stays valid (same address and size) for the LiveMemory's lifetime, except
-// across Discard(), which models process death (contents lost, zeroed). Offsets and lengths are
-// in bytes; a failing operation (a device error) returns a non-OK Status and the participant
-// treats the rank as crashed.
-// Thread-safety: not synchronized; the participant serializes access.
+// across Discard(), which models process death (contents lost, zeroed), and Rebind(), by which
+// borrowed memory adopts storage its owner moved the parameter to (storage_identity.h). Offsets and
+// lengths are in bytes; a failing operation (a device error) returns a non-OK Status and the
+// participant treats the rank as crashed. Thread-safety: not synchronized; the participant
+// serializes access.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +69,19 @@ class LiveMemory {
   // `dst` (host) = `len` bytes at device address `src` (index/value arrays given on the
   // device). Host memory: InvalidArgument.
   virtual Status CopyDeviceToHost(const void* src, void* dst, size_t len);
+
+  // ---- Identity (storage_identity.h) ----
+  // Where parameter `index`'s first byte is: the host address of Param(index), or
+  // DeviceAddress(index) where the memory is not host-addressable.
+  uint64_t Address(uint32_t index) {
+    return HostAddressable() ? reinterpret_cast<uint64_t>(Param(index).data())
+                             : DeviceAddress(index);
+  }
+  // Borrowed memory: parameter `index` is now the Size(index) bytes at `address` (host memory:
+  // a host address; device memory: a device address on the same device). Memory the LiveMemory
+  // owns cannot be rebound: kInvalidArgument.
+  // REQUIRES: `address` holds at least Size(index) bytes that stay valid until the next Rebind.
+  virtual Status Rebind(uint32_t index, uint64_t address);
 };
 
 // Zero-initialized host memory owned by the LiveMemory: one mapping for all parameters, each

@@ -69,6 +69,7 @@
 #include "wtx/manifest.h"
 #include "wtx/protocol.h"
 #include "wtx/status.h"
+#include "wtx/storage_identity.h"
 
 namespace wtx {
 
@@ -114,6 +115,12 @@ struct ParticipantOptions {
   // with kJournalCorrupt. The operator's decision (`wtx rank --accept-unverified-journal`);
   // it is logged in the journal as an ACCEPTED_UNVERIFIED record.
   bool accept_unverified_journal = false;
+  // Where the engine's parameters are now (storage_identity.h): consulted at every phase, so
+  // that a parameter the engine rebound, shrank or freed is refused (E_STORAGE_MOVED) instead
+  // of written or vouched for. Null: the live memory never moves (owned memory, or borrowed
+  // buffers their owner keeps in place). At Open it must resolve every parameter to the
+  // address and at least the size `memory` has for it (else kInvalidArgument).
+  std::shared_ptr<StorageResolver> storage_resolver;
 };
 
 // Where a caller's buffer is: host memory, or device memory on the live memory's device (for
@@ -254,7 +261,9 @@ class Participant {
   // the live bytes (one XXH3 pass) and compares it with the committed chunk digests. A
   // difference on a clean rank makes it durably dirty (stops serving until a full commit) and
   // is reported, naming params and chunks, in an OK result with ok == false. A rank that is
-  // dirty, or never committed, is reported not comparable.
+  // dirty, or never committed, is reported not comparable; except after Rebind(), where Verify
+  // is Reattach(): an exact match makes the rank clean and loaded again. A moved parameter
+  // (CheckStorage) is E_STORAGE_MOVED, never read.
   virtual Result<VerifyReport> Verify() = 0;
   // After reopening over live bytes that survived the restart (borrowed memory): compares them
   // with the committed chunk digests stored in the journal; an exact match marks the rank
@@ -262,6 +271,21 @@ class Participant {
   // Otherwise it stays loaded=false and the report names what differs. Refused while a
   // transaction is active or in doubt (E_TX_ACTIVE).
   virtual Result<VerifyReport> Reattach() = 0;
+  // Identity (storage_identity.h). Asks the resolver where every parameter is now: OK when none
+  // moved (always, without a resolver); otherwise E_STORAGE_MOVED naming each moved parameter
+  // with its old and new address and size, after making the rank durably dirty (a
+  // STORAGE_MOVED record, once per change). Every phase runs this check on the parameters it
+  // touches; this call runs it on demand.
+  virtual Status CheckStorage() = 0;
+  // The engine reallocated: adopts its current storage for `params` (every parameter when
+  // empty) and returns the parameters whose storage changed (empty: nothing to adopt, nothing
+  // logged). Each new storage must be there and hold the parameter's bytes (else
+  // E_STORAGE_MOVED naming the parameter and both sizes, nothing adopted). A REBIND record
+  // names each parameter, old and new; the rank is then dirty and not loaded: it serves again
+  // only after Verify() proves the live bytes equal the committed version (then it is clean, as
+  // after Reattach) or a full transaction commits. E_TX_ACTIVE while a transaction is active
+  // (abort it first); kInvalidArgument without a resolver or over memory wtx owns.
+  virtual Result<std::vector<StorageChange>> Rebind(std::span<const std::string> params) = 0;
   virtual void SetKernelIdentity(std::string identity) = 0;
   // Local checks, version digest, PREPARED (synced before a yes), vote.
   virtual Result<Vote> Prepare(std::string_view tx) = 0;

@@ -106,6 +106,9 @@ struct RankStatus {
   std::optional<std::string> in_doubt;  // prepared, decision not known
   std::optional<std::string> active_tx;
   std::vector<std::string> stale_derived;
+  // Parameters whose storage the engine moved, shrank or freed since wtx was bound to it
+  // (storage_identity.h): not served, not touched, until rebound.
+  std::vector<std::string> storage_moved;
 };
 
 }  // namespace wtx

@@ -49,6 +49,8 @@ enum class ErrorCode {
   kVersionMismatch,         // E_VERSION_MISMATCH: a prepared digest differs from the expected one
   kStaleCoordinator,        // E_STALE_COORDINATOR: a request or decision from an older leader epoch
   kDecisionLogUnavailable,  // E_DECISION_LOG_UNAVAILABLE: the decision log cannot be reached
+  kStorageMoved,   // E_STORAGE_MOVED: a parameter's storage moved, shrank, was freed or re-laid out
+  kUnknownSource,  // E_UNKNOWN_SOURCE: no rank of the model has a source tensor of that name
 };
 
 // "E_BASE_MISMATCH", ... for protocol codes; "INVALID_ARGUMENT", ... for the others.

@@ -16,6 +16,7 @@
 
 #include "journal/journal.h"
 #include "py_common.h"
+#include "py_storage.h"
 #include "src/history/history.h"
 #include "src/net/message_transport.h"
 #include "src/txn/logged_decision_json.h"
@@ -134,25 +135,56 @@ struct PyParticipant {
   ManifestPtr manifest;
   std::string journal_dir;
   int rank = 0;
-  py::dict tensors;     // borrowed live tensors, kept alive as long as the participant
-  bool device = false;  // the borrowed tensors are CUDA tensors (device live memory)
+  // Where the engine's parameters are now (py_storage.h); null for participant-owned memory.
+  std::shared_ptr<PyStorageResolver> resolver;
+  bool identity_checks = true;  // the resolver is consulted at every phase
+  bool device = false;          // the borrowed tensors are CUDA tensors (device live memory)
+  std::string live_device;      // their device ("cpu", "cuda:0")
   std::unique_ptr<CrashPoints> crash;
+  pid_t pid = ::getpid();  // the process that opened it
+
+  PyParticipant() = default;
+  PyParticipant(const PyParticipant&) = delete;
+  PyParticipant& operator=(const PyParticipant&) = delete;
+  ~PyParticipant() {
+    // A forked child (multiprocessing, a data loader) inherits the Python object but not the
+    // journal's or the data path's threads: destroying it there would join threads that do
+    // not exist. It is left to the process that opened it.
+    if (::getpid() != pid && p) new std::shared_ptr<Participant>(std::move(p));  // NOLINT
+  }
 
   Participant& get() const {
-    if (!p)
-      Raise(Status::InvalidArgument("participant of rank " + std::to_string(rank) + " is closed"));
+    if (!p) {
+      Raise(Status::InvalidArgument("participant of rank " + std::to_string(rank) +
+                                    " is closed (open a new one: wtx.Participant.open)"));
+    }
     return *p;
   }
 };
 
-std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir, const PyManifest& m,
-                                               py::object rank_arg, std::optional<py::dict> tensors,
-                                               const std::string& kernel_identity,
-                                               py::object rollback_budget_bytes_arg,
-                                               py::object landing_hash_threads_arg,
-                                               py::object threads_arg,
-                                               bool accept_unverified_journal,
-                                               std::optional<std::string> test_crash_at) {
+// The tensor the engine holds for parameter `ps` now, checked against the manifest as at open:
+// dtype, shape, contiguity and device. `what` names it in errors (E_BAD_WRITE).
+TensorInfo CheckLiveTensor(py::handle t, const ParamSpec& ps, const std::string& what,
+                           const std::string& device) {
+  TensorInfo info = InspectTensor(t, what);
+  if (!device.empty() && info.device != device) {
+    Raise(Status(ErrorCode::kBadWrite,
+                 what + " is on " + info.device + ", the other live tensors on " + device));
+  }
+  const bool cuda = info.device.rfind("cuda", 0) == 0;
+  if (!cuda && info.device != "cpu") {
+    Raise(Status(ErrorCode::kBadWrite,
+                 what + " is on " + info.device + "; live tensors must be cpu or cuda tensors"));
+  }
+  CheckTensor(info, ps.dtype, ps.shape, what, /*allow_cuda=*/true);
+  return info;
+}
+
+std::shared_ptr<PyParticipant> OpenParticipant(
+    const std::string& journal_dir, const PyManifest& m, py::object rank_arg, py::object tensors,
+    const std::string& kernel_identity, py::object rollback_budget_bytes_arg,
+    py::object landing_hash_threads_arg, py::object threads_arg, bool accept_unverified_journal,
+    std::optional<std::string> test_crash_at, bool identity_checks) {
   const int rank = static_cast<int>(IntArg(rank_arg, "rank", 0, kMaxRanks - 1));
   const auto rollback_budget_bytes =
       static_cast<size_t>(IntArg(rollback_budget_bytes_arg, "rollback_budget_bytes", 0, INT64_MAX));
@@ -163,6 +195,7 @@ std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir, c
   out->manifest = m.m;
   out->journal_dir = journal_dir;
   out->rank = rank;
+  out->identity_checks = identity_checks;
   ParticipantOptions o;
   ParticipantHooks hooks;  // src/txn/test_hooks.h: test_crash_at only
   o.rank = rank;
@@ -176,39 +209,21 @@ std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir, c
     out->crash = std::make_unique<ExitAtCrashPoint>(*test_crash_at);
     hooks.crash_points = out->crash.get();
   }
-  if (tensors) {
+  if (!tensors.is_none()) {
     const Manifest& man = *m.m;
-    for (auto item : *tensors) {
-      const std::string name = py::str(item.first);
-      if (!man.FindParam(name)) {
-        Raise(Status(ErrorCode::kUnknownParam,
-                     "tensors: '" + name + "' is not a parameter of the manifest"));
-      }
-    }
+    out->resolver = std::make_shared<PyStorageResolver>(man, tensors);
     std::vector<std::span<uint8_t>> spans;
     std::vector<DeviceSpan> device_spans;
-    std::string first_device;
-    for (const ParamSpec& ps : man.params()) {
-      if (!tensors->contains(ps.name)) {
-        Raise(Status(ErrorCode::kBadWrite,
-                     "tensors: no tensor for parameter '" + ps.name +
-                         "' (pass one tensor per manifest parameter, or none)"));
+    py::object first;
+    for (uint32_t i = 0; i < man.params().size(); ++i) {
+      const ParamSpec& ps = man.params()[i];
+      py::object t = out->resolver->Current(i);
+      TensorInfo info = CheckLiveTensor(t, ps, "live tensor '" + ps.name + "'", out->live_device);
+      if (out->live_device.empty()) {
+        out->live_device = info.device;
+        first = t;
       }
-      py::object t = (*tensors)[py::str(ps.name)];
-      const std::string what = "live tensor '" + ps.name + "'";
-      TensorInfo info = InspectTensor(t, what);
-      if (first_device.empty()) first_device = info.device;
-      if (info.device != first_device) {
-        Raise(Status(ErrorCode::kBadWrite, what + " is on " + info.device +
-                                               ", the other live tensors on " + first_device));
-      }
-      const bool cuda = info.device.rfind("cuda", 0) == 0;
-      if (!cuda && info.device != "cpu") {
-        Raise(Status(ErrorCode::kBadWrite, what + " is on " + info.device +
-                                               "; live tensors must be cpu or cuda tensors"));
-      }
-      CheckTensor(info, ps.dtype, ps.shape, what, /*allow_cuda=*/true);
-      if (cuda) {
+      if (info.device.rfind("cuda", 0) == 0) {
         device_spans.push_back(DeviceSpan{static_cast<uint64_t>(info.ptr), info.bytes});
       } else {
         spans.emplace_back(reinterpret_cast<uint8_t*>(info.ptr), info.bytes);
@@ -217,7 +232,7 @@ std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir, c
     if (!device_spans.empty()) {
       // The engine's current stream orders every copy and kernel wtx issues.
       DeviceLiveMemoryOptions dopts;
-      py::object dev = (*tensors)[py::str(man.params()[0].name)].attr("device");
+      py::object dev = first.attr("device");
       dopts.stream = reinterpret_cast<void*>(py::module_::import("torch")
                                                  .attr("cuda")
                                                  .attr("current_stream")(dev)
@@ -228,9 +243,75 @@ std::shared_ptr<PyParticipant> OpenParticipant(const std::string& journal_dir, c
     } else {
       o.memory = Unwrap(NewBorrowedLiveMemory(man, std::move(spans)));
     }
-    out->tensors = *tensors;
+    if (identity_checks) o.storage_resolver = out->resolver;
   }
   out->p = Unwrap(WithoutGil([&] { return OpenParticipantWithHooks(std::move(o), m.m, hooks); }));
+  return out;
+}
+
+// The parameters `names` names (None: all of them; a str: one) as manifest indices.
+std::vector<std::string> ParamNames(const PyParticipant& self, const py::object& names) {
+  std::vector<std::string> out;
+  if (names.is_none()) return out;
+  if (py::isinstance<py::str>(names)) {
+    out.push_back(names.cast<std::string>());
+  } else {
+    for (py::handle n : names) out.push_back(py::str(n).cast<std::string>());
+  }
+  for (const std::string& n : out) {
+    if (!self.manifest->FindParam(n)) {
+      Raise(Status(ErrorCode::kUnknownParam, "rebind: unknown parameter '" + n + "'"));
+    }
+  }
+  return out;
+}
+
+py::dict StorageToPy(const ParamStorage& s) {
+  py::dict d;
+  d["address"] = s.address;
+  d["bytes"] = s.bytes;
+  if (!s.released.empty()) d["released"] = s.released;
+  return d;
+}
+
+// Participant.rebind: the engine's current tensors (checked against the manifest first), adopted.
+py::list Rebind(PyParticipant& self, const py::object& names) {
+  Participant& p = self.get();
+  if (!self.resolver) {
+    Raise(
+        Status::InvalidArgument("rebind: this participant owns its live memory (opened "
+                                "without tensors); there is nothing to rebind"));
+  }
+  const std::vector<std::string> wanted = ParamNames(self, names);
+  const Manifest& m = *self.manifest;
+  std::vector<uint32_t> indices;
+  for (const std::string& n : wanted) indices.push_back(*m.FindParam(n));
+  if (wanted.empty()) {
+    for (uint32_t i = 0; i < m.params().size(); ++i) indices.push_back(i);
+  }
+  for (uint32_t i : indices) {
+    py::object t = self.resolver->Current(i);
+    if (t.is_none()) continue;  // removed: Participant::Rebind names it
+    const ParamSpec& ps = m.params()[i];
+    CheckLiveTensor(t, ps, "rebind: the engine's tensor for '" + ps.name + "'", self.live_device);
+  }
+  if (!self.identity_checks) {
+    Raise(
+        Status::InvalidArgument("rebind: this participant was opened with "
+                                "identity_checks=False; reopen it over the new tensors"));
+  }
+  // The engine's current storage is pinned before it is adopted, so that the participant binds
+  // to exactly what stays pinned (a parameter rebind refuses is moved already: never touched).
+  for (uint32_t i : indices) self.resolver->Pin(i);
+  auto r = WithoutGil([&] { return p.Rebind(wanted); });
+  py::list out;
+  for (const StorageChange& c : Unwrap(std::move(r))) {
+    py::dict d;
+    d["param"] = c.param;
+    d["was"] = StorageToPy(c.was);
+    d["now"] = StorageToPy(c.now);
+    out.append(d);
+  }
   return out;
 }
 
@@ -283,8 +364,34 @@ WritePiece MakePiece(const PyParticipant& self, const std::string& param, py::ha
   return piece;
 }
 
+// The engine's storage of `params` (all parameters when `all`), resolved with the GIL held for
+// the participant call that follows (PyStorageResolver::Prefetch); nothing without a resolver.
+std::optional<PyStorageResolver::Prefetched> PrefetchFor(PyParticipant& self,
+                                                         std::vector<uint32_t> params,
+                                                         bool all = false) {
+  if (!self.resolver || !self.identity_checks) return std::nullopt;
+  if (all) {
+    params.resize(self.manifest->params().size());
+    for (uint32_t i = 0; i < params.size(); ++i) params[i] = i;
+  }
+  return self.resolver->Prefetch(std::move(params));
+}
+
+std::vector<uint32_t> ParamsOfSource(const Manifest& m, const std::string& source) {
+  std::vector<uint32_t> out;
+  for (const ShardRef& r : m.ShardsOfSource(source)) {
+    if (out.empty() || out.back() != r.param) out.push_back(r.param);
+  }
+  return out;
+}
+
 void WritePieces(PyParticipant& self, const std::vector<WritePiece>& pieces) {
   Participant& p = self.get();
+  std::vector<uint32_t> params;
+  for (const WritePiece& w : pieces) {
+    if (auto i = self.manifest->FindParam(w.param)) params.push_back(*i);
+  }
+  auto pre = PrefetchFor(self, std::move(params));
   Check(WithoutGil([&] { return p.Write(pieces); }));
 }
 
@@ -309,14 +416,76 @@ void WriteMany(PyParticipant& self, py::list pieces) {
 }
 
 // The full source tensor; this rank writes its slices of it (Participant::WriteSource).
-int WriteSource(PyParticipant& self, const std::string& source, py::object tensor) {
+// "experts.#" for "experts.17": the parts of a source name that differ between the ranks of an
+// expert-parallel group (every other source is held, in part, by every rank).
+std::string RankInvariantName(const std::string& name) {
+  static const std::string kExperts = "experts.";
+  std::string out;
+  size_t i = 0;
+  while (i < name.size()) {
+    const size_t at = name.find(kExperts, i);
+    if (at == std::string::npos) break;
+    out.append(name, i, at + kExperts.size() - i);
+    i = at + kExperts.size();
+    const size_t digits_begin = i;
+    while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+    if (i > digits_begin) out += '#';
+  }
+  out.append(name, i, std::string::npos);
+  return out;
+}
+
+// write_source of a name this rank does not hold: 0 when another rank of the model may hold it
+// (an expert of another expert-parallel rank), else E_UNKNOWN_SOURCE naming the closest names.
+int NotHeldHere(const PyParticipant& self, const std::string& source) {
+  const Manifest& m = *self.manifest;
+  std::vector<std::string> held;
+  const std::string wanted = RankInvariantName(source);
+  for (const ParamSpec& p : m.params()) {
+    for (const ShardSpec& sh : p.shards) {
+      if (RankInvariantName(sh.source) == wanted) return 0;
+      held.push_back(sh.source);
+    }
+  }
+  py::list close = py::module_::import("difflib").attr("get_close_matches")(source, held, 3, 0.6);
+  std::string names;
+  for (py::handle c : close)
+    names += (names.empty() ? "" : ", ") + ("'" + py::str(c).cast<std::string>() + "'");
+  Raise(Status(ErrorCode::kUnknownSource,
+               "write_source: no rank of this model has a source tensor '" + source + "'" +
+                   (names.empty() ? "" : "; closest: " + names)));
+}
+
+// A source tensor as the live dtype and layout need it: a floating tensor of another floating
+// dtype (f32, f16, bf16) is converted by torch's own .to() (round to nearest even), a
+// non-contiguous one made contiguous. The object returned owns the bytes for the call.
+py::object AsLiveSource(py::object tensor, DType live, const std::string& what) {
+  TensorInfo t = InspectTensor(tensor, what);
+  auto floating = [](std::optional<DType> d) {
+    return d && (*d == DType::kF32 || *d == DType::kF16 || *d == DType::kBF16);
+  };
+  const bool convert = t.dtype != live && floating(t.dtype) && floating(live);
+  if (!convert && t.contiguous) return tensor;
+  if (!py::hasattr(tensor, "contiguous")) return tensor;  // a buffer: CheckTensor names it
+  py::object out = tensor;
+  if (convert) {
+    static const std::map<DType, const char*> kTorch = {
+        {DType::kF32, "float32"}, {DType::kF16, "float16"}, {DType::kBF16, "bfloat16"}};
+    out = out.attr("to")(py::module_::import("torch").attr(kTorch.at(live)));
+  }
+  return out.attr("contiguous")();
+}
+
+int WriteSource(PyParticipant& self, const std::string& source, py::object given) {
   Participant& p = self.get();
   const Manifest& m = *self.manifest;
   const auto& refs = m.ShardsOfSource(source);
-  if (refs.empty()) return 0;  // this rank holds none of it: nothing to check or write
+  if (refs.empty()) return NotHeldHere(self, source);
   const std::string what = "source tensor '" + source + "'";
+  py::object tensor = AsLiveSource(std::move(given), m.params()[refs[0].param].dtype, what);
   TensorInfo t = InspectTensor(tensor, what);
   CheckHostTensor(t, m.params()[refs[0].param].dtype, *m.SourceShape(source), what);
+  auto pre = PrefetchFor(self, ParamsOfSource(m, source));
   auto r = WithoutGil(
       [&] { return p.WriteSource(source, reinterpret_cast<const void*>(t.ptr), t.bytes); });
   return Unwrap(std::move(r));
@@ -338,6 +507,7 @@ int WriteSourceFromFile(PyParticipant& self, const std::string& source, const py
   }
   f.offset = static_cast<uint64_t>(IntArg(offset, "offset", 0, INT64_MAX));
   Participant& p = self.get();
+  auto pre = PrefetchFor(self, ParamsOfSource(*self.manifest, source));
   auto r = WithoutGil([&] { return p.WriteSourceFromFile(source, f); });
   return Unwrap(std::move(r));
 }
@@ -390,6 +560,7 @@ void Patch(PyParticipant& self, const std::string& source, py::object indices, p
   req.value_bytes = t.bytes;
   req.part = part.first;
   req.parts = part.second;
+  auto pre = PrefetchFor(self, ParamsOfSource(m, source));
   Check(WithoutGil([&] { return p.Patch(req); }));
 }
 
@@ -404,6 +575,7 @@ py::dict StatusToPy(const RankStatus& s) {
   d["in_doubt"] = s.in_doubt ? py::object(py::str(*s.in_doubt)) : py::none();
   d["active_tx"] = s.active_tx ? py::object(py::str(*s.active_tx)) : py::none();
   d["stale_derived"] = s.stale_derived;
+  d["storage_moved"] = s.storage_moved;
   return d;
 }
 
@@ -420,11 +592,21 @@ LandingRegion RegionFromPy(const std::optional<std::string>& param,
   return r;
 }
 
+// The parameters a landing region names (by parameter, or every one its source feeds).
+std::vector<uint32_t> RegionParams(const Manifest& m, const LandingRegion& region) {
+  if (!region.param.empty()) {
+    auto i = m.FindParam(region.param);
+    return i ? std::vector<uint32_t>{*i} : std::vector<uint32_t>{};
+  }
+  return ParamsOfSource(m, region.source);
+}
+
 py::list Reserve(PyParticipant& self, std::optional<std::string> param,
                  std::optional<std::string> shard, py::object box,
                  std::optional<std::string> source) {
   Participant& p = self.get();
   const LandingRegion region = RegionFromPy(param, shard, box, source, "reserve");
+  auto pre = PrefetchFor(self, RegionParams(*self.manifest, region));
   auto r = WithoutGil([&] { return p.Reserve(region); });
   py::list out;
   for (const Reservation& v : Unwrap(std::move(r))) {
@@ -447,6 +629,7 @@ void Landed(PyParticipant& self, std::optional<std::string> param, std::optional
             py::object box, std::optional<std::string> source) {
   Participant& p = self.get();
   const LandingRegion region = RegionFromPy(param, shard, box, source, "landed");
+  auto pre = PrefetchFor(self, RegionParams(*self.manifest, region));
   Check(WithoutGil([&] { return p.Landed(region); }));
 }
 
@@ -560,7 +743,20 @@ py::dict OutcomeToPy(const CommitOutcome& o) {
   d["version"] = o.version.empty() ? py::object(py::none()) : py::object(py::str(o.version));
   d["error"] = StatusOrNone(o.status);
   py::list votes;
-  for (const VoteReport& v : o.votes) votes.append(VoteToPy(v));
+  for (const VoteReport& v : o.votes) {
+    py::dict vd = VoteToPy(v);
+    if (outcome == "noop" && v.kind == VoteReport::Kind::kNo && !v.vote.wrote) {
+      // Nothing was written anywhere: this rank's "no" only said its coverage is empty. The
+      // transaction is a noop, and so is the rank's part in it.
+      vd["vote"] = "noop";
+      vd["error"] = py::none();
+      vd["errors"] = py::list();
+      vd["message"] = "rank " + std::to_string(v.rank) + ": nothing written";
+      vd["missing"] = py::list();
+      vd["missing_total"] = 0;
+    }
+    votes.append(vd);
+  }
   d["votes"] = votes;
   d["unacknowledged"] = o.unacknowledged;
   return d;
@@ -607,6 +803,18 @@ struct PyCoordinator {
   std::unique_ptr<Coordinator> c;
   std::vector<std::shared_ptr<PyParticipant>> participants;  // kept alive (in-process)
   std::string journal_dir;
+  pid_t pid = ::getpid();  // the process that opened it
+
+  PyCoordinator() = default;
+  PyCoordinator(const PyCoordinator&) = delete;
+  PyCoordinator& operator=(const PyCoordinator&) = delete;
+  ~PyCoordinator() {
+    // As ~PyParticipant: a forked child never joins the parent's threads.
+    if (::getpid() != pid) {
+      if (c) c.release();                  // NOLINT(bugprone-unused-return-value): leaked
+      if (transport) transport.release();  // NOLINT(bugprone-unused-return-value): leaked
+    }
+  }
 
   Coordinator& get() const {
     if (!c) Raise(Status::InvalidArgument("coordinator is closed"));
@@ -735,12 +943,23 @@ BeginRequest MakeBegin(const std::string& tx, const std::string& kind,
   return req;
 }
 
+// Every in-process participant's storage, resolved with the GIL held for the coordinator call
+// that follows (its ranks' checks then need no GIL on the fan-out threads).
+std::vector<PyStorageResolver::Prefetched> PrefetchRanks(PyCoordinator& self) {
+  std::vector<PyStorageResolver::Prefetched> out;
+  for (auto& p : self.participants) {
+    if (auto pre = PrefetchFor(*p, {}, /*all=*/true)) out.push_back(std::move(*pre));
+  }
+  return out;
+}
+
 void Begin(PyCoordinator& self, const std::string& tx, const std::string& kind,
            std::optional<std::string> base, std::optional<std::vector<std::string>> modules,
            std::optional<std::vector<std::string>> sources, bool rollback,
            const std::string& verify) {
   BeginRequest req = MakeBegin(tx, kind, base, modules, sources, rollback, verify);
   Coordinator& c = self.get();
+  auto pre = PrefetchRanks(self);
   const BeginOutcome o = WithoutGil([&] { return c.Begin(req); });
   if (!o.status.ok()) Raise(o.status, BeginErrorsToPy(o));
 }
@@ -755,6 +974,7 @@ py::dict Commit(PyCoordinator& self, const std::string& tx,
   CommitOptions opts;
   opts.expect_version = std::move(expect_version);
   if (expect_rank_digests) opts.expect_rank_digests = std::move(*expect_rank_digests);
+  auto pre = PrefetchRanks(self);
   const CommitOutcome o = WithoutGil([&] { return c.Commit(tx, opts); });
   // Misuse (no such transaction, decided already) is an error; a decision is an outcome.
   if (!o.decision && o.status.code() != ErrorCode::kCrashed) Raise(o.status);
@@ -778,9 +998,19 @@ py::dict ExpectedVersionOf(const std::vector<PyManifest>& manifests, py::dict so
   std::vector<const Manifest*> ms;
   for (const PyManifest& m : manifests) ms.push_back(m.m.get());
   std::vector<SourceTensor> st;
+  std::vector<py::object> keep;  // converted sources, alive for the computation
   for (auto item : sources) {
     const std::string name = py::str(item.first);
-    TensorInfo t = InspectTensor(item.second, "source tensor '" + name + "'");
+    py::object tensor = py::reinterpret_borrow<py::object>(item.second);
+    for (const Manifest* m : ms) {  // the live dtype of the first rank that holds it
+      const auto& refs = m->ShardsOfSource(name);
+      if (refs.empty()) continue;
+      tensor =
+          AsLiveSource(tensor, m->params()[refs[0].param].dtype, "source tensor '" + name + "'");
+      break;
+    }
+    keep.push_back(tensor);
+    TensorInfo t = InspectTensor(tensor, "source tensor '" + name + "'");
     if (t.device != "cpu" || !t.contiguous || !t.dtype) {
       Raise(Status(ErrorCode::kBadWrite,
                    "source tensor '" + name + "' must be a contiguous cpu tensor of a wtx dtype"));
@@ -862,12 +1092,51 @@ void DefineModule(py::module_& m) {
           py::arg("rank") = 0, py::arg("tensors") = py::none(), py::arg("kernel_identity") = "",
           py::arg("rollback_budget_bytes") = int64_t{1} << 30, py::arg("landing_hash_threads") = 0,
           py::arg("threads") = 0, py::arg("accept_unverified_journal") = false,
-          py::arg("test_crash_at") = py::none())
+          py::arg("test_crash_at") = py::none(), py::arg("identity_checks") = true,
+          R"(Opens (creating if needed) rank `rank`'s journal at journal_dir and recovers it.
+
+tensors: where the live bytes are. A torch.nn.Module (its named_parameters() and
+  named_buffers(), by manifest name) is followed at every phase: a parameter the engine
+  rebinds (param.data = t, setattr of a new Parameter, a re-layout) or frees is refused with
+  wtx.Error E_STORAGE_MOVED, never written or vouched for. A mapping of name to nn.Parameter
+  follows each Parameter's .data. A mapping of name to bare tensor (such as p.data) cannot see
+  the Parameter being rebound: only a tensor whose storage nobody but wtx still references is
+  reported. None: zeroed buffers the participant owns. Tensors must match the manifest (dtype,
+  shape, contiguous, all cpu or all on one cuda device), else E_BAD_WRITE naming the parameter.
+threads: data-path threads (0: one per core). rollback_budget_bytes: before-image limit.
+identity_checks: False skips the storage checks (benchmarks measure their cost; unsafe).
+Raises wtx.Error (INVALID_ARGUMENT naming the holder when this process already has the journal
+open). Returns the participant; a context manager (close() on leaving the block).)")
       .def_property_readonly("rank", [](const PyParticipant& s) { return s.rank; })
       .def_property_readonly("journal_dir", [](const PyParticipant& s) { return s.journal_dir; })
       .def_property_readonly("manifest",
                              [](const PyParticipant& s) { return PyManifest{s.manifest}; })
-      .def_property_readonly("tensors", [](const PyParticipant& s) { return s.tensors; })
+      .def_property_readonly(
+          "tensors",
+          [](const PyParticipant& s) -> py::object {
+            if (!s.resolver) return py::none();
+            py::dict d;
+            for (uint32_t i = 0; i < s.manifest->params().size(); ++i) {
+              d[py::str(s.manifest->params()[i].name)] = s.resolver->Current(i);
+            }
+            return d;
+          },
+          "{name: the engine's tensor for it now} (None for participant-owned memory).")
+      .def(
+          "live_tensor",
+          [](const PyParticipant& s, const std::string& name) -> py::object {
+            auto i = s.manifest->FindParam(name);
+            if (!i) Raise(Status(ErrorCode::kUnknownParam, "unknown parameter '" + name + "'"));
+            return s.resolver ? s.resolver->Current(*i) : py::object(py::none());
+          },
+          py::arg("name"),
+          "The engine's tensor for parameter `name` now (None for participant-owned memory).")
+      .def("rebind", &Rebind, py::arg("names") = py::none())
+      .def("check_storage",
+           [](PyParticipant& self) {
+             Participant& p = self.get();
+             Check(WithoutGil([&] { return p.CheckStorage(); }));
+           })
       .def("write", &Write, py::arg("param"), py::arg("tensor"), py::kw_only(),
            py::arg("shard") = py::none(), py::arg("box") = py::none())
       .def("write_many", &WriteMany, py::arg("pieces"),

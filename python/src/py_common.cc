@@ -64,10 +64,35 @@ class Error(Exception):
         self.code = code
         self.message = message
         self.details = details if details is not None else {}
+
+
+class Aborted(Error):
+    """A transaction ended without committing, raised by the high-level calls
+    (torch_dist.Group.commit, the vLLM extension's finish_weight_update, ...): .decision is the
+    outcome dict ({"outcome", "version", "error", "votes", ...}), .votes its per-rank votes,
+    .missing every missing {param, shard, box, rank} the votes name. The low-level
+    Coordinator.commit returns that dict instead of raising."""
+
+    def __init__(self, tx, decision):
+        votes = decision.get("votes", [])
+        missing = [dict(m, rank=v["rank"]) for v in votes for m in v.get("missing", [])]
+        reasons = [f"rank {v['rank']}: {v.get('error')}: {v.get('message')}"
+                   for v in votes if v.get("vote") not in ("yes", "noop")]
+        err = decision.get("error") or {}
+        code = err.get("code") or "E_VOTE_NO"
+        why = err.get("message") or "aborted"
+        super().__init__(code, f"transaction '{tx}' {decision.get('outcome', 'aborted')}: {why}"
+                         + ("; " + "; ".join(reasons) if reasons else ""),
+                         {"decision": decision})
+        self.tx = tx
+        self.decision = decision
+        self.votes = votes
+        self.missing = missing
 )",
            scope);
   ErrorType() = scope["Error"];
   m.attr("Error") = ErrorType();
+  m.attr("Aborted") = scope["Aborted"];
 }
 
 void Raise(const Status& s, py::dict details) {

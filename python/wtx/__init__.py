@@ -10,10 +10,11 @@ See docs/python.md. `wtx.torch_dist` runs the same protocol over a torch.distrib
 group; `wtx.vllm` is a worker extension with vLLM's weight-transfer call names.
 """
 
-from ._wtx import Coordinator, DecisionLog, Error, Manifest, Participant, expected_version, history
+from ._wtx import (Aborted, Coordinator, DecisionLog, Error, Manifest, Participant,
+                   expected_version, history)
 
-__all__ = ["Coordinator", "DecisionLog", "Error", "Manifest", "Participant", "expected_version", "history",
-           "slice_source"]
+__all__ = ["Aborted", "Coordinator", "DecisionLog", "Error", "Manifest", "Participant",
+           "expected_version", "history", "slice_source"]
 
 
 def slice_source(tensor, source_box):
@@ -29,7 +30,7 @@ def _live_view(self, r):
     """A torch view of reservation `r`'s box in the live tensor."""
     import torch
 
-    t = self.tensors.get(r["param"]) if self.tensors else None
+    t = self.live_tensor(r["param"])
     if t is None:  # participant-owned host buffers
         if not r["host"]:
             raise Error("INVALID_ARGUMENT",
@@ -69,3 +70,19 @@ Participant.reserve = _reserve
 Participant.reserve_source = _reserve_source
 Participant.landed = _landed
 Participant.landed_source = _landed_source
+
+
+def _enter(self):
+    return self
+
+
+def _exit_closing(self, *exc):
+    self.close()
+    return False
+
+
+# Participant and Coordinator are context managers: leaving the block closes them (the journal
+# is released; a new open of the same directory re-initializes).
+for _cls in (Participant, Coordinator):
+    _cls.__enter__ = _enter
+    _cls.__exit__ = _exit_closing

@@ -20,7 +20,7 @@ import json
 import torch
 import torch.distributed as dist
 
-from ._wtx import Coordinator, Error
+from ._wtx import Aborted, Coordinator, Error
 
 __all__ = ["Group"]
 
@@ -75,10 +75,20 @@ class Group:
                                                sources=sources, rollback=rollback,
                                                verify=verify))
 
-    def commit(self, tx):
-        """Prepares everywhere and decides (collective). Returns the outcome dict on every rank:
-        outcome "committed" | "noop" | "aborted" | "in_doubt", version, error, votes."""
-        return self._session(lambda c: c.commit(tx))
+    def commit(self, tx, expect_version=None):
+        """Prepares everywhere and decides (collective).
+
+        Returns the outcome dict on every rank when the transaction committed (outcome
+        "committed") or was empty (outcome "noop": nothing was written on any rank; each
+        vote reads "noop"). Raises wtx.Aborted on every rank when it aborted or its outcome
+        is unknown (outcome "in_doubt"): .decision is the outcome dict with the per-rank votes
+        and every missing {param, shard, box}. expect_version: the version the sender computed
+        (wtx.expected_version); a different one aborts with E_VERSION_MISMATCH.
+        """
+        out = self._session(lambda c: c.commit(tx, expect_version=expect_version))
+        if out["outcome"] not in ("committed", "noop"):
+            raise Aborted(tx, out)
+        return out
 
     def abort(self, tx):
         """The sender gives up on `tx` (collective)."""
@@ -104,15 +114,29 @@ class Group:
         return {r: tx for r, tx in enumerate(in_doubt) if tx is not None}
 
     def close(self):
+        """Closes the coordinator this rank runs (group rank 0), releasing its journal; the
+        participant stays open (close it yourself). Idempotent; a closed group refuses calls
+        with wtx.Error. A new Group over the same participant re-initializes."""
         if self.coordinator is not None:
             self.coordinator.close()
             self.coordinator = None
+        self._closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
     # ------------------------------------------------------------------------- the carrying
 
     def _session(self, fn):
         """Rank 0 runs fn(coordinator) while the other ranks serve its calls; everyone then
         gets fn's result (or its wtx.Error)."""
+        if getattr(self, "_closed", False):
+            raise Error("INVALID_ARGUMENT", f"rank {self.rank}: this wtx Group is closed "
+                        "(open a new Group over the participant)")
         if self.rank == 0:
             result, error = None, None
             try:

@@ -7,6 +7,7 @@
 #include "src/txn/logged_decision_json.h"
 #include "src/txn/participant_records.h"
 #include "src/txn/participant_state.h"
+#include "wtx/storage_identity.h"
 
 namespace wtx {
 
@@ -31,6 +32,22 @@ json EventJson(const AcceptedUnverifiedRecord& r) {
   return {{"type", std::string(kAcceptedUnverifiedType)}, {"time", r.ts}, {"reason", r.reason}};
 }
 
+// STORAGE_MOVED / REBIND: the parameters, each with its old and new storage.
+json StorageEventJson(std::string_view type, const std::vector<StorageEntry>& entries,
+                      const std::optional<std::string>& tx, int64_t ts) {
+  std::string detail = tx ? "in transaction '" + *tx + "': " : "";
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const StorageEntry& e = entries[i];
+    StorageChange c{
+        e.param,
+        {static_cast<uint64_t>(e.was_address), static_cast<size_t>(e.was_bytes), 0, ""},
+        {static_cast<uint64_t>(e.now_address), static_cast<size_t>(e.now_bytes),
+         e.was_address == e.now_address && e.was_bytes == e.now_bytes ? 1u : 0u, e.released}};
+    detail += (i ? "; " : "") + DescribeStorageChange(c);
+  }
+  return {{"type", std::string(type)}, {"time", ts}, {"reason", detail}};
+}
+
 Result<std::vector<json>> CoordinatorHistory(const Journal& journal, std::vector<json>* events) {
   std::vector<json> out;
   std::map<std::string, size_t> at;  // tx -> latest entry index
@@ -53,6 +70,28 @@ Result<std::vector<json>> CoordinatorHistory(const Journal& journal, std::vector
                      {"acknowledged", false}});
     } else if (const auto* e = std::get_if<EndRecord>(&rec)) {
       if (auto it = at.find(e->tx); it != at.end()) out[it->second]["acknowledged"] = true;
+    } else if (const auto* b = std::get_if<BeginRefusedRecord>(&rec)) {
+      // A refused attempt: nothing began anywhere, so it is an entry of its own.
+      std::string reason;
+      json ranks = json::array();
+      for (const RefusedRank& k : b->ranks) {
+        reason += (reason.empty() ? "" : "; ") +
+                  (k.rank >= 0 ? "rank " + std::to_string(k.rank) + ": " : std::string()) + k.code +
+                  ": " + k.message;
+        ranks.push_back({{"rank", k.rank}, {"code", k.code}, {"message", k.message}});
+      }
+      at.erase(b->tx);
+      out.push_back({{"tx", b->tx},
+                     {"kind", std::string(TxKindName(b->kind))},
+                     {"decision", nullptr},
+                     {"outcome", "refused"},
+                     {"version", nullptr},
+                     {"reason", reason},
+                     {"time", b->ts},
+                     {"refused", std::move(ranks)},
+                     {"votes", json::array()},
+                     {"timings_us", json::object()},
+                     {"acknowledged", true}});
     } else if (const auto* u = std::get_if<AcceptedUnverifiedRecord>(&rec)) {
       if (events) events->push_back(EventJson(*u));
     }
@@ -73,6 +112,14 @@ Result<std::vector<json>> ParticipantHistory(const Journal& journal, std::vector
     WTX_RETURN_IF_ERROR(replay.Apply(rec, ref.seq));
     if (const auto* u = std::get_if<AcceptedUnverifiedRecord>(&rec)) {
       if (events) events->push_back(EventJson(*u));
+      return Status::OK();
+    }
+    if (const auto* m = std::get_if<StorageMovedRecord>(&rec)) {
+      if (events) events->push_back(StorageEventJson("STORAGE_MOVED", m->params, m->tx, m->ts));
+      return Status::OK();
+    }
+    if (const auto* b = std::get_if<RebindRecord>(&rec)) {
+      if (events) events->push_back(StorageEventJson("REBIND", b->params, std::nullopt, b->ts));
       return Status::OK();
     }
     if (const auto* b = std::get_if<BeginRecord>(&rec)) {

@@ -60,6 +60,12 @@ Status LiveMemory::CopyDeviceToHost(const void*, void*, size_t) {
       "a device array needs device live memory (this rank's live bytes are host memory)");
 }
 
+Status LiveMemory::Rebind(uint32_t index, uint64_t) {
+  return Status::InvalidArgument("parameter " + std::to_string(index) +
+                                 ": this live memory is owned by wtx, not borrowed; it cannot be "
+                                 "rebound to other storage");
+}
+
 namespace {
 
 class HostLiveMemory : public LiveMemory {
@@ -87,6 +93,10 @@ class BorrowedLiveMemory : public LiveMemory {
   std::span<uint8_t> Param(uint32_t i) override { return spans_[i]; }
   void Discard() override {
     for (auto s : spans_) std::memset(s.data(), 0, s.size());
+  }
+  Status Rebind(uint32_t index, uint64_t address) override {
+    spans_[index] = {reinterpret_cast<uint8_t*>(address), spans_[index].size()};  // NOLINT
+    return Status::OK();
   }
 
  private:

@@ -223,7 +223,8 @@ json RankStatusToJson(const RankStatus& s) {
           {"serving", s.serving},
           {"in_doubt", OptStr(s.in_doubt)},
           {"active_tx", OptStr(s.active_tx)},
-          {"stale_derived", s.stale_derived}};
+          {"stale_derived", s.stale_derived},
+          {"storage_moved", s.storage_moved}};
 }
 
 Result<RankStatus> RankStatusFromJson(const json& j) {
@@ -232,7 +233,7 @@ Result<RankStatus> RankStatusFromJson(const json& j) {
     WTX_RETURN_IF_ERROR(
         CheckFields(j, "rank status",
                     {"rank", "version", "committed_tx", "dirty", "loaded", "serving", "in_doubt",
-                     "active_tx", "stale_derived", "digest"}));
+                     "active_tx", "stale_derived", "digest", "storage_moved"}));
     RankStatus s;
     s.rank = RankOrThrow(j);
     s.version = GetOptStr(j, "version");
@@ -244,6 +245,9 @@ Result<RankStatus> RankStatusFromJson(const json& j) {
     s.in_doubt = GetOptStr(j, "in_doubt");
     s.active_tx = GetOptStr(j, "active_tx");
     s.stale_derived = j.at("stale_derived").get<std::vector<std::string>>();
+    if (j.contains("storage_moved")) {  // absent from ranks of an older wtx
+      s.storage_moved = j.at("storage_moved").get<std::vector<std::string>>();
+    }
     return s;
   });
 }

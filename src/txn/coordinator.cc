@@ -506,7 +506,18 @@ BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
       });
     }
   }
-  if (!out.errors.empty()) out.status = out.errors.front().status;
+  if (!out.errors.empty()) {
+    out.status = out.errors.front().status;
+    // On the record (wtx log / show): the attempt, and every refusal with its reason.
+    BeginRefusedRecord rec;
+    rec.tx = req.tx;
+    rec.kind = req.kind;
+    for (const RankError& e : out.errors) {
+      rec.ranks.push_back({e.rank, std::string(e.status.code_name()), e.status.message()});
+    }
+    rec.ts = options_.env.clock->NowMicros();
+    audit_->LogRefusedBegin(rec).ok();  // best effort: a failed append closes the journal
+  }
   return out;
 }
 
@@ -571,10 +582,11 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
       all_unknown = false;
     } else {
       any_no = any_no || !rep.vote.yes;
-      // Undeclared changes make a would-be noop an abort: the rank's bytes are not what the
-      // committed version says.
+      // Undeclared changes (or storage the engine moved) make a would-be noop an abort: the
+      // rank's bytes are not what the committed version says.
       for (ErrorCode e : rep.vote.errors) {
-        any_undeclared = any_undeclared || e == ErrorCode::kUndeclaredWrite;
+        any_undeclared =
+            any_undeclared || e == ErrorCode::kUndeclaredWrite || e == ErrorCode::kStorageMoved;
       }
       any_wrote = any_wrote || rep.vote.wrote;
       all_unknown = all_unknown && rep.vote.error == ErrorCode::kNoTx;

@@ -14,8 +14,8 @@ namespace {
 
 // The stored names, in enum (and variant) order. The only place they are spelled.
 // (Event records shared with the participant's journal are spelled in event_records.h.)
-constexpr std::array<std::string_view, 4> kCoordinatorTypeNames = {"CREATE", "DECISION", "END",
-                                                                   kAcceptedUnverifiedType};
+constexpr std::array<std::string_view, 5> kCoordinatorTypeNames = {
+    "CREATE", "DECISION", "END", kAcceptedUnverifiedType, "BEGIN_REFUSED"};
 
 json CoordinatorTypeJson(CoordinatorRecordType t) {
   return json(std::string(CoordinatorRecordTypeName(t)));
@@ -104,6 +104,41 @@ Result<EndRecord> DecodeEnd(const json& j) {
   return FieldsResult(f, std::move(r));
 }
 
+json Encode(const BeginRefusedRecord& r) {
+  json ranks = json::array();
+  for (const RefusedRank& k : r.ranks) {
+    ranks.push_back({{"rank", k.rank}, {"code", k.code}, {"message", k.message}});
+  }
+  return {{"type", CoordinatorTypeJson(CoordinatorRecordType::kBeginRefused)},
+          {"tx", r.tx},
+          {"kind", std::string(TxKindName(r.kind))},
+          {"ranks", std::move(ranks)},
+          {"ts", r.ts}};
+}
+
+Result<BeginRefusedRecord> DecodeBeginRefused(const json& j) {
+  RecordFields f = CoordinatorFields(j, CoordinatorRecordType::kBeginRefused);
+  BeginRefusedRecord r;
+  r.tx = f.String("tx");
+  const std::string kind = f.String("kind");
+  if (f.ok()) {
+    auto k = TxKindFromName(kind);
+    if (!k) f.Fail("kind", "is not a transaction kind");
+    r.kind = k.value_or(TxKind::kFull);
+  }
+  f.ForEachObject("ranks", true, [&](RecordFields& e) {
+    RefusedRank k;
+    const int64_t rank = e.Int("rank");
+    if (e.ok() && (rank < -1 || rank > INT32_MAX)) e.Fail("rank", "is not a rank");
+    k.rank = static_cast<int>(rank);
+    k.code = e.String("code");
+    k.message = e.String("message");
+    r.ranks.push_back(std::move(k));
+  });
+  r.ts = f.OptInt("ts").value_or(0);
+  return FieldsResult(f, std::move(r));
+}
+
 Result<CoordinatorRecord> DecodeCoordinatorRecord(const json& r) {
   const std::string at = "record " + std::to_string(RecordSeqOf(r));
   if (!r.is_object()) return Status::Corruption(at + " is not an object");
@@ -116,6 +151,7 @@ Result<CoordinatorRecord> DecodeCoordinatorRecord(const json& r) {
   if (type == kCoordinatorTypeNames[1]) return WrapCoordinator(DecodeDecision(r));
   if (type == kCoordinatorTypeNames[2]) return WrapCoordinator(DecodeEnd(r));
   if (type == kCoordinatorTypeNames[3]) return WrapCoordinator(DecodeAcceptedUnverified(r));
+  if (type == kCoordinatorTypeNames[4]) return WrapCoordinator(DecodeBeginRefused(r));
   return Status::Corruption(at + ": unknown coordinator record type " +
                             it->dump(-1, ' ', false, json::error_handler_t::replace));
 }

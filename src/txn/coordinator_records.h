@@ -26,7 +26,7 @@
 
 namespace wtx {
 
-enum class CoordinatorRecordType { kCreate, kDecision, kEnd, kAcceptedUnverified };
+enum class CoordinatorRecordType { kCreate, kDecision, kEnd, kAcceptedUnverified, kBeginRefused };
 std::string_view CoordinatorRecordTypeName(CoordinatorRecordType t);  // "CREATE", ...
 
 // The journal was created.
@@ -59,17 +59,36 @@ struct EndRecord {
   int64_t ts = 0;
 };
 
+// One rank's refusal of a begin (rank -1: the coordinator's own check, e.g. a delta source
+// no rank holds).
+struct RefusedRank {
+  int rank = -1;
+  std::string code;  // error code name
+  std::string message;
+};
+
+// A begin was refused (by a rank, or by the comparison of the ranks' manifests): nothing was
+// begun anywhere. History only (audit): changes no state.
+struct BeginRefusedRecord {
+  std::string tx;
+  TxKind kind = TxKind::kFull;
+  std::vector<RefusedRank> ranks;
+  int64_t ts = 0;
+};
+
 // ACCEPTED_UNVERIFIED: src/txn/event_records.h (shared with the participant's journal).
-using CoordinatorRecord =
-    std::variant<CoordinatorCreateRecord, DecisionRecord, EndRecord, AcceptedUnverifiedRecord>;
+using CoordinatorRecord = std::variant<CoordinatorCreateRecord, DecisionRecord, EndRecord,
+                                       AcceptedUnverifiedRecord, BeginRefusedRecord>;
 
 nlohmann::json Encode(const CoordinatorCreateRecord& r);
 nlohmann::json Encode(const DecisionRecord& r);
 nlohmann::json Encode(const EndRecord& r);
+nlohmann::json Encode(const BeginRefusedRecord& r);
 
 Result<CoordinatorCreateRecord> DecodeCoordinatorCreate(const nlohmann::json& r);
 Result<DecisionRecord> DecodeDecision(const nlohmann::json& r);
 Result<EndRecord> DecodeEnd(const nlohmann::json& r);
+Result<BeginRefusedRecord> DecodeBeginRefused(const nlohmann::json& r);
 // The one decode entry point.
 Result<CoordinatorRecord> DecodeCoordinatorRecord(const nlohmann::json& r);
 

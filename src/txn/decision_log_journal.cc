@@ -168,6 +168,12 @@ Status JournalDecisionLog::MarkEnded(const std::string& tx) {
       journal_->Append(Encode(EndRecord{tx, clock_->NowMicros()}), State(), /*sync=*/false));
 }
 
+Status JournalDecisionLog::LogRefusedBegin(const BeginRefusedRecord& r) {
+  std::lock_guard<std::mutex> l(mu_);
+  WTX_RETURN_IF_ERROR(CheckOpen());
+  return Appended(journal_->Append(Encode(r), State(), /*sync=*/false));
+}
+
 Result<size_t> JournalDecisionLog::Compact(size_t) { return size_t{0}; }
 
 Result<std::unique_ptr<Leadership>> JournalDecisionLog::NewLeadership(const std::string&,

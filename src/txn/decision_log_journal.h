@@ -47,6 +47,8 @@ class JournalDecisionLog : public DecisionLog {
                                                     std::chrono::milliseconds ttl) override;
   Result<std::optional<std::pair<int64_t, std::string>>> CurrentLeader() override;
   std::string Describe() const override { return "journal " + dir_; }
+  // Audit: a refused begin (BEGIN_REFUSED, not synced; changes no state).
+  Status LogRefusedBegin(const BeginRefusedRecord& r) EXCLUDES(mu_);
 
  private:
   JournalDecisionLog(std::string dir, bool sync_commits, Clock* clock)

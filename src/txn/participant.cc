@@ -47,6 +47,7 @@ Status ParticipantImpl::Init() {
                                      std::to_string(params[i].num_bytes()) + " bytes");
     }
   }
+  WTX_RETURN_IF_ERROR(InitIdentity());
   hash_.reserve(params.size());
   for (const auto& p : params) hash_.emplace_back(static_cast<size_t>(p.num_bytes()));
   param_epoch_.assign(params.size(), 0);
@@ -169,11 +170,18 @@ Status ParticipantImpl::Log(std::optional<ParticipantRecord> record, bool sync) 
 bool ParticipantImpl::Serving() const {
   const bool in_doubt = active_ && active_->prepared && active_->vote_yes;
   return !crashed_ && loaded_ && !DirtyLocked() && state_.version && !in_doubt &&
-         StaleDerived().empty();
+         moved_count_ == 0 && StaleDerived().empty();
 }
 
 RankStatus ParticipantImpl::status() const {
   std::lock_guard<std::mutex> l(mu_);
+  // Serving is reported only on storage the engine still holds where wtx is bound to it: the
+  // check observes the engine's memory and journals a move as every phase does (a change of the
+  // engine's, not of this call's; the caller's view of the participant stays const).
+  if (!crashed_) {
+    Status moved = const_cast<ParticipantImpl*>(this)->CheckIdentityLocked(all_params_);
+    (void)moved;  // reported below as storage_moved and serving == false
+  }
   RankStatus s;
   s.rank = options_.rank;
   if (state_.version) s.version = *state_.version;
@@ -186,6 +194,9 @@ RankStatus ParticipantImpl::status() const {
     if (active_->prepared && active_->vote_yes) s.in_doubt = active_->req.tx;
   }
   for (const auto& d : StaleDerived()) s.stale_derived.push_back(d.name);
+  for (uint32_t i = 0; i < moved_.size(); ++i) {
+    if (moved_[i]) s.storage_moved.push_back(manifest_->params()[i].name);
+  }
   s.serving = Serving();
   return s;
 }

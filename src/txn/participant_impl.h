@@ -34,6 +34,8 @@
 //                           ResolveInDoubt.
 //   participant_landing.cc  Reserve, Landed, HashWritten, HashLanded, DrainLandingHashes.
 //   participant_verify.cc   VerifyLiveLocked, LogUndeclared, LoadCommitted, Verify, Reattach.
+//   participant_identity.cc InitIdentity, CheckIdentityLocked, MovedError, CheckStorage,
+//                           Rebind (storage identity, include/wtx/storage_identity.h).
 // The small inline methods are defined below.
 #pragma once
 
@@ -102,7 +104,7 @@ struct ActiveTx {
   bool vote_yes = false;
   bool interrupted = false;  // recovered after a restart: bytes lost
   bool dirty_at_begin = false;
-  bool undeclared = false;  // verify all found undeclared changes
+  bool undeclared = false;  // verify all found undeclared changes, or a parameter's storage moved
   // A read from a file failed after bytes landed (WriteSourceFromFile): what failed. The
   // transaction cannot commit (prepare votes no, E_BAD_WRITE).
   std::string failed_read;
@@ -180,6 +182,9 @@ class ParticipantImpl : public Participant {
   Status Landed(const LandingRegion& region) override EXCLUDES(mu_);
   Result<VerifyReport> Verify() override EXCLUDES(mu_);
   Result<VerifyReport> Reattach() override EXCLUDES(mu_);
+  Status CheckStorage() override EXCLUDES(mu_);
+  Result<std::vector<StorageChange>> Rebind(std::span<const std::string> params) override
+      EXCLUDES(mu_);
   void SetKernelIdentity(std::string identity) override EXCLUDES(mu_) {
     std::lock_guard<std::mutex> l(mu_);
     kernel_identity_ = std::move(identity);
@@ -206,6 +211,19 @@ class ParticipantImpl : public Participant {
 
  private:
   Status CheckBeginLocked(const BeginRequest& req) const REQUIRES(mu_);
+  // Identity (participant_identity.cc). Binds every parameter to the storage the resolver
+  // reports at Open (Init, before the participant is shared).
+  Status InitIdentity() NO_THREAD_SAFETY_ANALYSIS;
+  // Re-resolves `params`: a change not seen before is journaled (STORAGE_MOVED, synced; an
+  // active transaction can no longer leave the rank clean); E_STORAGE_MOVED while any of them
+  // is moved (not rebound). OK without a resolver.
+  Status CheckIdentityLocked(std::span<const uint32_t> params) REQUIRES(mu_);
+  // E_STORAGE_MOVED naming those of `params` known to be moved, or OK. Resolves nothing.
+  Status MovedError(std::span<const uint32_t> params) const REQUIRES(mu_);
+  // Reattach, with mu_ held (Verify after a Rebind is a Reattach).
+  Result<VerifyReport> ReattachLocked() REQUIRES(mu_);
+  // The distinct parameters a source feeds on this rank (manifest order).
+  std::vector<uint32_t> ParamsOfSource(std::string_view source) const;
   Status CheckAlive() const REQUIRES(mu_) {
     if (crashed_) return Err(ErrorCode::kCrashed, "rank " + Rank() + " has crashed");
     return Status::OK();
@@ -367,6 +385,16 @@ class ParticipantImpl : public Participant {
   // commit and by Reattach; empty otherwise).
   std::vector<std::vector<uint64_t>> committed_chunks_ GUARDED_BY(mu_);
   bool committed_chunks_known_ GUARDED_BY(mu_) = false;
+  // Identity (storage_identity.h): the resolver (null: nothing moves), the storage each
+  // parameter is bound to, and what the resolver said of those found moved (not rebound yet).
+  std::shared_ptr<StorageResolver> resolver_;
+  std::vector<uint32_t> all_params_;  // 0 .. params - 1, for the checks of every parameter
+  std::vector<ParamStorage> bound_ GUARDED_BY(mu_);
+  std::vector<std::optional<ParamStorage>> moved_ GUARDED_BY(mu_);
+  size_t moved_count_ GUARDED_BY(mu_) = 0;
+  // Rebind adopted new storage since the bytes were last known (a full commit or a reattach):
+  // Verify is then a Reattach.
+  bool rebound_ GUARDED_BY(mu_) = false;
   // Host memory with more than one data-path thread (ParticipantOptions::threads,
   // landing_hash_threads): copies the whole chunks of a large Write with the caller, and hashes
   // landed chunks in the background (HashLanded submits, DrainLandingHashes installs). Declared

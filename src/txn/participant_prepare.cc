@@ -76,6 +76,7 @@ Result<std::string> ParticipantImpl::DigestLocked() {
 
 Result<std::string> ParticipantImpl::RecomputeDigest() {
   std::lock_guard<std::mutex> l(mu_);
+  WTX_RETURN_IF_ERROR(CheckIdentityLocked(all_params_));
   const auto& params = manifest_->params();
   std::vector<uint64_t> digests(params.size());
   for (uint32_t i = 0; i < params.size(); ++i) {
@@ -115,6 +116,14 @@ Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
   const int64_t t0 = options_.env.clock->NowMicros();
   vote.wrote = tx.wrote;
   LocalChecks(&vote);
+  // The version describes every parameter's bytes: each must still be where wtx is bound.
+  if (Status moved = CheckIdentityLocked(all_params_); !moved.ok()) {
+    if (moved.code() != ErrorCode::kStorageMoved) return moved;
+    vote.errors.insert(vote.errors.begin(), ErrorCode::kStorageMoved);
+    vote.error = ErrorCode::kStorageMoved;
+    vote.yes = false;
+    vote.message = moved.message();
+  }
   VerifyReport verified;
   if (tx.req.verify == VerifyMode::kAll && !tx.interrupted) {
     // Every chunk from live memory; the undeclared ones compared with the committed version
@@ -252,6 +261,7 @@ Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::st
   rec.ts = options_.env.clock->NowMicros();
   WTX_RETURN_IF_ERROR(Log(std::move(rec), false));
   loaded_ = effect.loaded;
+  if (loaded_) rebound_ = false;  // a full commit wrote every byte of the rebound storage
   last_outcome_tx_ = tx.req.tx;
   active_.reset();
   return Status::OK();

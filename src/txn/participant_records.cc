@@ -16,9 +16,15 @@ namespace {
 
 // The stored names, in enum order. The only place record type names are spelled.
 // (Event records shared with the coordinator's journal are spelled in event_records.h.)
-constexpr std::array<std::string_view, 14> kParticipantTypeNames = {
-    "CREATE",  "BEGIN",   "WRITE",   "PATCH",  "REFRESH",    "PREPARED", "CHUNKS",
-    "OUTCOME", "RESTART", "RESERVE", "LANDED", "UNDECLARED", "REATTACH", kAcceptedUnverifiedType};
+constexpr std::array<std::string_view, 16> kParticipantTypeNames = {
+    "CREATE",        "BEGIN",
+    "WRITE",         "PATCH",
+    "REFRESH",       "PREPARED",
+    "CHUNKS",        "OUTCOME",
+    "RESTART",       "RESERVE",
+    "LANDED",        "UNDECLARED",
+    "REATTACH",      kAcceptedUnverifiedType,
+    "STORAGE_MOVED", "REBIND"};
 
 json ParticipantTypeJson(ParticipantRecordType t) {
   return json(std::string(ParticipantRecordTypeName(t)));
@@ -94,9 +100,11 @@ const std::string* TxOf(const ParticipantRecord& r) {
         using T = std::decay_t<decltype(rec)>;
         if constexpr (std::is_same_v<T, CreateRecord> || std::is_same_v<T, RestartRecord> ||
                       std::is_same_v<T, ReattachRecord> ||
-                      std::is_same_v<T, AcceptedUnverifiedRecord>) {
+                      std::is_same_v<T, AcceptedUnverifiedRecord> ||
+                      std::is_same_v<T, RebindRecord>) {
           return nullptr;
-        } else if constexpr (std::is_same_v<T, UndeclaredRecord>) {
+        } else if constexpr (std::is_same_v<T, UndeclaredRecord> ||
+                             std::is_same_v<T, StorageMovedRecord>) {
           return rec.tx ? &*rec.tx : nullptr;
         } else {
           return &rec.tx;
@@ -538,6 +546,74 @@ Result<ReattachRecord> DecodeReattach(const json& j) {
   return FieldsResult(f, std::move(r));
 }
 
+// ---- STORAGE_MOVED, REBIND ----
+
+namespace {
+
+json StorageEntriesJson(const std::vector<StorageEntry>& entries) {
+  json out = json::array();
+  for (const StorageEntry& e : entries) {
+    json o = {{"param", e.param},
+              {"was", {e.was_address, e.was_bytes}},
+              {"now", {e.now_address, e.now_bytes}}};
+    if (!e.released.empty()) o["released"] = e.released;
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+std::vector<StorageEntry> StorageEntriesAt(RecordFields& f) {
+  std::vector<StorageEntry> out;
+  f.ForEachObject("params", true, [&](RecordFields& e) {
+    StorageEntry s;
+    s.param = e.String("param");
+    const std::vector<int64_t> was = e.Ints("was", true);
+    const std::vector<int64_t> now = e.Ints("now", true);
+    if (e.ok() && was.size() != 2) e.Fail("was", "is not [address, bytes]");
+    if (e.ok() && now.size() != 2) e.Fail("now", "is not [address, bytes]");
+    s.released = e.OptString("released").value_or("");
+    if (!e.ok()) return;
+    s.was_address = was[0];
+    s.was_bytes = was[1];
+    s.now_address = now[0];
+    s.now_bytes = now[1];
+    out.push_back(std::move(s));
+  });
+  return out;
+}
+
+}  // namespace
+
+json Encode(const StorageMovedRecord& r) {
+  return {{"type", ParticipantTypeJson(ParticipantRecordType::kStorageMoved)},
+          {"tx", OptionalStringJson(r.tx)},
+          {"params", StorageEntriesJson(r.params)},
+          {"ts", r.ts}};
+}
+
+Result<StorageMovedRecord> DecodeStorageMoved(const json& j) {
+  RecordFields f = ParticipantFields(j, ParticipantRecordType::kStorageMoved);
+  StorageMovedRecord r;
+  r.tx = f.OptString("tx");
+  r.params = StorageEntriesAt(f);
+  r.ts = f.OptInt("ts").value_or(0);
+  return FieldsResult(f, std::move(r));
+}
+
+json Encode(const RebindRecord& r) {
+  return {{"type", ParticipantTypeJson(ParticipantRecordType::kRebind)},
+          {"params", StorageEntriesJson(r.params)},
+          {"ts", r.ts}};
+}
+
+Result<RebindRecord> DecodeRebind(const json& j) {
+  RecordFields f = ParticipantFields(j, ParticipantRecordType::kRebind);
+  RebindRecord r;
+  r.params = StorageEntriesAt(f);
+  r.ts = f.OptInt("ts").value_or(0);
+  return FieldsResult(f, std::move(r));
+}
+
 // ---- entry points ----
 
 JournalRecord ToJournalRecord(ParticipantRecord r) {
@@ -618,6 +694,10 @@ Result<ParticipantRecord> DecodeParticipantRecord(const json& r) {
       return WrapParticipant(DecodeReattach(r));
     case ParticipantRecordType::kAcceptedUnverified:
       return WrapParticipant(DecodeAcceptedUnverified(r));
+    case ParticipantRecordType::kStorageMoved:
+      return WrapParticipant(DecodeStorageMoved(r));
+    case ParticipantRecordType::kRebind:
+      return WrapParticipant(DecodeRebind(r));
   }
   return Status::Corruption("record " + std::to_string(RecordSeqOf(r)) + ": unknown type");
 }

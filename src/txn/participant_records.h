@@ -48,6 +48,8 @@ enum class ParticipantRecordType {
   kUndeclared,
   kReattach,
   kAcceptedUnverified,  // src/txn/event_records.h
+  kStorageMoved,
+  kRebind,
 };
 std::string_view ParticipantRecordTypeName(ParticipantRecordType t);  // "CREATE", ...
 std::optional<ParticipantRecordType> ParticipantRecordTypeFromName(std::string_view name);
@@ -209,14 +211,41 @@ struct ReattachRecord {
   int64_t ts = 0;
 };
 
+// One parameter's storage, before and after (include/wtx/storage_identity.h).
+struct StorageEntry {
+  std::string param;
+  int64_t was_address = 0;
+  int64_t was_bytes = 0;
+  int64_t now_address = 0;
+  int64_t now_bytes = 0;
+  std::string released;  // the engine let go of the storage: how ("" otherwise)
+};
+
+// The engine moved, shrank, freed or re-laid out the storage of these parameters: wtx no longer
+// touches them, and the rank is durably dirty (an active transaction cannot commit).
+struct StorageMovedRecord {
+  std::optional<std::string> tx;  // the active transaction, if any
+  std::vector<StorageEntry> params;
+  int64_t ts = 0;
+};
+
+// The participant adopted the engine's current storage for these parameters: durably dirty
+// and not loaded until a verify proves the bytes equal the committed version (REATTACH) or a
+// full transaction commits.
+struct RebindRecord {
+  std::vector<StorageEntry> params;
+  int64_t ts = 0;
+};
+
 using ParticipantRecord =
     std::variant<CreateRecord, BeginRecord, WriteRecord, PatchRecord, RefreshRecord, PreparedRecord,
                  ChunksRecord, OutcomeRecord, RestartRecord, ReserveRecord, LandedRecord,
-                 UndeclaredRecord, ReattachRecord, AcceptedUnverifiedRecord>;
+                 UndeclaredRecord, ReattachRecord, AcceptedUnverifiedRecord, StorageMovedRecord,
+                 RebindRecord>;
 
 ParticipantRecordType TypeOf(const ParticipantRecord& r);
-// The transaction a record names (nullptr for CREATE, RESTART, REATTACH, ACCEPTED_UNVERIFIED
-// and an UNDECLARED outside a transaction).
+// The transaction a record names (nullptr for CREATE, RESTART, REATTACH, ACCEPTED_UNVERIFIED,
+// REBIND, and an UNDECLARED or STORAGE_MOVED outside a transaction).
 const std::string* TxOf(const ParticipantRecord& r);
 
 // Encodes: the JSON object of the record ("type" and the fields; the journal adds seq/prev).
@@ -233,6 +262,8 @@ nlohmann::json Encode(const ReserveRecord& r);
 nlohmann::json Encode(const LandedRecord& r);
 nlohmann::json Encode(const UndeclaredRecord& r);
 nlohmann::json Encode(const ReattachRecord& r);
+nlohmann::json Encode(const StorageMovedRecord& r);
+nlohmann::json Encode(const RebindRecord& r);
 // What the journal appends: WRITE in binary, every other record as its JSON object.
 JournalRecord ToJournalRecord(ParticipantRecord r);
 
@@ -250,6 +281,8 @@ Result<ReserveRecord> DecodeReserve(const nlohmann::json& r);
 Result<LandedRecord> DecodeLanded(const nlohmann::json& r);
 Result<UndeclaredRecord> DecodeUndeclared(const nlohmann::json& r);
 Result<ReattachRecord> DecodeReattach(const nlohmann::json& r);
+Result<StorageMovedRecord> DecodeStorageMoved(const nlohmann::json& r);
+Result<RebindRecord> DecodeRebind(const nlohmann::json& r);
 
 // The one decode entry point: a JSON record of any type.
 Result<ParticipantRecord> DecodeParticipantRecord(const nlohmann::json& r);

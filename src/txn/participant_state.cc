@@ -290,6 +290,22 @@ Status ParticipantReplay::Apply(const ParticipantRecord& record, uint64_t seq) {
             s.active->undeclared = true;
           }
           s.dirty = true;
+        } else if constexpr (std::is_same_v<T, StorageMovedRecord>) {
+          // The engine moved storage wtx was bound to: its bytes are no longer those wtx
+          // vouches for. An active transaction cannot leave the rank clean (as undeclared).
+          if (r.tx) {
+            WTX_RETURN_IF_ERROR(need_active(*r.tx));
+            s.active->undeclared = true;
+          }
+          s.dirty = true;
+        } else if constexpr (std::is_same_v<T, RebindRecord>) {
+          if (s.active) {
+            return Status::Corruption(RecordAt(seq, type) +
+                                      ": REBIND while a transaction is active");
+          }
+          // New storage: its bytes are unknown until a verify (REATTACH) or a full commit.
+          s.dirty = true;
+          s.loaded = false;
         } else if constexpr (std::is_same_v<T, ReattachRecord>) {
           if (s.active) {
             return Status::Corruption(RecordAt(seq, type) +

@@ -189,6 +189,10 @@ Result<VerifyReport> ParticipantImpl::Verify() {
                                          "' is active; verify between "
                                          "transactions (or begin with verify all)");
   }
+  WTX_RETURN_IF_ERROR(CheckIdentityLocked(all_params_));
+  // After a rebind the bytes are the engine's new storage: proving them equal to the
+  // committed version is exactly a reattach.
+  if (rebound_ && !loaded_) return ReattachLocked();
   VerifyReport rep;
   std::string why;
   if (!state_.version) {
@@ -219,12 +223,17 @@ Result<VerifyReport> ParticipantImpl::Verify() {
 
 Result<VerifyReport> ParticipantImpl::Reattach() {
   std::lock_guard<std::mutex> l(mu_);
+  return ReattachLocked();
+}
+
+Result<VerifyReport> ParticipantImpl::ReattachLocked() {
   WTX_RETURN_IF_ERROR(CheckAlive());
   if (active_) {
     return Err(ErrorCode::kTxActive,
                "rank " + Rank() + ": reattach: transaction '" + active_->req.tx + "' is " +
                    (active_->prepared ? "in doubt; resolve it first" : "active"));
   }
+  WTX_RETURN_IF_ERROR(CheckIdentityLocked(all_params_));
   VerifyReport rep;
   if (!state_.version) {
     rep.message = "rank " + Rank() + ": not comparable: never committed, nothing to reattach to";
@@ -261,6 +270,7 @@ Result<VerifyReport> ParticipantImpl::Reattach() {
                          options_.env.clock->NowMicros()},
           true));
   loaded_ = true;
+  rebound_ = false;
   if (chunks) {
     committed_chunks_ = std::move(*chunks);
     committed_chunks_known_ = true;

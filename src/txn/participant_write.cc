@@ -19,6 +19,7 @@ Status ParticipantImpl::CheckBeginLocked(const BeginRequest& req) const {
                    (active_->prepared ? "' is prepared and in doubt" : "' is active"));
   }
   if (req.tx.empty()) return Status::InvalidArgument("begin: empty transaction id");
+  WTX_RETURN_IF_ERROR(MovedError(all_params_));  // rebind first
   if (req.kind != TxKind::kFull) {
     const bool dirty = state_.dirty;
     if (dirty || (!loaded_ && state_.version)) {
@@ -72,6 +73,8 @@ Status ParticipantImpl::CheckBeginLocked(const BeginRequest& req) const {
 Status ParticipantImpl::Begin(const BeginRequest& req) {
   std::lock_guard<std::mutex> l(mu_);
   WTX_RETURN_IF_ERROR(CheckBeginLocked(req));
+  // Every parameter: a transaction's version vouches for all of the rank's bytes.
+  WTX_RETURN_IF_ERROR(CheckIdentityLocked(all_params_));
   auto tx = std::make_unique<ActiveTx>();
   tx->req = req;
   if (req.kind == TxKind::kFull) tx->req.rollback = false;  // nothing to restore to
@@ -410,6 +413,16 @@ Status ParticipantImpl::WriteLocked(std::span<const WritePiece> given,
                                                  "': pieces of one write overlap each other");
     }
   }
+  // The engine's storage of every parameter written is still where wtx is bound.
+  {
+    std::vector<uint32_t> params;
+    for (const PlannedRun& r : runs) {
+      if (params.empty() || params.back() != r.param) params.push_back(r.param);
+    }
+    std::sort(params.begin(), params.end());
+    params.erase(std::unique(params.begin(), params.end()), params.end());
+    WTX_RETURN_IF_ERROR(CheckIdentityLocked(params));
+  }
   // Everything checked: land the bytes.
   const int64_t now = options_.env.clock->NowMicros();
   if (!tx.wrote) tx.t_first_write = now;
@@ -637,7 +650,16 @@ Status ParticipantImpl::SaveBefore(uint32_t param, size_t offset, size_t len) {
 }
 
 Status ParticipantImpl::RestoreBefore() {
+  // Before-images go back only into storage that is still where wtx is bound: a parameter the
+  // engine moved or freed is skipped (its bytes are unknown; the rank stays dirty).
+  std::vector<uint32_t> params;
+  for (const BeforeImage& b : active_->before) params.push_back(b.param);
+  std::sort(params.begin(), params.end());
+  params.erase(std::unique(params.begin(), params.end()), params.end());
+  Status moved = CheckIdentityLocked(params);
+  if (!moved.ok() && moved.code() != ErrorCode::kStorageMoved) return moved;
   for (auto it = active_->before.rbegin(); it != active_->before.rend(); ++it) {
+    if (moved_[it->param]) continue;
     Status s = memory_->Store(it->param, it->offset, it->bytes.data(), it->bytes.size());
     if (!s.ok()) return MemoryFailed(s);
     TouchBytes(it->param, it->offset, it->bytes.size());

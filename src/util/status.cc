@@ -33,6 +33,8 @@ constexpr CodeName kNames[] = {
     {ErrorCode::kNotFound, "NOT_FOUND"},
     {ErrorCode::kBudgetExceeded, "E_ROLLBACK_BUDGET"},
     {ErrorCode::kUndeclaredWrite, "E_UNDECLARED_WRITE"},
+    {ErrorCode::kStorageMoved, "E_STORAGE_MOVED"},
+    {ErrorCode::kUnknownSource, "E_UNKNOWN_SOURCE"},
     {ErrorCode::kVersionMismatch, "E_VERSION_MISMATCH"},
     {ErrorCode::kStaleCoordinator, "E_STALE_COORDINATOR"},
     {ErrorCode::kDecisionLogUnavailable, "E_DECISION_LOG_UNAVAILABLE"},

@@ -97,7 +97,13 @@ def engine(rank, world, args):
         begin = dict(step.get("begin", {}))
         if begin.get("kind") in ("partial", "delta") and begin.get("base") is None:
             begin["base"] = p.status()["version"]  # the version the last step committed
-        worker.start_weight_update(step["tx"], **begin)
+        _rebind(model, step.get("rebind_before", {}).get(rank))
+        try:
+            worker.start_weight_update(step["tx"], **begin)
+        except wtx.Error as e:  # a refused begin: recorded, the step ends here on every rank
+            out.append({"begin_error": e.code, "message": e.message, "status": p.status(),
+                        "logits": model(IDS)})
+            continue
         if step.get("mode", "inplace") == "update_weights":
             # vLLM's weight-transfer path: full HF tensors broadcast, routed by the manifest.
             for name in _sources_of(step, names):
@@ -108,12 +114,29 @@ def engine(rank, world, args):
             for name in _sources_of(step, names):
                 for s in p.manifest.source_shards(name):
                     land(p, s)
+        _rebind(model, step.get("rebind_during", {}).get(rank))
         if "stray" in step:  # a write that bypasses wtx (a buggy loader)
             model.model.norm.weight.data[step["stray"]] += 1
-        outcome = worker.finish_weight_update()
+        try:
+            outcome = worker.finish_weight_update()
+        except wtx.Aborted as e:  # an abort raises; the scenario records its decision
+            outcome = e.decision
         out.append({"outcome": outcome, "status": p.status(), "logits": model(IDS),
                     "verify": p.verify() if step.get("verify_after") else None})
     return out
+
+
+# The parameter an engine rebinds in the identity tests (a row-parallel weight of layer 0).
+REBOUND = "model.layers.0.mlp.down_proj.weight"
+
+
+def _rebind(model, how):
+    """The engine replaces REBOUND's storage, as post-load processing does: "same" copies its
+    bytes (param.data = clone), "zeros" gives it other bytes."""
+    if how is None:
+        return
+    param = dict(model.named_parameters())[REBOUND]
+    param.data = param.data.clone() if how == "same" else torch.zeros_like(param.data)
 
 
 def land(p, shard):

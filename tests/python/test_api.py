@@ -265,16 +265,23 @@ def test_ExpectedVersionCommitsWhatWasSentAndRefusesOtherBytes(tmp_path, tiny_ll
     assert out["error"]["code"] == "E_VERSION_MISMATCH" and "1" in out["error"]["message"]
 
 
-def test_WriteSourceOfASourceThisRankDoesNotHoldWritesNothing(tmp_path, tiny_llama_config):
+def test_WriteSourceOfAnUnknownSourceIsRefusedAndOtherDtypesConverted(tmp_path,
+                                                                       tiny_llama_config):
     ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
     c.begin("tx1")
-    assert ps[0].write_source("not.a.tensor", torch.zeros([2])) == 0
+    with pytest.raises(wtx.Error) as e:
+        ps[0].write_source("not.a.tensor", torch.zeros([2]))
+    assert e.value.code == "E_UNKNOWN_SOURCE" and "not.a.tensor" in e.value.message
+    assert ps[0].status()["dirty"] is False or ps[0].status()["active_tx"] == "tx1"
     qkv = ms[0].source_shards("model.layers.0.self_attn.k_proj.weight")
     assert [s["id"] for s in qkv] == ["k"]
+    # Another floating dtype is converted as torch's .to() does; a non-floating one is refused.
     src = torch.zeros(qkv[0]["source_shape"], dtype=torch.float32)
+    assert ps[0].write_source("model.layers.0.self_attn.k_proj.weight", src) == 1
     with pytest.raises(wtx.Error) as e:
-        ps[0].write_source("model.layers.0.self_attn.k_proj.weight", src)
-    assert e.value.code == "E_BAD_WRITE" and "k_proj" in e.value.message
+        ps[0].write_source("model.layers.0.self_attn.v_proj.weight",
+                           torch.zeros(qkv[0]["source_shape"], dtype=torch.int32))
+    assert e.value.code == "E_BAD_WRITE" and "v_proj" in e.value.message
 
 
 @pytest.mark.parametrize("landing_hash_threads", [0, 2])

@@ -32,6 +32,9 @@ def open_ranks(tmp_path, config, tp=2):
                for m in ms]
     ps = [wtx.Participant.open(str(tmp_path / f"rank{r}"), ms[r], rank=r, tensors=tensors[r],
                                kernel_identity="k1") for r in range(tp)]
+    # The "engine" keeps its tensors: a bare tensor only wtx references is one the engine
+    # dropped (reported E_STORAGE_MOVED, docs/python.md).
+    open_ranks.engines = getattr(open_ranks, "engines", []) + tensors
     return ms, ps
 
 

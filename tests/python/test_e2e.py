@@ -113,3 +113,55 @@ def test_UndeclaredWriteUnseenByTouchedIsFoundByTheVerifier(tmp_path):
         assert o["outcome"] == "committed"  # verify="touched" rehashes only what was declared
         v = steps[1]["verify"]
         assert not v["ok"] and v["params"] == [NORM], v
+
+
+# ------------------------------------------------- parameter identity through the extension
+# Two engine processes and a trainer over gloo; rank 0's engine replaces the storage of one
+# parameter (harness.REBOUND) as vLLM's post-load processing does.
+
+def test_ExtensionReadoptsRebuiltParameterProvedByVerify(tmp_path):
+    """Same bytes in new storage: start_weight_update rebinds, verify proves the bytes, and a
+    partial update on that base commits and serves."""
+    engines, refs = run_deployment(tmp_path, [
+        {"tx": "tx1", "seed": 1},
+        {"tx": "tx2", "seed": 2, "rebind_before": {0: "same"},
+         "begin": {"kind": "partial", "modules": ["model.layers.1.mlp"]},
+         "only": ["model.layers.1.mlp.gate_proj.weight", "model.layers.1.mlp.up_proj.weight",
+                  "model.layers.1.mlp.down_proj.weight",
+                  "model.layers.1.post_attention_layernorm.weight"]},
+    ])
+    for steps in engines:
+        assert steps[1]["outcome"]["outcome"] == "committed", steps[1]
+        assert steps[1]["status"]["serving"]
+
+
+def test_ExtensionNeverServesUnprovedRebuiltParameter(tmp_path):
+    """Other bytes in new storage: a partial update is refused on every rank (the rebound rank
+    cannot prove its base); a full update then commits, serves, and matches the trainer."""
+    engines, refs = run_deployment(tmp_path, [
+        {"tx": "tx1", "seed": 1},
+        {"tx": "tx2", "seed": 2, "rebind_before": {0: "zeros"},
+         "begin": {"kind": "partial", "modules": ["model.layers.1.mlp"]}, "only": []},
+        {"tx": "tx3", "seed": 3},
+    ])
+    for r, steps in enumerate(engines):
+        assert steps[1]["begin_error"] == "E_DIRTY", steps[1]
+        assert steps[2]["outcome"]["outcome"] == "committed"
+        assert steps[2]["status"]["serving"]
+        assert_matches(steps[2]["logits"], refs[2])
+    assert not engines[0][1]["status"]["serving"]
+
+
+def test_ExtensionAbortsWhenStorageMovesMidUpdate(tmp_path):
+    engines, refs = run_deployment(tmp_path, [
+        {"tx": "tx1", "seed": 1},
+        {"tx": "tx2", "seed": 2, "rebind_during": {0: "same"}},
+        {"tx": "tx3", "seed": 3},
+    ])
+    for steps in engines:
+        out = steps[1]["outcome"]
+        assert out["outcome"] == "aborted"
+        assert out["votes"][0]["error"] == "E_STORAGE_MOVED"
+        assert not steps[1]["status"]["serving"]
+        assert steps[2]["outcome"]["outcome"] == "committed" and steps[2]["status"]["serving"]
+    assert engines[0][1]["status"]["storage_moved"] == ["model.layers.0.mlp.down_proj.weight"]

@@ -58,8 +58,10 @@ def test_WorkerExtensionRefreshesDerivedStateThroughItsHook(tmp_path):
         weights = hf_weights(1)
         w.start_weight_update("tx1")
         assert w.update_weights(weights.items()) == len(weights)  # one shard per source at tp 1
-        out = w.finish_weight_update()  # no hook: the stale derived state votes no
-        assert out["outcome"] == "aborted"
+        with pytest.raises(wtx.Aborted) as e:  # no hook: the stale derived state votes no
+            w.finish_weight_update()
+        out = e.value.decision
+        assert out["outcome"] == "aborted" and not w.wtx_status()["serving"]
         assert out["votes"][0]["error"] == "E_STALE_DERIVED"
         assert out["votes"][0]["stale"] == ["rope_cache"]
         w.register_refresh_hook(calls.append)

@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
 """A tracked full update through the Python module against torch's own param.copy_(src).
 
-Both sides move the same source tensors into the same live torch tensors, in the same process,
-interleaved round by round (order alternating): the baseline is `live[name].copy_(src[name])`
-for every parameter; the tracked update is begin, `Participant.write` of every parameter,
-and commit (prepare hashes the live bytes, the decision is logged and synced). The figure is
-median(copy_) / median(update): 1.0 means tracking costs nothing over the bare copy.
+All arms move the same source tensors into the same live torch parameters (an nn.Module whose
+named_parameters() are the manifest's), in the same process, interleaved round by round (the
+order rotating):
+  * copy_: `param.copy_(src[name])` for every parameter (the baseline);
+  * update: begin, `Participant.write_source` of every source, commit (prepare hashes the live
+    bytes, the decision is logged and synced), through a participant bound to the module, so
+    every phase re-resolves every parameter's storage (issue 35's identity checks);
+  * unchecked: the same through a participant opened with identity_checks=False.
+Both participants use `threads` = torch's thread count. Figures (min and median over rounds):
+update_vs_copy_ = copy_ / update (1.0: tracking costs nothing over the bare copy), and
+identity_overhead = update / unchecked - 1 (what the identity checks add).
 
-    PYTHONPATH=build/python /usr/bin/python3 tools/bench/python_update_bench.py \
-        [--model tests/conformance/models/qwen2.5-0.5b/config.json] [--rounds 5] [--json]
+    PYTHONPATH=build/python /usr/bin/python3 tools/bench/python_update_bench.py \\
+        [--model tests/conformance/models/qwen2.5-0.5b/config.json] [--rounds 7] [--json]
 """
 
 import argparse
@@ -20,6 +26,7 @@ import tempfile
 import time
 
 import torch
+from torch import nn
 
 import wtx
 
@@ -28,59 +35,109 @@ DEFAULT_MODEL = os.path.join(HERE, "..", "..", "tests", "conformance", "models",
                              "config.json")
 
 
+def module_from_manifest(m):
+    """An nn.Module tree whose named_parameters() are the manifest's (zeros)."""
+    root = nn.Module()
+    for p in m.params:
+        *path, leaf = p["name"].split(".")
+        mod = root
+        for part in path:
+            if part not in mod._modules:
+                mod.add_module(part, nn.Module())
+            mod = mod._modules[part]
+        mod.register_parameter(leaf, nn.Parameter(torch.zeros(p["shape"], dtype=torch.bfloat16),
+                                                  requires_grad=False))
+    return root
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=DEFAULT_MODEL, help="HF config.json (tp 1, bf16)")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
 
     m = wtx.Manifest.from_hf_config(a.model, tp=1, rank=0, dtype="bf16")
-    live = {p["name"]: torch.zeros(p["shape"], dtype=torch.bfloat16) for p in m.params}
+    model = module_from_manifest(m)
+    params = dict(model.named_parameters())
     g = torch.Generator().manual_seed(1)
-    src = {n: torch.randn(t.shape, generator=g).to(torch.bfloat16) for n, t in live.items()}
-    nbytes = sum(t.numel() * t.element_size() for t in live.values())
+    src = {}
+    for p in m.params:
+        for s in p["shards"]:
+            src.setdefault(s["source"],
+                           torch.randn(s["source_shape"], generator=g).to(torch.bfloat16))
+    # The bytes each parameter ends with: its shards' slices of their sources (fused q/k/v,
+    # gate/up), exactly what write_source lands.
+    by_param = {}
+    for p in m.params:
+        full = torch.zeros(p["shape"], dtype=torch.bfloat16)
+        for s in p["shards"]:
+            full[tuple(slice(b, e) for b, e in s["box"])] = \
+                src[s["source"]][tuple(slice(b, e) for b, e in s["source_box"])]
+        by_param[p["name"]] = full
+    nbytes = sum(t.numel() * t.element_size() for t in params.values())
+    threads = torch.get_num_threads()
+    times = {"copy_": [], "update": [], "unchecked": []}
     with tempfile.TemporaryDirectory() as d:
-        p = wtx.Participant.open(os.path.join(d, "rank0"), m, rank=0, tensors=live)
-        c = wtx.Coordinator.open(os.path.join(d, "coord"), participants=[p])
+        checked = wtx.Participant.open(os.path.join(d, "rank0"), m, rank=0, tensors=model,
+                                       threads=threads)
+        unchecked = wtx.Participant.open(os.path.join(d, "rank0-unchecked"), m, rank=0,
+                                         tensors=model, threads=threads, identity_checks=False)
+        coords = {"update": wtx.Coordinator.open(os.path.join(d, "coord"),
+                                                 participants=[checked]),
+                  "unchecked": wtx.Coordinator.open(os.path.join(d, "coord-unchecked"),
+                                                    participants=[unchecked])}
+        parts = {"update": checked, "unchecked": unchecked}
 
-        def copy_():
-            for n, t in live.items():
-                t.copy_(src[n])
+        def copy_(_):
+            with torch.no_grad():
+                for n, t in params.items():
+                    t.copy_(by_param[n])
 
-        def update(i):
-            tx = f"tx{i}"
-            c.begin(tx)
-            for n, t in src.items():
-                p.write(n, t)
-            out = c.commit(tx)
-            assert out["outcome"] == "committed", out
+        def tracked(which):
+            def run(i):
+                c, p = coords[which], parts[which]
+                tx = f"{which}{i}"
+                c.begin(tx)
+                for n, t in src.items():
+                    p.write_source(n, t)
+                out = c.commit(tx)
+                assert out["outcome"] == "committed", out
+            return run
 
-        copies, updates = [], []
-        update(-1)  # warm: page in the live tensors and the journal
-        copy_()
+        arms = {"copy_": copy_, "update": tracked("update"), "unchecked": tracked("unchecked")}
+        for fn in arms.values():  # warm: page in the live tensors and the journals
+            fn(-1)
+        names = list(arms)
         for i in range(a.rounds):
-            order = [0, 1] if i % 2 == 0 else [1, 0]
+            order = names[i % 3:] + names[:i % 3]
             for which in order:
                 t0 = time.perf_counter()
-                if which == 0:
-                    copy_()
-                else:
-                    update(i)
-                (copies if which == 0 else updates).append(time.perf_counter() - t0)
-        for n, t in live.items():
-            assert torch.equal(t, src[n]), n
-    mc, mu = statistics.median(copies), statistics.median(updates)
-    out = {"update_vs_copy_": mc / mu, "bytes": nbytes, "params": len(live),
-           "copy_s": mc, "update_s": mu, "copy_gbps": nbytes / mc / 1e9,
-           "update_gbps": nbytes / mu / 1e9, "rounds": a.rounds,
-           "torch_threads": torch.get_num_threads(), "torch": torch.__version__}
+                arms[which](i)
+                times[which].append(time.perf_counter() - t0)
+        for n, t in params.items():
+            assert torch.equal(t, by_param[n]), n
+        checked.close()
+        unchecked.close()
+    mins = {k: min(v) for k, v in times.items()}
+    meds = {k: statistics.median(v) for k, v in times.items()}
+    out = {"update_vs_copy_": {"min": mins["copy_"] / mins["update"],
+                               "median": meds["copy_"] / meds["update"]},
+           "identity_overhead": {"min": mins["update"] / mins["unchecked"] - 1,
+                                 "median": meds["update"] / meds["unchecked"] - 1},
+           "seconds": {"min": mins, "median": meds}, "bytes": nbytes, "params": len(params),
+           "rounds": a.rounds, "threads": threads, "torch": torch.__version__}
     if a.json:
         print(json.dumps(out))
     else:
-        print(f"{len(live)} params, {nbytes / 1e6:.0f} MB; param.copy_ {mc * 1e3:.1f} ms "
-              f"({out['copy_gbps']:.2f} GB/s); tracked update {mu * 1e3:.1f} ms "
-              f"({out['update_gbps']:.2f} GB/s); update_vs_copy_ {out['update_vs_copy_']:.2f}")
+        print(f"{len(params)} params, {nbytes / 1e6:.0f} MB, {threads} threads; "
+              f"param.copy_ {meds['copy_'] * 1e3:.1f} ms (min {mins['copy_'] * 1e3:.1f}); "
+              f"update {meds['update'] * 1e3:.1f} ms (min {mins['update'] * 1e3:.1f}); "
+              f"unchecked {meds['unchecked'] * 1e3:.1f} ms (min {mins['unchecked'] * 1e3:.1f})")
+        print(f"update_vs_copy_ median {out['update_vs_copy_']['median']:.3f} "
+              f"min {out['update_vs_copy_']['min']:.3f}; identity_overhead median "
+              f"{out['identity_overhead']['median'] * 100:+.2f}% "
+              f"min {out['identity_overhead']['min'] * 100:+.2f}%")
     return 0
 
 
