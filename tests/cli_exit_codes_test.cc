@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "src/util/exit_codes.h"
 #include "tests/test_util.h"
@@ -284,6 +285,58 @@ TEST_CASE("UsageErrorsExitTwoNamingTheFlag") {
     INFO("wtx " << u.args << "\n" << r.out);
     CHECK(r.code == wtx::kExitInvalidInput);
     CHECK(r.out.find(u.names) != std::string::npos);
+  }
+}
+
+// Issue 36, section 3: counts bounded before anything is allocated, an empty --decision-log
+// (an unset variable) and a standby of nothing refused, a malformed torture log URL.
+TEST_CASE("HugeLayerAndExpertCountsExitTwoNamingTheField") {
+  TempDir d;
+  const std::string dense = d.sub("dense.json"), moe = d.sub("moe.json");
+  std::ifstream in(Conformance() + "/models/tiny-llama/config.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json cfg = nlohmann::json::parse(text.str());
+  cfg["num_hidden_layers"] = 1000000000;
+  WriteFile(dense, cfg.dump());
+  std::ifstream in2(Conformance() + "/models/tiny-mixtral/config.json");
+  std::stringstream text2;
+  text2 << in2.rdbuf();
+  nlohmann::json moe_cfg = nlohmann::json::parse(text2.str());
+  moe_cfg["num_local_experts"] = 1 << 20;
+  WriteFile(moe, moe_cfg.dump());
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"manifest --hf-config " + dense + " --tp 1 --rank 0 --summary", "num_hidden_layers"},
+      {"expect --checkpoint " + d.path() + " --hf-config " + dense + " --tp 1",
+       "num_hidden_layers"},
+      {"manifest --hf-config " + moe + " --tp 1 --rank 0 --summary", "num_local_experts"},
+  };
+  for (const auto& [args, field] : cases) {
+    Run r = Sh(args);
+    INFO("wtx " << args << "\n" << r.out);
+    CHECK(r.code == wtx::kExitInvalidInput);
+    CHECK(r.out.find(field) != std::string::npos);
+  }
+}
+
+TEST_CASE("EmptyDecisionLogAndStandbyWithoutOneExitTwo") {
+  BadFiles b;
+  const std::string coord = "coordinator --listen 127.0.0.1:0 --ranks 1 --journal " + b.d.sub("c") +
+                            " --secret-file " + b.secret + " ";
+  const std::string rank = "rank --connect 127.0.0.1:1 --rank 0 --journal " + b.d.sub("r") +
+                           " --secret-file " + b.secret + " --manifest " + b.manifest + " ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {coord + "--decision-log ''", "--decision-log"},
+      {rank + "--decision-log ''", "--decision-log"},
+      {coord + "--standby", "--standby"},
+      {"torture --iterations 1 --decision-log etcd:///", "--decision-log"},
+  };
+  for (const auto& [args, flag] : cases) {
+    Run r = Sh(args);
+    INFO("wtx " << args << "\n" << r.out);
+    CHECK(r.code == wtx::kExitInvalidInput);
+    CHECK(r.out.find(flag) != std::string::npos);
+    CHECK(r.out.find("VIOLATION") == std::string::npos);
   }
 }
 

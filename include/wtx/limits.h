@@ -29,6 +29,13 @@ inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 48;
 // Bytes of all parameters of one manifest (4 PiB).
 inline constexpr int64_t kMaxManifestBytes = int64_t{1} << 52;
 
+// Counts read from a Hugging Face config.json, bounded before anything is sized from them (a
+// config with 10^9 layers must be refused, not allocated): decoder layers, experts per layer,
+// and their product (the stacked-expert parameters of a rank grow with it).
+inline constexpr int64_t kMaxLayers = int64_t{1} << 12;
+inline constexpr int64_t kMaxExperts = int64_t{1} << 16;
+inline constexpr int64_t kMaxExpertLayers = int64_t{1} << 22;
+
 // Parts of one delta patch (PatchRequest::parts).
 inline constexpr int kMaxPatchParts = 1 << 16;
 

@@ -1,5 +1,7 @@
 #include "src/layouts/hf_builder.h"
 
+#include "wtx/limits.h"
+
 #include <algorithm>
 #include <utility>
 
@@ -24,6 +26,15 @@ Result<int64_t> ConfigReader::PositiveInt(const char* key) const {
     return FieldError(key, "expected a positive integer, got " + it->dump());
   }
   return it->get<int64_t>();
+}
+
+Result<int64_t> ConfigReader::PositiveCount(const char* key, int64_t max) const {
+  WTX_ASSIGN_OR_RETURN(n, PositiveInt(key));
+  if (n > max) {
+    return FieldError(key, std::to_string(n) + " is more than wtx accepts (at most " +
+                               std::to_string(max) + ", include/wtx/limits.h)");
+  }
+  return n;
 }
 
 Result<int64_t> ConfigReader::IntOr(const char* key, int64_t dflt, int64_t min) const {
@@ -277,7 +288,19 @@ void AddExpertShard(ParamSpec* p, std::string_view experts_prefix, int64_t slot,
 
 }  // namespace
 
-Status Builder::CheckExperts(const ExpertsSpec& spec) const {
+Status Builder::CheckExperts(const ExpertsSpec& spec, int64_t layers) const {
+  const std::string field(spec.experts_field);
+  if (spec.experts > kMaxExperts) {
+    return Status::InvalidArgument(field + ": " + std::to_string(spec.experts) +
+                                   " is more than wtx accepts (at most " +
+                                   std::to_string(kMaxExperts) + ", include/wtx/limits.h)");
+  }
+  if (spec.experts * layers > kMaxExpertLayers) {  // both bounded: no overflow
+    return Status::InvalidArgument("num_hidden_layers x " + field + ": " + std::to_string(layers) +
+                                   " x " + std::to_string(spec.experts) +
+                                   " expert layers is more than wtx accepts (at most " +
+                                   std::to_string(kMaxExpertLayers) + ", include/wtx/limits.h)");
+  }
   if (par_.ep > 1) {
     if (spec.experts % par_.ep != 0) {
       return Status::InvalidArgument("ep " + std::to_string(par_.ep) + " does not divide " +
@@ -519,7 +542,7 @@ Result<DecoderFrame> ReadDecoderFrame(const ConfigReader& c, const Builder& b) {
   // The vocabulary is checked by AddDecoder, after the family's own fields.
   DecoderFrame f;
   WTX_ASSIGN_OR_RETURN(attn, ReadGqaAttention(c, b.tp()));
-  WTX_ASSIGN_OR_RETURN(layers, c.PositiveInt("num_hidden_layers"));
+  WTX_ASSIGN_OR_RETURN(layers, c.PositiveCount("num_hidden_layers", kMaxLayers));
   WTX_ASSIGN_OR_RETURN(vocab, c.PositiveInt("vocab_size"));
   WTX_ASSIGN_OR_RETURN(tied, c.BoolOr("tie_word_embeddings", false));
   f.attn = attn;

@@ -31,6 +31,9 @@ class ConfigReader {
 
   // A required integer > 0.
   Result<int64_t> PositiveInt(const char* key) const;
+  // A positive count of at most `max` (layers, experts): beyond it kInvalidArgument naming the
+  // key, before anything is sized from it.
+  Result<int64_t> PositiveCount(const char* key, int64_t max) const;
   // An integer >= min; absent or null gives `dflt`.
   Result<int64_t> IntOr(const char* key, int64_t dflt, int64_t min) const;
   // An integer > 0; absent or null gives nullopt.
@@ -146,7 +149,7 @@ class Builder {
 
   // Errors for experts this group cannot lay out: ep not dividing the expert count, or (without
   // expert parallelism) tp not dividing the intermediate size. Names the fields.
-  Status CheckExperts(const ExpertsSpec& spec) const;
+  Status CheckExperts(const ExpertsSpec& spec, int64_t layers) const;
   // Routed experts of an MoE layer `prefix` ("model.layers.3.mlp"), stacked as vLLM's FusedMoE:
   // `prefix.experts.w13_weight` [E_local, 2*I', H] (shards eK.w1 = gate, eK.w3 = up) and
   // `prefix.experts.w2_weight` [E_local, H, I'] (eK.w2 = down), plus their `*_weight_scale_inv`

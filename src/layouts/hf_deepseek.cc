@@ -2,12 +2,13 @@
 #include <string>
 
 #include "src/layouts/hf_families.h"
+#include "wtx/limits.h"
 
 namespace wtx::hf {
 
 Status BuildDeepseekV3(const ConfigReader& c, Builder* b) {
   WTX_ASSIGN_OR_RETURN(hidden, c.PositiveInt("hidden_size"));
-  WTX_ASSIGN_OR_RETURN(layers, c.PositiveInt("num_hidden_layers"));
+  WTX_ASSIGN_OR_RETURN(layers, c.PositiveCount("num_hidden_layers", kMaxLayers));
   WTX_ASSIGN_OR_RETURN(heads, c.PositiveInt("num_attention_heads"));
   WTX_ASSIGN_OR_RETURN(vocab, c.PositiveInt("vocab_size"));
   WTX_ASSIGN_OR_RETURN(q_lora_rank, c.OptionalPositiveInt("q_lora_rank"));
@@ -45,7 +46,7 @@ Status BuildDeepseekV3(const ConfigReader& c, Builder* b) {
   if (kinds.moe) {
     experts = {*routed_experts, "n_routed_experts", hidden, moe_inter, "moe_intermediate_size", {}};
     WTX_RETURN_IF_ERROR(CheckTpAtMostExperts(tp, *routed_experts, "n_routed_experts"));
-    WTX_RETURN_IF_ERROR(b->CheckExperts(experts));
+    WTX_RETURN_IF_ERROR(b->CheckExperts(experts, layers));
     if (shared_experts > 0) {
       WTX_RETURN_IF_ERROR(CheckTpDivides(tp, moe_inter * shared_experts,
                                          "moe_intermediate_size * n_shared_experts"));

@@ -13,7 +13,7 @@ Status BuildMixtral(const ConfigReader& c, Builder* b) {
   const int64_t hidden = frame.attn.hidden;
   ExpertsSpec spec{experts, "num_local_experts", hidden, inter, "intermediate_size", {}};
   spec.names = {".w1", ".w3", ".w2"};
-  WTX_RETURN_IF_ERROR(b->CheckExperts(spec));
+  WTX_RETURN_IF_ERROR(b->CheckExperts(spec, frame.layers));
 
   return AddDecoder(b, frame, [&](int64_t layer) {
     return AddRoutedMoeModule(b, layer, "block_sparse_moe", spec);

@@ -35,7 +35,7 @@ Status BuildQwen3Moe(const ConfigReader& c, Builder* b) {
     WTX_ASSIGN_OR_RETURN(i, c.PositiveInt("moe_intermediate_size"));
     spec = {experts, "num_experts", hidden, i, "moe_intermediate_size", {}};
     WTX_RETURN_IF_ERROR(CheckTpAtMostExperts(b->tp(), experts, "num_experts"));
-    WTX_RETURN_IF_ERROR(b->CheckExperts(spec));
+    WTX_RETURN_IF_ERROR(b->CheckExperts(spec, frame.layers));
   }
 
   return AddDecoder(b, frame, [&](int64_t layer) {

@@ -440,6 +440,33 @@ Result<json> BenchHash(const BenchOptions& o) {
 
 // ---- coverage_check_ms ---------------------------------------------------------------------
 
+// Live memory of the coverage measurement: the parameters' sizes and nothing else. The
+// measurement never moves a byte (benchmark_coverage_only), and a full-size rank (Kimi-K2 tp 8:
+// 130 GB) must not be allocated, not even as a lazily backed mapping. Any operation on the
+// bytes is refused.
+class SizesOnlyLiveMemory : public LiveMemory {
+ public:
+  explicit SizesOnlyLiveMemory(const Manifest& m) {
+    for (const auto& p : m.params()) sizes_.push_back(static_cast<size_t>(p.num_bytes()));
+  }
+  std::span<uint8_t> Param(uint32_t) override { return {}; }
+  void Discard() override {}
+  bool HostAddressable() const override { return false; }
+  size_t Size(uint32_t i) override { return sizes_[i]; }
+  Status Store(uint32_t, size_t, const void*, size_t) override { return Refused(); }
+  Status Load(uint32_t, size_t, void*, size_t) override { return Refused(); }
+  Status Scatter(uint32_t, std::span<const int64_t>, const void*, size_t, void*) override {
+    return Refused();
+  }
+  Status ChunkDigests(uint32_t, size_t, size_t, uint64_t*) override { return Refused(); }
+
+ private:
+  static Status Refused() {
+    return Status::InvalidArgument("the coverage benchmark's live memory holds no bytes");
+  }
+  std::vector<size_t> sizes_;
+};
+
 Result<json> BenchCoverage(const BenchOptions& o) {
   HfManifestOptions ho;
   ho.tp = o.coverage_tp;
@@ -464,6 +491,7 @@ Result<json> BenchCoverage(const BenchOptions& o) {
   po.rank = 0;
   po.journal_dir = dir.path() + "/rank0";
   po.kernel_identity = "bench";
+  po.memory = std::make_shared<SizesOnlyLiveMemory>(*manifest);
   ParticipantHooks hooks;
   hooks.benchmark_coverage_only = true;
   WTX_ASSIGN_OR_RETURN(participant, OpenParticipantWithHooks(po, manifest, hooks));

@@ -124,16 +124,21 @@ void Script::Run() {
   FinalCheck();
 }
 
+std::string ReproduceCommand(const TortureOptions& o, int64_t script) {
+  std::string out = "wtx torture --seed " + std::to_string(o.seed) + " --start " +
+                    std::to_string(script) + " --iterations 1 --ranks " + std::to_string(o.ranks) +
+                    " --transactions " + std::to_string(o.transactions);
+  if (!o.decision_log.empty()) out += " --decision-log '" + o.decision_log + "'";
+  return out + " --verbose";
+}
+
 json TortureReport::ToJson(const TortureOptions& o) const {
   json v = json::array();
   for (const auto& x : violations) {
     v.push_back({{"script", x.script},
                  {"step", x.step},
                  {"what", x.what},
-                 {"reproduce", "wtx torture --seed " + std::to_string(o.seed) + " --start " +
-                                   std::to_string(x.script) + " --iterations 1 --ranks " +
-                                   std::to_string(o.ranks) + " --transactions " +
-                                   std::to_string(o.transactions) + " --verbose"},
+                 {"reproduce", ReproduceCommand(o, x.script)},
                  {"trace", x.trace},
                  {"journals", x.journals}});
   }

@@ -64,6 +64,10 @@ struct Violation {
   std::string journals;            // where the journals were kept (keep_failed)
 };
 
+// The command line that replays script `script` of a run with options `o` alone (every flag
+// that changes what runs, --decision-log included), for the report and its JSON.
+std::string ReproduceCommand(const TortureOptions& o, int64_t script);
+
 struct TortureReport {
   uint64_t scripts = 0;
   uint64_t steps = 0;

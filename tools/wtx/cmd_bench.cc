@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -110,6 +111,23 @@ const Figure kFigures[] = {
     {"verify_all_vs_xxh3", "<= 1.10", [](double v) { return v <= 1.10; }},
     {"load_vs_read", ">= 0.85", [](double v) { return v >= 0.85; }},
 };
+
+// The figures of kFigures measurement `name` gives (--only's names).
+std::vector<const char*> FiguresOf(const std::string& name) {
+  static const std::map<std::string, std::vector<const char*>> kOf = {
+      {"update", {"update_vs_memcpy", "update_vs_stream_copy"}},
+      {"hash", {"hash_vs_xxh3"}},
+      {"coverage", {"coverage_check_ms", "coverage_bytes"}},
+      {"syncs", {"synced_writes_per_tx", "synced_writes_per_tx_coordinator"}},
+      {"replay", {"replay_records_per_s"}},
+      {"journal", {"journal_vs_rocksdb"}},
+      {"landing",
+       {"landed_update_vs_memcpy", "landed_update_vs_memcpy_one_thread", "verify_all_vs_xxh3"}},
+      {"load", {"load_vs_read"}},
+  };
+  auto it = kOf.find(name);
+  return it == kOf.end() ? std::vector<const char*>{} : it->second;
+}
 
 // --compare: each figure of kFigures both runs have, old and new, and whether it moved the
 // wrong way: "worse" when it changed by more than 5 % against its goal's direction (a ">="
@@ -338,7 +356,15 @@ int RunBench(BenchArgs a) {
                    {"model", a.model},
                    {"coverage_model", a.coverage_model}};
   out["seconds"] = bench::NowSeconds() - t0;
-  if (!errors.empty()) out["errors"] = errors;
+  if (!errors.empty()) {
+    out["errors"] = errors;
+    // Each figure a failed measurement would have given, with why it was not measured.
+    json not_measured = json::object();
+    for (const auto& [name, why] : errors.items()) {
+      for (const char* key : FiguresOf(name)) not_measured[key] = why;
+    }
+    out["not_measured"] = not_measured;
+  }
   if (!a.compare.empty()) {
     out["compare"] = {{"old", a.compare}, {"figures", CompareFigures(old_out, out)}};
   }
@@ -361,6 +387,13 @@ int RunBench(BenchArgs a) {
       val.resize(13, ' ');
       goal.resize(11, ' ');
       t << "  " << key << val << goal << (!f.met ? "-" : f.met(v) ? "yes" : "NO") << "\n";
+    }
+    if (out.contains("not_measured")) {
+      for (const auto& [key, why] : out["not_measured"].items()) {
+        std::string k = key;
+        k.resize(std::max<size_t>(36, k.size() + 1), ' ');
+        t << "  " << k << "NOT MEASURED: " << why.get<std::string>() << "\n";
+      }
     }
     std::cout << t.str() << "\n";
     if (out.contains("compare")) {

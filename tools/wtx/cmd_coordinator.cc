@@ -76,6 +76,12 @@ int RunCoordinator(const CoordinatorArgs& a) {
       !s.ok()) {
     return Fail(s);
   }
+  if (a.standby && a.decision_log.url.empty()) {
+    // A standby of nothing would lead on its own journal beside the real leader.
+    return Fail(Status::InvalidArgument(
+        "--standby needs --decision-log etcd://...: a standby waits for the leadership of a "
+        "shared decision log"));
+  }
   // A shared decision log is opened, and led, before anything listens: a standby must not take
   // ranks' connections away from the leader.
   signals.Stage("opening --decision-log");

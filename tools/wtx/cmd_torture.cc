@@ -4,6 +4,7 @@
 // violated, 1 on any violation (each printed with the command that replays it), 2 on bad usage.
 #include <iostream>
 
+#include "src/etcd/etcd_url.h"
 #include "tools/torture/torture.h"
 #include "tools/wtx/commands.h"
 
@@ -23,6 +24,14 @@ int RunTortureCmd(const torture::TortureOptions& o, bool as_json) {
       return kExitInvalidInput;
     }
   }
+  if (!o.decision_log.empty()) {
+    // A malformed URL is bad usage, named, not a violation found by a run.
+    if (auto u = etcd::ParseEtcdUrl(o.decision_log); !u.ok()) {
+      std::cerr << "wtx torture: --decision-log '" << o.decision_log
+                << "': " << u.status().message() << "\n";
+      return kExitInvalidInput;
+    }
+  }
   torture::TortureOptions opts = o;
   opts.log = [](const std::string& line) { std::cerr << line << "\n"; };
   auto rep = torture::RunTorture(opts);
@@ -33,9 +42,7 @@ int RunTortureCmd(const torture::TortureOptions& o, bool as_json) {
   const torture::TortureReport& r = rep.value();
   for (const auto& v : r.violations) {
     std::cerr << "VIOLATION seed " << o.seed << " script " << v.script << " step " << v.step << ": "
-              << v.what << "\n  reproduce: wtx torture --seed " << o.seed << " --start " << v.script
-              << " --iterations 1 --ranks " << o.ranks << " --transactions " << o.transactions
-              << " --verbose\n";
+              << v.what << "\n  reproduce: " << torture::ReproduceCommand(o, v.script) << "\n";
     for (const auto& t : v.trace) std::cerr << "    " << t << "\n";
     if (!v.journals.empty()) std::cerr << "  journals kept in " << v.journals << "\n";
   }

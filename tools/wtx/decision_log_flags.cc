@@ -7,7 +7,16 @@ namespace wtx::cli {
 void AddDecisionLogFlags(CLI::App* cmd, DecisionLogFlags* flags) {
   cmd->add_option("--decision-log", flags->url,
                   "Shared decision log etcd://HOST:PORT[,HOST:PORT...]/PREFIX (default: the "
-                  "embedded journal)");
+                  "embedded journal)")
+      ->check(
+          [](const std::string& url) -> std::string {
+            // An empty value is most likely an unset variable ($ETCD_URL): silently deciding
+            // in the embedded journal instead would split the decisions. Omit the flag for it.
+            return url.empty() ? "is empty (an unset variable?); omit --decision-log for the "
+                                 "embedded journal"
+                               : "";
+          },
+          "etcd URL");
   cmd->add_option("--etcd-ca", flags->tls.ca,
                   "PEM CA the etcd members' certificates must chain to (HTTPS to etcd)");
   cmd->add_option("--etcd-cert", flags->tls.cert,
