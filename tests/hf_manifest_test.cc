@@ -857,6 +857,22 @@ TEST_CASE("VocabPaddedToMultipleOf64_PaddingShardsHaveNoSource") {
   CHECK_FALSE(Generate("tiny-llama", 2, 1)->FindShard(0, "pad").has_value());
 }
 
+TEST_CASE("RankWhoseVocabularyRowsAreAllPaddingIsAcceptedAsVllmDoes") {
+  // 129 rows padded to 192 at tp 4: 48 rows per rank, rank 3's rows [144, 192) all past the
+  // vocabulary. vLLM loads nothing there and zero-fills; the manifest says exactly that.
+  json c = LoadConfig("tiny-llama");
+  c["vocab_size"] = 129;
+  auto ranks = AllRanks(c, 4, DType::kBF16);
+  const std::string e = "model.embed_tokens.weight";
+  CHECK(Param(*ranks[3], e).shape == Shape{48, 64});
+  CHECK(Shard(*ranks[3], e, "0").padding);
+  CHECK(Shard(*ranks[3], e, "pad").box == Box{{0, 48}, {0, 64}});
+  CHECK(ranks[3]->ShardsOfSource(e).empty());
+  CHECK(Shard(*ranks[2], e, "0").source_box == Box{{96, 129}, {0, 64}});
+  for (const auto& m : ranks) CHECK(m->Fingerprint() == ranks[0]->Fingerprint());
+  CHECK(CheckElementCoverage(ranks, Multiplicity(4, 1, 2)) == "");
+}
+
 TEST_CASE("TpNotDividingThePaddedVocabularyIsAnError") {
   json c = LoadConfig("tiny-qwen3-moe");
   c["num_attention_heads"] = 12;  // head_dim stays 32

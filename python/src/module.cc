@@ -441,6 +441,9 @@ int NotHeldHere(const PyParticipant& self, const std::string& source) {
   const Manifest& m = *self.manifest;
   std::vector<std::string> held;
   const std::string wanted = RankInvariantName(source);
+  // A parameter of this rank fed by that name elsewhere (a vocabulary slice that is all padding
+  // here) is part of the model too.
+  if (m.FindParam(source)) return 0;
   for (const ParamSpec& p : m.params()) {
     for (const ShardSpec& sh : p.shards) {
       if (RankInvariantName(sh.source) == wanted) return 0;

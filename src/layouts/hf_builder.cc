@@ -147,13 +147,21 @@ void Builder::AddVocabParallel(std::string name, int64_t vocab, int64_t hidden) 
   // vocab come from the checkpoint and the rest are padding (zero-filled by its loader).
   const int64_t start = std::min<int64_t>(par_.tp_rank * per, vocab);
   const int64_t real = std::min<int64_t>(par_.tp_rank * per + per, vocab) - start;
+  ParamSpec& p = NewParam(name, format_.dtype, {per, hidden});
   ShardSpec s;
   s.id = "0";
-  s.source = name;
-  s.source_shape = {vocab, hidden};
-  s.box = {{0, real}, {0, hidden}};
-  s.source_box = {{start, start + real}, {0, hidden}};
-  ParamSpec& p = NewParam(std::move(name), format_.dtype, {per, hidden});
+  if (real > 0) {
+    s.source = std::move(name);
+    s.source_shape = {vocab, hidden};
+    s.box = {{0, real}, {0, hidden}};
+    s.source_box = {{start, start + real}, {0, hidden}};
+  } else {
+    // A rank whose rows all lie past the vocabulary (129 rows padded to 192 at tp 4: rank 3)
+    // loads nothing, as vLLM's loader: its shard "0" is an empty padding shard (the shard ids,
+    // hence the fingerprint, stay those of the other ranks) and "pad" is every row.
+    s.padding = true;
+    s.box = {{0, 0}, {0, hidden}};
+  }
   p.shards.push_back(std::move(s));
   if (padded != vocab) {
     ShardSpec& pad = p.shards.emplace_back();

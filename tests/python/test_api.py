@@ -520,3 +520,29 @@ def test_WriteSourceFromFileCommitsTheExpectedVersion(tmp_path, tiny_llama_confi
     assert e.value.code == "IO_ERROR" and str(path) in e.value.message
     out = c.commit("tx2")
     assert out["outcome"] == "aborted"
+
+
+def test_RankWhoseVocabularyRowsAreAllPaddingLoadsNothingAndCommits(tmp_path, tiny_llama_config):
+    """Issue 36: a small vocabulary at a large tp (129 rows padded to 192 at tp 4): rank 3 holds
+    only padding. vLLM accepts it (no rows loaded, zero padding); so does wtx."""
+    cfg = json.load(open(tiny_llama_config))
+    cfg["vocab_size"] = 129
+    ms = [wtx.Manifest.from_hf_config(cfg, tp=4, rank=r, dtype="bf16") for r in range(4)]
+    embed = next(p for p in ms[3].params if p["name"] == "model.embed_tokens.weight")
+    assert [s["id"] for s in embed["shards"]] == ["0", "pad"]
+    assert ms[3].fingerprint == ms[0].fingerprint
+    assert not ms[3].source_shards("model.embed_tokens.weight")
+    live = [{p["name"]: torch.zeros(p["shape"], dtype=torch.bfloat16) for p in m.params}
+            for m in ms]
+    ps = [wtx.Participant.open(str(tmp_path / f"rank{r}"), ms[r], rank=r, tensors=live[r])
+          for r in range(4)]
+    c = wtx.Coordinator.open(str(tmp_path / "coord"), participants=ps)
+    sources = hf_sources(ms)
+    out = full_update(c, ps, sources, "tx1")
+    assert out["outcome"] == "committed", out
+    assert out["version"] == wtx.expected_version(ms, sources)["version"]
+    # Held by the other ranks only: 0 on rank 3, not an unknown name.
+    assert ps[3].write_source("model.embed_tokens.weight",
+                              sources["model.embed_tokens.weight"]) == 0
+    assert torch.count_nonzero(live[3]["model.embed_tokens.weight"]) == 0
+    assert all(p.status()["serving"] for p in ps)
