@@ -392,3 +392,23 @@ TEST_CASE("CoordinatorStoppedDuringItsStartupWaitDoesNotReportMissingRanks") {
   CHECK(r.code == 0);
   CHECK(r.out.find("not every rank connected") == std::string::npos);
 }
+
+// Issue 36, 1.1: the placement vLLM applies, said on stderr and in --summary --json.
+TEST_CASE("ManifestSaysWhichExpertPlacementItAppliedAndWhy") {
+  const std::string cfg = std::string(WTX_CONFORMANCE_DIR) + "/models/qwen3-30b-a3b/config.json";
+  auto r = Sh(Wtx() + " manifest --hf-config " + cfg +
+              " --tp 2 --ep 2 --rank 0 --expert-placement round_robin");
+  INFO(r.out.substr(0, 2000));
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("linear applied") != std::string::npos);
+  // Rank 0 holds experts 0..63 (linear), as vLLM gives it.
+  CHECK(r.out.find("\"model.layers.0.mlp.experts.63.gate_proj.weight\"") != std::string::npos);
+  CHECK(r.out.find("\"model.layers.0.mlp.experts.64.gate_proj.weight\"") == std::string::npos);
+  auto j = Sh(Wtx() + " manifest --hf-config " + cfg +
+                  " --tp 2 --ep 2 --rank 0 --expert-placement round_robin --summary --json",
+              /*merge_stderr=*/false);
+  REQUIRE(j.code == 0);
+  const auto summary = json::parse(j.out);
+  CHECK(summary["expert_placement"]["applied"] == "linear");
+  CHECK(summary["expert_placement"]["requested"] == "round_robin");
+}

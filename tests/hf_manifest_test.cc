@@ -948,13 +948,29 @@ TEST_CASE("DeepseekV3_Fp8Tp8Ep8_WholeExpertsPerRank") {
         m->Fingerprint());
 }
 
-TEST_CASE("RoundRobinPlacementStridesExpertsOverTheGroup") {
-  auto m =
-      Generate(LoadConfig("mixtral-8x7b"), Ep(1, 4, 1, DType::kBF16, ExpertPlacement::kRoundRobin));
+TEST_CASE("RoundRobinPlacementAppliesOnlyToModelsWithExpertGroupsAsVllm") {
+  // Issue 36, 1.1: vLLM falls back to linear unless the model has expert groups (n_group > 1).
   const std::string w13 = "model.layers.0.block_sparse_moe.experts.w13_weight";
+  json grouped = LoadConfig("mixtral-8x7b");
+  grouped["n_group"] = 2;
+  auto m = Generate(grouped, Ep(1, 4, 1, DType::kBF16, ExpertPlacement::kRoundRobin));
   CHECK(Param(*m, w13).shape == Shape{2, 2 * 14336, 4096});
   CHECK(Shard(*m, w13, "e0.w1").source == "model.layers.0.block_sparse_moe.experts.1.w1.weight");
   CHECK(Shard(*m, w13, "e1.w1").source == "model.layers.0.block_sparse_moe.experts.5.w1.weight");
+  // Mixtral has no expert groups: round_robin requested, linear built (rank 1: experts 2, 3).
+  auto fallback =
+      Generate(LoadConfig("mixtral-8x7b"), Ep(1, 4, 1, DType::kBF16, ExpertPlacement::kRoundRobin));
+  CHECK(Shard(*fallback, w13, "e0.w1").source ==
+        "model.layers.0.block_sparse_moe.experts.2.w1.weight");
+  std::string why;
+  CHECK(EffectiveExpertPlacement(LoadConfig("mixtral-8x7b"), ExpertPlacement::kRoundRobin, &why) ==
+        ExpertPlacement::kLinear);
+  CHECK(why.find("n_group") != std::string::npos);
+  json kimi_like = LoadConfig("kimi-k2");  // n_group 1: linear too
+  CHECK(EffectiveExpertPlacement(kimi_like, ExpertPlacement::kRoundRobin) ==
+        ExpertPlacement::kLinear);
+  CHECK(EffectiveExpertPlacement(LoadConfig("deepseek-v3"), ExpertPlacement::kRoundRobin) ==
+        ExpertPlacement::kRoundRobin);
   auto linear = Generate(LoadConfig("mixtral-8x7b"), Ep(1, 4, 1));
   CHECK(Shard(*linear, w13, "e1.w1").source ==
         "model.layers.0.block_sparse_moe.experts.3.w1.weight");

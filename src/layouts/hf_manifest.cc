@@ -127,6 +127,30 @@ std::optional<ExpertPlacement> ExpertPlacementFromName(std::string_view name) {
   return std::nullopt;
 }
 
+ExpertPlacement EffectiveExpertPlacement(const json& config, ExpertPlacement requested,
+                                         std::string* why) {
+  std::string reason;
+  ExpertPlacement out = requested;
+  if (requested == ExpertPlacement::kLinear) {
+    reason = "linear as requested";
+  } else {
+    auto g = config.is_object() ? config.find("n_group") : config.end();
+    const int64_t groups = g != config.end() && g->is_number_integer() ? g->get<int64_t>() : 0;
+    if (groups > 1) {
+      reason = "round_robin as requested: the model has " + std::to_string(groups) +
+               " expert groups (n_group)";
+    } else {
+      out = ExpertPlacement::kLinear;
+      reason =
+          "round_robin requested, linear applied: vLLM places experts round-robin only for "
+          "models with expert groups (n_group > 1; this config has " +
+          (g == config.end() || g->is_null() ? std::string("none") : "n_group " + g->dump()) + ")";
+    }
+  }
+  if (why) *why = std::move(reason);
+  return out;
+}
+
 std::vector<std::string> HfModelTypes() {
   std::vector<std::string> out;
   for (const hf::Family& f : hf::Families()) out.emplace_back(f.model_type);
@@ -152,7 +176,7 @@ Result<ManifestPtr> ManifestFromHfConfig(const json& config, const HfManifestOpt
   par.tp_rank = options.rank % options.tp;
   par.ep = options.ep;
   par.ep_rank = options.ep > 1 ? options.rank : 0;
-  par.placement = options.expert_placement;
+  par.placement = EffectiveExpertPlacement(config, options.expert_placement);
   hf::Builder builder(par, format);
   WTX_RETURN_IF_ERROR(family->build(hf::ConfigReader(config), &builder));
   if (options.ep > 1 && !builder.has_experts()) {

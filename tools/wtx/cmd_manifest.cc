@@ -112,7 +112,7 @@ Result<ManifestSummary> CheckpointSummary(const Manifest& m, const nlohmann::jso
 }
 
 int PrintSummary(const Manifest& m, const ManifestArgs& a, const nlohmann::json& config,
-                 const HfManifestOptions& options) {
+                 const HfManifestOptions& options, const std::string& placement_why) {
   const std::string model_type = config.value("model_type", "");
   const ManifestSummary rank = Summarize(m);
   // Every rank of the group has the same parameter shapes and dtypes (one fingerprint), so the
@@ -129,18 +129,24 @@ int PrintSummary(const Manifest& m, const ManifestArgs& a, const nlohmann::json&
   std::map<std::string, size_t> dtypes;
   for (const ParamSpec& p : m.params()) ++dtypes[std::string(DTypeName(p.dtype))];
   if (a.json) {
-    json out = {{"hf_config", a.hf_config},
-                {"model_type", model_type},
-                {"tp", a.tp},
-                {"ep", a.ep},
-                {"rank", a.rank},
-                {"ranks", group},
-                {"fingerprint", m.Fingerprint()},
-                {"dtypes", dtypes},
-                {"per_rank", SummaryJson(rank)},
-                {"total", SummaryJson(total)},
-                {"checkpoint",
-                 {{"params", ckpt.params}, {"bytes", ckpt.bytes}, {"tensors", ckpt.tensors}}}};
+    json out = {
+        {"hf_config", a.hf_config},
+        {"model_type", model_type},
+        {"tp", a.tp},
+        {"ep", a.ep},
+        {"expert_placement",
+         a.ep > 1 ? json{{"applied", std::string(ExpertPlacementName(options.expert_placement))},
+                         {"requested", a.expert_placement},
+                         {"why", placement_why}}
+                  : json()},
+        {"rank", a.rank},
+        {"ranks", group},
+        {"fingerprint", m.Fingerprint()},
+        {"dtypes", dtypes},
+        {"per_rank", SummaryJson(rank)},
+        {"total", SummaryJson(total)},
+        {"checkpoint",
+         {{"params", ckpt.params}, {"bytes", ckpt.bytes}, {"tensors", ckpt.tensors}}}};
     std::cout << out.dump(2) << "\n";
     return kExitOk;
   }
@@ -188,9 +194,15 @@ int RunManifest(const ManifestArgs& a) {
   const json& config = read.value();
   auto m = ManifestFromHfConfig(config, options);
   if (!m.ok()) return Fail(CliMessage(m.status()));
-  if (a.summary) return PrintSummary(**m, a, config, options);
+  // Which experts a rank holds is vLLM's choice, not only the flag's: say which and why.
+  std::string why;
+  const ExpertPlacement applied = EffectiveExpertPlacement(config, options.expert_placement, &why);
+  if (a.ep > 1) std::cerr << "wtx manifest: expert placement " << why << "\n";
+  options.expert_placement = applied;
+  if (a.summary) return PrintSummary(**m, a, config, options, why);
   json out = (*m)->ToJson();
   out["fingerprint"] = (*m)->Fingerprint();
+
   std::cout << out.dump() << "\n";
   return kExitOk;
 }
