@@ -275,8 +275,9 @@ std::function<int(const std::string&)> Multiplicity(int tp, int ep, int kv_heads
   const int dp = group / tp;
   return [=](const std::string& s) {
     if (EndsWith(s, "layernorm.weight") || s == "model.norm.weight" ||
-        EndsWith(s, ".gate.weight") || EndsWith(s, "e_score_correction_bias") ||
-        EndsWith(s, "q_norm.weight") || EndsWith(s, "k_norm.weight") || Contains(s, ".q_a_proj.") ||
+        EndsWith(s, ".gate.weight") || EndsWith(s, "shared_expert_gate.weight") ||
+        EndsWith(s, "e_score_correction_bias") || EndsWith(s, "q_norm.weight") ||
+        EndsWith(s, "k_norm.weight") || Contains(s, ".q_a_proj.") ||
         Contains(s, ".kv_a_proj_with_mqa.")) {
       return group;
     }
@@ -946,6 +947,31 @@ TEST_CASE("DeepseekV3_Fp8Tp8Ep8_WholeExpertsPerRank") {
   CHECK(Param(*m, "model.layers.2.mlp.gate_up_proj.weight").shape == Shape{4608, 7168});
   CHECK(Generate(LoadConfig("deepseek-v3"), Ep(8, 8, 6, std::nullopt))->Fingerprint() ==
         m->Fingerprint());
+}
+
+TEST_CASE("Qwen3MoeSharedExpertIsBuiltAsVllmDoes") {
+  // Issue 36, 1.3: shared_expert_intermediate_size > 0 adds mlp.shared_expert.{gate_up_proj,
+  // down_proj} (TP-sliced) and the replicated mlp.shared_expert_gate.weight [1, H].
+  json c = LoadConfig("tiny-qwen3-moe");
+  c["shared_expert_intermediate_size"] = 96;
+  auto ranks = AllRanks(c, 2, DType::kBF16);
+  const std::string gu = "model.layers.1.mlp.shared_expert.gate_up_proj.weight";
+  CHECK(Param(*ranks[1], gu).shape == Shape{96, 64});
+  CHECK(Shard(*ranks[1], gu, "1").source == "model.layers.1.mlp.shared_expert.up_proj.weight");
+  CHECK(Shard(*ranks[1], gu, "1").source_box == Box{{48, 96}, {0, 64}});
+  CHECK(Param(*ranks[1], "model.layers.1.mlp.shared_expert.down_proj.weight").shape ==
+        Shape{64, 48});
+  CHECK(Param(*ranks[0], "model.layers.1.mlp.shared_expert_gate.weight").shape == Shape{1, 64});
+  CHECK(CheckElementCoverage(ranks, Multiplicity(2, 1, 2)) == "");
+  // In the MLP module (a partial update of the layer's MLP covers it).
+  const auto& mods = ranks[0]->modules();
+  const auto mlp = std::find_if(mods.begin(), mods.end(),
+                                [](const ModuleSpec& m) { return m.name == "model.layers.1.mlp"; });
+  REQUIRE(mlp != mods.end());
+  CHECK(std::count(mlp->params.begin(), mlp->params.end(),
+                   "model.layers.1.mlp.shared_expert_gate.weight") == 1);
+  c["shared_expert_intermediate_size"] = 97;
+  CHECK(GenerateError(c, 2).message().find("shared_expert_intermediate_size") != std::string::npos);
 }
 
 TEST_CASE("RoundRobinPlacementAppliesOnlyToModelsWithExpertGroupsAsVllm") {

@@ -537,11 +537,12 @@ Status AddGqaAttention(Builder* b, const GqaAttention& a, int64_t layer) {
   return Status::OK();
 }
 
-Status AddRoutedMoeModule(Builder* b, int64_t layer, std::string_view name,
-                          const ExpertsSpec& spec) {
+Status AddRoutedMoeModule(Builder* b, int64_t layer, std::string_view name, const ExpertsSpec& spec,
+                          const std::function<Status(const std::string& module)>& extra) {
   const std::string module = BeginMlpModule(b, layer, spec.hidden, name);
   b->AddReplicated(module + ".gate.weight", {spec.experts, spec.hidden}, b->format().dtype);
   WTX_RETURN_IF_ERROR(b->AddExperts(module, spec));
+  if (extra) WTX_RETURN_IF_ERROR(extra(module));
   b->AddModuleScalesDerived(module + ".fp8_scales");
   return Status::OK();
 }

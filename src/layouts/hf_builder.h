@@ -241,8 +241,10 @@ Status AddGqaAttention(Builder* b, const GqaAttention& a, int64_t layer);
 // N: post_attention_layernorm, the replicated router `<module>.gate.weight` [E, H], the routed
 // experts, and the fp8 scales' derived state.
 // REQUIRES: b->CheckExperts(spec).ok()
-Status AddRoutedMoeModule(Builder* b, int64_t layer, std::string_view name,
-                          const ExpertsSpec& spec);
+// `extra(module)`, when given, adds more parameters to the module (a shared expert) before its
+// derived state.
+Status AddRoutedMoeModule(Builder* b, int64_t layer, std::string_view name, const ExpertsSpec& spec,
+                          const std::function<Status(const std::string& module)>& extra = {});
 
 // The frame of a llama-shaped decoder: attention, layer count, vocabulary, tied embeddings.
 struct DecoderFrame {

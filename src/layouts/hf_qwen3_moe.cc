@@ -38,9 +38,22 @@ Status BuildQwen3Moe(const ConfigReader& c, Builder* b) {
     WTX_RETURN_IF_ERROR(b->CheckExperts(spec, frame.layers));
   }
 
+  // The shared expert beside the routed ones (vLLM's Qwen3-MoE with
+  // shared_expert_intermediate_size > 0): a TP-sliced gated MLP `mlp.shared_expert` and its
+  // replicated gate `mlp.shared_expert_gate.weight` [1, hidden].
+  WTX_ASSIGN_OR_RETURN(shared_inter, c.IntOr("shared_expert_intermediate_size", 0, 0));
+  if (kinds.moe && shared_inter > 0) {
+    WTX_RETURN_IF_ERROR(CheckTpDivides(b->tp(), shared_inter, "shared_expert_intermediate_size"));
+  }
+  auto shared = [&](const std::string& module) -> Status {
+    if (shared_inter == 0) return Status::OK();
+    WTX_RETURN_IF_ERROR(AddGatedMlp(b, module + ".shared_expert", hidden, shared_inter, false));
+    b->AddReplicated(module + ".shared_expert_gate.weight", {1, hidden}, b->format().dtype);
+    return Status::OK();
+  };
   return AddDecoder(b, frame, [&](int64_t layer) {
     if (!is_moe(layer)) return AddDenseMlpModule(b, layer, hidden, inter, false);
-    return AddRoutedMoeModule(b, layer, "mlp", spec);
+    return AddRoutedMoeModule(b, layer, "mlp", spec, shared);
   });
 }
 
