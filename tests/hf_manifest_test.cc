@@ -974,6 +974,31 @@ TEST_CASE("Qwen3MoeSharedExpertIsBuiltAsVllmDoes") {
   CHECK(GenerateError(c, 2).message().find("shared_expert_intermediate_size") != std::string::npos);
 }
 
+TEST_CASE("LayoutKeyTheFamilyDoesNotModelIsRefusedNamingIt") {
+  // Issue 36, 1.5: a key that changes vLLM's layout is never dropped silently.
+  json llama = LoadConfig("tiny-llama");
+  llama["num_experts"] = 8;
+  const std::string m = GenerateError(llama, 1).message();
+  CHECK(m.find("num_experts (8)") != std::string::npos);
+  CHECK(m.find("model_type 'llama'") != std::string::npos);
+  json mixtral = LoadConfig("tiny-mixtral");
+  mixtral["q_lora_rank"] = 64;
+  CHECK(GenerateError(mixtral, 1).message().find("q_lora_rank (64)") != std::string::npos);
+  // Off values say "none of it": accepted.
+  json off = LoadConfig("tiny-llama");
+  off["num_experts"] = 0;
+  off["n_shared_experts"] = nullptr;
+  off["mlp_only_layers"] = json::array();
+  CHECK(Generate(off, 1, 0, DType::kBF16)->params().size() ==
+        Generate(LoadConfig("tiny-llama"), 1, 0, DType::kBF16)->params().size());
+  // A key the family models is read, whatever its value.
+  json biased = LoadConfig("tiny-llama");
+  biased["mlp_bias"] = true;
+  CHECK(Generate(biased, 1, 0, DType::kBF16)
+            ->FindParam("model.layers.0.mlp.down_proj.bias")
+            .has_value());
+}
+
 TEST_CASE("RoundRobinPlacementAppliesOnlyToModelsWithExpertGroupsAsVllm") {
   // Issue 36, 1.1: vLLM falls back to linear unless the model has expert groups (n_group > 1).
   const std::string w13 = "model.layers.0.block_sparse_moe.experts.w13_weight";
@@ -1028,6 +1053,11 @@ TEST_CASE("EveryFamily_EveryValidTpEp_CoversEverySourceElementExactlyOnce") {
   };
   json qwen3 = LoadConfig("tiny-qwen3-moe");
   qwen3["model_type"] = "qwen3";
+  // A dense Qwen3 has no experts (a qwen3 config that kept them would be refused, naming them).
+  for (const char* k : {"num_experts", "moe_intermediate_size", "decoder_sparse_step",
+                        "mlp_only_layers", "num_experts_per_tok", "norm_topk_prob"}) {
+    qwen3.erase(k);
+  }
   json mistral = LoadConfig("tiny-llama");
   mistral["model_type"] = "mistral";
   mistral["vocab_size"] = 200;  // padded to 256

@@ -19,8 +19,63 @@ Status FieldError(const char* key, const std::string& what) {
 
 }  // namespace
 
+namespace {
+
+// Config keys that change the parameters vLLM builds for at least one model family (experts and
+// their placement in layers, MLA ranks and head dimensions, biases, explicit head sizes, the
+// router's correction bias). A family that models a key reads it; one that does not must not
+// meet it set (docs/manifest.md, "Config keys").
+constexpr std::string_view kLayoutKeys[] = {
+    "num_experts",
+    "num_local_experts",
+    "n_routed_experts",
+    "n_shared_experts",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "decoder_sparse_step",
+    "mlp_only_layers",
+    "first_k_dense_replace",
+    "moe_layer_freq",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "attention_bias",
+    "mlp_bias",
+    "head_dim",
+    "topk_method",
+};
+
+// null, false, 0, "", [] and {}: the key says "none of it".
+bool IsOff(const json& v) {
+  if (v.is_null()) return true;
+  if (v.is_boolean()) return !v.get<bool>();
+  if (v.is_number()) return v == 0;
+  if (v.is_string() || v.is_array() || v.is_object()) return v.empty();
+  return false;
+}
+
+}  // namespace
+
+json::const_iterator ConfigReader::Find(const char* key) const {
+  read_.insert(key);
+  return j_.find(key);
+}
+
+std::vector<std::string> ConfigReader::UnreadLayoutKeys() const {
+  std::vector<std::string> out;
+  if (!j_.is_object()) return out;
+  for (std::string_view key : kLayoutKeys) {
+    auto it = j_.find(key);
+    if (it == j_.end() || IsOff(*it) || read_.count(key)) continue;
+    out.push_back(std::string(key) + " (" + it->dump() + ")");
+  }
+  return out;
+}
+
 Result<int64_t> ConfigReader::PositiveInt(const char* key) const {
-  auto it = j_.find(key);
+  auto it = Find(key);
   if (it == j_.end() || it->is_null()) return FieldError(key, "missing (a positive integer)");
   if (!it->is_number_integer() || it->get<int64_t>() <= 0) {
     return FieldError(key, "expected a positive integer, got " + it->dump());
@@ -38,7 +93,7 @@ Result<int64_t> ConfigReader::PositiveCount(const char* key, int64_t max) const 
 }
 
 Result<int64_t> ConfigReader::IntOr(const char* key, int64_t dflt, int64_t min) const {
-  auto it = j_.find(key);
+  auto it = Find(key);
   if (it == j_.end() || it->is_null()) return dflt;
   if (!it->is_number_integer() || it->get<int64_t>() < min) {
     return FieldError(key, "expected an integer >= " + std::to_string(min) + ", got " + it->dump());
@@ -47,7 +102,7 @@ Result<int64_t> ConfigReader::IntOr(const char* key, int64_t dflt, int64_t min) 
 }
 
 Result<std::optional<int64_t>> ConfigReader::OptionalPositiveInt(const char* key) const {
-  auto it = j_.find(key);
+  auto it = Find(key);
   if (it == j_.end() || it->is_null()) return std::optional<int64_t>();
   if (!it->is_number_integer() || it->get<int64_t>() <= 0) {
     return FieldError(key, "expected a positive integer or null, got " + it->dump());
@@ -56,21 +111,21 @@ Result<std::optional<int64_t>> ConfigReader::OptionalPositiveInt(const char* key
 }
 
 Result<bool> ConfigReader::BoolOr(const char* key, bool dflt) const {
-  auto it = j_.find(key);
+  auto it = Find(key);
   if (it == j_.end() || it->is_null()) return dflt;
   if (!it->is_boolean()) return FieldError(key, "expected a boolean, got " + it->dump());
   return it->get<bool>();
 }
 
 Result<std::string> ConfigReader::StringOr(const char* key, std::string dflt) const {
-  auto it = j_.find(key);
+  auto it = Find(key);
   if (it == j_.end() || it->is_null()) return dflt;
   if (!it->is_string()) return FieldError(key, "expected a string, got " + it->dump());
   return it->get<std::string>();
 }
 
 Result<std::vector<int64_t>> ConfigReader::IntListOr(const char* key) const {
-  auto it = j_.find(key);
+  auto it = Find(key);
   std::vector<int64_t> out;
   if (it == j_.end() || it->is_null()) return out;
   if (!it->is_array()) return FieldError(key, "expected an array of integers, got " + it->dump());

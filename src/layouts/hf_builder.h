@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -45,8 +46,17 @@ class ConfigReader {
   // An array of integers >= 0; absent or null gives an empty list.
   Result<std::vector<int64_t>> IntListOr(const char* key) const;
 
+  // The keys of kLayoutKeys (hf_builder.cc: the config keys that change the parameters vLLM
+  // builds for some model family) that this config sets to something other than "off" (null,
+  // false, 0, an empty list) and that the family never read: refused by ManifestFromHfConfig
+  // instead of silently dropped.
+  std::vector<std::string> UnreadLayoutKeys() const;
+
  private:
+  nlohmann::json::const_iterator Find(const char* key) const;
+
   const nlohmann::json& j_;
+  mutable std::set<std::string, std::less<>> read_;  // every key a family looked up
 };
 
 // fp8 block quantization: one f32 scale per block_n x block_k tile of a weight.

@@ -37,6 +37,9 @@ Status BuildDeepseekV3(const ConfigReader& c, Builder* b) {
   if (kinds.moe) {
     WTX_ASSIGN_OR_RETURN(i, c.PositiveInt("moe_intermediate_size"));
     moe_inter = i;
+  } else {
+    // Read (so it counts as modeled) though no layer has experts: nothing is built from it.
+    WTX_RETURN_IF_ERROR(c.IntOr("moe_intermediate_size", 0, 0).status());
   }
 
   const int tp = b->tp();

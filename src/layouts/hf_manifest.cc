@@ -178,7 +178,15 @@ Result<ManifestPtr> ManifestFromHfConfig(const json& config, const HfManifestOpt
   par.ep_rank = options.ep > 1 ? options.rank : 0;
   par.placement = EffectiveExpertPlacement(config, options.expert_placement);
   hf::Builder builder(par, format);
-  WTX_RETURN_IF_ERROR(family->build(hf::ConfigReader(config), &builder));
+  const hf::ConfigReader reader(config);
+  WTX_RETURN_IF_ERROR(family->build(reader, &builder));
+  if (auto unread = reader.UnreadLayoutKeys(); !unread.empty()) {
+    std::string keys;
+    for (const std::string& k : unread) keys += (keys.empty() ? "" : ", ") + k;
+    return Status::InvalidArgument(
+        keys + ": changes the parameters vLLM builds, but wtx does not model it for model_type '" +
+        model_type + "'; refused rather than dropped (docs/manifest.md, \"Config keys\")");
+  }
   if (options.ep > 1 && !builder.has_experts()) {
     return Status::InvalidArgument("ep " + std::to_string(options.ep) + ": model_type '" +
                                    model_type +

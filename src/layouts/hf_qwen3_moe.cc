@@ -31,6 +31,10 @@ Status BuildQwen3Moe(const ConfigReader& c, Builder* b) {
     inter = i;
   }
   ExpertsSpec spec;
+  if (!kinds.moe) {
+    // Read (so it counts as modeled) though no layer has experts: nothing is built from it.
+    WTX_RETURN_IF_ERROR(c.IntOr("moe_intermediate_size", 0, 0).status());
+  }
   if (kinds.moe) {
     WTX_ASSIGN_OR_RETURN(i, c.PositiveInt("moe_intermediate_size"));
     spec = {experts, "num_experts", hidden, i, "moe_intermediate_size", {}};
