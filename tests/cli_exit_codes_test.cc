@@ -340,6 +340,40 @@ TEST_CASE("EmptyDecisionLogAndStandbyWithoutOneExitTwo") {
   }
 }
 
+// Issue 36, 2.6: a driver's script reads the outcome from the exit status.
+TEST_CASE("ControlExitStatusSaysHowTheTransactionWent") {
+  using nlohmann::json;
+  const json ok = {{"code", "OK"}, {"message", ""}};
+  CHECK(wtx::ControlAnswerExitCode("commit", {{"decision", "commit"}, {"status", ok}}) == 0);
+  CHECK(wtx::ControlAnswerExitCode("commit", {{"decision", "noop"}, {"status", ok}}) == 0);
+  CHECK(wtx::ControlAnswerExitCode(
+            "commit", {{"decision", "abort"}, {"status", {{"code", "E_VOTE_NO"}}}}) == 1);
+  CHECK(wtx::ControlAnswerExitCode(
+            "commit", {{"decision", nullptr}, {"status", {{"code", "E_CRASHED"}}}}) == 6);
+  CHECK(wtx::ControlAnswerExitCode(
+            "commit",
+            {{"decision", nullptr}, {"status", {{"code", "E_DECISION_LOG_UNAVAILABLE"}}}}) == 6);
+  CHECK(wtx::ControlAnswerExitCode("begin", {{"status", {{"code", "E_STALE_COORDINATOR"}}}}) == 6);
+  CHECK(wtx::ControlAnswerExitCode("begin", {{"status", {{"code", "E_DIRTY"}}}}) == 1);
+  CHECK(wtx::ControlAnswerExitCode("begin", {{"status", ok}}) == 0);
+  CHECK(wtx::ControlAnswerExitCode("decisions", {{"decisions", json::array()}}) == 0);
+  // Through the binary: a commit of a transaction nobody began is decided abort: exit 1.
+  TempDir d;
+  const std::string secret = d.sub("secret");
+  WriteFile(secret, "0123456789abcdef0123456789abcdef");
+  Run r = wtx::testing::RunCommand(
+      "(timeout -s KILL 20 " + Wtx() + " coordinator --listen 127.0.0.1:0 --ranks 1 --journal " +
+      d.sub("c") + " --secret-file " + secret + " > " + d.sub("ready") +
+      " 2>/dev/null & p=$!; for i in $(seq 50); do grep -q ready " + d.sub("ready") +
+      " && break; sleep 0.1; done; port=$(sed 's/.*\"port\":\\([0-9]*\\).*/\\1/' " +
+      d.sub("ready") + "); timeout 10 " + Wtx() +
+      " control 127.0.0.1:$port commit '{\"tx\":\"nobody\"}' --secret-file " + secret +
+      "; c=$?; kill -TERM $p; wait $p; exit $c)");
+  INFO(r.out);
+  CHECK(r.code == wtx::kExitFailed);
+  CHECK(r.out.find("\"decision\":\"abort\"") != std::string::npos);
+}
+
 TEST_CASE("AnUnreachablePeerExitsFour") {
   BadFiles b;
   Run r = Sh("control 127.0.0.1:1 status --secret-file " + b.secret);

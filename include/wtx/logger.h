@@ -1,7 +1,7 @@
 // Logger: where the library's diagnostic lines go (connection events of the TCP transport and
-// rank agents, retries, handshake failures). The default writes "wtx[COMPONENT]: MESSAGE" lines
-// to stderr; an engine installs its own to route them into its logging. The library never
-// writes to stdout/stderr itself; errors are returned as Status, never only logged.
+// rank agents, retries, handshake failures). The default writes "TIME wtx[COMPONENT]: MESSAGE"
+// lines (TIME: UTC, ms) to stderr; an engine installs its own to route them into its logging. The
+// library never writes to stdout/stderr itself; errors are returned as Status, never only logged.
 //
 // Thread-safety: SetLogger and Log are safe to call concurrently from any thread; a Logger's
 // Log may be called from several library threads at once (the default serializes its lines).

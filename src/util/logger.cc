@@ -1,6 +1,8 @@
 #include "wtx/logger.h"
 
+#include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <mutex>
 #include <string>
 
@@ -12,7 +14,19 @@ namespace {
 class StderrLoggerImpl : public Logger {
  public:
   void Log(LogLevel level, std::string_view component, std::string_view message) override {
-    std::string line = "wtx[" + std::string(component) + "]: ";
+    // Every line carries its UTC time to the millisecond: a daemon's log must say when a
+    // failover, a deposition or a handshake failure happened.
+    const auto now = std::chrono::system_clock::now();
+    const std::time_t secs = std::chrono::system_clock::to_time_t(now);
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() %
+        1000;
+    std::tm utc{};
+    gmtime_r(&secs, &utc);
+    char stamp[40];
+    const size_t n = std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &utc);
+    std::snprintf(stamp + n, sizeof(stamp) - n, ".%03dZ ", static_cast<int>(ms));
+    std::string line = std::string(stamp) + "wtx[" + std::string(component) + "]: ";
     if (level == LogLevel::kWarning || level == LogLevel::kError) {
       line += std::string(LogLevelName(level)) + ": ";
     }

@@ -50,7 +50,7 @@ int RunControl(const std::string& address, const std::string& secret_file,
     return kExitFailed;  // the peer answered with an error
   }
   std::cout << r.value().dump() << "\n";
-  return kExitOk;
+  return ControlAnswerExitCode(method, r.value());
 }
 
 }  // namespace
