@@ -186,3 +186,37 @@ TEST_CASE("FreedStorageIsNeverTouchedAndCannotBeRebound") {
   CHECK(r.p->CheckStorage().code() == ErrorCode::kStorageMoved);
   CHECK_FALSE(r.p->status().serving);
 }
+
+TEST_CASE("MoveDuringARollbackTransactionAbortsDirtyWithoutTouchingTheNewStorage") {
+  OneRank r;
+  REQUIRE(r.Full("t1", 1).decision == Decision::kCommit);
+  BeginRequest partial = Req("t2", TxKind::kPartial, r.p->status().version.value_or(""));
+  partial.modules = {"attn"};
+  partial.rollback = true;
+  REQUIRE(r.c->Begin(partial).status.ok());
+  const uint32_t kv = *r.m->FindParam("kv_b");
+  const auto box = WholeBox(r.m->params()[kv].shape);
+  auto bytes = Pattern(*r.m, "kv_b", box, 2);
+  WritePiece w{"kv_b", "", box, bytes.data(), bytes.size()};
+  REQUIRE(r.p->Write({&w, 1}).ok());
+  // The engine re-lays kv_b out into new storage holding other bytes, then the update aborts:
+  // the before-images must not be written into the new storage (nor the freed one).
+  std::vector<uint8_t> fresh(r.engine.bufs[kv]->size(), 9);
+  r.engine.Reallocate(kv, fresh);
+  REQUIRE(r.c->Abort("t2").status.ok());
+  CHECK(*r.engine.bufs[kv] == fresh);
+  RankStatus st = r.p->status();
+  CHECK(st.dirty);
+  CHECK_FALSE(st.serving);
+  CHECK(st.storage_moved == std::vector<std::string>{"kv_b"});
+  // The rank is dirty, not crashed: it adopts the storage and a full update serves again.
+  REQUIRE(r.p->Rebind({}).ok());
+  REQUIRE(r.Full("t3", 3).decision == Decision::kCommit);
+  CHECK(r.p->status().serving);
+  // The journal replays to the same state (the OUTCOME's derived flags agree).
+  r.c.reset();
+  r.p.reset();
+  CommandResult check = RunCommand(std::string(WTX_BINARY) + " check " + r.dir.path() + "/rank0");
+  INFO(check.out);
+  CHECK(check.code == 0);
+}

@@ -214,6 +214,16 @@ Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::st
     return Err(ErrorCode::kVoteNo, "rank " + Rank() + ": commit of '" + tx.req.tx +
                                        "' which this rank did not vote yes on");
   }
+  // Before-images go back only into storage that is still where wtx is bound: a move is found
+  // (and journaled, making the transaction's facts say so) before the rule is applied.
+  if (decision == Decision::kAbort && tx.req.rollback && !tx.before.empty()) {
+    std::vector<uint32_t> params;
+    for (const BeforeImage& b : tx.before) params.push_back(b.param);
+    std::sort(params.begin(), params.end());
+    params.erase(std::unique(params.begin(), params.end()), params.end());
+    Status moved = CheckIdentityLocked(params);
+    if (!moved.ok() && moved.code() != ErrorCode::kStorageMoved) return moved;
+  }
   // The dirty rule (DecideOutcome, the function replay applies to the OUTCOME record) on what
   // this process knows; replay derives the same from the journal's records.
   OutcomeFacts facts;
