@@ -374,6 +374,45 @@ TEST_CASE("ControlExitStatusSaysHowTheTransactionWent") {
   CHECK(r.out.find("\"decision\":\"abort\"") != std::string::npos);
 }
 
+// Issue 36, 2.5: a peer that goes away mid-handshake is a connection failure (4), worded as
+// one; only disagreeing credentials are "wrong secret" (2).
+TEST_CASE("AConnectionCutDuringTheTlsHandshakeExitsFourAndAWrongSecretTwo") {
+  TempDir d;
+  const std::string cutter = d.sub("cutter.py");
+  WriteFile(cutter,
+            "import socket\n"
+            "s = socket.socket()\n"
+            "s.bind(('127.0.0.1', 0))\n"
+            "s.listen(4)\n"
+            "print(s.getsockname()[1], flush=True)\n"
+            "for _ in range(3):\n"
+            "    c, _ = s.accept()\n"
+            "    c.recv(100)\n"
+            "    c.close()\n");
+  const std::string secret = d.sub("secret"), other = d.sub("other");
+  WriteFile(secret, "0123456789abcdef0123456789abcdef");
+  WriteFile(other, "fedcba9876543210fedcba9876543210");
+  Run cut = wtx::testing::RunCommand("(timeout -s KILL 20 /usr/bin/python3 " + cutter + " > " +
+                                     d.sub("port") + " & for i in $(seq 50); do [ -s " +
+                                     d.sub("port") + " ] && break; sleep 0.1; done; " +
+                                     "timeout 10 " + Wtx() + " control 127.0.0.1:$(cat " +
+                                     d.sub("port") + ") decisions --secret-file " + secret + ")");
+  INFO(cut.out);
+  CHECK(cut.code == wtx::kExitUnreachable);
+  CHECK(cut.out.find("during the TLS handshake") != std::string::npos);
+  CHECK(cut.out.find("wrong secret") == std::string::npos);
+  Run wrong = wtx::testing::RunCommand(
+      "(timeout -s KILL 20 " + Wtx() + " coordinator --listen 127.0.0.1:0 --ranks 1 --journal " +
+      d.sub("c") + " --secret-file " + secret + " > " + d.sub("ready") +
+      " 2>/dev/null & p=$!; for i in $(seq 50); do grep -q ready " + d.sub("ready") +
+      " && break; sleep 0.1; done; port=$(sed 's/.*\"port\":\\([0-9]*\\).*/\\1/' " +
+      d.sub("ready") + "); timeout 10 " + Wtx() + " control 127.0.0.1:$port decisions " +
+      "--secret-file " + other + "; c=$?; kill -TERM $p; wait $p; exit $c)");
+  INFO(wrong.out);
+  CHECK(wrong.code == wtx::kExitInvalidInput);
+  CHECK(wrong.out.find("wrong secret") != std::string::npos);
+}
+
 TEST_CASE("AnUnreachablePeerExitsFour") {
   BadFiles b;
   Run r = Sh("control 127.0.0.1:1 status --secret-file " + b.secret);

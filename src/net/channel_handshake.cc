@@ -142,6 +142,13 @@ class ServerHandshake : public std::enable_shared_from_this<ServerHandshake> {
     socket_->async_handshake(ssl::stream_base::server, [self](const boost::system::error_code& ec) {
       if (self->done_) return;
       if (ec) {
+        if (HandshakeConnectionLost(ec)) {
+          return self->Refuse(
+              "the client closed or reset the connection during the TLS "
+              "handshake (" +
+                  TlsErrorText(ec) + ")",
+              "");
+        }
         return self->Refuse(
             "TLS handshake failed: " + TlsErrorText(ec, self->socket_->native_handle()) +
                 " (wrong secret, or an untrusted or "
@@ -296,6 +303,15 @@ class ClientHandshake : public std::enable_shared_from_this<ClientHandshake> {
           self->socket_->async_handshake(
               ssl::stream_base::client, [self](const boost::system::error_code& hec) {
                 if (self->done_) return;
+                if (hec && HandshakeConnectionLost(hec)) {
+                  // The peer went away mid-handshake (it died or was killed): a connection
+                  // failure, like a refused connect, not a credentials problem.
+                  return self->Finish(Status(ErrorCode::kCrashed,
+                                             "the connection to " + self->address_ +
+                                                 " was closed or reset during the TLS handshake "
+                                                 "(the peer went away): " +
+                                                 TlsErrorText(hec)));
+                }
                 if (hec) {
                   // Refused by the peer's TLS (wrong secret, untrusted certificate) or it
                   // failed ours: worth a line, like any refusal.

@@ -191,6 +191,23 @@ std::string TlsErrorText(const boost::system::error_code& ec, const SSL* ssl) {
   return m;
 }
 
+bool HandshakeConnectionLost(const boost::system::error_code& ec) {
+  namespace err = boost::asio::error;
+  if (ec == err::eof || ec == err::connection_reset || ec == err::broken_pipe ||
+      ec == err::connection_aborted || ec == err::not_connected ||
+      ec == boost::asio::ssl::error::stream_truncated) {
+    return true;
+  }
+#ifdef SSL_R_UNEXPECTED_EOF_WHILE_READING
+  if (ec.category() == err::get_ssl_category() &&
+      ERR_GET_REASON(static_cast<unsigned long>(ec.value())) ==
+          SSL_R_UNEXPECTED_EOF_WHILE_READING) {
+    return true;
+  }
+#endif
+  return false;
+}
+
 Result<std::shared_ptr<ssl::context>> MakeTlsContext(bool server, const std::string& secret,
                                                      const TlsFiles& files) {
   auto ctx =

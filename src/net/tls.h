@@ -42,4 +42,10 @@ std::string TlsErrorText(const boost::system::error_code& ec);
 // ("... (peer certificate: certificate has expired)").
 std::string TlsErrorText(const boost::system::error_code& ec, const SSL* ssl);
 
+// Whether a failed TLS handshake failed because the connection went away (the peer closed,
+// reset or cut it: it died, or was killed, mid-handshake) rather than because the peers'
+// credentials disagree (wrong secret, untrusted or missing certificate). The first is a
+// connection failure, the second a refusal.
+bool HandshakeConnectionLost(const boost::system::error_code& ec);
+
 }  // namespace wtx::net
