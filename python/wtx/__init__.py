@@ -14,12 +14,33 @@ from ._wtx import (Aborted, Coordinator, DecisionLog, Error, Manifest, Participa
                    expected_version, history)
 
 __all__ = ["Aborted", "Coordinator", "DecisionLog", "Error", "Manifest", "Participant",
-           "expected_version", "history", "slice_source"]
+           "expected_version", "history", "module_from_manifest", "slice_source"]
 
 
 def slice_source(tensor, source_box):
     """The part of a full source tensor that `source_box` ([[begin, end], ...]) selects."""
     return tensor[tuple(slice(b, e) for b, e in source_box)]
+
+
+def module_from_manifest(manifest, requires_grad=False):
+    """A torch.nn.Module whose named_parameters() are exactly `manifest`'s parameters (dotted
+    names become submodules), zero-filled in the manifest's dtypes: an engine stand-in for tests
+    and benchmarks, to bind a participant to (`Participant.open(..., tensors=module)`)."""
+    import torch
+    from torch import nn
+
+    root = nn.Module()
+    for p in manifest.params:
+        *path, leaf = p["name"].split(".")
+        mod = root
+        for part in path:
+            if part not in mod._modules:
+                mod.add_module(part, nn.Module())
+            mod = mod._modules[part]
+        dtype = getattr(torch, _TORCH_DTYPES[p["dtype"]])
+        mod.register_parameter(leaf, nn.Parameter(torch.zeros(p["shape"], dtype=dtype),
+                                                  requires_grad=requires_grad))
+    return root
 
 
 _TORCH_DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16",

@@ -108,9 +108,7 @@ Status ParticipantImpl::CheckIdentityLocked(std::span<const uint32_t> params) {
 std::vector<uint32_t> ParticipantImpl::ParamsOfSource(std::string_view source) const {
   std::vector<uint32_t> out;
   for (const ShardRef& r : manifest_->ShardsOfSource(source)) out.push_back(r.param);
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
+  return Distinct(std::move(out));
 }
 
 Status ParticipantImpl::CheckStorage() {
@@ -135,16 +133,18 @@ Result<std::vector<StorageChange>> ParticipantImpl::Rebind(std::span<const std::
   std::vector<uint32_t> params;
   for (const std::string& n : names) {
     auto pi = manifest_->FindParam(n);
-    if (!pi)
+    if (!pi) {
       return Err(ErrorCode::kUnknownParam,
                  "rank " + Rank() + ": rebind: unknown parameter '" + n + "'");
+    }
     params.push_back(*pi);
   }
   if (names.empty()) params = all_params_;
   std::vector<ParamStorage> now(params.size());
   Status s = resolver_->Resolve(params, now);
-  if (!s.ok())
+  if (!s.ok()) {
     return Status(s.code(), "rank " + Rank() + ": storage resolver failed: " + s.message());
+  }
   std::vector<StorageChange> changes;
   std::vector<uint32_t> changed;
   for (size_t k = 0; k < params.size(); ++k) {

@@ -73,6 +73,13 @@ inline constexpr size_t kWriteRecordBatch = 256;
 
 inline Status Err(ErrorCode c, std::string m) { return Status(c, std::move(m)); }
 
+// `params` sorted, each once: the parameters a call touches, for the identity check.
+inline std::vector<uint32_t> Distinct(std::vector<uint32_t> params) {
+  std::sort(params.begin(), params.end());
+  params.erase(std::unique(params.begin(), params.end()), params.end());
+  return params;
+}
+
 // Per-source accounting of delta patch parts.
 struct PatchState {
   int parts = 0;

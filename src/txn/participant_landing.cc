@@ -118,10 +118,9 @@ Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& r
   // The engine's storage of every parameter the region touches is still where wtx is bound.
   {
     std::vector<uint32_t> params;
+    params.reserve(targets.size());
     for (const Target& t : targets) params.push_back(t.param);
-    std::sort(params.begin(), params.end());
-    params.erase(std::unique(params.begin(), params.end()), params.end());
-    WTX_RETURN_IF_ERROR(CheckIdentityLocked(params));
+    WTX_RETURN_IF_ERROR(CheckIdentityLocked(Distinct(std::move(params))));
   }
   // Everything checked. Before the engine changes a byte: before-images, touched chunks.
   const int64_t now = options_.env.clock->NowMicros();
@@ -201,9 +200,7 @@ Status ParticipantImpl::Landed(const LandingRegion& region) {
     // The landed bytes are read from the engine's storage: it must still be there.
     std::vector<uint32_t> params;
     for (const auto& [param, run] : landing.runs) params.push_back(param);
-    std::sort(params.begin(), params.end());
-    params.erase(std::unique(params.begin(), params.end()), params.end());
-    WTX_RETURN_IF_ERROR(CheckIdentityLocked(params));
+    WTX_RETURN_IF_ERROR(CheckIdentityLocked(Distinct(std::move(params))));
   }
   // The transfer is complete (the contract): hash the chunks it covers whole now, while the
   // engine's copy most likely left them in cache, instead of reading them again at prepare.

@@ -218,10 +218,9 @@ Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::st
   // (and journaled, making the transaction's facts say so) before the rule is applied.
   if (decision == Decision::kAbort && tx.req.rollback && !tx.before.empty()) {
     std::vector<uint32_t> params;
+    params.reserve(tx.before.size());
     for (const BeforeImage& b : tx.before) params.push_back(b.param);
-    std::sort(params.begin(), params.end());
-    params.erase(std::unique(params.begin(), params.end()), params.end());
-    Status moved = CheckIdentityLocked(params);
+    Status moved = CheckIdentityLocked(Distinct(std::move(params)));
     if (!moved.ok() && moved.code() != ErrorCode::kStorageMoved) return moved;
   }
   // The dirty rule (DecideOutcome, the function replay applies to the OUTCOME record) on what

@@ -419,9 +419,7 @@ Status ParticipantImpl::WriteLocked(std::span<const WritePiece> given,
     for (const PlannedRun& r : runs) {
       if (params.empty() || params.back() != r.param) params.push_back(r.param);
     }
-    std::sort(params.begin(), params.end());
-    params.erase(std::unique(params.begin(), params.end()), params.end());
-    WTX_RETURN_IF_ERROR(CheckIdentityLocked(params));
+    WTX_RETURN_IF_ERROR(CheckIdentityLocked(Distinct(std::move(params))));
   }
   // Everything checked: land the bytes.
   const int64_t now = options_.env.clock->NowMicros();
@@ -653,10 +651,9 @@ Status ParticipantImpl::RestoreBefore() {
   // Before-images go back only into storage that is still where wtx is bound: a parameter the
   // engine moved or freed is skipped (its bytes are unknown; the rank stays dirty).
   std::vector<uint32_t> params;
+  params.reserve(active_->before.size());
   for (const BeforeImage& b : active_->before) params.push_back(b.param);
-  std::sort(params.begin(), params.end());
-  params.erase(std::unique(params.begin(), params.end()), params.end());
-  Status moved = CheckIdentityLocked(params);
+  Status moved = CheckIdentityLocked(Distinct(std::move(params)));
   if (!moved.ok() && moved.code() != ErrorCode::kStorageMoved) return moved;
   for (auto it = active_->before.rbegin(); it != active_->before.rend(); ++it) {
     if (moved_[it->param]) continue;

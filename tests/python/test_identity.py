@@ -14,19 +14,7 @@ import wtx
 P = "model.layers.0.mlp.down_proj.weight"  # the parameter the engine changes (rank 0)
 
 
-def module_from_manifest(m):
-    """An nn.Module tree whose named_parameters() are the manifest's, zero-filled bf16."""
-    root = nn.Module()
-    for p in m.params:
-        *path, leaf = p["name"].split(".")
-        mod = root
-        for part in path:
-            if part not in mod._modules:
-                mod.add_module(part, nn.Module())
-            mod = mod._modules[part]
-        mod.register_parameter(leaf, nn.Parameter(torch.zeros(p["shape"], dtype=torch.bfloat16),
-                                                  requires_grad=False))
-    return root
+module_from_manifest = wtx.module_from_manifest
 
 
 def owner_of(root, name):

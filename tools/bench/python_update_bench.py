@@ -26,7 +26,6 @@ import tempfile
 import time
 
 import torch
-from torch import nn
 
 import wtx
 
@@ -35,19 +34,7 @@ DEFAULT_MODEL = os.path.join(HERE, "..", "..", "tests", "conformance", "models",
                              "config.json")
 
 
-def module_from_manifest(m):
-    """An nn.Module tree whose named_parameters() are the manifest's (zeros)."""
-    root = nn.Module()
-    for p in m.params:
-        *path, leaf = p["name"].split(".")
-        mod = root
-        for part in path:
-            if part not in mod._modules:
-                mod.add_module(part, nn.Module())
-            mod = mod._modules[part]
-        mod.register_parameter(leaf, nn.Parameter(torch.zeros(p["shape"], dtype=torch.bfloat16),
-                                                  requires_grad=False))
-    return root
+module_from_manifest = wtx.module_from_manifest
 
 
 def main():
