@@ -104,6 +104,8 @@ class Manifest {
   // Every shard on this rank fed by `source` (empty if the rank does not hold it).
   const std::vector<ShardRef>& ShardsOfSource(std::string_view source) const;
   bool HoldsSource(std::string_view source) const { return !ShardsOfSource(source).empty(); }
+  // The distinct parameters those shards belong to, in manifest order.
+  std::vector<uint32_t> ParamsOfSource(std::string_view source) const;
   // Shape of a source tensor, if any shard on this rank names it.
   std::optional<Shape> SourceShape(std::string_view source) const;
   // Derived states that read parameter `param`.

@@ -282,6 +282,11 @@ py::list Rebind(PyParticipant& self, const py::object& names) {
         Status::InvalidArgument("rebind: this participant owns its live memory (opened "
                                 "without tensors); there is nothing to rebind"));
   }
+  if (!self.identity_checks) {
+    Raise(
+        Status::InvalidArgument("rebind: this participant was opened with "
+                                "identity_checks=False; reopen it over the new tensors"));
+  }
   const std::vector<std::string> wanted = ParamNames(self, names);
   const Manifest& m = *self.manifest;
   std::vector<uint32_t> indices;
@@ -295,11 +300,7 @@ py::list Rebind(PyParticipant& self, const py::object& names) {
     const ParamSpec& ps = m.params()[i];
     CheckLiveTensor(t, ps, "rebind: the engine's tensor for '" + ps.name + "'", self.live_device);
   }
-  if (!self.identity_checks) {
-    Raise(
-        Status::InvalidArgument("rebind: this participant was opened with "
-                                "identity_checks=False; reopen it over the new tensors"));
-  }
+
   // The engine's current storage is pinned before it is adopted, so that the participant binds
   // to exactly what stays pinned (a parameter rebind refuses is moved already: never touched).
   for (uint32_t i : indices) self.resolver->Pin(i);
@@ -375,14 +376,6 @@ std::optional<PyStorageResolver::Prefetched> PrefetchFor(PyParticipant& self,
     for (uint32_t i = 0; i < params.size(); ++i) params[i] = i;
   }
   return self.resolver->Prefetch(std::move(params));
-}
-
-std::vector<uint32_t> ParamsOfSource(const Manifest& m, const std::string& source) {
-  std::vector<uint32_t> out;
-  for (const ShardRef& r : m.ShardsOfSource(source)) {
-    if (out.empty() || out.back() != r.param) out.push_back(r.param);
-  }
-  return out;
 }
 
 void WritePieces(PyParticipant& self, const std::vector<WritePiece>& pieces) {
@@ -488,7 +481,7 @@ int WriteSource(PyParticipant& self, const std::string& source, py::object given
   py::object tensor = AsLiveSource(std::move(given), m.params()[refs[0].param].dtype, what);
   TensorInfo t = InspectTensor(tensor, what);
   CheckHostTensor(t, m.params()[refs[0].param].dtype, *m.SourceShape(source), what);
-  auto pre = PrefetchFor(self, ParamsOfSource(m, source));
+  auto pre = PrefetchFor(self, m.ParamsOfSource(source));
   auto r = WithoutGil(
       [&] { return p.WriteSource(source, reinterpret_cast<const void*>(t.ptr), t.bytes); });
   return Unwrap(std::move(r));
@@ -510,7 +503,7 @@ int WriteSourceFromFile(PyParticipant& self, const std::string& source, const py
   }
   f.offset = static_cast<uint64_t>(IntArg(offset, "offset", 0, INT64_MAX));
   Participant& p = self.get();
-  auto pre = PrefetchFor(self, ParamsOfSource(*self.manifest, source));
+  auto pre = PrefetchFor(self, self.manifest->ParamsOfSource(source));
   auto r = WithoutGil([&] { return p.WriteSourceFromFile(source, f); });
   return Unwrap(std::move(r));
 }
@@ -563,7 +556,7 @@ void Patch(PyParticipant& self, const std::string& source, py::object indices, p
   req.value_bytes = t.bytes;
   req.part = part.first;
   req.parts = part.second;
-  auto pre = PrefetchFor(self, ParamsOfSource(m, source));
+  auto pre = PrefetchFor(self, m.ParamsOfSource(source));
   Check(WithoutGil([&] { return p.Patch(req); }));
 }
 
@@ -601,7 +594,7 @@ std::vector<uint32_t> RegionParams(const Manifest& m, const LandingRegion& regio
     auto i = m.FindParam(region.param);
     return i ? std::vector<uint32_t>{*i} : std::vector<uint32_t>{};
   }
-  return ParamsOfSource(m, region.source);
+  return m.ParamsOfSource(region.source);
 }
 
 py::list Reserve(PyParticipant& self, std::optional<std::string> param,

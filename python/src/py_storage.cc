@@ -26,14 +26,13 @@ size_t RawUseCount(uintptr_t impl) {
 PyStorageResolver::Torch::Torch()
     : n_data_ptr("data_ptr"),
       n_dtype("dtype"),
-      n_is_cuda("is_cuda"),
       n_shape("shape"),
       n_stride("stride"),
       n_modules("_modules"),
       n_parameters("_parameters"),
       n_buffers("_buffers") {
-  for (py::str* n : {&n_data_ptr, &n_dtype, &n_is_cuda, &n_shape, &n_stride, &n_modules,
-                     &n_parameters, &n_buffers}) {
+  for (py::str* n :
+       {&n_data_ptr, &n_dtype, &n_shape, &n_stride, &n_modules, &n_parameters, &n_buffers}) {
     PyObject* p = n->release().ptr();
     PyUnicode_InternInPlace(&p);
     *n = py::reinterpret_steal<py::str>(p);
@@ -211,15 +210,22 @@ py::object PyStorageResolver::Lookup(uint32_t index, Walk* walk) const {
   return py::none();
 }
 
-uint64_t PyStorageResolver::FastKey(py::handle t) const {
+uint64_t PyStorageResolver::DataPtr(py::handle t) const {
+  py::object ptr = Owned(PyObject_CallMethodNoArgs(t.ptr(), torch_.n_data_ptr.ptr()));
+  const uint64_t v = PyLong_AsUnsignedLongLongMask(ptr.ptr());
+  if (PyErr_Occurred()) throw py::error_already_set();
+  return v;
+}
+
+uint64_t PyStorageResolver::FastKey(py::handle t, uint64_t* address) const {
   // Where the bytes start, and how they are read: any rebinding changes one of them while the
   // bound storage is pinned (its address cannot be handed to another tensor meanwhile); a
   // resize or a free of the bound storage itself moves or zeroes the address. (A tensor moved
   // to another device has another address: the device is not read here.)
   std::array<int64_t, 40> key{};
   size_t n = 0;
-  py::object ptr = Owned(PyObject_CallMethodNoArgs(t.ptr(), torch_.n_data_ptr.ptr()));
-  key[n++] = static_cast<int64_t>(PyLong_AsUnsignedLongLongMask(ptr.ptr()));
+  *address = DataPtr(t);
+  key[n++] = static_cast<int64_t>(*address);
   py::object dtype = Owned(PyObject_GetAttr(t.ptr(), torch_.n_dtype.ptr()));
   key[n++] = reinterpret_cast<int64_t>(dtype.ptr());  // dtypes are singletons
   py::object shape = Owned(PyObject_GetAttr(t.ptr(), torch_.n_shape.ptr()));
@@ -249,7 +255,7 @@ void PyStorageResolver::Pin(uint32_t index) {
   const bool bare = kind_ != Kind::kModule && !py::isinstance(b.given, torch_.param_type);
   py::object t = Lookup(index);
   b.pin = bare || t.is_none() || !py::hasattr(t, "detach") ? py::none() : t.attr("detach")();
-  b.pin_address = b.pin.is_none() ? 0 : b.pin.attr("data_ptr")().cast<uint64_t>();
+  b.pin_address = b.pin.is_none() ? 0 : DataPtr(b.pin);
 }
 
 ParamStorage PyStorageResolver::Describe(uint32_t index, py::handle t) {
@@ -266,15 +272,13 @@ ParamStorage PyStorageResolver::Describe(uint32_t index, py::handle t) {
   // Only wtx still references what it was given (bound_ and the caller's `t`): the engine has
   // dropped it.
   const bool only_wtx = kind_ != Kind::kModule && Py_REFCNT(b.given.ptr()) <= 2;
-  uint64_t fast = FastKey(t);
-  if (!b.pin.is_none()) {
-    // The pinned storage itself was resized or freed (`storage().resize_(0)` on any alias):
-    // its address may now be handed to another tensor, so an equal address proves nothing.
-    py::object ptr = Owned(PyObject_CallMethodNoArgs(b.pin.ptr(), torch_.n_data_ptr.ptr()));
-    if (PyLong_AsUnsignedLongLongMask(ptr.ptr()) != b.pin_address) fast ^= 0x9E3779B97F4A7C15ULL;
-  }
+  uint64_t address = 0;
+  uint64_t fast = FastKey(t, &address);
+  // The pinned storage itself was resized or freed (`storage().resize_(0)` on any alias): its
+  // address may now be handed to another tensor, so an equal address proves nothing.
+  if (!b.pin.is_none() && DataPtr(b.pin) != b.pin_address) fast ^= 0x9E3779B97F4A7C15ULL;
   if (b.described && fast == b.fast && !only_wtx) return b.last;  // nothing moved
-  s.address = t.attr("data_ptr")().cast<uint64_t>();
+  s.address = address;
   py::object storage = torch_.StorageOf(t);
   const int64_t offset = Int(t.attr("storage_offset")()) * Int(t.attr("element_size")());
   const int64_t nbytes = Int(storage.attr("nbytes")());
@@ -294,14 +298,18 @@ ParamStorage PyStorageResolver::Describe(uint32_t index, py::handle t) {
   return s;
 }
 
-PyStorageResolver::Prefetched PyStorageResolver::Prefetch(std::vector<uint32_t> params) {
-  std::vector<ParamStorage> found(params.size());
+void PyStorageResolver::DescribeAll(std::span<const uint32_t> params, std::span<ParamStorage> out) {
   // Shared modules are looked up once when several parameters are resolved together.
   std::optional<Walk> walk;
   if (params.size() > 1) walk = NewWalk();
   for (size_t k = 0; k < params.size(); ++k) {
-    found[k] = Describe(params[k], Lookup(params[k], walk ? &*walk : nullptr));
+    out[k] = Describe(params[k], Lookup(params[k], walk ? &*walk : nullptr));
   }
+}
+
+PyStorageResolver::Prefetched PyStorageResolver::Prefetch(std::vector<uint32_t> params) {
+  std::vector<ParamStorage> found(params.size());
+  DescribeAll(params, found);
   std::lock_guard<std::mutex> l(pre_mu_);
   if (pre_.size() != bound_.size()) pre_.resize(bound_.size());
   for (size_t k = 0; k < params.size(); ++k) pre_[params[k]] = std::move(found[k]);
@@ -326,12 +334,7 @@ Status PyStorageResolver::Resolve(std::span<const uint32_t> params, std::span<Pa
   }
   py::gil_scoped_acquire gil;
   try {
-    std::optional<Walk> walk;
-    if (params.size() > 1) walk = NewWalk();
-    for (size_t k = 0; k < params.size(); ++k) {
-      py::object t = Lookup(params[k], walk ? &*walk : nullptr);
-      out[k] = Describe(params[k], t);
-    }
+    DescribeAll(params, out);
   } catch (const std::exception& e) {
     return Status::InvalidArgument(std::string("resolving the engine's parameters: ") + e.what());
   }

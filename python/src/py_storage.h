@@ -12,8 +12,9 @@
 //    a tensor whose storage only wtx still references is reported released (the engine dropped
 //    it).
 // The storage a parameter is bound to is kept alive (a detached alias) until it is rebound, so
-// its address cannot be handed to another tensor while wtx compares against it; the layout token
-// includes the storage's identity, its dtype, shape, strides and device.
+// its address cannot be handed to another tensor while wtx compares against it (a pinned storage
+// resized or freed anyway counts as moved); the layout token digests the data pointer, dtype,
+// shape and strides.
 //
 // Thread-safety: Resolve acquires the GIL itself (the participant calls it with the GIL
 // released); every other method REQUIRES the GIL.
@@ -84,7 +85,7 @@ class PyStorageResolver : public StorageResolver {
     std::optional<int64_t> UseCount(py::handle storage) const;
     py::object module_type, param_type, use_count = py::none();
     // Interned attribute names, for the CPython calls of every resolve.
-    py::str n_data_ptr, n_dtype, n_is_cuda, n_shape, n_stride, n_modules, n_parameters, n_buffers;
+    py::str n_data_ptr, n_dtype, n_shape, n_stride, n_modules, n_parameters, n_buffers;
     bool untyped = false;
     bool countable = false;
 
@@ -122,8 +123,12 @@ class PyStorageResolver : public StorageResolver {
     return Walk{std::vector<py::object>(nodes_.size()), std::vector<bool>(nodes_.size(), false)};
   }
   ParamStorage Describe(uint32_t index, py::handle tensor);
-  // A digest of the tensor's data pointer, dtype, device kind, shape and strides.
-  uint64_t FastKey(py::handle tensor) const;
+  // A digest of the tensor's data pointer (also returned in *address), dtype, shape and
+  // strides.
+  uint64_t FastKey(py::handle tensor, uint64_t* address) const;
+  uint64_t DataPtr(py::handle tensor) const;
+  // out[k] = Describe(params[k]), each module looked up once. REQUIRES: the GIL.
+  void DescribeAll(std::span<const uint32_t> params, std::span<ParamStorage> out);
 
   Torch torch_;  // first: constructed before anything that uses it
   std::vector<Node> nodes_;

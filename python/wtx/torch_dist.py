@@ -20,6 +20,7 @@ import json
 import torch
 import torch.distributed as dist
 
+from . import _enter, _exit_closing
 from ._wtx import Aborted, Coordinator, Error
 
 __all__ = ["Group"]
@@ -122,12 +123,9 @@ class Group:
             self.coordinator = None
         self._closed = True
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
+    # A context manager like Participant and Coordinator: leaving the block closes it.
+    __enter__ = _enter
+    __exit__ = _exit_closing
 
     # ------------------------------------------------------------------------- the carrying
 

@@ -425,6 +425,13 @@ const std::vector<ShardRef>& Manifest::ShardsOfSource(std::string_view source) c
   auto it = source_index_.find(source);
   return it == source_index_.end() ? kNone : it->second;
 }
+std::vector<uint32_t> Manifest::ParamsOfSource(std::string_view source) const {
+  std::vector<uint32_t> out;
+  for (const ShardRef& r : ShardsOfSource(source)) out.push_back(r.param);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
 std::optional<Shape> Manifest::SourceShape(std::string_view source) const {
   const auto& refs = ShardsOfSource(source);
   if (refs.empty()) return std::nullopt;

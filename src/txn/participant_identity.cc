@@ -65,6 +65,7 @@ Status ParticipantImpl::InitIdentity() {
 }
 
 Status ParticipantImpl::MovedError(std::span<const uint32_t> params) const {
+  if (moved_count_ == 0) return Status::OK();
   std::vector<StorageChange> moved;
   for (uint32_t i : params) {
     if (moved_[i]) moved.push_back({manifest_->params()[i].name, bound_[i], *moved_[i]});
@@ -103,12 +104,6 @@ Status ParticipantImpl::CheckIdentityLocked(std::span<const uint32_t> params) {
     WTX_RETURN_IF_ERROR(Log(std::move(rec), true));
   }
   return MovedError(params);
-}
-
-std::vector<uint32_t> ParticipantImpl::ParamsOfSource(std::string_view source) const {
-  std::vector<uint32_t> out;
-  for (const ShardRef& r : manifest_->ShardsOfSource(source)) out.push_back(r.param);
-  return Distinct(std::move(out));
 }
 
 Status ParticipantImpl::CheckStorage() {

@@ -229,8 +229,7 @@ class ParticipantImpl : public Participant {
   Status MovedError(std::span<const uint32_t> params) const REQUIRES(mu_);
   // Reattach, with mu_ held (Verify after a Rebind is a Reattach).
   Result<VerifyReport> ReattachLocked() REQUIRES(mu_);
-  // The distinct parameters a source feeds on this rank (manifest order).
-  std::vector<uint32_t> ParamsOfSource(std::string_view source) const;
+
   Status CheckAlive() const REQUIRES(mu_) {
     if (crashed_) return Err(ErrorCode::kCrashed, "rank " + Rank() + " has crashed");
     return Status::OK();

@@ -13,7 +13,7 @@ namespace wtx::participant_internal {
 Status ParticipantImpl::Patch(const PatchRequest& req) {
   std::lock_guard<std::mutex> l(mu_);
   WTX_RETURN_IF_ERROR(CheckWritable());
-  WTX_RETURN_IF_ERROR(CheckIdentityLocked(ParamsOfSource(req.source)));
+  WTX_RETURN_IF_ERROR(CheckIdentityLocked(manifest_->ParamsOfSource(req.source)));
   const bool dev_idx = req.indices_location == BufferLocation::kDevice;
   const bool dev_val = req.values_location == BufferLocation::kDevice;
   if (!dev_idx && !dev_val) return PatchLocked(req);
