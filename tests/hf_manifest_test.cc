@@ -275,9 +275,9 @@ std::function<int(const std::string&)> Multiplicity(int tp, int ep, int kv_heads
   const int dp = group / tp;
   return [=](const std::string& s) {
     if (EndsWith(s, "layernorm.weight") || s == "model.norm.weight" ||
-        EndsWith(s, ".gate.weight") || EndsWith(s, "shared_expert_gate.weight") ||
-        EndsWith(s, "e_score_correction_bias") || EndsWith(s, "q_norm.weight") ||
-        EndsWith(s, "k_norm.weight") || Contains(s, ".q_a_proj.") ||
+        EndsWith(s, ".gate.weight") || EndsWith(s, ".gate.weight_scale_inv") ||
+        EndsWith(s, "shared_expert_gate.weight") || EndsWith(s, "e_score_correction_bias") ||
+        EndsWith(s, "q_norm.weight") || EndsWith(s, "k_norm.weight") || Contains(s, ".q_a_proj.") ||
         Contains(s, ".kv_a_proj_with_mqa.")) {
       return group;
     }
@@ -972,6 +972,138 @@ TEST_CASE("Qwen3MoeSharedExpertIsBuiltAsVllmDoes") {
                    "model.layers.1.mlp.shared_expert_gate.weight") == 1);
   c["shared_expert_intermediate_size"] = 97;
   CHECK(GenerateError(c, 2).message().find("shared_expert_intermediate_size") != std::string::npos);
+}
+
+// tiny-qwen3-moe with an fp8 quantization_config of 16x16 blocks (aligned at tp 2).
+json TinyQwen3MoeFp8(json quant_extra = json::object()) {
+  json c = LoadConfig("tiny-qwen3-moe");
+  json q = {{"quant_method", "fp8"},
+            {"fmt", "e4m3"},
+            {"activation_scheme", "dynamic"},
+            {"weight_block_size", {16, 16}}};
+  q.update(quant_extra);
+  c["quantization_config"] = q;
+  return c;
+}
+
+TEST_CASE("Fp8RouterIsQuantizedWithScalesUnlessListed") {
+  // Issue 36, 1.2: vLLM's Qwen3-MoE router is a ReplicatedLinear with the model's quant config.
+  auto ranks = AllRanks(TinyQwen3MoeFp8(), 2, std::nullopt);
+  const std::string gate = "model.layers.1.mlp.gate";
+  CHECK(Param(*ranks[1], gate + ".weight").dtype == DType::kFP8E4M3);
+  CHECK(Param(*ranks[1], gate + ".weight_scale_inv").shape == Shape{1, 4});  // ceil(8/16), 64/16
+  const auto& scales = Derived(*ranks[0], "model.layers.1.mlp.fp8_scales").sources;
+  CHECK(std::count(scales.begin(), scales.end(), gate + ".weight_scale_inv") == 1);
+  CHECK(CheckElementCoverage(ranks, Multiplicity(2, 1, 2)) == "");
+
+  auto listed =
+      AllRanks(TinyQwen3MoeFp8({{"modules_to_not_convert", {gate, "lm_head"}}}), 2, std::nullopt);
+  CHECK(Param(*listed[0], gate + ".weight").dtype == DType::kBF16);
+  CHECK_FALSE(listed[0]->FindParam(gate + ".weight_scale_inv").has_value());
+  CHECK(Param(*listed[0], "model.layers.1.mlp.experts.w13_weight").dtype == DType::kFP8E4M3);
+  CHECK(CheckElementCoverage(listed, Multiplicity(2, 1, 2)) == "");
+  // Mixtral's and DeepSeek's routers are built without a quant config: the model dtype.
+  json mixtral = LoadConfig("tiny-mixtral");
+  mixtral["quantization_config"] = TinyQwen3MoeFp8()["quantization_config"];
+  const auto mm = Generate(mixtral, 1, 0, std::nullopt);
+  CHECK(Param(*mm, "model.layers.0.block_sparse_moe.gate.weight").dtype ==
+        Param(*mm, "model.embed_tokens.weight").dtype);
+  CHECK_FALSE(mm->FindParam("model.layers.0.block_sparse_moe.gate.weight_scale_inv").has_value());
+}
+
+TEST_CASE("Fp8IgnoredLayersStayUnquantizedWithoutScales") {
+  const std::string attn = "model.layers.0.self_attn";
+  const json list = {attn + ".q_proj", attn + ".k_proj", attn + ".v_proj",
+                     "model.layers.0.mlp.down_proj", "model.layers.0.input_layernorm"};
+  for (const char* key : {"ignored_layers", "modules_to_not_convert"}) {
+    INFO(key);
+    auto ranks = AllRanks(TinyQwen3MoeFp8({{key, list}}), 2, std::nullopt);
+    const Manifest& m = *ranks[1];
+    CHECK(Param(m, attn + ".qkv_proj.weight").dtype == DType::kBF16);
+    CHECK_FALSE(m.FindParam(attn + ".qkv_proj.weight_scale_inv").has_value());
+    CHECK(Param(m, attn + ".o_proj.weight").dtype == DType::kFP8E4M3);
+    CHECK(Param(m, "model.layers.0.mlp.down_proj.weight").dtype == DType::kBF16);
+    CHECK(Param(m, "model.layers.0.mlp.gate_up_proj.weight").dtype == DType::kFP8E4M3);
+    // The module's scale refresh reads only the scales that exist.
+    CHECK(Derived(m, attn + ".fp8_scales").sources ==
+          std::vector<std::string>{attn + ".o_proj.weight_scale_inv"});
+    // Another layer is quantized as before.
+    CHECK(Param(m, "model.layers.2.self_attn.qkv_proj.weight").dtype == DType::kFP8E4M3);
+    CHECK(CheckElementCoverage(ranks, Multiplicity(2, 1, 2)) == "");
+  }
+  // ignored_layers wins; an empty one falls back to modules_to_not_convert, as vLLM.
+  auto m = Generate(TinyQwen3MoeFp8({{"ignored_layers", json::array()},
+                                     {"modules_to_not_convert", {attn + ".o_proj"}}}),
+                    1, 0, std::nullopt);
+  CHECK(Param(*m, attn + ".o_proj.weight").dtype == DType::kBF16);
+  m = Generate(TinyQwen3MoeFp8({{"ignored_layers", {attn + ".o_proj"}},
+                                {"modules_to_not_convert", {"model.layers.0.mlp.down_proj"}}}),
+               1, 0, std::nullopt);
+  CHECK(Param(*m, attn + ".o_proj.weight").dtype == DType::kBF16);
+  CHECK(Param(*m, "model.layers.0.mlp.down_proj.weight").dtype == DType::kFP8E4M3);
+  // A name matches exactly, as vLLM's default (no substring match): "self_attn" skips nothing.
+  m = Generate(TinyQwen3MoeFp8({{"ignored_layers", {"self_attn", "o_proj"}}}), 1, 0, std::nullopt);
+  CHECK(Param(*m, attn + ".o_proj.weight").dtype == DType::kFP8E4M3);
+  // A fused layer named by its fused (vLLM) name is skipped too.
+  m = Generate(TinyQwen3MoeFp8({{"ignored_layers", {attn + ".qkv_proj"}}}), 1, 0, std::nullopt);
+  CHECK(Param(*m, attn + ".qkv_proj.weight").dtype == DType::kBF16);
+}
+
+TEST_CASE("Fp8FusedLayerPartlyIgnoredIsRefusedNamingItsParts") {
+  const std::string attn = "model.layers.2.self_attn";
+  const std::string msg =
+      GenerateError(
+          TinyQwen3MoeFp8({{"modules_to_not_convert", {attn + ".q_proj", attn + ".v_proj"}}}), 1, 0,
+          std::nullopt)
+          .message();
+  CHECK(msg.find("quantization_config.modules_to_not_convert") != std::string::npos);
+  CHECK(msg.find(attn + ".qkv_proj") != std::string::npos);
+  CHECK(msg.find("not listed: " + attn + ".k_proj") != std::string::npos);
+  const std::string mlp =
+      GenerateError(TinyQwen3MoeFp8({{"ignored_layers", {"model.layers.0.mlp.up_proj"}}}), 1, 0,
+                    std::nullopt)
+          .message();
+  CHECK(mlp.find("quantization_config.ignored_layers") != std::string::npos);
+  CHECK(mlp.find("model.layers.0.mlp.gate_up_proj") != std::string::npos);
+}
+
+TEST_CASE("Fp8AnyListedExpertKeepsTheLayersExpertsUnquantized") {
+  // vLLM's FusedMoE check: a listed name containing "experts" that contains the layer's experts
+  // prefix skips the whole stacked layer.
+  auto ranks =
+      AllRanks(TinyQwen3MoeFp8({{"ignored_layers", {"model.layers.1.mlp.experts.3.down_proj"}}}), 2,
+               std::nullopt);
+  const Manifest& m = *ranks[0];
+  CHECK(Param(m, "model.layers.1.mlp.experts.w13_weight").dtype == DType::kBF16);
+  CHECK(Param(m, "model.layers.1.mlp.experts.w2_weight").dtype == DType::kBF16);
+  CHECK_FALSE(m.FindParam("model.layers.1.mlp.experts.w13_weight_scale_inv").has_value());
+  CHECK(Param(m, "model.layers.1.mlp.gate.weight").dtype == DType::kFP8E4M3);
+  CHECK(CheckElementCoverage(ranks, Multiplicity(2, 1, 2)) == "");
+}
+
+TEST_CASE("Fp8IgnoredKvBProjMakesItsAbsorbedCopiesReadOnlyTheWeight") {
+  json c = LoadConfig("tiny-deepseek");
+  c["quantization_config"] = {{"quant_method", "fp8"},
+                              {"weight_block_size", {8, 8}},
+                              {"ignored_layers", {"model.layers.1.self_attn.kv_b_proj"}}};
+  auto m = Generate(c, 1, 0, std::nullopt);
+  CHECK(Param(*m, "model.layers.1.self_attn.kv_b_proj.weight").dtype == DType::kBF16);
+  CHECK(Derived(*m, "model.layers.1.self_attn.W_UK_T").sources ==
+        std::vector<std::string>{"model.layers.1.self_attn.kv_b_proj.weight"});
+  CHECK(Derived(*m, "model.layers.2.self_attn.W_UV").sources.size() == 2);
+}
+
+TEST_CASE("Fp8QuantizationConfigFieldsAreCheckedNamingThem") {
+  CHECK(GenerateError(TinyQwen3MoeFp8({{"ignored_layers", "lm_head"}}), 1, 0, std::nullopt)
+            .message()
+            .find("quantization_config.ignored_layers: expected a list") != std::string::npos);
+  CHECK(GenerateError(TinyQwen3MoeFp8({{"modules_to_not_convert", {"lm_head", 3}}}), 1, 0,
+                      std::nullopt)
+            .message()
+            .find("quantization_config.modules_to_not_convert[1]") != std::string::npos);
+  CHECK(GenerateError(TinyQwen3MoeFp8({{"activation_scheme", "static"}}), 1, 0, std::nullopt)
+            .message()
+            .find("quantization_config.activation_scheme") != std::string::npos);
 }
 
 TEST_CASE("LayoutKeyTheFamilyDoesNotModelIsRefusedNamingIt") {

@@ -3,6 +3,7 @@
 #include "wtx/limits.h"
 
 #include <algorithm>
+#include <cassert>
 #include <utility>
 
 namespace wtx::hf {
@@ -239,9 +240,59 @@ Result<Range> Builder::BlockSlice(Range slice, int64_t extent, int64_t block,
   return Range{slice.begin / block, CeilDiv(slice.end, block)};
 }
 
+bool WeightFormat::Lists(std::string_view prefix) const {
+  return std::find(ignored_layers.begin(), ignored_layers.end(), prefix) != ignored_layers.end();
+}
+
+Result<bool> Builder::QuantizesLinear(std::string_view prefix,
+                                      std::span<const LinearPart> parts) const {
+  if (!format_.fp8) return false;
+  // REQUIRES: parts is not empty (every linear has at least one part)
+  assert(!parts.empty() && "a linear layer is fed by at least one checkpoint module");
+  size_t listed = 0;
+  for (const LinearPart& p : parts) listed += format_.Lists(p.source) ? 1 : 0;
+  if (listed == 0) return !format_.Lists(prefix);
+  if (listed == parts.size()) return false;
+  std::string in, out;
+  for (const LinearPart& p : parts) {
+    std::string& to = format_.Lists(p.source) ? in : out;
+    if (!to.empty()) to += ", ";
+    to += p.source;
+  }
+  return Status::InvalidArgument("quantization_config." + std::string(format_.ignored_field) +
+                                 ": lists some but not all parts of the fused layer " +
+                                 std::string(prefix) + " (listed: " + in + "; not listed: " + out +
+                                 "); vLLM requires all parts of a fused layer to have "
+                                 "the same precision");
+}
+
+bool Builder::QuantizesExperts(std::string_view experts_prefix) const {
+  if (!format_.fp8) return false;
+  for (const std::string& l : format_.ignored_layers) {
+    if (l.find("experts") != std::string::npos && l.find(experts_prefix) != std::string::npos) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Status Builder::AddRouter(std::string_view module, const ExpertsSpec& spec) {
+  const std::string gate = std::string(module) + ".gate";
+  if (spec.quantized_router && format_.fp8) {
+    const LinearPart part[] = {{"0", gate, spec.experts, {0, spec.experts}}};
+    return AddLinear(gate, part, spec.hidden, {0, spec.hidden}, false, /*quantized=*/true);
+  }
+  AddReplicated(gate + ".weight", {spec.experts, spec.hidden}, format_.dtype);
+  return Status::OK();
+}
+
 Status Builder::AddLinear(std::string_view prefix, std::span<const LinearPart> parts, int64_t in,
                           Range in_slice, bool bias, bool quantized) {
-  const bool fp8 = quantized && format_.fp8.has_value();
+  bool fp8 = false;
+  if (quantized) {
+    WTX_ASSIGN_OR_RETURN(q, QuantizesLinear(prefix, parts));
+    fp8 = q;
+  }
   int64_t rows = 0;
   for (const LinearPart& p : parts) rows += p.row_slice.extent();
   const int64_t cols = in_slice.extent();
@@ -392,7 +443,9 @@ Status Builder::AddExperts(std::string_view prefix, const ExpertsSpec& spec) {
       global[k] = par_.ep_rank * local + k;
     }
   }
-  const bool fp8 = format_.fp8.has_value();
+  std::string experts_prefix(prefix);
+  experts_prefix += ".experts";  // vLLM's FusedMoE prefix
+  const bool fp8 = QuantizesExperts(experts_prefix);
   const ExpertProj w1{".w1", spec.names.gate}, w3{".w3", spec.names.up}, w2{".w2", spec.names.down};
   std::string ep_prefix(prefix);
   ep_prefix += ".experts.";  // checkpoint prefix of expert e: ep_prefix + e
@@ -595,7 +648,7 @@ Status AddGqaAttention(Builder* b, const GqaAttention& a, int64_t layer) {
 Status AddRoutedMoeModule(Builder* b, int64_t layer, std::string_view name, const ExpertsSpec& spec,
                           const std::function<Status(const std::string& module)>& extra) {
   const std::string module = BeginMlpModule(b, layer, spec.hidden, name);
-  b->AddReplicated(module + ".gate.weight", {spec.experts, spec.hidden}, b->format().dtype);
+  WTX_RETURN_IF_ERROR(b->AddRouter(module, spec));
   WTX_RETURN_IF_ERROR(b->AddExperts(module, spec));
   if (extra) WTX_RETURN_IF_ERROR(extra(module));
   b->AddModuleScalesDerived(module + ".fp8_scales");

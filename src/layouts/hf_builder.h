@@ -69,6 +69,13 @@ struct Fp8Block {
 struct WeightFormat {
   DType dtype = DType::kBF16;   // embeddings, norms, router and unquantized linears
   std::optional<Fp8Block> fp8;  // set: quantized linears are fp8_e4m3 + f32 weight_scale_inv
+  // vLLM's Fp8Config.ignored_layers (quantization_config.ignored_layers, or
+  // modules_to_not_convert when that is empty): layer prefixes kept in `dtype`, no scales.
+  std::vector<std::string> ignored_layers;
+  std::string_view ignored_field;  // the config key they came from, for errors
+
+  // vLLM's exact-prefix match: is the module `prefix` listed?
+  bool Lists(std::string_view prefix) const;
 };
 
 // One checkpoint tensor feeding a block of output rows of a (fused) linear layer.
@@ -117,6 +124,9 @@ struct ExpertsSpec {
   int64_t intermediate = 0;
   std::string_view intermediate_field;
   ExpertNames names;
+  // The router `gate` is a quantized linear in the fp8 layout (vLLM builds Qwen3-MoE's router
+  // with the model's quant_config; Mixtral's and DeepSeek's with none).
+  bool quantized_router = false;
 };
 
 class Builder {
@@ -153,7 +163,8 @@ class Builder {
   // row slices of `parts` in order, over the input columns `in_slice` of `in`. With `bias`, also
   // `prefix.bias` (parts' biases, same rows). With an fp8 format and `quantized`, the weight is
   // fp8_e4m3 and `prefix.weight_scale_inv` (f32) holds each part's scale blocks, stacked the
-  // same way. Fails when an fp8 block does not align with a slice.
+  // same way, unless the layer is skipped (see QuantizesLinear). Fails when an fp8 block does not
+  // align with a slice.
   Status AddLinear(std::string_view prefix, std::span<const LinearPart> parts, int64_t in,
                    Range in_slice, bool bias, bool quantized);
 
@@ -169,6 +180,19 @@ class Builder {
   // (the same ids on every rank); the source names the global expert.
   // REQUIRES: CheckExperts(spec).ok()
   Status AddExperts(std::string_view prefix, const ExpertsSpec& spec);
+  // The router `<module>.gate` [E, H]: a replicated weight, or with an fp8 format and
+  // spec.quantized_router a replicated fp8 linear with its block scales (unless skipped).
+  Status AddRouter(std::string_view module, const ExpertsSpec& spec);
+
+  // vLLM's is_layer_skipped for the linear `prefix` fed by `parts`: with an fp8 format, is it
+  // quantized? A fused layer (several parts) is skipped when every part's checkpoint module is
+  // listed and quantized when none is; some but not all is an error naming the layer and the
+  // parts, which vLLM refuses too. False without an fp8 format.
+  Result<bool> QuantizesLinear(std::string_view prefix, std::span<const LinearPart> parts) const;
+  // The same for the FusedMoE layer `experts_prefix` ("model.layers.3.mlp.experts"): skipped
+  // when a listed name containing "experts" contains the prefix (any one expert listed keeps the
+  // whole layer's experts unquantized, as vLLM).
+  bool QuantizesExperts(std::string_view experts_prefix) const;
 
   void AddDerived(std::string name, std::vector<std::string> sources, Phase phase);
   // With an fp8 format, adds derived state `name` (phase kernel) over the weight_scale_inv

@@ -93,14 +93,15 @@ Status BuildDeepseekV3(const ConfigReader& c, Builder* b) {
     // MLA absorbs kv_b_proj into the attention kernel: W_UK_T and W_UV are (dequantized)
     // copies of its two halves.
     std::vector<std::string> kv_b_sources{attn + ".kv_b_proj.weight"};
-    if (fp8) kv_b_sources.push_back(attn + ".kv_b_proj.weight_scale_inv");
+    if (fp8 && !b->format().Lists(attn + ".kv_b_proj"))
+      kv_b_sources.push_back(attn + ".kv_b_proj.weight_scale_inv");
     b->AddDerived(attn + ".W_UK_T", kv_b_sources, Phase::kAttention);
     b->AddDerived(attn + ".W_UV", std::move(kv_b_sources), Phase::kAttention);
     b->AddModuleScalesDerived(attn + ".fp8_scales");
 
     if (!is_moe(layer)) return AddDenseMlpModule(b, layer, hidden, inter, false);
     const std::string mlp = BeginMlpModule(b, layer, hidden, "mlp");
-    b->AddReplicated(mlp + ".gate.weight", {*routed_experts, hidden}, dtype);
+    WTX_RETURN_IF_ERROR(b->AddRouter(mlp, experts));  // vLLM: quant_config=None
     if (topk_method == "noaux_tc") {
       // vLLM keeps the routing bias in f32 whatever the model dtype.
       b->AddReplicated(mlp + ".gate.e_score_correction_bias", {*routed_experts}, DType::kF32);

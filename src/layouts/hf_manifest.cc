@@ -44,7 +44,42 @@ Result<hf::Fp8Block> Fp8BlockFromConfig(const json& q) {
         "got " +
         it->dump());
   }
+  WTX_ASSIGN_OR_RETURN(scheme, r.StringOr("activation_scheme", "dynamic"));
+  if (scheme != "dynamic") {
+    // Static activation scales would add input_scale parameters; vLLM refuses them with blocks.
+    return Status::InvalidArgument("quantization_config.activation_scheme: unsupported '" + scheme +
+                                   "' (block-quantized fp8 is dynamic)");
+  }
   return hf::Fp8Block{(*it)[0].get<int64_t>(), (*it)[1].get<int64_t>()};
+}
+
+// vLLM's Fp8Config: `ignored_layers`, or `modules_to_not_convert` when that is missing or
+// empty; each a list of module names.
+Status ReadIgnoredLayers(const json& q, hf::WeightFormat* f) {
+  for (const char* key : {"ignored_layers", "modules_to_not_convert"}) {
+    auto it = q.find(key);
+    if (it == q.end() || it->is_null()) continue;
+    if (!it->is_array()) {
+      return Status::InvalidArgument(std::string("quantization_config.") + key +
+                                     ": expected a list of module names, got " + it->dump());
+    }
+    std::vector<std::string> names;
+    names.reserve(it->size());
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& n = (*it)[i];
+      if (!n.is_string()) {
+        return Status::InvalidArgument(std::string("quantization_config.") + key + "[" +
+                                       std::to_string(i) + "]: expected a module name, got " +
+                                       n.dump());
+      }
+      names.push_back(n.get<std::string>());
+    }
+    if (names.empty()) continue;
+    f->ignored_layers = std::move(names);
+    f->ignored_field = key;
+    break;
+  }
+  return Status::OK();
 }
 
 // The unquantized dtype of a config without --dtype: its torch_dtype (or "dtype", the name
@@ -81,6 +116,7 @@ Result<hf::WeightFormat> ResolveFormat(const json& config, const std::optional<D
       auto block = Fp8BlockFromConfig(*q);
       if (!block.ok() && !dtype) return block.status();
       f.fp8 = block.ok() ? block.value() : hf::Fp8Block{};
+      if (q->is_object()) WTX_RETURN_IF_ERROR(ReadIgnoredLayers(*q, &f));
     } else {
       f.fp8 = hf::Fp8Block{};
     }

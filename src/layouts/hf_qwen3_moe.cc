@@ -1,6 +1,7 @@
 // qwen3_moe layout (vLLM Qwen3MoeForCausalLM): qwen3 attention (q_norm / k_norm); decoder layer
 // N is MoE when N is not in mlp_only_layers, num_experts > 0 and (N + 1) % decoder_sparse_step
-// == 0, with a replicated router `mlp.gate.weight` [E, H] and stacked experts, no shared
+// == 0, with a replicated router `mlp.gate.weight` [E, H] (fp8 with block scales in the fp8
+// layout unless ignored), stacked experts and, with shared_expert_intermediate_size > 0, a shared
 // expert; the other layers have the dense gated MLP of intermediate_size.
 #include <algorithm>
 
@@ -38,6 +39,7 @@ Status BuildQwen3Moe(const ConfigReader& c, Builder* b) {
   if (kinds.moe) {
     WTX_ASSIGN_OR_RETURN(i, c.PositiveInt("moe_intermediate_size"));
     spec = {experts, "num_experts", hidden, i, "moe_intermediate_size", {}};
+    spec.quantized_router = true;  // vLLM's Qwen3MoeSparseMoeBlock gives its gate quant_config
     WTX_RETURN_IF_ERROR(CheckTpAtMostExperts(b->tp(), experts, "num_experts"));
     WTX_RETURN_IF_ERROR(b->CheckExperts(spec, frame.layers));
   }
