@@ -151,10 +151,13 @@ class Coordinator : public DecisionOracle {
   // The version committed by `tx`, if it committed.
   virtual std::optional<std::string> CommittedVersion(const std::string& tx) const = 0;
   // The leader epoch this coordinator decides under (0: the embedded decision log), and
-  // whether it still leads (false once its lease ended: every later call is
-  // E_STALE_COORDINATOR).
+  // whether it leads now (while not, every call that decides is E_STALE_COORDINATOR).
   virtual int64_t epoch() const = 0;
   virtual bool leads() const = 0;
+  // Whether it will never lead again: its lease was found gone, it resigned, or the log
+  // refused a decision as stale. leads() may be false for a while without it, when lease
+  // renewals cannot reach the log (an etcd election); it leads again after the next renewal.
+  virtual bool deposed() const = 0;
   // The decision log's Describe(): "journal DIR" or "etcd://.../PREFIX".
   virtual std::string decision_log() const = 0;
 };

@@ -135,6 +135,10 @@ class Leadership {
   // Whether the leadership of epoch() is still held as far as this process knows (a lease
   // that was not renewed in time is not).
   virtual bool Leads() const = 0;
+  // Whether the leadership is over for good: resigned, or the lease was found gone (another
+  // may lead now). Leads() can be false for a while without it, when renewals cannot reach the
+  // log (an etcd election); such a leadership may lead again once a renewal succeeds.
+  virtual bool Ended() const { return false; }
   virtual int64_t epoch() const = 0;
   // Gives the leadership up (a standby may take over at once).
   virtual void Resign() = 0;

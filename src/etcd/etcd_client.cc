@@ -291,8 +291,11 @@ Result<std::unique_ptr<Client>> Client::Open(ClientOptions options) {
 }
 
 Result<std::string> Client::Call(std::string_view target, const std::string& body,
-                                 std::string_view what, const Decoder& decode) {
+                                 std::string_view what, const Decoder& decode,
+                                 std::chrono::milliseconds timeout) {
   const size_t n = options_.endpoints.size();
+  const std::chrono::milliseconds per_member =
+      timeout.count() > 0 ? timeout : options_.request_timeout;
   size_t start;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -305,7 +308,7 @@ Result<std::string> Client::Call(std::string_view target, const std::string& bod
     const Endpoint& ep = options_.endpoints[index];
     const std::string name = ep.ToString();
     std::string error;
-    auto reply = poster_->Post(ep, target, body, options_.request_timeout);
+    auto reply = poster_->Post(ep, target, body, per_member);
     if (!reply.ok()) {
       error = reply.status().message();
     } else {
@@ -421,7 +424,8 @@ Result<int64_t> Client::LeaseGrant(int64_t ttl_seconds, std::string_view what) {
   return id;
 }
 
-Result<int64_t> Client::LeaseKeepAlive(int64_t id, std::string_view what) {
+Result<int64_t> Client::LeaseKeepAlive(int64_t id, std::string_view what,
+                                       std::chrono::milliseconds member_timeout) {
   const json req = {{"ID", Num(id)}};
   int64_t ttl = 0;
   auto decode = [&](const json& body) {
@@ -430,7 +434,8 @@ Result<int64_t> Client::LeaseKeepAlive(int64_t id, std::string_view what) {
                ? Status::OK()
                : Garbage("no keepalive 'result'");
   };
-  WTX_RETURN_IF_ERROR(Call("/v3/lease/keepalive", req.dump(), what, decode).status());
+  WTX_RETURN_IF_ERROR(
+      Call("/v3/lease/keepalive", req.dump(), what, decode, member_timeout).status());
   return ttl < 0 ? 0 : ttl;
 }
 

@@ -138,8 +138,10 @@ class Client {
   // A new lease of `ttl_seconds` (>= 1); returns its id.
   Result<int64_t> LeaseGrant(int64_t ttl_seconds, std::string_view what);
   // Renews lease `id`; returns its remaining TTL in seconds, 0 when the lease is gone
-  // (expired or revoked).
-  Result<int64_t> LeaseKeepAlive(int64_t id, std::string_view what);
+  // (expired or revoked). `member_timeout` (when positive) replaces the request timeout for
+  // each member, so that a member stalled by an election is left for the next one in time.
+  Result<int64_t> LeaseKeepAlive(int64_t id, std::string_view what,
+                                 std::chrono::milliseconds member_timeout = {});
   // Revokes lease `id` and deletes the keys attached to it. kNotFound when it is gone already.
   Status LeaseRevoke(int64_t id, std::string_view what);
 
@@ -157,9 +159,10 @@ class Client {
   Client(ClientOptions options, std::unique_ptr<HttpPoster> poster);
 
   // POSTs `body` to `target` on each member in turn until one gives an answer that `decode`
-  // accepts; returns that member ("host:port").
+  // accepts; returns that member ("host:port"). Each member gets `timeout`, or the request
+  // timeout when it is not positive.
   Result<std::string> Call(std::string_view target, const std::string& body, std::string_view what,
-                           const Decoder& decode);
+                           const Decoder& decode, std::chrono::milliseconds timeout = {});
 
   const ClientOptions options_;
   const std::unique_ptr<HttpPoster> poster_;

@@ -1,4 +1,6 @@
 // TcpRankAgent::Impl: connect/register/resolve/serve loop of one rank.
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <random>
@@ -28,6 +30,22 @@ class TcpRankAgent::Impl : public DecisionOracle {
     net_.tls = o.tls;
     coordinators_.emplace_back(o.coordinator_host, o.coordinator_port);
     for (const auto& c : o.more_coordinators) coordinators_.push_back(c);
+    for (const auto& [host, port] : coordinators_) {
+      addresses_.push_back(host + ":" + std::to_string(port));
+    }
+    watch_ = options_.decision_log || !options_.more_coordinators.empty();
+    if (watch_) {
+      // Each attempt is bounded by the heartbeat budget: a paused coordinator's kernel still
+      // accepts the connection, and a handshake it never answers must not hold the rank longer
+      // than a missed ping would.
+      net_.connect_timeout = std::min(net_.connect_timeout, Budget());
+      net_.handshake_timeout = std::min(net_.handshake_timeout, Budget());
+    }
+  }
+
+  // Three heartbeats: how long a coordinator may take to answer before it is left.
+  std::chrono::milliseconds Budget() const {
+    return std::max(3 * options_.heartbeat, std::chrono::milliseconds(100));
   }
 
   ~Impl() override {
@@ -43,6 +61,7 @@ class TcpRankAgent::Impl : public DecisionOracle {
     }
     if (c) c->Close();  // fails an in-flight QueryDecision at once
     if (thread_.joinable()) thread_.join();
+    if (log_thread_.joinable()) log_thread_.join();
     {
       std::lock_guard<std::mutex> l(mu_);
       c = std::move(channel_);
@@ -53,6 +72,7 @@ class TcpRankAgent::Impl : public DecisionOracle {
 
   void Start() {
     thread_ = std::thread([this] { Run(); });
+    if (options_.decision_log) log_thread_ = std::thread([this] { WatchLog(); });
   }
 
   RankAgentState state() const {
@@ -79,7 +99,10 @@ class TcpRankAgent::Impl : public DecisionOracle {
     }
     oracle_failed_ = true;
     if (!c) return Status(ErrorCode::kCrashed, "not connected to the coordinator");
-    auto r = c->Call("query_decision", {{"tx", tx}}, options_.request_timeout);
+    const auto timeout =
+        watch_ ? std::min(options_.request_timeout, Budget()) : options_.request_timeout;
+    Awaiting awaiting(this);
+    auto r = c->Call("query_decision", {{"tx", tx}}, timeout);
     oracle_timed_out_ = !r.ok() && r.status().code() == ErrorCode::kTimeout;
     if (!r.ok()) return r.status();
     const json& j = r.value();
@@ -124,6 +147,65 @@ class TcpRankAgent::Impl : public DecisionOracle {
     state_.log_resolution = outcome;
   }
 
+  // Marks a call to the coordinator in flight (the log watcher's "suspect" clock).
+  class Awaiting {
+   public:
+    explicit Awaiting(Impl* impl) : impl_(impl) {
+      impl_->awaiting_since_.store(Clock::now().time_since_epoch().count());
+    }
+    ~Awaiting() { impl_->awaiting_since_.store(0); }
+    Awaiting(const Awaiting&) = delete;
+    Awaiting& operator=(const Awaiting&) = delete;
+
+   private:
+    Impl* impl_;
+  };
+
+  // Whether no coordinator serves this rank now: not connected, or a call in flight for longer
+  // than a heartbeat (the coordinator paused, or its host gone without closing).
+  bool CoordinatorSuspect() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!channel_) return true;
+    }
+    const int64_t since = awaiting_since_.load();
+    return since != 0 &&
+           Clock::now() - Clock::time_point(Clock::duration(since)) > options_.heartbeat;
+  }
+
+  // The decision log watcher, beside the supervisor so that no connection attempt or
+  // unanswered call delays it: while no coordinator serves this rank, it reads who leads the
+  // log (a new leader is dialed next) and resolves the transaction the rank holds from the log,
+  // every half heartbeat.
+  void WatchLog() {
+    const auto poll = std::clamp(options_.heartbeat / 2, std::chrono::milliseconds(20),
+                                 std::chrono::milliseconds(500));
+    int64_t leader_epoch = 0;
+    while (Sleep(poll)) {
+      if (!CoordinatorSuspect()) continue;
+      auto leader = options_.decision_log->CurrentLeader();
+      if (leader.ok() && leader.value() && leader.value()->first != leader_epoch) {
+        leader_epoch = leader.value()->first;
+        const int i = CoordinatorOfHolder(leader.value()->second);
+        if (i >= 0) leader_hint_.store(i);
+      }
+      if (p_->status().active_tx) ResolveFromLog();
+    }
+  }
+
+  // The index in the coordinator list of the one a leader record's holder names (`wtx
+  // coordinator` holds as "... listening on HOST:PORT"), or -1.
+  int CoordinatorOfHolder(const std::string& holder) const {
+    for (size_t i = 0; i < addresses_.size(); ++i) {
+      const std::string& a = addresses_[i];
+      if (holder.size() >= a.size() && holder.compare(holder.size() - a.size(), a.size(), a) == 0 &&
+          (holder.size() == a.size() || holder[holder.size() - a.size() - 1] == ' ')) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  }
+
   // Sleeps up to d; false when stopping.
   bool Sleep(std::chrono::milliseconds d) {
     std::unique_lock<std::mutex> l(mu_);
@@ -146,6 +228,9 @@ class TcpRankAgent::Impl : public DecisionOracle {
       {
         std::lock_guard<std::mutex> l(mu_);
         if (stopping_) return;
+      }
+      if (const int hint = leader_hint_.exchange(-1); hint >= 0) {
+        next_coordinator_ = static_cast<size_t>(hint);  // the log names the new leader: it first
       }
       const auto& [host, port] = coordinators_[next_coordinator_ % coordinators_.size()];
       auto c = net::Connect(
@@ -175,7 +260,7 @@ class TcpRankAgent::Impl : public DecisionOracle {
         // a shared decision log, resolves from it.
         ++next_coordinator_;
         if (next_coordinator_ % coordinators_.size() != 0) continue;
-        if (options_.decision_log) ResolveFromLog();
+        // (The log watcher resolves from the decision log meanwhile.)
         if (!Sleep(next_backoff())) return;
         continue;
       }
@@ -194,7 +279,7 @@ class TcpRankAgent::Impl : public DecisionOracle {
       // In-doubt resolution, retried while the coordinator cannot answer. With standbys or a
       // shared log, a coordinator that does not answer at all (paused, its host gone) is left
       // for the next one rather than waited for.
-      const bool watch = options_.decision_log || !options_.more_coordinators.empty();
+      const bool watch = watch_;
       std::chrono::milliseconds retry = options_.backoff_initial;
       while (!ch->closed()) {
         oracle_failed_ = false;
@@ -232,12 +317,15 @@ class TcpRankAgent::Impl : public DecisionOracle {
             break;
           }
         }
-        auto pong = ch->Call("ping", json::object(), 3 * options_.heartbeat);
+        Result<json> pong = Status::OK();
+        {
+          Awaiting awaiting(this);
+          pong = ch->Call("ping", json::object(), Budget());
+        }
         if (!pong.ok() && pong.status().code() == ErrorCode::kTimeout) {
-          net::LogLine(options_.log_tag, "coordinator " + state().coordinator +
-                                             " did not answer a ping in " +
-                                             std::to_string(3 * options_.heartbeat.count()) +
-                                             " ms; trying the next one");
+          net::LogLine(options_.log_tag,
+                       "coordinator " + state().coordinator + " did not answer a ping in " +
+                           std::to_string(Budget().count()) + " ms; trying the next one");
           ch->Close();
           break;
         }
@@ -271,6 +359,8 @@ class TcpRankAgent::Impl : public DecisionOracle {
     }
   }
 
+  using Clock = std::chrono::steady_clock;
+
   RankAgentOptions options_;
   Participant* p_;
   RankAgentHooks* hooks_;  // src/net/rank_agent_hooks.h; may be null
@@ -282,6 +372,11 @@ class TcpRankAgent::Impl : public DecisionOracle {
   net::EpochFence fence_;
   std::vector<std::pair<std::string, uint16_t>> coordinators_;  // supervisor thread only
   size_t next_coordinator_ = 0;                                 // supervisor thread only
+  std::vector<std::string> addresses_;  // "HOST:PORT" of each coordinator; set before threads
+  bool watch_ = false;                  // standbys or a decision log; set before threads
+  std::atomic<int> leader_hint_{-1};    // a coordinator the log says leads, dialed next
+  std::atomic<Clock::rep> awaiting_since_{0};  // a call to the coordinator in flight since
+  std::thread log_thread_;                     // WatchLog, with a decision log
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool stopping_ GUARDED_BY(mu_) = false;

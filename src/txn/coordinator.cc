@@ -69,6 +69,10 @@ class CoordinatorImpl : public Coordinator {
     std::lock_guard<std::mutex> l(mu_);
     return LeadsLocked();
   }
+  bool deposed() const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return deposed_ || (leadership_ && leadership_->Ended());
+  }
   std::string decision_log() const override { return log_->Describe(); }
 
  private:
@@ -89,6 +93,22 @@ class CoordinatorImpl : public Coordinator {
     std::string tx_;
   };
 
+  // During an etcd election the lease cannot be renewed and Leads() is false for a moment
+  // (wtx/decision_log.h, Leadership::Ended): a call that needs the leadership waits for it, up
+  // to one lease TTL, rather than failing; CheckAlive then decides.
+  // REQUIRES: mu_ not held.
+  void AwaitLeadership() const {
+    if (!leadership_) return;
+    const auto until = std::chrono::steady_clock::now() + options_.lease_ttl;
+    while (!leadership_->Leads() && !leadership_->Ended() &&
+           std::chrono::steady_clock::now() < until) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (crashed_ || deposed_) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
   // REQUIRES: mu_ held.
   bool LeadsLocked() const { return !deposed_ && (!leadership_ || leadership_->Leads()); }
   // REQUIRES: mu_ held.
@@ -403,6 +423,7 @@ std::vector<int> CoordinatorImpl::Deliver(const std::string& tx, Decision d,
 
 BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
   BeginOutcome out;
+  AwaitLeadership();
   {
     std::lock_guard<std::mutex> l(mu_);
     if (Status s = CheckAlive(); !s.ok()) {
@@ -523,6 +544,7 @@ BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
 
 CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions& opts) {
   CommitOutcome out;
+  AwaitLeadership();
   {
     std::lock_guard<std::mutex> l(mu_);
     if (Status s = CheckAlive(); !s.ok()) {
@@ -619,6 +641,7 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
     e.version = CombineRankDigests(digests);
   }
   std::vector<LoggedVote> votes;
+  AwaitLeadership();
   {
     std::lock_guard<std::mutex> l(mu_);
     if (Status s = CheckAlive(); !s.ok()) {
@@ -709,6 +732,7 @@ Status CoordinatorImpl::CheckExpectedVersion(const CommitOptions& opts,
 
 BeginOutcome CoordinatorImpl::Abort(const std::string& tx) {
   BeginOutcome out;
+  AwaitLeadership();
   bool log_first = false;
   {
     std::lock_guard<std::mutex> l(mu_);

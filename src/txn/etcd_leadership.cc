@@ -1,6 +1,7 @@
 #include "src/txn/etcd_leadership.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "src/txn/decision_log_records.h"
 
@@ -51,26 +52,47 @@ Result<int64_t> EtcdLeadership::Acquire(milliseconds timeout) {
   const Clock::time_point deadline = Clock::now() + timeout;
   const milliseconds poll = std::clamp(ttl_ / 4, milliseconds(100), milliseconds(1000));
   const std::string what = "acquire the leadership of " + log_name_ + " (key " + leader_key_ + ")";
+  // An etcd that cannot answer for a moment (an election, a member restarting) is waited out
+  // until the deadline, as a leader that still holds the key is: only a definitive answer, or
+  // the deadline, ends the attempt.
+  auto transient = [&](const Status& s) {
+    if (s.code() != ErrorCode::kDecisionLogUnavailable || Clock::now() + poll > deadline) {
+      return false;
+    }
+    std::this_thread::sleep_for(poll);
+    return true;
+  };
   Clock::time_point renewed = Clock::now();  // when the lease's last grant/renewal was sent
-  WTX_ASSIGN_OR_RETURN(lease, client_->LeaseGrant(LeaseSeconds(ttl_), what));
+  auto granted = client_->LeaseGrant(LeaseSeconds(ttl_), what);
+  while (!granted.ok() && transient(granted.status())) {
+    renewed = Clock::now();
+    granted = client_->LeaseGrant(LeaseSeconds(ttl_), what);
+  }
+  if (!granted.ok()) return granted.status();
+  int64_t lease = *granted;
   WTX_ASSIGN_OR_RETURN(value, EncodeLeaderRecord(LeaderRecord{holder_, lease}));
   while (true) {
     if (Clock::now() - renewed > ttl_ / 3) {  // still waiting: keep the lease alive
       const Clock::time_point sent = Clock::now();
       auto ttl = client_->LeaseKeepAlive(lease, what);
-      if (!ttl.ok()) return ttl.status();
-      if (*ttl <= 0) {  // it expired while this waited (a slow member): take a new one
-        WTX_ASSIGN_OR_RETURN(fresh, client_->LeaseGrant(LeaseSeconds(ttl_), what));
-        lease = fresh;
+      if (!ttl.ok() && transient(ttl.status())) continue;
+      if (!ttl.ok() && ttl.status().code() != ErrorCode::kNotFound) return ttl.status();
+      if (!ttl.ok() || *ttl <= 0) {  // it expired while this waited: take a new one
+        auto fresh = client_->LeaseGrant(LeaseSeconds(ttl_), what);
+        if (!fresh.ok() && transient(fresh.status())) continue;
+        if (!fresh.ok()) return fresh.status();
+        lease = *fresh;
         WTX_ASSIGN_OR_RETURN(renamed, EncodeLeaderRecord(LeaderRecord{holder_, lease}));
         value = std::move(renamed);
       }
       renewed = sent;
     }
-    WTX_ASSIGN_OR_RETURN(
-        txn, client_->Txn(
-                 {etcd::Compare::CreateRevision(leader_key_, etcd::Compare::Result::kEqual, 0)},
-                 {etcd::Op::Put(leader_key_, value, lease)}, {etcd::Op::Get(leader_key_)}, what));
+    auto attempt = client_->Txn(
+        {etcd::Compare::CreateRevision(leader_key_, etcd::Compare::Result::kEqual, 0)},
+        {etcd::Op::Put(leader_key_, value, lease)}, {etcd::Op::Get(leader_key_)}, what);
+    if (!attempt.ok() && transient(attempt.status())) continue;
+    if (!attempt.ok()) return attempt.status();
+    const etcd::TxnResponse& txn = *attempt;
     int64_t epoch = 0;
     if (txn.succeeded) {
       epoch = txn.revision;  // the put's revision: the key's create revision
@@ -109,29 +131,46 @@ Result<int64_t> EtcdLeadership::Acquire(milliseconds timeout) {
 
 void EtcdLeadership::KeepAliveLoop(int64_t lease) {
   const std::string what = "renew the leadership lease of " + log_name_;
+  const milliseconds period = ttl_ / 4;
+  const milliseconds retry = std::max(ttl_ / 20, milliseconds(50));
+  const milliseconds member_timeout = std::clamp(
+      ttl_ / 4, milliseconds(100), std::max(client_->request_timeout(), milliseconds(100)));
+  milliseconds wait = period;
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (stop_cv_.wait_for(lock, ttl_ / 3, [this] { return stop_; })) return;
+      if (stop_cv_.wait_for(lock, wait, [this] { return stop_; })) return;
     }
     const Clock::time_point sent = Clock::now();
-    auto ttl = client_->LeaseKeepAlive(lease, what);
+    auto ttl = client_->LeaseKeepAlive(lease, what, member_timeout);
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return;
     if (ttl.ok() && *ttl > 0) {
       const milliseconds left = std::min<milliseconds>(ttl_, std::chrono::seconds(*ttl));
       valid_until_ = std::max(valid_until_, sent + left);
+      // Renew when what is left drops to 3/4 of the TTL: a period after a prompt answer, at
+      // once after a slow one (sent long ago, during an election).
+      const auto remaining = std::chrono::duration_cast<milliseconds>(valid_until_ - Clock::now());
+      wait = std::clamp(remaining - (ttl_ - period), milliseconds(0), period);
     } else if ((ttl.ok() && *ttl <= 0) || ttl.status().code() == ErrorCode::kNotFound) {
       ended_ = true;  // the lease expired: another may lead already
       return;
+    } else {
+      // No member answered (an election, a partition): Leads() turns false when valid_until_
+      // passes; ask again soon rather than a whole period later.
+      wait = retry;
     }
-    // Otherwise no member answered: Leads() turns false when valid_until_ passes; keep trying.
   }
 }
 
 bool EtcdLeadership::Leads() const {
   std::lock_guard<std::mutex> lock(mu_);
   return epoch_ > 0 && !ended_ && Clock::now() < valid_until_;
+}
+
+bool EtcdLeadership::Ended() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ended_;
 }
 
 int64_t EtcdLeadership::epoch() const {

@@ -7,10 +7,21 @@
 //  * Acquire grants a lease of ceil(ttl) seconds (at least 1) and creates PREFIX/leader with it
 //    in a transaction that requires the key to be absent; while another holds it, it retries
 //    every max(ttl/4, 100 ms) (keeping its own lease alive) until `timeout`, then kTimeout
-//    naming the holder and its epoch (and revokes its unused lease).
-//  * After Acquire a thread renews the lease every ttl/3. Leads() is true while the last
-//    successful renewal (or the acquisition) was sent less than `ttl` ago; a renewal that finds
-//    the lease gone ends the leadership for good (no re-acquiring: make a new Leadership).
+//    naming the holder and its epoch (and revokes its unused lease). An etcd that cannot
+//    answer (kDecisionLogUnavailable: an election, members restarting) is retried the same way
+//    until `timeout`, so that a standby taking over during an etcd election does not give up.
+//  * After Acquire a thread renews the lease every ttl/4 (at once after a renewal that took
+//    long, so that what Leads() trusts never drops below 3/4 ttl while etcd answers). A
+//    renewal gives each etcd member at
+//    most max(ttl/4, 100 ms) (a member without a raft leader stalls) before asking the next,
+//    and one that no member answered is retried every max(ttl/20, 50 ms), not ttl/4 later, so
+//    that the first renewal after an etcd election lands as soon as a member answers. Leads()
+//    is true while the last successful renewal (or the acquisition) was sent less than `ttl`
+//    ago; a renewal that finds the lease gone ends the leadership for good (Ended(); no
+//    re-acquiring: make a new Leadership). A leadership whose renewals failed for a while
+//    (Leads() false, not Ended()) leads again after the next successful renewal: the lease,
+//    and so the leader key and the epoch, were never lost (etcd extends every lease when a new
+//    raft leader is elected).
 //  * Resign revokes the lease (deleting the key: a standby may take over at once). The
 //    destructor only stops the renewals: like a crashed process, it leaves the key to expire.
 //
@@ -40,13 +51,14 @@ class EtcdLeadership final : public Leadership {
 
   Result<int64_t> Acquire(std::chrono::milliseconds timeout) override;
   bool Leads() const override;
+  bool Ended() const override;
   int64_t epoch() const override;
   void Resign() override;
 
  private:
   using Clock = std::chrono::steady_clock;
 
-  // Renews `lease` every ttl/3 until stopped or the lease is gone.
+  // Renews `lease` every ttl/4 until stopped or the lease is gone.
   void KeepAliveLoop(int64_t lease);
   // Stops and joins the renewal thread, if any.
   void StopKeepAlive() REQUIRES(acquire_mu_);

@@ -53,7 +53,11 @@ def _b64(text):
 
 
 class EtcdCluster:
-    def __init__(self, members=3, start=True):
+    def __init__(self, members=3, start=True, heartbeat_ms=50, election_ms=500):
+        """heartbeat_ms / election_ms: etcd's --heartbeat-interval and --election-timeout
+        (etcd's own defaults are 100 and 1000; the tests' 50 / 500 elect faster)."""
+        self._heartbeat_ms = heartbeat_ms
+        self._election_ms = election_ms
         if not etcd_available():
             raise RuntimeError("no etcd binary (/usr/bin/etcd or PATH)")
         self._size = members
@@ -132,6 +136,39 @@ class EtcdCluster:
         proc.wait()
         self._procs[i] = None
 
+    def leader(self):
+        """The index of the member that leads the raft group (etcdctl endpoint status)."""
+        endpoints = ",".join("http://" + self.endpoint(i) for i in range(self._size)
+                             if self._procs[i] is not None)
+        out = subprocess.run(["etcdctl", "--endpoints=" + endpoints, "endpoint", "status", "-w",
+                              "json"], env=dict(os.environ, ETCDCTL_API="3"),
+                             capture_output=True, text=True, timeout=20)
+        ids = {}
+        for member in json.loads(out.stdout or "[]"):
+            st = member["Status"]
+            ids[member["Endpoint"]] = st
+            if st["leader"] == st["header"]["member_id"]:
+                for i in range(self._size):
+                    if member["Endpoint"] == "http://" + self.endpoint(i):
+                        return i
+        raise RuntimeError("no etcd leader: %s %s" % (out.stdout, out.stderr))
+
+    def time_to_write(self, skip, timeout=30.0):
+        """Seconds until a put succeeds on a member other than `skip` (after killing the raft
+        leader: the election plus one write), or None after `timeout`."""
+        t0 = time.monotonic()
+        others = [i for i in range(self._size) if i != skip and self._procs[i] is not None]
+        n = 0
+        while time.monotonic() - t0 < timeout:
+            i = others[n % len(others)]
+            n += 1
+            try:
+                self._put(i, "wtx-election-probe", str(n), timeout=0.5)
+                return time.monotonic() - t0
+            except Exception:  # no leader yet (an error answer, or a timeout)
+                time.sleep(0.005)
+        return None
+
     def restart(self, i, timeout=30.0):
         """Starts member i again on its data folder and ports; waits until it takes a write."""
         self.kill(i)
@@ -154,8 +191,8 @@ class EtcdCluster:
                 "--initial-cluster", initial,
                 "--initial-cluster-state", "new",
                 "--initial-cluster-token", self._token,
-                "--heartbeat-interval", "50",
-                "--election-timeout", "500",
+                "--heartbeat-interval", str(self._heartbeat_ms),
+                "--election-timeout", str(self._election_ms),
                 "--logger", "zap",
                 "--log-outputs", os.path.join(self._dir, name + ".log")]
 

@@ -34,6 +34,7 @@ if not etcd_available():
                 "failover tests need a real cluster", returncode=77)
 
 TTL_MS = 1000
+DEFAULT_TTL_MS = 2000  # `wtx coordinator`'s default --lease-ttl-ms
 RANKS = 2
 
 
@@ -49,6 +50,14 @@ def etcd():
 def own_etcd():
     """A cluster of its own, for the cases that kill members."""
     with EtcdCluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def default_etcd():
+    """A cluster with etcd's own election settings (heartbeat 100 ms, election timeout 1 s), as
+    a user runs it: the slowest elections the defaults must ride out."""
+    with EtcdCluster(heartbeat_ms=100, election_ms=1000) as cluster:
         yield cluster
 
 
@@ -317,16 +326,8 @@ def test_paused_leader_is_fenced(etcd, run):
 
 
 def etcd_leader(cluster):
-    """The index of the member that leads the etcd cluster (etcdctl endpoint status)."""
-    endpoints = ",".join("http://" + cluster.endpoint(i) for i in range(cluster.size()))
-    out = subprocess.run(["etcdctl", "--endpoints=" + endpoints, "endpoint", "status", "-w",
-                          "json"], env=dict(os.environ, ETCDCTL_API="3"), capture_output=True,
-                         text=True, timeout=20)
-    for i, member in enumerate(json.loads(out.stdout)):
-        st = member["Status"]
-        if st["leader"] == st["header"]["member_id"]:
-            return i
-    raise AssertionError("no etcd leader: %s %s" % (out.stdout, out.stderr))
+    """The index of the member that leads the etcd cluster."""
+    return cluster.leader()
 
 
 # A follower killed: nothing changes for the coordinator (its lease renewals go to the next
@@ -515,3 +516,128 @@ def test_rank_with_an_unreachable_decision_log_starts_and_says_so(run):
                   os.path.join(run.dir, "rank-bad"), "--secret-file", run.secret,
                   "--manifest", MANIFEST, "--decision-log", "etcd://127.0.0.1/wtx")
     assert bad.returncode == 2 and "port" in bad.stderr, bad.stderr
+
+
+# -- issue 36: failover that never stalls ----------------------------------------------------
+
+@pytest.mark.parametrize("point", ["after_decision_logged", "before_decision_logged"])
+def test_paused_leader_in_doubt_ranks_resolve_within_ttl_plus_one_second(etcd, run, point):
+    # The leader is paused (SIGSTOP) for longer than its lease TTL with the ranks in doubt: its
+    # kernel still accepts connections, so a rank that redials it must not wait out a TLS
+    # handshake; it bounds each attempt by its heartbeat budget and reads the decision log (and
+    # who leads it) beside the attempts.
+    url, a, b, rs = leader_and_standby(run, etcd, "pause-" + point[:5], ttl_ms=DEFAULT_TTL_MS)
+    run.full_tx(a, rs, "t1", seed=1)
+    v1 = commit_ok(a, "t1")
+    run.full_tx(a, rs, "t2", seed=2)
+    a.ok("arm_crash", {"point": point})
+    rc, answer = a.call("commit", {"tx": "t2"})
+    assert answer and answer.get("crash_fired") is True, (rc, answer, a.stderr_tail())
+    a.signal(signal.SIGSTOP)
+    paused_at = time.monotonic()
+    try:
+        pred = (serving("t2", answer["version"]) if point == "after_decision_logged"
+                else aborted_back_to("t1", v1))
+        ok, st, _ = wait_states(rs, pred, 20)
+        resolved_s = time.monotonic() - paused_at
+        # Paused for longer than the TTL whatever happened.
+        time.sleep(max(0.0, DEFAULT_TTL_MS / 1000 + 0.5 - (time.monotonic() - paused_at)))
+    finally:
+        a.signal(signal.SIGCONT)
+    assert ok, "ranks did not resolve: %s\n%s" % (st, run.stderr_tails())
+    goal_s = (DEFAULT_TTL_MS + 1000) / 1000
+    print("%s: every rank resolved %.3f s after the pause" % (point, resolved_s))
+    assert resolved_s <= goal_s, "resolved %.2f s after the pause (goal %.1f s)\n%s" % (
+        resolved_s, goal_s, run.stderr_tails())
+    assert a.wait_exit(10) == 4, a.stderr_tail()
+
+
+def test_etcd_raft_leader_killed_wtx_leader_keeps_leading(default_etcd, run):
+    # Three times: kill the etcd raft leader (etcd's default election settings), measure the
+    # election, and check that the wtx leader never stopped leading (its renewals retry across
+    # members within the TTL) and commits on.
+    url, a, b, rs = leader_and_standby(run, default_etcd, "raftleader", ttl_ms=DEFAULT_TTL_MS)
+    run.full_tx(a, rs, "t0", seed=1)
+    commit_ok(a, "t0")
+    elections = []
+    for n in range(3):
+        victim = default_etcd.leader()
+        default_etcd.kill(victim)
+        elections.append(default_etcd.time_to_write(victim))
+        tx = "t%d" % (n + 1)
+        run.full_tx(a, rs, tx, seed=2 + n)
+        v = commit_ok(a, tx)
+        ok, st, _ = wait_states(rs, serving(tx, v), 5)
+        assert ok, st
+        # (It may not lead for a moment while a renewal waits out the election, and leads
+        # again once one lands: the lease was never lost.)
+        lead = wait_for(lambda: (lambda ans: ans if ans["leads"] else None)(a.ok("leader")),
+                        DEFAULT_TTL_MS / 1000)
+        assert lead and lead["epoch"] == a.ready["epoch"], (lead, a.stderr_tail())
+        default_etcd.restart(victim)
+    assert a.alive(), a.stderr_tail()
+    assert "lost the leadership" not in a.stderr_text(), a.stderr_tail()
+    assert not b.has_ready_line(), "the standby took over: %s\n%s" % (b.ready, run.stderr_tails())
+    assert all(e is not None for e in elections), elections
+    print("etcd elections (s): %s" % ", ".join("%.3f" % e for e in elections))
+
+
+@pytest.mark.parametrize("delay_s", [0.5, 1.5])
+def test_standby_takes_over_during_an_etcd_election(default_etcd, run, delay_s):
+    # The leader dies and, while its lease runs out, the etcd raft leader dies too: the standby
+    # takes over during (or right after) the election. It must retry, not exit before its ready
+    # line (it exited 1 with "E_STALE_COORDINATOR ... is not held").
+    url, a, b, rs = leader_and_standby(run, default_etcd, "takeover-%d" % int(delay_s * 10),
+                                       ttl_ms=DEFAULT_TTL_MS)
+    run.full_tx(a, rs, "t1", seed=1)
+    commit_ok(a, "t1")
+    a.kill(signal.SIGKILL)
+    time.sleep(delay_s)
+    default_etcd.kill(default_etcd.leader())
+    b.wait_ready(20)
+    assert b.alive(), b.stderr_tail()
+    assert run.wait_ranks(b, RANKS)["ok"], run.stderr_tails()
+    run.full_tx(b, rs, "t2", seed=2)
+    v2 = commit_ok(b, "t2")
+    ok, st, _ = wait_states(rs, serving("t2", v2), 10)
+    assert ok, st
+
+
+def test_control_finds_the_leader_and_status_reconciles_an_audit_journal(etcd, run):
+    url, a, b, rs = leader_and_standby(run, etcd, "control")
+    run.full_tx(a, rs, "t1", seed=1)
+    commit_ok(a, "t1")
+    # Before the failover: the call goes to A, the first that leads.
+    both = "127.0.0.1:%d,127.0.0.1:%d" % (a.port, b.port)
+    out = run.cli("control", both, "leader", "{}", "--secret-file", run.secret)
+    assert out.returncode == 0 and json.loads(out.stdout)["leads"] is True, out
+    assert "127.0.0.1:%d leads" % a.port in out.stderr, out.stderr
+    run.full_tx(a, rs, "t2", seed=2)
+    answer, _ = crash_commit(a, "t2", "after_decision_logged")
+    b.wait_ready(TTL_MS / 1000 + 10)
+    ok, st, _ = wait_states(rs, serving("t2", answer["version"]), 10)
+    assert ok, st
+    # A (dead) is skipped; B leads.
+    out = run.cli("control", both, "leader", "{}", "--secret-file", run.secret)
+    assert out.returncode == 0, out
+    assert json.loads(out.stdout)["epoch"] == b.ready["epoch"], out.stdout
+    assert "127.0.0.1:%d leads" % b.port in out.stderr, out.stderr
+    # No address leads: exit 4, naming each.
+    spare = free_port()
+    out = run.cli("control", "127.0.0.1:%d,127.0.0.1:%d" % (a.port, spare), "leader", "{}",
+                  "--secret-file", run.secret)
+    assert out.returncode == 4 and "no coordinator leads" in out.stderr, out
+    assert str(spare) in out.stderr, out.stderr
+    # B ended t2 (every rank acknowledged it); A's audit journal still lists it as pending.
+    assert wait_for(lambda: [d for d in log_json(run, url) if d["tx"] == "t2" and d.get("ended")],
+                    10), log_json(run, url)
+    journal = os.path.join(run.dir, "coordinator-a")
+    out = run.cli("status", journal, "--json")
+    assert out.returncode == 0, out
+    st = json.loads(out.stdout)
+    assert "t2" in st["pending"] and "decision log holds the truth" in st["pending_is"], st
+    out = run.cli("status", journal, "--decision-log", url, "--json")
+    assert out.returncode == 0, out
+    st = json.loads(out.stdout)
+    assert "t2" not in st["pending"] and "t2" in st["ended_in_log"], st
+    assert st["reconciled_with"].startswith("etcd://"), st

@@ -1,12 +1,16 @@
-// `wtx control HOST:PORT --secret-file F METHOD [PARAMS_JSON]`
+// `wtx control HOST:PORT[,HOST:PORT...] --secret-file F METHOD [PARAMS_JSON]`
 //
 // One authenticated control call to a `wtx coordinator` (its --listen port) or a `wtx rank`
 // (its --control port), printing the JSON answer (src/net/control_service.h lists the methods).
+// With several addresses (a leader and its standbys) each is asked "leader" in order, and the
+// call goes to the first that leads (named on stderr); none leading is exit 4.
 // Exit 0 on an answer, 1 when the process answered with an error, 2 on bad usage or input (a
 // bad address, secret file or TLS file), 4 when the peer cannot be reached or does not answer
 // in time (src/util/exit_codes.h). Example: wtx control 127.0.0.1:7070 --secret-file s begin
 //   '{"req": {"tx": "t1", "kind": "full", "base": "", "modules": [], "sources": [],
 //             "rollback": false}}'
+#include <algorithm>
+#include <chrono>
 #include <iostream>
 
 #include "src/net/codec.h"
@@ -21,6 +25,42 @@ struct ControlTls {
   TlsFiles tls;
 };
 
+// How long each address may take to connect and say whether it leads.
+constexpr std::chrono::milliseconds kLeaderProbe{2000};
+
+// With several addresses (a leader and its standbys): the one whose "leader" call answers
+// leads: true, asked in order, each connection and answer bounded by `probe`; a line on
+// stderr names the one chosen. kUnreachable naming every address when none leads.
+Result<std::unique_ptr<net::ControlClient>> FindLeader(
+    const std::vector<std::pair<std::string, uint16_t>>& addresses, const std::string& secret,
+    net::NetOptions no, std::chrono::milliseconds probe, std::string* chosen) {
+  no.connect_timeout = std::min(no.connect_timeout, probe);
+  no.handshake_timeout = std::min(no.handshake_timeout, probe);
+  std::string tried;
+  for (const auto& [host, port] : addresses) {
+    const std::string name = host + ":" + std::to_string(port);
+    std::string why;
+    auto c = net::ControlClient::Connect(host, port, secret, no, "control");
+    if (!c.ok()) {
+      // A bad TLS file or secret is the caller's fault whichever address: said at once.
+      if (PeerExitCode(c.status()) == kExitInvalidInput) return c.status();
+      why = c.status().ToString();
+    } else {
+      auto r = c.value()->Call("leader", nlohmann::json::object(), probe);
+      if (r.ok() && r->is_object() && r->value("leads", false)) {
+        std::cerr << "wtx control: " << name << " leads " << r->value("decision_log", "")
+                  << " (epoch " << r->value("epoch", 0) << ")\n";
+        *chosen = name;
+        return std::move(c).value();
+      }
+      why = r.ok() ? "does not lead: " + r->dump() : r.status().ToString();
+    }
+    if (!tried.empty()) tried += "; ";
+    tried += name + " (" + why + ")";
+  }
+  return Status(ErrorCode::kCrashed, "no coordinator leads: " + tried);
+}
+
 int RunControl(const std::string& address, const std::string& secret_file,
                const std::string& method, const std::string& params_text, int64_t timeout_ms,
                const TlsFiles& tls) {
@@ -30,8 +70,8 @@ int RunControl(const std::string& address, const std::string& secret_file,
   };
   auto secret = net::ReadSecretFile(secret_file, "--secret-file");
   if (!secret.ok()) return fail(ExitCodeFor(secret.status()), secret.status().message());
-  auto hp = net::ParseHostPort(address);
-  if (!hp.ok()) return fail(kExitInvalidInput, "address: " + hp.status().message());
+  auto list = ParseHostPortList(address);
+  if (!list.ok()) return fail(kExitInvalidInput, "address: " + list.status().message());
   nlohmann::json params = nlohmann::json::object();
   if (!params_text.empty()) {
     params = nlohmann::json::parse(params_text, nullptr, false);
@@ -39,14 +79,19 @@ int RunControl(const std::string& address, const std::string& secret_file,
   }
   net::NetOptions no;
   no.tls = tls;
-  auto c = net::ControlClient::Connect(hp->first, hp->second, secret.value(), no, "control");
+  std::string target = address;
+  const auto probe = std::min(std::chrono::milliseconds(timeout_ms), kLeaderProbe);
+  auto c = list->size() == 1
+               ? net::ControlClient::Connect(list->front().first, list->front().second,
+                                             secret.value(), no, "control")
+               : FindLeader(*list, secret.value(), no, probe, &target);
   // A bad TLS file is the input's fault (2); a peer that cannot be reached is not (4).
   if (!c.ok()) return fail(PeerExitCode(c.status()), address + ": " + c.status().ToString());
   bool transport_error = false;
   auto r = c.value()->Call(method, params, std::chrono::milliseconds(timeout_ms), &transport_error);
   if (!r.ok()) {
     std::cout << net::StatusToJson(r.status()).dump() << "\n";
-    if (transport_error) return fail(kExitUnreachable, address + ": " + r.status().ToString());
+    if (transport_error) return fail(kExitUnreachable, target + ": " + r.status().ToString());
     return kExitFailed;  // the peer answered with an error
   }
   std::cout << r.value().dump() << "\n";
@@ -94,7 +139,10 @@ void RegisterControlCommand(CLI::App& app, int* exit_code) {
   auto method = std::make_shared<std::string>();
   auto params = std::make_shared<std::string>();
   auto timeout = std::make_shared<int64_t>(60000);
-  cmd->add_option("address", *address, "HOST:PORT")->required();
+  cmd->add_option("address", *address,
+                  "HOST:PORT, or HOST:PORT,HOST:PORT,... (coordinators: the call goes to the one "
+                  "that leads)")
+      ->required();
   cmd->add_option("method", *method, "begin, commit, abort, decisions, status, step, ...")
       ->required();
   cmd->add_option("params", *params, "JSON object of parameters");

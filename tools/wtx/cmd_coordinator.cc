@@ -11,14 +11,19 @@
 // With --decision-log etcd://... the decisions live in etcd: the coordinator first takes the
 // leadership of the log (waiting up to --leader-wait-ms for a dead leader's lease to end, or,
 // with --standby, for as long as another coordinator leads), and only then listens; it exits
-// (status 4) when it loses the leadership, so that a deposed coordinator serves no one.
+// (status 4) when it loses the leadership (its lease found gone, or not renewed for a whole
+// TTL), so that a deposed coordinator serves no one; an etcd election that holds renewals up
+// for less than that only pauses its decisions.
 // Prints one JSON line on stdout once ready (journal recovered, listening): {"ready": true,
 // "port": P}; SIGINT/SIGTERM stop it at any stage, start-up and the wait for ranks included
 // (daemon_signals.h).
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <iostream>
+#include <optional>
+#include <thread>
 
 #include "src/net/channel.h"
 #include "src/net/codec.h"
@@ -142,6 +147,31 @@ int RunCoordinator(const CoordinatorArgs& a) {
   hooks.crash_points = test.crash_points;
   signals.Stage("opening and recovering --journal");
   auto opened = OpenCoordinatorWithHooks(co, &t, hooks);
+  // Taking over during an etcd election: the new lease cannot be renewed for a moment (Leads()
+  // false) and the log may not answer. Retried while the leadership has not ended, for up to
+  // two lease TTLs and a second; a leadership found ended is a real loss (status 4, as a
+  // deposed leader).
+  const auto retry_until =
+      std::chrono::steady_clock::now() + 2 * milliseconds(a.lease_ttl_ms) + milliseconds(1000);
+  bool said = false;
+  while (!opened.ok() && leadership && !leadership->Ended() &&
+         (opened.status().code() == ErrorCode::kStaleCoordinator ||
+          opened.status().code() == ErrorCode::kDecisionLogUnavailable) &&
+         std::chrono::steady_clock::now() < retry_until) {
+    if (!said) {
+      net::LogLine("coordinator", "cannot start on the leadership yet (" +
+                                      opened.status().ToString() + "); retrying");
+      said = true;
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+    opened = OpenCoordinatorWithHooks(co, &t, hooks);
+  }
+  if (!opened.ok() && leadership && leadership->Ended()) {
+    net::PrintReadyLine({{"ready", false}, {"error", net::StatusToJson(opened.status())}});
+    net::LogLine("coordinator", "lost the leadership of " + log.value()->Describe() +
+                                    " while taking over (another coordinator leads); exiting");
+    return kExitUnreachable;
+  }
   if (!opened.ok()) return Fail(opened.status());
   Coordinator* c = opened.value().get();
 
@@ -159,8 +189,22 @@ int RunCoordinator(const CoordinatorArgs& a) {
   // and re-send pending decisions whenever a rank (re)connects.
   net::CoordinatorRecovery recovery(c, &t);
   if (!a.defer_recovery) recovery.Start(a.ranks, milliseconds(a.startup_wait_ms));
-  // A deposed leader stops: it can decide nothing, and ranks must find its successor.
-  const bool deposed = !signals.WaitForStopOr([c] { return !c->leads(); });
+  // A deposed leader stops: it can decide nothing, and ranks must find its successor. One whose
+  // renewals cannot reach etcd for a moment (an etcd election) does not lead meanwhile but
+  // stays: it leads again after the next renewal. After a whole lease TTL without leading it
+  // stops too (its lease may have expired, a standby may lead, and ranks that still reach it
+  // would not look for the successor).
+  std::optional<std::chrono::steady_clock::time_point> not_leading_since;
+  const bool deposed = !signals.WaitForStopOr([&] {
+    if (c->deposed()) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (c->leads()) {
+      not_leading_since.reset();
+      return false;
+    }
+    if (!not_leading_since) not_leading_since = now;
+    return now - *not_leading_since >= milliseconds(a.lease_ttl_ms);
+  });
   if (deposed) {
     net::LogLine("coordinator", "lost the leadership of " + c->decision_log() + " (epoch " +
                                     std::to_string(c->epoch()) + "); exiting");

@@ -8,6 +8,7 @@
 // shared decision log instead (DIR is then not needed), and check compares a coordinator's
 // local audit journal DIR with it: a decision the two hold differently, or one the journal
 // holds unended that the shared log lacks, is reported (exit 3).
+#include <algorithm>
 #include <ctime>
 #include <iomanip>
 #include <iostream>
@@ -267,12 +268,53 @@ json StateJson(const JournalState& st) {
   return out;
 }
 
-int StatusCmd(const std::string& dir, bool as_json) {
+// Whether the pending decision on `tx` in the coordinator journal DIR was logged with a leader
+// epoch: the journal is then the audit copy of a shared decision log, not the truth.
+bool DecidedUnderEpoch(const std::string& dir, const std::string& tx) {
+  auto recs = ReadJournalRecords(dir, tx);
+  if (!recs.ok()) return false;
+  for (const StoredRecord& r : recs->records) {
+    if (r.type != "DECISION") continue;
+    const json j = json::parse(r.json, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("epoch")) return true;
+  }
+  return false;
+}
+
+// `wtx status DIR [--decision-log URL]`. A coordinator's audit journal of a shared decision log
+// only knows the decisions its own process ended: one another leader finished is still pending
+// here. With --decision-log the pending ones are reconciled with the log (the truth); without
+// it the output says where the truth is.
+int StatusCmd(const std::string& dir, const DecisionLogFlags& flags, bool as_json) {
   if (Status s = CheckJournalDir(dir); !s.ok()) return Refuse("status", s);
   auto st = ReadJournalState(dir);
   if (!st.ok()) return Refuse("status", st.status());
   Warn("status", st->warnings);
   json s = StateJson(st.value());
+  if (st->owner.role != "coordinator") return PrintState(s, as_json);
+  if (flags.url.empty()) {
+    const bool audit =
+        std::any_of(st->pending.begin(), st->pending.end(),
+                    [&](const std::string& tx) { return DecidedUnderEpoch(dir, tx); });
+    if (audit) {
+      s["pending_is"] =
+          "as this audit journal knows it: the shared decision log holds the truth (another "
+          "leader may have ended them); wtx status DIR --decision-log URL reconciles";
+    }
+    return PrintState(s, as_json);
+  }
+  auto log = OpenDecisionLogFlags(flags);
+  if (!log.ok()) return RefuseLog("status", log.status());
+  json pending = json::array(), ended = json::array(), missing = json::array();
+  for (const std::string& tx : st->pending) {
+    auto d = log.value()->Read(tx);
+    if (!d.ok()) return RefuseLog("status", d.status());
+    (!d.value() ? missing : d.value()->ended ? ended : pending).push_back(tx);
+  }
+  s["pending"] = std::move(pending);
+  s["ended_in_log"] = std::move(ended);  // pending here, ended by the log (another leader)
+  if (!missing.empty()) s["not_in_log"] = std::move(missing);  // wtx check explains these
+  s["reconciled_with"] = log.value()->Describe();
   return PrintState(s, as_json);
 }
 
@@ -355,12 +397,17 @@ void RegisterJournalCommands(CLI::App& app, int* exit_code) {
   });
 
   auto* status = app.add_subcommand("status", "Version, dirty, loaded and in-doubt state");
-  status->add_option("dir", *dir, "Journal directory");
+  status->add_option("dir", *dir,
+                     "Journal directory (with --decision-log: a coordinator's audit journal, its "
+                     "pending decisions reconciled with the log)");
   status->add_flag("--json", *as_json, "JSON output");
   AddDecisionLogFlags(status, shared.get());
   status->callback([=] {
     if ((*exit_code = need_dir("status")) != kExitOk) return;
-    *exit_code = shared->url.empty() ? StatusCmd(*dir, *as_json) : StatusShared(*shared, *as_json);
+    // DIR and --decision-log: the journal's state, its pending decisions reconciled with the
+    // log; --decision-log alone: the log's own state.
+    *exit_code =
+        !dir->empty() ? StatusCmd(*dir, *shared, *as_json) : StatusShared(*shared, *as_json);
   });
 
   auto* replay = app.add_subcommand("replay", "Rebuild the state from the records and print it");
