@@ -1,29 +1,33 @@
 #!/usr/bin/env python3
-"""Failover latency of `wtx coordinator` over an etcd decision log (issue 27).
+"""Failover latency of `wtx coordinator` over an etcd decision log, per fault kind (issues 27, 36).
 
-Starts a 3-member etcd cluster on loopback (tests/etcd/etcd_cluster.py), a leader and a
-standby coordinator (--test-hooks: the build tree's wtx) and R ranks on the tiny manifest that
-list both (--connect A,B --decision-log URL). Then, --kills times: a full transaction is
-written on every rank and committed with the leader's crash point armed
-(after_decision_logged and before_decision_logged in turn); the commit answers E_CRASHED and
-the leader is killed with SIGKILL. The clock runs from the kill to the moment the LAST rank
-holds the decided outcome, polled on every rank's control port every 10 ms:
+Starts a 3-member etcd cluster on loopback (tests/etcd/etcd_cluster.py; etcd's own election
+settings by default: heartbeat 100 ms, election timeout 1 s), a leader and a standby coordinator
+(--test-hooks: the build tree's wtx) and R ranks on the tiny manifest that list both (--connect
+A,B --decision-log URL). Then --rounds rounds, the fault kinds in turn:
 
-  * after_decision_logged (commit): the rank serves the new version (serving, committed_tx,
-    version, nothing in doubt or active);
-  * before_decision_logged (abort): the rank holds the previous commit with nothing in doubt
-    or active (an aborted full transaction keeps no before-images: the rank serves again
-    after the next full transaction).
+  * kill: a full transaction is committed with the leader's crash point armed
+    (after_decision_logged and before_decision_logged in turn); the commit answers E_CRASHED
+    and the leader is killed (SIGKILL);
+  * pause: the same, but the leader is paused (SIGSTOP) instead, and continued (SIGCONT) once
+    every rank resolved and the standby leads; it must exit with status 4;
+  * etcd_leader: the etcd raft leader is killed (SIGKILL) and a written transaction committed
+    at once; the wtx leader must keep leading (the standby never takes over). The election is
+    timed too (kill to the first write a surviving member takes);
+  * standby: the standby is killed (SIGKILL) and a written transaction committed at once.
 
-The killed leader is restarted on its journal and port as the new standby, so the leadership
-alternates between the two. Prints one JSON document: p50/p99/max (ms) over all rounds and
-per crash point, the lease TTL, and the goal (TTL + 1000 ms).
+The clock runs from the fault to the moment the LAST rank holds the decided outcome, polled on
+every rank's control port every 10 ms: the new version served (commit), or the previous commit
+with nothing in doubt or active (abort). A killed or paused leader is restarted on its journal
+and port as the new standby, so the leadership alternates; a killed etcd member or standby is
+restarted. Prints one JSON document: p50/p99/max (ms) per fault kind (and per crash point), the
+etcd election times, the lease TTL, and the goal (TTL + 1000 ms).
 
 A round that cannot go on (the new leader refuses `begin`, e.g. its recovery failed) is
 counted in "restarts" with its error, and the whole topology is started again on a fresh
 prefix and fresh journals.
 
-    /usr/bin/python3 tools/bench/failover_bench.py --kills 50 --ranks 2 --lease-ttl-ms 1000
+    /usr/bin/python3 tools/bench/failover_bench.py --rounds 40 --ranks 2
 """
 
 import argparse
@@ -156,7 +160,32 @@ def poll_until(rank, pred, t_kill, interval, deadline, out, idx):
             time.sleep(left)
 
 
-def one_round(topo, point, interval, timeout):
+def wait_all(topo, pred, t0, interval, timeout, what):
+    """Polls every rank until pred holds; the ms from t0 per rank, and the status calls' times."""
+    out = [None] * len(topo.ranks)
+    threads = [threading.Thread(target=poll_until,
+                                args=(r, pred, t0, interval, t0 + timeout, out, i))
+               for i, r in enumerate(topo.ranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    per_rank = [o[0] for o in out]
+    calls = [c for o in out for c in o[1]]
+    if any(v is None for v in per_rank):
+        raise RoundError("%s: a rank did not hold the outcome within %.0f s" % (what, timeout),
+                         topo.ranks[per_rank.index(None)])
+    return per_rank, calls
+
+
+def serving_pred(tx, version):
+    return lambda s: (s.get("serving") is True and s.get("committed_tx") == tx and  # noqa
+                      s.get("version") == version and s.get("in_doubt") is None and
+                      s.get("active_tx") is None)
+
+
+def leader_fault_round(topo, fault, point, interval, timeout):
+    """kill / pause: the leader dies (or stops) right after its crash point fired."""
     tx = topo.tx()
     topo.write(tx)
     leader = topo.leader()
@@ -166,101 +195,170 @@ def one_round(topo, point, interval, timeout):
         raise RoundError("crash point %s did not fire: %s" % (point, ans), leader)
     prev_tx, prev_version = topo.prev
     if point == "after_decision_logged":
-        version = ans["version"]
-        pred = lambda s: (s.get("serving") is True and s.get("committed_tx") == tx and  # noqa
-                          s.get("version") == version and s.get("in_doubt") is None and
-                          s.get("active_tx") is None)
+        pred = serving_pred(tx, ans["version"])
     else:
         pred = lambda s: (s.get("committed_tx") == prev_tx and  # noqa: E731
                           s.get("version") == prev_version and s.get("in_doubt") is None and
                           s.get("active_tx") is None)
-    t_kill = time.monotonic()
-    leader.kill(signal.SIGKILL)
-    out = [None] * len(topo.ranks)
-    threads = [threading.Thread(target=poll_until,
-                                args=(r, pred, t_kill, interval, t_kill + timeout, out, i))
-               for i, r in enumerate(topo.ranks)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    per_rank = [o[0] for o in out]
-    calls = [c for o in out for c in o[1]]
-    if any(v is None for v in per_rank):
-        raise RoundError("round %s (%s): a rank did not hold the outcome within %.0f s" %
-                         (tx, point, timeout), topo.ranks[per_rank.index(None)])
-    # Takeover: the standby leads; the killed leader comes back as the new standby.
-    new = topo.standby()
-    new.wait_ready(timeout)
-    took_over_ms = None  # the ready line is read after the fact: no precise time
+    t0 = time.monotonic()
+    leader.kill(signal.SIGKILL) if fault == "kill" else leader.signal(signal.SIGSTOP)
+    try:
+        per_rank, calls = wait_all(topo, pred, t0, interval, timeout,
+                                   "round %s (%s, %s)" % (tx, fault, point))
+        new = topo.standby()
+        new.wait_ready(timeout)
+    finally:
+        if fault == "pause":
+            leader.signal(signal.SIGCONT)
+    note = None
+    if fault == "pause":
+        status = leader.wait_exit(10)
+        if status != 4:
+            note = "the paused leader exited %s after SIGCONT (expected 4)" % status
+            leader.kill(signal.SIGKILL)
+    # Takeover: the standby leads; the old leader comes back as the new standby.
     killed_i = topo.leader_i
     topo.leader_i = 1 - killed_i
     topo.coords[killed_i] = topo._coordinator(killed_i, standby=True)
     topo._registered(new)
     if point == "after_decision_logged":
         topo.prev = (tx, ans["version"])
-    return max(per_rank), per_rank, calls, took_over_ms
+    return per_rank, calls, note
+
+
+def commit_under_fault_round(topo, etcd, fault, interval, timeout):
+    """etcd_leader / standby: the fault, then a commit at once; the wtx leader must stay."""
+    tx = topo.tx()
+    topo.write(tx)
+    leader = topo.leader()
+    election = {}
+    if fault == "etcd_leader":
+        victim = etcd.leader()
+        etcd.kill(victim)
+        t0 = time.monotonic()
+        timer = threading.Thread(target=lambda: election.update(s=etcd.time_to_write(victim)))
+        timer.start()
+    else:
+        victim = topo.standby()
+        victim.kill(signal.SIGKILL)
+        t0 = time.monotonic()
+    rc, ans = leader.call("commit", {"tx": tx})
+    if rc != 0 or status_code(ans) != "OK":
+        raise RoundError("commit %s under %s: %s" % (tx, fault, ans), leader)
+    per_rank, calls = wait_all(topo, serving_pred(tx, ans["version"]), t0, interval, timeout,
+                               "round %s (%s)" % (tx, fault))
+    topo.prev = (tx, ans["version"])
+    note = None
+    if not leader.alive():
+        raise RoundError("the wtx leader exited under %s" % fault, leader)
+    if fault == "etcd_leader":
+        timer.join()
+        if topo.standby().has_ready_line():
+            note = "the standby took over during the etcd election"
+        etcd.restart(victim)
+    else:
+        i = 1 - topo.leader_i
+        topo.coords[i] = topo._coordinator(i, standby=True)
+    return per_rank, calls, note, election.get("s")
+
+
+FAULTS = ("kill", "pause", "etcd_leader", "standby")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kills", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=40, help="rounds in all, the kinds in turn")
+    ap.add_argument("--faults", default=",".join(FAULTS),
+                    help="fault kinds to run, comma-separated (%s)" % ", ".join(FAULTS))
     ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--lease-ttl-ms", type=int, default=1000)
+    ap.add_argument("--lease-ttl-ms", type=int, default=2000)
+    ap.add_argument("--etcd-election-ms", type=int, default=1000,
+                    help="etcd's --election-timeout (heartbeat a tenth of it); 1000 is etcd's "
+                         "default")
     ap.add_argument("--poll-ms", type=int, default=10)
     ap.add_argument("--timeout-s", type=float, default=30.0,
                     help="give up on a round after this long")
     ap.add_argument("--bin", default=wtx_procs.WTX_BIN)
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     args = ap.parse_args()
+    faults = [f for f in args.faults.split(",") if f]
+    unknown = [f for f in faults if f not in FAULTS]
+    if unknown or not faults:
+        print("--faults: unknown kind %s (%s)" % (unknown, ", ".join(FAULTS)), file=sys.stderr)
+        return 2
     if not etcd_available():
         print(json.dumps({"skipped": "no etcd binary"}))
         return 77
     work = tempfile.mkdtemp(prefix="wtx-failover-bench-")
-    all_ms, by_point, calls, restarts = [], {}, [], []
+    by_fault, by_point, calls, restarts, notes, elections = {}, {}, [], [], [], []
     t_start = time.monotonic()
-    with EtcdCluster() as etcd, Run(work, binary=args.bin) as run:
+    election_ms = args.etcd_election_ms
+    with EtcdCluster(heartbeat_ms=max(10, election_ms // 10), election_ms=election_ms) as etcd, \
+            Run(work, binary=args.bin) as run:
         gen = 0
         topo = None
         i = 0
-        while i < args.kills:
+        while i < args.rounds:
             if topo is None:
                 gen += 1
                 topo = Topology(run, etcd, args.ranks, args.lease_ttl_ms, gen)
                 topo.commit(topo.tx())  # a first version on every rank
-            point = "after_decision_logged" if i % 2 == 0 else "before_decision_logged"
+            fault = faults[i % len(faults)]
+            point = None
+            if fault in ("kill", "pause"):
+                n = sum(1 for k in range(i) if faults[k % len(faults)] == fault)
+                point = "after_decision_logged" if n % 2 == 0 else "before_decision_logged"
             try:
-                ms, per_rank, c, _ = one_round(topo, point, args.poll_ms / 1000.0,
-                                               args.timeout_s)
+                if point:
+                    per_rank, c, note = leader_fault_round(topo, fault, point,
+                                                           args.poll_ms / 1000.0,
+                                                           args.timeout_s)
+                else:
+                    per_rank, c, note, el = commit_under_fault_round(
+                        topo, etcd, fault, args.poll_ms / 1000.0, args.timeout_s)
+                    if el is not None:
+                        elections.append(el * 1000.0)
             except (RoundError, AssertionError, RuntimeError) as e:
-                restarts.append({"round": i, "point": point, "error": str(e)[:400],
+                restarts.append({"round": i, "fault": fault, "point": point,
+                                 "error": str(e)[:400],
                                  "stderr": getattr(e, "stderr", "")[-1200:]})
                 topo.close()
                 topo = None
-                if len(restarts) > max(3, args.kills):
+                if len(restarts) > max(3, args.rounds):
                     break
                 continue
-            all_ms.append(ms)
-            by_point.setdefault(point, []).append(ms)
+            ms = max(per_rank)
+            by_fault.setdefault(fault, []).append(ms)
+            if point:
+                by_point.setdefault("%s/%s" % (fault, point), []).append(ms)
+            if note:
+                notes.append({"round": i, "fault": fault, "note": note})
             calls.extend(c)
-            print("round %d %s: last rank after %.1f ms (ranks %s)" %
-                  (i, point, ms, ", ".join("%.1f" % v for v in per_rank)), file=sys.stderr)
+            print("round %d %s%s: last rank after %.1f ms (ranks %s)%s" %
+                  (i, fault, " " + point if point else "", ms,
+                   ", ".join("%.1f" % v for v in per_rank), " -- " + note if note else ""),
+                  file=sys.stderr)
             i += 1
         if topo is not None:
             topo.close()
     goal = args.lease_ttl_ms + 1000
+    all_ms = [v for vs in by_fault.values() for v in vs]
     result = {
         "bench": "failover",
-        "kills": len(all_ms),
+        "rounds": len(all_ms),
         "ranks": args.ranks,
         "lease_ttl_ms": args.lease_ttl_ms,
+        "etcd_election_timeout_ms": election_ms,
         "goal_ms": goal,
-        "kill_to_last_rank_ms": summary(all_ms),
+        "fault_to_last_rank_ms": {f: summary(v) for f, v in sorted(by_fault.items())},
         "by_crash_point": {p: summary(v) for p, v in sorted(by_point.items())},
-        "within_goal": sum(1 for v in all_ms if v <= goal),
+        "within_goal": {f: "%d/%d" % (sum(1 for x in v if x <= goal), len(v))
+                        for f, v in sorted(by_fault.items())},
+        "etcd_election_ms": summary(elections),
         "status_poll_ms": {"interval": args.poll_ms,
                            "call_p50": round(1000 * (percentile(calls, 0.5) or 0), 1),
                            "call_max": round(1000 * max(calls), 1) if calls else None},
+        "notes": notes,
         "restarts": restarts,
         "wall_s": round(time.monotonic() - t_start, 1),
     }
@@ -269,7 +367,7 @@ def main():
         print("work folder: " + work, file=sys.stderr)
     else:
         shutil.rmtree(work, ignore_errors=True)
-    return 0 if all_ms else 1
+    return 0 if all_ms and not notes else 1
 
 
 if __name__ == "__main__":
