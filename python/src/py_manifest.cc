@@ -1,0 +1,156 @@
+// wtx.Manifest, wtx.expected_version and wtx.history (docs/python.md).
+#include "py_binding.h"
+
+namespace wtx::python {
+
+using nlohmann::json;
+
+namespace {
+
+// ---------------------------------------------------------------------------------- Manifest
+
+py::dict ShardToPy(const ShardSpec& s) {
+  py::dict d;
+  d["id"] = s.id;
+  d["source"] = s.source;
+  d["source_shape"] = s.source_shape;
+  d["box"] = BoxToPy(s.box);
+  d["source_box"] = BoxToPy(s.source_box);
+  d["packed"] = s.packed;
+  return d;
+}
+
+py::list ParamsToPy(const Manifest& m) {
+  py::list out;
+  for (const ParamSpec& p : m.params()) {
+    py::dict d;
+    d["name"] = p.name;
+    d["dtype"] = std::string(DTypeName(p.dtype));
+    d["shape"] = p.shape;
+    py::list shards;
+    for (const ShardSpec& s : p.shards) shards.append(ShardToPy(s));
+    d["shards"] = shards;
+    out.append(d);
+  }
+  return out;
+}
+
+PyManifest FromHfConfig(py::object config, py::object tp, py::object rank,
+                        std::optional<std::string> dtype) {
+  HfManifestOptions o;
+  o.tp = static_cast<int>(IntArg(tp, "tp", 1, kMaxRanks));
+  o.rank = static_cast<int>(IntArg(rank, "rank", 0, kMaxRanks - 1));
+  if (dtype) {
+    auto d = DTypeFromName(*dtype);
+    if (!d) Raise(Status::InvalidArgument("dtype: unknown '" + *dtype + "'"));
+    o.dtype = *d;
+  }
+  if (py::isinstance<py::dict>(config)) return {Unwrap(ManifestFromHfConfig(FromPy(config), o))};
+  std::string path = py::str(py::module_::import("os").attr("fspath")(config));
+  if (py::module_::import("os.path").attr("isdir")(path).cast<bool>()) path += "/config.json";
+  return {Unwrap(ManifestFromHfConfigFile(path, o))};
+}
+
+// -------------------------------------------------------------------------- Expected version
+
+// What a full transaction writing exactly `sources` ({name: full tensor}) must commit.
+py::dict ExpectedVersionOf(const std::vector<PyManifest>& manifests, py::dict sources) {
+  std::vector<const Manifest*> ms;
+  for (const PyManifest& m : manifests) ms.push_back(m.m.get());
+  std::vector<SourceTensor> st;
+  std::vector<py::object> keep;  // converted sources, alive for the computation
+  for (auto item : sources) {
+    const std::string name = py::str(item.first);
+    py::object tensor = py::reinterpret_borrow<py::object>(item.second);
+    for (const Manifest* m : ms) {  // the live dtype of the first rank that holds it
+      const auto& refs = m->ShardsOfSource(name);
+      if (refs.empty()) continue;
+      tensor =
+          AsLiveSource(tensor, m->params()[refs[0].param].dtype, "source tensor '" + name + "'");
+      break;
+    }
+    keep.push_back(tensor);
+    TensorInfo t = InspectTensor(tensor, "source tensor '" + name + "'");
+    if (t.device != "cpu" || !t.contiguous || !t.dtype) {
+      Raise(Status(ErrorCode::kBadWrite,
+                   "source tensor '" + name + "' must be a contiguous cpu tensor of a wtx dtype"));
+    }
+    st.push_back(
+        SourceTensor{name, t.shape, *t.dtype, reinterpret_cast<const void*>(t.ptr), t.bytes});
+  }
+  auto r = WithoutGil([&] { return ComputeExpectedVersion(ms, st); });
+  ExpectedVersion ev = Unwrap(std::move(r));
+  py::dict d;
+  d["version"] = ev.version;
+  d["rank_digests"] = ev.rank_digests;
+  return d;
+}
+
+// ----------------------------------------------------------------------------------- History
+
+py::list History(const std::string& dir) {
+  auto h = WithoutGil([&]() -> Result<std::vector<json>> {
+    JournalOptions o;
+    o.read_only = true;
+    o.create_if_missing = false;
+    auto j = Journal::Open(dir, o);
+    if (!j.ok()) return j.status();
+    return ReadHistory(*j.value());
+  });
+  py::list out;
+  for (const json& e : Unwrap(std::move(h))) out.append(ToPy(e));
+  return out;
+}
+
+}  // namespace
+
+void DefineManifest(py::module_& m) {
+  py::class_<PyManifest>(m, "Manifest")
+      .def_static("from_hf_config", &FromHfConfig, py::arg("config"), py::kw_only(),
+                  py::arg("tp") = 1, py::arg("rank") = 0, py::arg("dtype") = py::none())
+      .def_static(
+          "from_json",
+          [](const std::string& text) { return PyManifest{Unwrap(ParseManifestText(text))}; },
+          py::arg("text"))
+      .def("to_json", [](const PyManifest& self) { return self.m->ToJson().dump(); })
+      .def_property_readonly("params", [](const PyManifest& self) { return ParamsToPy(*self.m); })
+      .def_property_readonly("fingerprint",
+                             [](const PyManifest& self) { return self.m->Fingerprint(); })
+      .def_property_readonly("total_bytes",
+                             [](const PyManifest& self) { return self.m->TotalBytes(); })
+      .def_property_readonly("modules",
+                             [](const PyManifest& self) {
+                               py::dict d;
+                               for (const auto& mod : self.m->modules())
+                                 d[py::str(mod.name)] = mod.params;
+                               return d;
+                             })
+      .def(
+          "source_shards",
+          [](const PyManifest& self, const std::string& source) {
+            py::list out;
+            for (const ShardRef& r : self.m->ShardsOfSource(source)) {
+              const ParamSpec& p = self.m->params()[r.param];
+              py::dict d = ShardToPy(p.shards[r.shard]);
+              d["param"] = p.name;
+              d["dtype"] = std::string(DTypeName(p.dtype));
+              out.append(d);
+            }
+            return out;
+          },
+          py::arg("source"))
+      .def("__repr__", [](const PyManifest& self) {
+        return "<wtx.Manifest " + std::to_string(self.m->params().size()) + " params, " +
+               std::to_string(self.m->TotalBytes()) + " bytes, fingerprint " +
+               self.m->Fingerprint().substr(0, 12) + ">";
+      });
+
+  m.def("expected_version", &ExpectedVersionOf, py::arg("manifests"), py::arg("sources"),
+        "The version a full transaction writing exactly `sources` ({name: full tensor}) into "
+        "ranks with these manifests must commit: {version, rank_digests}.");
+  m.def("history", &History, py::arg("journal_dir"),
+        "The journal's transactions, oldest first (dicts: tx, kind, base, outcome, version, "
+        "reason, timings_us, ...).");
+}
+
+}  // namespace wtx::python
