@@ -39,10 +39,11 @@ if(WTX_HAVE_PYTHON)
   # contributes nothing).
   target_link_libraries(wtx_python PRIVATE wtx_net wtx_kernels wtx_core RocksDB::rocksdb-shared)
   # The pure-Python files, copied at build time so that edits reach build/python/wtx/.
-  file(GLOB WTX_PY_SOURCES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/python/wtx/*.py")
+  file(GLOB_RECURSE WTX_PY_SOURCES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/python/wtx/*.py"
+       "${PROJECT_SOURCE_DIR}/python/wtx/*.pyi" "${PROJECT_SOURCE_DIR}/python/wtx/py.typed")
   set(WTX_PY_OUTPUTS)
   foreach(src ${WTX_PY_SOURCES})
-    get_filename_component(name "${src}" NAME)
+    file(RELATIVE_PATH name "${PROJECT_SOURCE_DIR}/python/wtx" "${src}")
     add_custom_command(OUTPUT "${WTX_PYTHON_DIR}/wtx/${name}"
                        COMMAND ${CMAKE_COMMAND} -E copy_if_different "${src}"
                                "${WTX_PYTHON_DIR}/wtx/${name}"

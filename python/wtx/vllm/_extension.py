@@ -1,4 +1,4 @@
-"""A vLLM worker extension that makes weight updates wtx transactions.
+"""The worker extension of wtx.vllm: weight updates as wtx transactions, own call names.
 
 Load it with `--worker-extension-cls wtx.vllm.WtxWorkerExtension` (vLLM mixes the class into its
 worker; `collective_rpc("start_weight_update", ...)` etc. then reach every TP rank). It also
@@ -22,10 +22,9 @@ import re
 
 import torch.distributed as dist
 
-from . import Error, Manifest, Participant
-from .torch_dist import Group
+from .. import Error, Manifest, Participant
+from ..torch_dist import Group
 
-__all__ = ["WtxWorkerExtension", "manifest_from_module", "LLAMA_STACKED_PARAMS_MAPPING"]
 
 # vLLM's LlamaForCausalLM.stacked_params_mapping: (param_name, shard_name, shard_id).
 LLAMA_STACKED_PARAMS_MAPPING = [

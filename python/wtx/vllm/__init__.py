@@ -1,0 +1,21 @@
+"""wtx for vLLM: a weight-transfer backend and a worker extension (docs/vllm.md).
+
+* `WtxWeightTransferEngine`, registered under the name "wtx" by `register()`: vLLM's pluggable
+  weight transfer (`--weight-transfer-config '{"backend": "wtx"}'`) with every update a wtx
+  transaction over the TP group, wrapping an inner transport ("nccl", "ipc", "sparse_nccl" or
+  any registered name) that moves the bytes.
+* `WtxWorkerExtension` (`--worker-extension-cls wtx.vllm.WtxWorkerExtension`): the same
+  transactions under the extension's own call names.
+* `manifest_from_module`: a rank's manifest from a live module with vLLM's fused layout.
+
+Importing this package does not import vLLM: without it the classes work against any object
+with the same shape (the tests' doubles).
+"""
+
+from ._engine import (EXPECTED_VERSION_NAME, WtxInitInfo, WtxUpdateInfo,
+                      WtxWeightTransferEngine, register, register_inner, trainer_update_info)
+from ._extension import LLAMA_STACKED_PARAMS_MAPPING, WtxWorkerExtension, manifest_from_module
+
+__all__ = ["EXPECTED_VERSION_NAME", "LLAMA_STACKED_PARAMS_MAPPING", "WtxInitInfo",
+           "WtxUpdateInfo", "WtxWeightTransferEngine", "WtxWorkerExtension",
+           "manifest_from_module", "register", "register_inner", "trainer_update_info"]
