@@ -372,3 +372,71 @@ def test_RegisterIsIdempotentAndRefusesATakenName():
     wtx.vllm.register_inner("sparse-own", SparseBroadcastEngine)  # same class: no-op
     with pytest.raises(wtx.Error):
         wtx.vllm.register_inner("sparse-own", BroadcastEngine)
+
+
+# ------------------------------------------------------------------------------ HTTP routes
+
+def http_deployment(rank, world, args):
+    from vllm_doubles import HttpFrontDouble, http_post
+    tp = dist.new_group([0, 1])
+    if rank != TRAINER:
+        model = make_model(rank, tp)
+        worker = VllmWorkerDouble(model, rank, tp)
+        front = HttpFrontDouble(worker, tp, rank)
+        ports = [None] * 3
+        dist.all_gather_object(ports, front.port)
+        front.serve()
+        return {"status": worker.engine.participant.status(), "logits": model(IDS)}
+    install_fake_vllm()
+    ports = [None] * 3
+    dist.all_gather_object(ports, None)
+    port, d = ports[0], args["dir"]
+    out = {"init": http_post(port, "init_weight_transfer_engine", {"init_info": {
+        "journal_dir": os.path.join(d, "rank{rank}"),
+        "coordinator_journal": os.path.join(d, "coord"), "inner_init_info": {"src": TRAINER}}})}
+    ms = [wtx.Manifest.from_hf_config(HF, tp=2, rank=r, dtype="bf16").to_json() for r in (0, 1)]
+    for i, (tx, bogus) in enumerate([("t1", False), ("t2", True)]):
+        w = hf_weights(10 + i)
+        items = [(n, w[n]) for n in NAMES]
+        out[tx + "-start"] = http_post(port, "start_weight_update")
+        info = wtx.vllm.trainer_update_info(items, tx=tx, expect_version=True)
+        box = {}
+        t = threading.Thread(target=lambda: box.update(r=http_post(
+            port, "update_weights", {"update_info": info})))
+        t.start()
+        if bogus:
+            BroadcastEngine.trainer_send_weights(
+                iter(items + [(wtx.vllm.EXPECTED_VERSION_NAME,
+                               wtx.vllm._engine._version_tensor("f" * 32))]), {"src": TRAINER})
+            out[tx + "-sent"] = None
+        else:
+            out[tx + "-sent"] = _send(items, "bcast", ms)
+            out["ref"] = reference_forward(w, IDS)
+        t.join()
+        out[tx + "-update"] = box["r"]
+        out[tx + "-finish"] = http_post(port, "finish_weight_update")
+    out["unknown"] = http_post(port, "update_weights_v9", {})
+    http_post(port, "shutdown")
+    return out
+
+
+HF = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 48,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+      "vocab_size": 64, "tie_word_embeddings": False, "head_dim": 8}
+
+
+def test_HttpRoutesDriveTheFourPhases(tmp_path):
+    results, codes = run_world(http_deployment, 3, dict(dir=str(tmp_path)))
+    assert set(results) == {0, 1, 2}, codes
+    t = results[TRAINER]
+    assert t["init"] == (200, {"ok": True, "weight_version": None}), t["init"]
+    assert t["t1-update"][0] == 200 and t["t1-finish"][0] == 200, t
+    # The reported weight_version is the committed version: the one the trainer computed.
+    assert t["t1-finish"][1]["weight_version"] == t["t1-sent"], t
+    # A wrong expected version: the finish route fails naming it; the ranks do not serve.
+    assert t["t2-finish"][0] == 500 and "E_VERSION_MISMATCH" in t["t2-finish"][1]["error"][
+        "message"], t["t2-finish"]
+    assert t["unknown"][0] == 500 and "no route" in t["unknown"][1]["error"]["message"]
+    for r in (0, 1):
+        assert results[r]["status"]["serving"] is False
+        assert results[r]["status"]["committed_tx"] == "t1"

@@ -17,6 +17,7 @@
 """
 
 import sys
+import threading
 import types
 from dataclasses import dataclass, field
 
@@ -287,3 +288,97 @@ class VllmWorkerDouble:
 
     def finish_weight_update(self):
         return self.engine.finish_weight_update()
+
+
+# ------------------------------------------------------------------------ the HTTP routes
+
+ROUTES = ("init_weight_transfer_engine", "start_weight_update", "update_weights",
+          "finish_weight_update")
+
+
+class HttpFrontDouble:
+    """vLLM's API server routes, POST /<route> with a JSON body ({"init_info": {...}} or
+    {"update_info": {...}}), in front of a TP group: each request is relayed to every rank of
+    `tp_group` (a broadcast from TP rank 0, as collective_rpc), run on each rank's worker, and
+    answered with rank 0's result: 200 {"ok": true, "weight_version": ...} or 500 {"ok": false,
+    "error": {"code", "message"}}. POST /shutdown ends serve()."""
+
+    def __init__(self, worker, tp_group, tp_rank):
+        import queue
+        self.worker, self.tp, self.rank = worker, tp_group, tp_rank
+        self.requests, self.answers = queue.Queue(), queue.Queue()
+        self.port = None
+        if tp_rank == 0:
+            self._start_server()
+
+    def _start_server(self):
+        import json
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        front = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                route = self.path.strip("/")
+                n = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(n) or b"{}")
+                front.requests.put((route, body))
+                code, answer = front.answers.get()
+                data = json.dumps(answer).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def serve(self):
+        """Runs requests until /shutdown (every TP rank calls it)."""
+        import wtx
+        while True:
+            box = [self.requests.get() if self.rank == 0 else None]
+            dist.broadcast_object_list(box, src=dist.get_global_rank(self.tp, 0)
+                                       if hasattr(dist, "get_global_rank") else 0,
+                                       group=self.tp)
+            route, body = box[0]
+            if route == "shutdown":
+                if self.rank == 0:
+                    self.answers.put((200, {"ok": True}))
+                    self.server.shutdown()
+                return
+            try:
+                if route not in ROUTES:
+                    raise wtx.Error("INVALID_ARGUMENT", f"no route /{route}")
+                arg = body.get("init_info", body.get("update_info"))
+                fn = getattr(self.worker, route)
+                fn(*([] if arg is None else [arg]))
+                answer = (200, {"ok": True,
+                                "weight_version": self.worker.engine.weight_version})
+            except wtx.Aborted as e:
+                answer = (500, {"ok": False, "error": {"code": "E_ABORTED",
+                                                       "message": str(e)}})
+            except Exception as e:
+                answer = (500, {"ok": False, "error": {"code": getattr(e, "code", "ERROR"),
+                                                       "message": str(e)}})
+            if self.rank == 0:
+                self.answers.put(answer)
+
+
+def http_post(port, route, body=None, timeout=60):
+    """The trainer's client: (status, JSON answer)."""
+    import json
+    import urllib.error
+    import urllib.request
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/{route}",
+                                 data=json.dumps(body or {}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())

@@ -533,19 +533,26 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
             if self._failure is not None:
                 continue  # drained, not written
             try:
-                if isinstance(value, (tuple, list)) and len(value) == 2:
-                    indices, values = value  # a sparse patch: flat indices into the source
-                    p.patch(name, indices, values)
-                elif self._init.load == "write_source":
-                    p.write_source(name, value)
-                elif p.reserve_source(name):
-                    self.model.load_weights([(name, value)])
-                    p.landed_source(name)
+                load_one(p, self.model, self._init.load, name, value)
             except BaseException as e:
                 self._fail(e)
                 continue
             loaded.add(name)
         return loaded
+
+
+def load_one(p: Participant, model: Any, mode: str, name: str, value: Any) -> None:
+    """One received item through wtx: a sparse patch `(indices, values)` (flat indices into the
+    source), else the full source tensor written by name ("write_source") or loaded by the
+    model's own `load_weights` between reserve_source and landed_source ("load_weights")."""
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        indices, values = value
+        p.patch(name, indices, values)
+    elif mode == "write_source":
+        p.write_source(name, value)
+    elif p.reserve_source(name):
+        model.load_weights([(name, value)])
+        p.landed_source(name)
 
 
 def _vllm_tp_group() -> Any:
