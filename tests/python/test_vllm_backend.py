@@ -296,16 +296,12 @@ def test_TrainerKilledMidSendAbortsAndNoRankServes(tmp_path):
 
 # ------------------------------------------------------------------ one process: bad inputs
 
-class _OneRankGroup:
-    pass
-
-
 @pytest.fixture
 def solo(tmp_path):
     """An engine over a 1-process gloo group (TP 1), not initialized."""
     import datetime
     from conftest import free_port
-    if not dist.is_initialized():
+    if not dist.is_initialized():  # a one-process group, destroyed after the case
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
                                 world_size=1, timeout=datetime.timedelta(seconds=30))
     install_fake_vllm()
@@ -316,6 +312,7 @@ def solo(tmp_path):
                                            torch.device("cpu"), model)
     yield eng, str(tmp_path)
     eng.shutdown()
+    dist.destroy_process_group()  # the multi-process cases fork from this process
 
 
 def test_BadInitInfoIsAnErrorNamingTheField(solo):
