@@ -87,10 +87,11 @@ def _landed_source(self, source):
     self._landed(source=source)
 
 
-Participant.reserve = _reserve
-Participant.reserve_source = _reserve_source
-Participant.landed = _landed
-Participant.landed_source = _landed_source
+# The landing calls with torch views, on the extension's class (declared in _wtx.pyi).
+setattr(Participant, "reserve", _reserve)
+setattr(Participant, "reserve_source", _reserve_source)
+setattr(Participant, "landed", _landed)
+setattr(Participant, "landed_source", _landed_source)
 
 
 def _enter(self):
@@ -105,5 +106,5 @@ def _exit_closing(self, *exc):
 # Participant and Coordinator are context managers: leaving the block closes them (the journal
 # is released; a new open of the same directory re-initializes).
 for _cls in (Participant, Coordinator):
-    _cls.__enter__ = _enter
-    _cls.__exit__ = _exit_closing
+    setattr(_cls, "__enter__", _enter)
+    setattr(_cls, "__exit__", _exit_closing)

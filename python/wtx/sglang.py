@@ -183,6 +183,18 @@ class WtxSglangAdapter:
 
     # -- internals ---------------------------------------------------------------------------
 
+    @property
+    def _p(self) -> Participant:
+        if self.participant is None:
+            raise Error("INVALID_ARGUMENT", "wtx is not initialized (init_wtx)")
+        return self.participant
+
+    @property
+    def _g(self) -> Group:
+        if self.group is None:
+            raise Error("INVALID_ARGUMENT", "wtx is not initialized (init_wtx)")
+        return self.group
+
     def _require(self, call: str) -> None:
         if self.participant is None:
             raise Error("INVALID_ARGUMENT", f"{call}: wtx is not initialized (init_wtx)")
@@ -199,7 +211,7 @@ class WtxSglangAdapter:
         if self._tx is not None:
             tx, self._tx = self._tx, None
             try:
-                self.group.abort(tx)
+                self._g.abort(tx)
             except Error:
                 pass
         self._failure, self._expected, self._bracketed = None, None, False
@@ -207,9 +219,9 @@ class WtxSglangAdapter:
     def _begin(self, tx: Optional[str], kind: str, base: Optional[str],
                modules: Optional[List[str]], sources: Optional[List[str]]) -> None:
         self._updates += 1
-        tx = tx or "sglang-%s-%d" % ((self.participant.status().get("version") or "none")[:16],
+        tx = tx or "sglang-%s-%d" % ((self._p.status().get("version") or "none")[:16],
                                     self._updates)
-        self.group.begin(tx, kind=kind, base=base, modules=modules, sources=sources)
+        self._g.begin(tx, kind=kind, base=base, modules=modules, sources=sources)
         self._tx = tx
 
     def _update(self, items: Iterable[Tuple[str, Any]], label: Optional[str],
@@ -228,7 +240,7 @@ class WtxSglangAdapter:
                     self._expected = _version_of(value)
                 elif self._failure is None:  # after a failure: drained, not written
                     try:
-                        load_one(self.participant, self.model, self._load, name, value)
+                        load_one(self._p, self.model, self._load, name, value)
                     except Exception as e:
                         self._failure = f"{name}: {type(e).__name__}: {e}"
         except Exception as e:  # the transport itself (the trainer gone)
@@ -242,15 +254,15 @@ class WtxSglangAdapter:
 
     def _decide(self) -> Tuple[bool, str]:
         tx = self._tx
-        failures = _gather(self._failure, self.group)
+        failures = _gather(self._failure, self._g)
         self._tx, self._failure = None, None
         expected, self._expected = self._expected, None
         try:
             if any(failures):
                 reason = "; ".join(f"rank {r}: {f}" for r, f in enumerate(failures) if f)
-                self.last_outcome = dict(self.group.abort(tx), reason=reason)
+                self.last_outcome = dict(self._g.abort(tx), reason=reason)
                 return False, f"transaction '{tx}' aborted: {reason}"
-            out = self.group.commit(tx, expect_version=expected)
+            out = self._g.commit(tx, expect_version=expected)
         except Aborted as e:
             self.last_outcome = e.decision
             missing = sorted({m.get("param", "?") for v in e.decision.get("votes", [])

@@ -17,7 +17,7 @@ import wtx
 import wtx.vllm
 from harness import IDS, run_world
 from tiny_llama import hf_weights, reference_forward
-from vllm_doubles import (BroadcastEngine, SparseBroadcastEngine, VllmWorkerDouble,
+from vllm_doubles import (BroadcastEngine, VllmWorkerDouble,
                           install_fake_vllm, make_model)
 
 TRAINER = 2
@@ -365,8 +365,8 @@ def test_RegisterIsIdempotentAndRefusesATakenName():
     with pytest.raises(wtx.Error) as e:
         wtx.vllm.register("bcast")
     assert "already" in e.value.message and "BroadcastEngine" in e.value.message
-    wtx.vllm.register_inner("sparse-own", SparseBroadcastEngine)
-    wtx.vllm.register_inner("sparse-own", SparseBroadcastEngine)  # same class: no-op
+    wtx.vllm.register_inner("sparse-own", wtx.vllm.TorchBroadcastEngine)
+    wtx.vllm.register_inner("sparse-own", wtx.vllm.TorchBroadcastEngine)  # same: no-op
     with pytest.raises(wtx.Error):
         wtx.vllm.register_inner("sparse-own", BroadcastEngine)
 

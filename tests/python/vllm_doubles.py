@@ -7,9 +7,9 @@
   create_engine(config, vllm_config, device, model)).
 * Inner transports over torch.distributed (gloo here, where vLLM uses NCCL), the trainer being
   `src`: `BroadcastEngine` (the older contract: `__init__(config, parallel_config)`,
-  `receive_weights(update_info, load_weights)`), `BroadcastEngineV2` (the newest:
+  `receive_weights(update_info, load_weights)`) and `BroadcastEngineV2` (the newest:
   `__init__(config, vllm_config, device, model)`, `receive_weights(update_info)` loading into
-  `self.model`), and `SparseBroadcastEngine` (indices and values per name).
+  `self.model`); wtx's own TorchBroadcastEngine (dense and sparse) is registered as "sparse".
 * `LoaderLlama`: the tiny Llama with a model-owned `load_weights` (vLLM's stacked mapping and
   TP slicing), for the backend's "load_weights" mode.
 * `VllmWorkerDouble`: what a vLLM worker does with the engine: builds it through the factory
@@ -25,13 +25,14 @@ import torch
 import torch.distributed as dist
 
 from tiny_llama import CONFIG, TpLlama
-from wtx.vllm import LLAMA_STACKED_PARAMS_MAPPING, WtxWeightTransferEngine
+from wtx.vllm import (LLAMA_STACKED_PARAMS_MAPPING, TorchBroadcastEngine,
+                      WtxWeightTransferEngine)
 
 
 # ------------------------------------------------------------------------------ the factory
 
 class FakeWeightTransferEngineFactory:
-    _registry = {}
+    _registry: dict = {}
 
     @classmethod
     def register_engine(cls, name, module_path_or_cls, class_name=None):
@@ -70,7 +71,8 @@ def install_fake_vllm():
     factory.WeightTransferEngineFactory = FakeWeightTransferEngineFactory
     FakeWeightTransferEngineFactory.register_engine("bcast", BroadcastEngine)
     FakeWeightTransferEngineFactory.register_engine("bcast2", BroadcastEngineV2)
-    FakeWeightTransferEngineFactory.register_engine("sparse", SparseBroadcastEngine)
+    # wtx's own torch.distributed transport (dense and sparse), as a registered vLLM engine.
+    FakeWeightTransferEngineFactory.register_engine("sparse", TorchBroadcastEngine)
     return factory
 
 
@@ -167,47 +169,6 @@ class BroadcastEngineV2(BroadcastEngine):
         for name, dtype, shape in zip(info.names, info.dtype_names, info.shapes):
             self.model.load_weights(weights=[(name, _recv(shape, getattr(torch, dtype),
                                                            self.src))])
-
-
-@dataclass
-class SparseUpdateInfo:
-    names: list
-    dtype_names: list
-    shapes: list
-    counts: list = None  # per name: how many (index, value) pairs, or None for a dense tensor
-
-
-class SparseBroadcastEngine(BroadcastEngine):
-    """Dense tensors and sparse patches: per sparse name, int64 flat indices then the values."""
-
-    update_info_cls = SparseUpdateInfo
-
-    def parse_update_info(self, d):
-        info = SparseUpdateInfo(**d)
-        if info.counts is None:
-            info.counts = [None] * len(info.names)
-        if not (len(info.names) == len(info.dtype_names) == len(info.shapes) ==
-                len(info.counts)):
-            raise ValueError("names, dtype_names, shapes and counts differ in length")
-        return info
-
-    def receive_weights(self, info, load_weights):
-        for name, dtype, shape, n in zip(info.names, info.dtype_names, info.shapes,
-                                         info.counts):
-            if n is None:
-                load_weights([(name, _recv(shape, getattr(torch, dtype), self.src))])
-                continue
-            idx = _recv([n], torch.int64, self.src)
-            val = _recv([n], getattr(torch, dtype), self.src)
-            load_weights([(name, (idx, val))])
-
-    @staticmethod
-    def trainer_send_weights(iterator, trainer_args):
-        src = trainer_args.get("src", 2)
-        for name, value in iterator:
-            parts = value if isinstance(value, tuple) else (value,)
-            for t in parts:
-                dist.broadcast(t.contiguous().view(torch.uint8), src=src)
 
 
 # ------------------------------------------------------------------------------- the model

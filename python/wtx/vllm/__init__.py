@@ -6,16 +6,21 @@
   any registered name) that moves the bytes.
 * `WtxWorkerExtension` (`--worker-extension-cls wtx.vllm.WtxWorkerExtension`): the same
   transactions under the extension's own call names.
+* `TorchBroadcastEngine` ("torch_broadcast"): an inner transport over torch.distributed
+  broadcast (gloo or NCCL), dense tensors and sparse patches, usable without vLLM.
 * `manifest_from_module`: a rank's manifest from a live module with vLLM's fused layout.
 
 Importing this package does not import vLLM: without it the classes work against any object
 with the same shape (the tests' doubles).
 """
 
+from ._broadcast import TorchBroadcastEngine
+from ._broadcast import update_info as broadcast_update_info
 from ._engine import (EXPECTED_VERSION_NAME, WtxInitInfo, WtxUpdateInfo,
                       WtxWeightTransferEngine, register, register_inner, trainer_update_info)
 from ._extension import LLAMA_STACKED_PARAMS_MAPPING, WtxWorkerExtension, manifest_from_module
 
-__all__ = ["EXPECTED_VERSION_NAME", "LLAMA_STACKED_PARAMS_MAPPING", "WtxInitInfo",
+__all__ = ["EXPECTED_VERSION_NAME", "LLAMA_STACKED_PARAMS_MAPPING", "TorchBroadcastEngine",
+           "WtxInitInfo", "broadcast_update_info",
            "WtxUpdateInfo", "WtxWeightTransferEngine", "WtxWorkerExtension",
            "manifest_from_module", "register", "register_inner", "trainer_update_info"]

@@ -47,6 +47,7 @@ import torch.distributed as dist
 
 from .. import Aborted, Error, Manifest, Participant, expected_version
 from ..torch_dist import Group
+from ._broadcast import TorchBroadcastEngine
 from ._extension import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 
 EXPECTED_VERSION_NAME = "__wtx__.expected_version"
@@ -109,8 +110,8 @@ def _inner_class(name: str) -> type:
 def _construct_inner(cls: type, config: Any, vllm_config: Any, parallel_config: Any,
                      device: Any, model: Any) -> Any:
     """Builds an inner engine with whichever constructor its vLLM release has."""
-    params = [p for p in inspect.signature(cls.__init__).parameters.values()
-              if p.name != "self" and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    params = [p for p in inspect.signature(cls).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(params) >= 4:  # (config, vllm_config, device, model)
         return cls(config, vllm_config, device, model)
     return cls(config, parallel_config if parallel_config is not None else vllm_config)
@@ -211,7 +212,8 @@ class _LoadThroughWtx(torch.nn.Module):
         object.__setattr__(self, "_wtx_engine", engine)  # not a submodule
 
     def load_weights(self, weights: Iterable[Tuple[str, Any]]) -> set:
-        return self._wtx_engine._load(weights)
+        engine: WtxWeightTransferEngine = self.__dict__["_wtx_engine"]
+        return engine._load(weights)
 
 
 # ---------------------------------------------------------------------------------- engine
@@ -369,7 +371,7 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
         if self._tx is not None:
             tx, self._tx = self._tx, None
             try:
-                self.group.abort(tx)
+                self._g.abort(tx)
             except Error:
                 pass  # decided already (a commit that raised after its decision)
         self._failure = None
@@ -426,25 +428,25 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
             try:
                 if self.post_load is not None:
                     self.post_load(self.model)
-                stale = self.participant.status()["stale_derived"]
+                stale = self._p.status()["stale_derived"]
                 if stale and self.refresh_derived is not None:
                     self.refresh_derived(list(stale))
                 for name in stale if self.refresh_derived is not None else ():
-                    self.participant.refresh(name)
+                    self._p.refresh(name)
             except BaseException as e:
                 self._fail(e)
-        failures = _gather(self._failure, self.group)
+        failures = _gather(self._failure, self._g)
         self._tx = None
         if tx is None:  # failed before the begin: nothing to abort here
             raise Error("E_UPDATE_FAILED", "the update failed before it began: "
                         + "; ".join(f"rank {r}: {f}" for r, f in enumerate(failures) if f))
         if any(failures):
             reason = "; ".join(f"rank {r}: {f}" for r, f in enumerate(failures) if f)
-            out = self.group.abort(tx)
+            out = self._g.abort(tx)
             out = dict(out, reason=reason, outcome="aborted")
             self.last_outcome = out
             raise Aborted(tx, out)
-        out = self.group.commit(tx, expect_version=self._expected)
+        out = self._g.commit(tx, expect_version=self._expected)
         self.last_outcome = out
         self.weight_version = out.get("version")
         return out
@@ -474,21 +476,35 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
         name = trainer_args.get("inner")
         if not name:
             raise Error("INVALID_ARGUMENT", "trainer_args.inner: missing (the inner transport)")
-        cls = _inner_class(name)
+        send: Callable[..., None] = getattr(_inner_class(name), "trainer_send_weights")
         inner_args = trainer_args.get("inner_args", {})
         manifests = trainer_args.get("manifests")
         if manifests is None:
-            cls.trainer_send_weights(iterator, inner_args)
+            send(iterator, inner_args)
             return None
         ms = [m if isinstance(m, Manifest) else Manifest.from_json(m) for m in manifests]
         items = list(iterator)
         version = expected_version(ms, {n: t.detach().to("cpu").contiguous()
                                         for n, t in items})["version"]
         items.append((EXPECTED_VERSION_NAME, _version_tensor(version)))
-        cls.trainer_send_weights(iter(items), inner_args)
+        send(iter(items), inner_args)
         return version
 
     # -- internals -------------------------------------------------------------------------
+
+    @property
+    def _p(self) -> Participant:
+        if self.participant is None:
+            raise Error("INVALID_ARGUMENT", "the wtx engine is not initialized "
+                        "(init_transfer_engine)")
+        return self.participant
+
+    @property
+    def _g(self) -> Group:
+        if self.group is None:
+            raise Error("INVALID_ARGUMENT", "the wtx engine is not initialized "
+                        "(init_transfer_engine)")
+        return self.group
 
     def _require_init(self, call: str) -> Tuple[Any, Participant]:
         if self.participant is None or self._inner is None:
@@ -510,8 +526,8 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
             raise Error("E_UPDATE_FAILED", f"this update already failed: {self._failure}")
         self._updates += 1
         tx = w.get("tx") or "vllm-%s-%d" % (
-            (self.participant.status().get("version") or "none")[:16], self._updates)
-        self.group.begin(tx, kind=w.get("kind", "full"), base=w.get("base"),
+            (self._p.status().get("version") or "none")[:16], self._updates)
+        self._g.begin(tx, kind=w.get("kind", "full"), base=w.get("base"),
                          modules=w.get("modules"), sources=w.get("sources"),
                          rollback=bool(w.get("rollback", False)),
                          verify=w.get("verify", "touched"))
@@ -524,7 +540,8 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
         recorded and the rest of the chunk is still taken from the transport but not written,
         so that a collective transport (a broadcast) completes for the other ranks;
         receive_weights then raises it."""
-        p = self.participant
+        p = self._p
+        mode = self._init.load if self._init else "write_source"
         loaded = set()
         for name, value in weights:
             if name == EXPECTED_VERSION_NAME:
@@ -533,7 +550,7 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
             if self._failure is not None:
                 continue  # drained, not written
             try:
-                load_one(p, self.model, self._init.load, name, value)
+                load_one(p, self.model, mode, name, value)
             except BaseException as e:
                 self._fail(e)
                 continue
@@ -567,6 +584,9 @@ def _gather(item: Any, group: Group) -> List[Any]:
     out: List[Any] = [None] * group.size
     dist.all_gather_object(out, item, group=group.group)
     return out
+
+
+register_inner("torch_broadcast", TorchBroadcastEngine)
 
 
 def register(name: str = "wtx") -> None:
