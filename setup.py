@@ -21,6 +21,18 @@ from setuptools.command.build_ext import build_ext
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def _cached(build_dir, name):
+    """A variable of build_dir's CMakeCache.txt, or None."""
+    try:
+        with open(os.path.join(build_dir, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith(name + ":"):
+                    return line.split("=", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
 class CMakeExtension(Extension):
     def __init__(self, name):
         super().__init__(name, sources=[])
@@ -32,10 +44,14 @@ class CMakeBuild(build_ext):
         build_dir = os.environ.get("WTX_CMAKE_BUILD_DIR") or os.path.join(HERE, "build",
                                                                            "pip-" + tag)
         os.makedirs(build_dir, exist_ok=True)
-        configure = ["cmake", "-S", HERE, "-B", build_dir,
-                     "-DPython3_EXECUTABLE=" + sys.executable, "-DWTX_PYTHON=ON"]
-        if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
+        configure = ["cmake", "-S", HERE, "-B", build_dir, "-DWTX_PYTHON=ON"]
+        cached = _cached(build_dir, "Python3_EXECUTABLE")
+        if cached is None:
             configure.append("-DCMAKE_BUILD_TYPE=Release")
+        # A virtual environment's python is the same interpreter as the one it was made from:
+        # an existing build for that interpreter is kept (no reconfigure, no rebuild).
+        if cached is None or os.path.realpath(cached) != os.path.realpath(sys.executable):
+            configure.append("-DPython3_EXECUTABLE=" + sys.executable)
         configure += shlex.split(os.environ.get("CMAKE_ARGS", ""))
         subprocess.check_call(configure)
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 2)

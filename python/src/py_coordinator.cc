@@ -297,7 +297,10 @@ py::dict Abort(PyCoordinator& self, const std::string& tx) {
 }  // namespace
 
 void DefineCoordinator(py::module_& m) {
-  py::class_<PyCoordinator, std::shared_ptr<PyCoordinator>>(m, "Coordinator")
+  py::class_<PyCoordinator, std::shared_ptr<PyCoordinator>>(m, "Coordinator", R"(Runs the all-ranks
+transaction: begin, commit (prepare on every rank, then one logged decision), abort and
+recovery. In-process over Participant objects (open) or over a message carrier (open_carried,
+wtx.torch_dist); a context manager.)")
       .def_static("open", &OpenInProc, py::arg("journal_dir"), py::kw_only(),
                   py::arg("participants"), py::arg("prepare_timeout") = 5.0,
                   py::arg("accept_unverified_journal") = false,

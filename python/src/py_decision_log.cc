@@ -18,7 +18,9 @@ std::shared_ptr<DecisionLog> OpenPyDecisionLog(const std::string& url, double re
 
 void DefineDecisionLog(py::module_& m) {
   // The shared decision log, read-side and the ranks' cooperative resolution.
-  py::class_<DecisionLog, std::shared_ptr<DecisionLog>>(m, "DecisionLog")
+  py::class_<DecisionLog, std::shared_ptr<DecisionLog>>(m, "DecisionLog", R"(The shared decision log
+(etcd) of a leader and its standbys: read decisions and the leader, and resolve a rank's
+transaction without a coordinator.)")
       .def_static(
           "open",
           [](const std::string& url, double request_timeout) {

@@ -105,7 +105,11 @@ py::list History(const std::string& dir) {
 }  // namespace
 
 void DefineManifest(py::module_& m) {
-  py::class_<PyManifest>(m, "Manifest")
+  py::class_<PyManifest>(
+      m, "Manifest",
+      R"(A rank's manifest: its parameters (name, dtype, shape, shards with their source
+boxes), modules and derived states, and its fingerprint. Build one with from_hf_config or
+from_json; immutable.)")
       .def_static("from_hf_config", &FromHfConfig, py::arg("config"), py::kw_only(),
                   py::arg("tp") = 1, py::arg("rank") = 0, py::arg("dtype") = py::none())
       .def_static(

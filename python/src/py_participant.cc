@@ -515,7 +515,10 @@ py::dict RunVerify(PyParticipant& self, Fn fn) {
 }  // namespace
 
 void DefineParticipant(py::module_& m) {
-  py::class_<PyParticipant, std::shared_ptr<PyParticipant>>(m, "Participant")
+  py::class_<PyParticipant, std::shared_ptr<PyParticipant>>(m, "Participant", R"(One rank's side of
+every transaction: its journal, coverage accounting and the engine's live tensors. Open with
+Participant.open; a context manager (close() on leaving). Every refused call raises
+wtx.Error naming what was wrong.)")
       .def_static(
           "open", &OpenParticipant, py::arg("journal_dir"), py::arg("manifest"), py::kw_only(),
           py::arg("rank") = 0, py::arg("tensors") = py::none(), py::arg("kernel_identity") = "",

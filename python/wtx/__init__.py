@@ -84,6 +84,8 @@ def _landed(self, param, shard=None, box=None):
 
 
 def _landed_source(self, source):
+    """Every shard of `source` reserved with reserve_source is complete: they count as
+    written."""
     self._landed(source=source)
 
 

@@ -65,16 +65,22 @@ class TorchBroadcastEngine:
         self.info: Optional[BroadcastInitInfo] = None
 
     def parse_init_info(self, d: Dict[str, Any]) -> BroadcastInitInfo:
+        """init_info dict -> BroadcastInitInfo (TypeError names an unknown key)."""
         return BroadcastInitInfo(**d)
 
     def parse_update_info(self, d: Dict[str, Any]) -> BroadcastUpdateInfo:
+        """update_info dict -> BroadcastUpdateInfo (ValueError names the bad field)."""
         return BroadcastUpdateInfo(**d)
 
     def init_transfer_engine(self, info: BroadcastInitInfo) -> None:
+        """Records the sender and the group; the world is the caller's (init_process_group)."""
         self.info = info
 
     def receive_weights(self, info: BroadcastUpdateInfo,
                         load_weights: Callable[[List[Tuple[str, Any]]], Any]) -> None:
+        """Receives every entry of `info` in order and hands each to load_weights: (name,
+        tensor), or (name, (indices, values)) for a patch. RuntimeError when not initialized
+        or when the sender is gone."""
         if self.info is None:
             raise RuntimeError("torch_broadcast: init_transfer_engine first")
         src, group = self.info.src, self.info.group
@@ -93,6 +99,7 @@ class TorchBroadcastEngine:
                 load_weights([(name, (idx, val))])
 
     def shutdown(self) -> None:
+        """Forgets the sender (the process group is the caller's)."""
         self.info = None
 
     @staticmethod

@@ -443,7 +443,8 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
         if any(failures):
             reason = "; ".join(f"rank {r}: {f}" for r, f in enumerate(failures) if f)
             out = self._g.abort(tx)
-            out = dict(out, reason=reason, outcome="aborted")
+            out = dict(out, reason=reason, outcome="aborted",
+                       error={"code": "E_UPDATE_FAILED", "message": reason})
             self.last_outcome = out
             raise Aborted(tx, out)
         out = self._g.commit(tx, expect_version=self._expected)
