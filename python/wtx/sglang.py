@@ -31,10 +31,11 @@ import torch.distributed as dist
 
 from . import Aborted, Error, Manifest, Participant
 from .torch_dist import Group
-from .vllm._engine import EXPECTED_VERSION_NAME, _gather, _version_of, load_one
+from .vllm._engine import (EXPECTED_VERSION_NAME, _gather, _version_of,
+                           expected_version_tensor, load_one)
 from .vllm._extension import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 
-__all__ = ["WtxSglangAdapter", "EXPECTED_VERSION_NAME"]
+__all__ = ["WtxSglangAdapter", "EXPECTED_VERSION_NAME", "expected_version_tensor"]
 
 _DEFAULT_GROUP = object()
 

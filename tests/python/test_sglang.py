@@ -77,7 +77,7 @@ def trainer(args):
         if step.get("expect", True):
             v = "0" * 32 if step.get("bogus") else version
             sent.append(wtx.vllm.EXPECTED_VERSION_NAME)
-            tensors.append(wtx.vllm._engine._version_tensor(v))
+            tensors.append(wtx.vllm.expected_version_tensor(v))
         if step["how"] == "tensor":
             _call("update_weights_from_tensor", named_tensors=list(zip(sent, tensors)),
                   weight_version=step["tx"], **step.get("extra", {}))

@@ -149,7 +149,7 @@ def trainer(args):
             if step.get("bogus_version"):
                 BroadcastEngine.trainer_send_weights(
                     iter(items + [(wtx.vllm.EXPECTED_VERSION_NAME,
-                                   wtx.vllm._engine._version_tensor("0" * 32))]),
+                                   wtx.vllm.expected_version_tensor("0" * 32))]),
                     {"src": TRAINER})
                 sent_version = None
             else:
@@ -404,7 +404,7 @@ def http_deployment(rank, world, args):
         if bogus:
             BroadcastEngine.trainer_send_weights(
                 iter(items + [(wtx.vllm.EXPECTED_VERSION_NAME,
-                               wtx.vllm._engine._version_tensor("f" * 32))]), {"src": TRAINER})
+                               wtx.vllm.expected_version_tensor("f" * 32))]), {"src": TRAINER})
             out[tx + "-sent"] = None
         else:
             out[tx + "-sent"] = _send(items, "bcast", ms)

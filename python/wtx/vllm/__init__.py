@@ -16,11 +16,11 @@ with the same shape (the tests' doubles).
 
 from ._broadcast import TorchBroadcastEngine
 from ._broadcast import update_info as broadcast_update_info
-from ._engine import (EXPECTED_VERSION_NAME, WtxInitInfo, WtxUpdateInfo,
+from ._engine import (EXPECTED_VERSION_NAME, WtxInitInfo, WtxUpdateInfo, expected_version_tensor,
                       WtxWeightTransferEngine, register, register_inner, trainer_update_info)
 from ._extension import LLAMA_STACKED_PARAMS_MAPPING, WtxWorkerExtension, manifest_from_module
 
 __all__ = ["EXPECTED_VERSION_NAME", "LLAMA_STACKED_PARAMS_MAPPING", "TorchBroadcastEngine",
-           "WtxInitInfo", "broadcast_update_info",
+           "WtxInitInfo", "broadcast_update_info", "expected_version_tensor",
            "WtxUpdateInfo", "WtxWeightTransferEngine", "WtxWorkerExtension",
            "manifest_from_module", "register", "register_inner", "trainer_update_info"]

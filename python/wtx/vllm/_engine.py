@@ -189,7 +189,9 @@ def trainer_update_info(named_tensors: Iterable[Tuple[str, torch.Tensor]], tx: s
     return info
 
 
-def _version_tensor(version: str) -> torch.Tensor:
+def expected_version_tensor(version: str) -> torch.Tensor:
+    """The tensor that carries `version` after the weights (EXPECTED_VERSION_NAME): its bytes,
+    zero-padded to a fixed length (uint8)."""
     raw = version.encode()
     if len(raw) > _VERSION_BYTES:
         raise Error("INVALID_ARGUMENT", f"expected version longer than {_VERSION_BYTES} bytes")
@@ -487,7 +489,7 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
         items = list(iterator)
         version = expected_version(ms, {n: t.detach().to("cpu").contiguous()
                                         for n, t in items})["version"]
-        items.append((EXPECTED_VERSION_NAME, _version_tensor(version)))
+        items.append((EXPECTED_VERSION_NAME, expected_version_tensor(version)))
         send(iter(items), inner_args)
         return version
 

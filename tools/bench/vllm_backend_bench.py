@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""A full update through the wtx weight-transfer backend against the inner broadcast alone.
+
+Two processes over gloo on loopback (world rank 0: an engine rank holding the model's live
+parameters, TP 1; world rank 1: the trainer holding HF-named source tensors). Each round,
+interleaved and the order rotating, one full update of every source by each arm:
+
+  * inner: the "torch_broadcast" transport alone, as vLLM's engines without wtx: the trainer
+    broadcasts each source; the engine receives it and its loader copies the slices into the
+    live parameters (fused q/k/v and gate/up parts);
+  * wtx: the same transport wrapped by WtxWeightTransferEngine: start_weight_update,
+    update_weights (each received source written by name through the participant: coverage,
+    copy and hash, journal), finish_weight_update (prepare, the logged decision, commit);
+  * wtx+expect: the same, with the trainer computing the expected version of what it sends
+    (a hash of every byte, on the trainer) and shipping it.
+
+The time of a round runs on the trainer from its first send to the engine's answer that the
+update is in (committed, for the wtx arms). Figures (min and median over rounds): the ratio
+inner / wtx (1.0: the transaction costs nothing over the transport; the issue's goal: >= 0.95)
+and inner / wtx+expect.
+
+    PYTHONPATH=build/python /usr/bin/python3 tools/bench/vllm_backend_bench.py \\
+        [--model tests/conformance/models/qwen2.5-0.5b/config.json] [--rounds 5] [--json]
+"""
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import wtx
+import wtx.vllm
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_MODEL = os.path.join(HERE, "..", "..", "tests", "conformance", "models", "qwen2.5-0.5b",
+                             "config.json")
+ENGINE, TRAINER = 0, 1
+ARMS = ("inner", "wtx", "wtx+expect")
+
+
+def sources_of(manifest):
+    """{source name: (shape, [(param, shard box, source box)])} of the manifest."""
+    out = {}
+    for p in manifest.params:
+        for s in p["shards"]:
+            if s.get("source"):
+                shape, parts = out.setdefault(s["source"], (s["source_shape"], []))
+                parts.append((p["name"], s["box"], s["source_box"]))
+    return out
+
+
+def _slices(box):
+    return tuple(slice(b, e) for b, e in box)
+
+
+def engine(manifest, work, tp_group):
+    model = wtx.module_from_manifest(manifest)
+    params = dict(model.named_parameters())
+    srcs = sources_of(manifest)
+    inner = wtx.vllm.TorchBroadcastEngine({"inner": "torch_broadcast"})
+    inner.init_transfer_engine(inner.parse_init_info({"src": TRAINER}))
+
+    @torch.no_grad()
+    def plain_loader(weights):  # what an engine's own loader does, without wtx
+        for name, t in weights:
+            for param, box, sbox in srcs[name][1]:
+                params[param][_slices(box)].copy_(t[_slices(sbox)])
+
+    eng = wtx.vllm.WtxWeightTransferEngine({"inner": "torch_broadcast"}, None,
+                                           torch.device("cpu"), model)
+    eng.process_group = tp_group
+    eng.init_transfer_engine({"journal_dir": os.path.join(work, "rank0"),
+                              "coordinator_journal": os.path.join(work, "coord"),
+                              "manifest": manifest.to_json(),
+                              "inner_init_info": {"src": TRAINER}})
+    while True:
+        dist.barrier()  # the round starts on both sides together
+        box = [None]
+        dist.broadcast_object_list(box, src=TRAINER)
+        arm, info = box[0]
+        if arm == "exit":
+            break
+        if arm == "inner":
+            inner.receive_weights(inner.parse_update_info(info), plain_loader)
+            ok = True
+        else:
+            eng.start_weight_update()
+            eng.update_weights(info)
+            ok = eng.finish_weight_update()["outcome"] == "committed"
+        dist.broadcast_object_list([ok], src=ENGINE)
+    eng.shutdown()
+
+
+def trainer(manifest, rounds):
+    g = torch.Generator().manual_seed(1)
+    items = [(n, torch.randn(shape, generator=g).to(torch.bfloat16))
+             for n, (shape, _) in sorted(sources_of(manifest).items())]
+    times = {a: [] for a in ARMS}
+    n = 0
+    for r in range(rounds + 1):  # round 0 warms up, not counted
+        order = ARMS[r % len(ARMS):] + ARMS[:r % len(ARMS)]
+        for arm in order:
+            n += 1
+            expect = arm == "wtx+expect"
+            info = wtx.vllm.trainer_update_info(items, tx=f"bench-{n}", kind="full",
+                                                expect_version=expect)
+            if arm == "inner":
+                info.pop("wtx")
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.broadcast_object_list([(arm, info)], src=TRAINER)
+            args = {"inner": "torch_broadcast", "inner_args": {"src": TRAINER}}
+            if expect:
+                args["manifests"] = [manifest]
+            wtx.vllm.WtxWeightTransferEngine.trainer_send_weights(iter(items), args)
+            box = [None]
+            dist.broadcast_object_list(box, src=ENGINE)
+            dt = time.perf_counter() - t0
+            if not box[0]:
+                raise RuntimeError(f"round {r} {arm}: the update did not commit")
+            if r > 0:
+                times[arm].append(dt)
+    dist.barrier()
+    dist.broadcast_object_list([("exit", None)], src=TRAINER)
+    return times
+
+
+def process(rank, port, model_path, rounds, work, q):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2, timeout=datetime.timedelta(seconds=600))
+    manifest = wtx.Manifest.from_hf_config(model_path, tp=1, rank=0, dtype="bf16")
+    tp_group = dist.new_group([ENGINE])  # collective: both processes create it
+    if rank == ENGINE:
+        engine(manifest, work, tp_group)
+    else:
+        q.put(trainer(manifest, rounds))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=DEFAULT_MODEL, help="HF config.json (tp 1, bf16)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="wtx-backend-bench-")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=process, args=(r, port, a.model, a.rounds, work, q))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    times = q.get(timeout=3600)
+    for p in procs:
+        p.join(timeout=60)
+    m = wtx.Manifest.from_hf_config(a.model, tp=1, rank=0, dtype="bf16")
+    ratio = lambda arm: [i / w for i, w in zip(times["inner"], times[arm])]  # noqa: E731
+    out = {"bench": "vllm_backend", "model": os.path.basename(os.path.dirname(a.model)),
+           "bytes": m.total_bytes, "rounds": a.rounds, "torch_threads": torch.get_num_threads(),
+           "seconds": {k: [round(x, 4) for x in v] for k, v in times.items()},
+           "inner_vs_wtx": {"min": round(min(ratio("wtx")), 3),
+                            "median": round(statistics.median(ratio("wtx")), 3)},
+           "inner_vs_wtx_expect": {"min": round(min(ratio("wtx+expect")), 3),
+                                   "median": round(statistics.median(ratio("wtx+expect")), 3)}}
+    if a.json:
+        print(json.dumps(out))
+    else:
+        print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
