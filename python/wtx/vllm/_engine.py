@@ -487,10 +487,29 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
             return None
         ms = [m if isinstance(m, Manifest) else Manifest.from_json(m) for m in manifests]
         items = list(iterator)
-        version = expected_version(ms, {n: t.detach().to("cpu").contiguous()
-                                        for n, t in items})["version"]
-        items.append((EXPECTED_VERSION_NAME, expected_version_tensor(version)))
-        send(iter(items), inner_args)
+        # The hash of every byte runs beside the send (expected_version releases the GIL); the
+        # version follows the weights once both are done.
+        result: Dict[str, Any] = {}
+
+        def compute() -> None:
+            try:
+                result["version"] = expected_version(
+                    ms, {n: t.detach().to("cpu").contiguous() for n, t in items})["version"]
+            except BaseException as e:  # raised below, after the weights went out
+                result["error"] = e
+
+        hashing = threading.Thread(target=compute, name="wtx-expected-version")
+        hashing.start()
+        try:
+            send(iter(items), inner_args)
+        finally:
+            hashing.join()
+        version = result.get("version", "")
+        # The engine ranks wait for the version tensor: it goes out even when the hash failed
+        # (empty: their commit then refuses the update), and the failure is raised here.
+        send(iter([(EXPECTED_VERSION_NAME, expected_version_tensor(version))]), inner_args)
+        if "error" in result:
+            raise result["error"]
         return version
 
     # -- internals -------------------------------------------------------------------------
@@ -549,6 +568,9 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
         for name, value in weights:
             if name == EXPECTED_VERSION_NAME:
                 self._expected = _version_of(value)
+                if not self._expected:
+                    self._fail(Error("E_VERSION_MISMATCH", "the trainer sent no expected "
+                                     "version (its computation failed)"))
                 continue
             if self._failure is not None:
                 continue  # drained, not written
