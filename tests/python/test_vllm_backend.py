@@ -437,3 +437,24 @@ def test_HttpRoutesDriveTheFourPhases(tmp_path):
     for r in (0, 1):
         assert results[r]["status"]["serving"] is False
         assert results[r]["status"]["committed_tx"] == "t1"
+
+
+def test_NameOrShapeThatDiffersFromTheManifestAbortsNamingIt(solo):
+    # One process, TP 1: the inner broadcast from rank 0 of a 1-process world hands over the
+    # buffers as they are; what matters is what wtx does with a name or shape it does not
+    # expect: the update fails naming it, and the finish aborts it.
+    eng, d = solo
+    eng.init_transfer_engine({"journal_dir": d + "/r", "coordinator_journal": d + "/c",
+                              "inner_init_info": {"src": 0}})
+    for names, shapes, want in [(["model.nrm.weight"], [[32]], "E_UNKNOWN_SOURCE"),
+                                (["model.norm.weight"], [[31]], "model.norm.weight")]:
+        eng.start_weight_update()
+        with pytest.raises(wtx.Error) as e:
+            eng.update_weights({"names": names, "dtype_names": ["bfloat16"], "shapes": shapes,
+                                "wtx": {"tx": "t-" + names[0] + str(shapes[0][0])}})
+        assert want in str(e.value), e.value
+        with pytest.raises(wtx.Aborted) as a:
+            eng.finish_weight_update()
+        assert want in str(a.value) or names[0] in str(a.value), a.value
+        assert eng.participant.status()["active_tx"] is None
+        assert eng.participant.status()["serving"] is False
