@@ -44,6 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_MODEL = os.path.join(HERE, "..", "..", "tests", "conformance", "models", "qwen2.5-0.5b",
                              "config.json")
 ENGINE, TRAINER = 0, 1
+THREADS = int(os.environ.get("WTX_BENCH_THREADS", "0"))  # the participant's data-path threads
 ARMS = ("inner", "wtx", "wtx+expect")
 
 
@@ -80,7 +81,7 @@ def engine(manifest, work, tp_group):
     eng.process_group = tp_group
     eng.init_transfer_engine({"journal_dir": os.path.join(work, "rank0"),
                               "coordinator_journal": os.path.join(work, "coord"),
-                              "manifest": manifest.to_json(),
+                              "manifest": manifest.to_json(), "threads": THREADS,
                               "inner_init_info": {"src": TRAINER}})
     while True:
         dist.barrier()  # the round starts on both sides together
@@ -89,13 +90,20 @@ def engine(manifest, work, tp_group):
         arm, info = box[0]
         if arm == "exit":
             break
+        t0 = time.perf_counter()
         if arm == "inner":
             inner.receive_weights(inner.parse_update_info(info), plain_loader)
             ok = True
+            phases = {"receive": time.perf_counter() - t0}
         else:
             eng.start_weight_update()
+            t1 = time.perf_counter()
             eng.update_weights(info)
+            t2 = time.perf_counter()
             ok = eng.finish_weight_update()["outcome"] == "committed"
+            phases = {"start": t1 - t0, "receive": t2 - t1, "finish": time.perf_counter() - t2}
+        if os.environ.get("WTX_BENCH_PHASES"):
+            print(arm, {k: round(v, 4) for k, v in phases.items()}, file=sys.stderr)
         dist.broadcast_object_list([ok], src=ENGINE)
     eng.shutdown()
 

@@ -136,6 +136,7 @@ class WtxInitInfo:
     load: "write_source" (default) or "load_weights" (the model's loader, bracketed).
     manifest: this rank's manifest as JSON text; default: built from the model
       (manifest_from_module with `stacked_params_mapping`).
+    threads: the participant's data-path threads (copy and hash; 0: one per core).
     """
 
     journal_dir: str
@@ -147,6 +148,7 @@ class WtxInitInfo:
     stacked_params_mapping: Optional[List[Any]] = None
     kernel_identity: str = ""
     prepare_timeout: float = 30.0
+    threads: int = 0  # the participant's data-path threads (0: one per core)
 
     def __post_init__(self) -> None:
         if not isinstance(self.journal_dir, str) or not self.journal_dir:
@@ -254,6 +256,7 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
         self._failure: Optional[str] = None
         self._expected: Optional[str] = None
         self._updates = 0
+        self._writes = _Pipeline(self._fail)
 
     # -- parsing ---------------------------------------------------------------------------
 
@@ -346,7 +349,8 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
             manifest = manifest_from_module(self.model, mapping, tp_size, tp_rank)
         participant = Participant.open(info.journal_dir.replace("{rank}", str(tp_rank)),
                                        manifest, rank=tp_rank, tensors=self.model,
-                                       kernel_identity=info.kernel_identity)
+                                       kernel_identity=info.kernel_identity,
+                                       threads=info.threads)
         try:
             self.group = Group(participant, info.coordinator_journal, group=group,
                                prepare_timeout=info.prepare_timeout)
@@ -401,10 +405,13 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
         self._require_init("receive_weights")
         try:
             self._begin_if_needed(update_info.wtx)
-            if self._inner_takes_loader:
-                self._inner.receive_weights(update_info.inner, self._load)
-            else:
-                self._inner.receive_weights(update_info.inner)
+            try:
+                if self._inner_takes_loader:
+                    self._inner.receive_weights(update_info.inner, self._load)
+                else:
+                    self._inner.receive_weights(update_info.inner)
+            finally:
+                self._writes.drain()  # every write handed off is done (or failed) first
             if self._failure is not None:
                 raise Error("E_UPDATE_FAILED", f"receive_weights: {self._failure}")
         except BaseException as e:
@@ -574,13 +581,62 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
                 continue
             if self._failure is not None:
                 continue  # drained, not written
-            try:
-                load_one(p, self.model, mode, name, value)
-            except BaseException as e:
-                self._fail(e)
-                continue
+            if mode == "write_source" and not isinstance(value, (tuple, list)):
+                # Written on the writer thread while the transport receives the next tensor
+                # (write_source releases the GIL); its failure is recorded there.
+                self._writes.submit(lambda n=name, v=value: p.write_source(n, v))
+            else:
+                try:
+                    load_one(p, self.model, mode, name, value)
+                except BaseException as e:
+                    self._fail(e)
+                    continue
             loaded.add(name)
         return loaded
+
+
+class _Pipeline:
+    """One writer thread behind the transport: at most `depth` received tensors wait for their
+    write (each holds its buffer), so receiving the next one overlaps writing this one.
+    Failures go to `on_error` (the first is kept); drain() waits for every submitted write."""
+
+    def __init__(self, on_error: Callable[[BaseException], None], depth: int = 4) -> None:
+        self._on_error = on_error
+        self._slots = threading.BoundedSemaphore(depth)
+        self._cv = threading.Condition()
+        self._pending = 0
+        self._jobs: List[Callable[[], Any]] = []
+        self._thread: Optional[threading.Thread] = None
+
+    def submit(self, job: Callable[[], Any]) -> None:
+        self._slots.acquire()
+        with self._cv:
+            self._jobs.append(job)
+            self._pending += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="wtx-writer",
+                                                daemon=True)
+                self._thread.start()
+            self._cv.notify_all()
+
+    def drain(self) -> None:
+        with self._cv:
+            self._cv.wait_for(lambda: self._pending == 0)
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: bool(self._jobs))
+                job = self._jobs.pop(0)
+            try:
+                job()
+            except BaseException as e:  # recorded; the update fails at its end
+                self._on_error(e)
+            finally:
+                self._slots.release()
+                with self._cv:
+                    self._pending -= 1
+                    self._cv.notify_all()
 
 
 def load_one(p: Participant, model: Any, mode: str, name: str, value: Any) -> None:
