@@ -37,6 +37,7 @@ the same shape.
 """
 
 import dataclasses
+import functools
 import inspect
 import threading
 from dataclasses import dataclass, field
@@ -584,7 +585,7 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
             if mode == "write_source" and not isinstance(value, (tuple, list)):
                 # Written on the writer thread while the transport receives the next tensor
                 # (write_source releases the GIL); its failure is recorded there.
-                self._writes.submit(lambda n=name, v=value: p.write_source(n, v))
+                self._writes.submit(functools.partial(p.write_source, name, value))
             else:
                 try:
                     load_one(p, self.model, mode, name, value)
