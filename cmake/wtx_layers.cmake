@@ -92,7 +92,8 @@ wtx_layer(etcd
   LIBS Boost::headers OpenSSL::SSL OpenSSL::Crypto Threads::Threads)
 wtx_layer(txn
   SOURCES src/txn/coverage.cc src/txn/protocol.cc src/txn/decision_fields.cc
-          src/txn/participant.cc src/txn/participant_write.cc src/txn/participant_patch.cc
+          src/txn/participant.cc src/txn/participant_write.cc src/txn/participant_pieces.cc
+          src/txn/participant_patch.cc
           src/txn/participant_derived.cc src/txn/participant_prepare.cc
           src/txn/participant_landing.cc src/txn/participant_verify.cc
           src/txn/participant_identity.cc

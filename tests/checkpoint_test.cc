@@ -503,6 +503,139 @@ TEST_CASE("WriteSourceWithoutTransactionIsNoTxAndTwiceIsDuplicate") {
   CHECK(n.status().message().find(v) != std::string::npos);
 }
 
+// ------------------------------------------------------- WriteSource by source box (issue 38)
+
+// The pieces a source splits into: dim 0 in `rows` parts and (2-D and more) the last dim in
+// `cols` parts, as FSDP (rows) and a column-parallel trainer (cols) hold them.
+std::vector<Box> Tiles(const Shape& shape, int rows, int cols) {
+  auto split = [](int64_t n, int k) {
+    std::vector<Range> out;
+    for (int i = 0; i < k; ++i) {
+      const Range r{n * i / k, n * (i + 1) / k};
+      if (r.end > r.begin) out.push_back(r);
+    }
+    return out;
+  };
+  std::vector<Box> out;
+  const Box whole = WholeBox(shape);
+  for (const Range& r : split(shape[0], rows)) {
+    for (const Range& c :
+         shape.size() >= 2 ? split(shape.back(), cols) : std::vector<Range>{whole.back()}) {
+      Box b = whole;
+      b[0] = r;
+      if (shape.size() >= 2) b.back() = c;
+      out.push_back(b);
+    }
+  }
+  return out;
+}
+
+std::vector<uint8_t> PieceBytes(const Source& s, const Box& box) {
+  const size_t esz = DTypeSize(s.dtype);
+  std::vector<uint8_t> out(static_cast<size_t>(NumElements(box)) * esz);
+  CopyBoxOut(s.shape, box, esz, s.bytes.data(), out.data());
+  return out;
+}
+
+TEST_CASE("PiecesFromSeveralSendersCommitTheVersionOfAFullWrite") {
+  for (const char* model : {"tiny-llama", "tiny-deepseek"}) {
+    for (auto [rows, cols] : {std::pair{2, 1}, std::pair{3, 2}}) {
+      INFO(model << " rows " << rows << " cols " << cols);
+      auto ms = TpManifests(model, 2);
+      auto sources = SourcesOf(ms, 17);
+      auto e = ComputeExpectedVersion(Raw(ms), Lookup(sources));
+      REQUIRE(e.ok());
+      TpGroup g(ms);
+      g.BeginFull("t1");
+      for (auto& p : g.ranks) {
+        for (const auto& [name, s] : sources) {
+          for (const Box& box : Tiles(s.shape, rows, cols)) {  // one sender per tile
+            const std::vector<uint8_t> piece = PieceBytes(s, box);
+            auto n = p->WriteSource(name, piece.data(), piece.size(), box);
+            INFO(name << " " << BoxToString(box) << ": " << n.status().ToString());
+            REQUIRE(n.ok());
+          }
+        }
+        REQUIRE(p->Refresh("*").ok());
+      }
+      CommitOptions opts;
+      opts.expect_version = e.value().version;
+      CommitOutcome o = g.coord->Commit("t1", opts);
+      INFO(o.status.ToString());
+      REQUIRE(o.decision == Decision::kCommit);
+      CHECK(o.version == e.value().version);
+    }
+  }
+}
+
+TEST_CASE("OverlappingPieceIsADuplicateWriteNamingBothBoxes") {
+  auto ms = TpManifests("tiny-llama", 1);
+  auto sources = SourcesOf(ms, 5);
+  TpGroup g(ms);
+  g.BeginFull("t1");
+  const Source& s = sources.at("model.layers.0.mlp.down_proj.weight");  // [32, 48]
+  const Box a{{0, 20}, {0, 48}}, b{{16, 32}, {0, 48}};
+  auto pa = PieceBytes(s, a), pb = PieceBytes(s, b);
+  REQUIRE(g.ranks[0]->WriteSource(s.name, pa.data(), pa.size(), a).ok());
+  auto n = g.ranks[0]->WriteSource(s.name, pb.data(), pb.size(), b);
+  REQUIRE_FALSE(n.ok());
+  CHECK(n.status().code() == ErrorCode::kDuplicateWrite);
+  CHECK(n.status().message().find(BoxToString(a)) != std::string::npos);
+  CHECK(n.status().message().find(BoxToString(b)) != std::string::npos);
+  // Nothing of the refused piece landed: its rows past the overlap are still missing.
+  const Box rest{{20, 32}, {0, 48}};
+  auto pr = PieceBytes(s, rest);
+  CHECK(g.ranks[0]->WriteSource(s.name, pr.data(), pr.size(), rest).ok());
+}
+
+TEST_CASE("PieceOutsideTheSourceOrOfTheWrongSizeIsRefusedNamingIt") {
+  auto ms = TpManifests("tiny-llama", 1);
+  TpGroup g(ms);
+  g.BeginFull("t1");
+  const std::string norm = "model.norm.weight";  // [H]
+  const int64_t h = ms[0]->SourceShape(norm)->at(0);
+  std::vector<uint8_t> b(64 * 2);
+  for (const Box& bad : {Box{{h - 2, h + 2}}, Box{{0, 4}, {0, 1}}, Box{{5, 5}}, Box{{-1, 3}}}) {
+    auto n = g.ranks[0]->WriteSource(norm, b.data(), 4 * 2, bad);
+    INFO(BoxToString(bad));
+    REQUIRE_FALSE(n.ok());
+    CHECK(n.status().code() == ErrorCode::kOutOfRange);
+    CHECK(n.status().message().find(norm) != std::string::npos);
+  }
+  auto n = g.ranks[0]->WriteSource(norm, b.data(), 3 * 2, Box{{0, 4}});
+  REQUIRE_FALSE(n.ok());
+  CHECK(n.status().code() == ErrorCode::kBadWrite);
+}
+
+TEST_CASE("PieceNoShardOfTheRankIntersectsWritesNothingAndMissingPiecesAbort") {
+  auto ms = TpManifests("tiny-llama", 2);
+  auto sources = SourcesOf(ms, 9);
+  TpGroup g(ms);
+  g.BeginFull("t1");
+  // k_proj at tp 2: rank 0 holds the first half of its rows, rank 1 the second.
+  const Source& k = sources.at("model.layers.0.self_attn.k_proj.weight");
+  const std::vector<ShardRef>& held = ms[0]->ShardsOfSource(k.name);
+  REQUIRE(held.size() == 1);
+  const Box top = ms[0]->params()[held[0].param].shards[held[0].shard].source_box;
+  auto piece = PieceBytes(k, top);
+  CHECK(g.ranks[0]->WriteSource(k.name, piece.data(), piece.size(), top).value() == 1);
+  CHECK(g.ranks[1]->WriteSource(k.name, piece.data(), piece.size(), top).value() == 0);
+  // Every other source whole on both ranks; rank 1 never gets its half of k_proj.
+  for (auto& p : g.ranks) {
+    for (const auto& [name, s] : sources) {
+      if (name != k.name) REQUIRE(p->WriteSource(name, s.bytes.data(), s.bytes.size()).ok());
+    }
+    REQUIRE(p->Refresh("*").ok());
+  }
+  CommitOutcome o = g.coord->Commit("t1", {});
+  CHECK(o.decision == Decision::kAbort);
+  for (const VoteReport& v : o.votes) {
+    INFO("rank " << v.rank << ": " << v.vote.message);
+    CHECK(v.vote.yes == (v.rank == 0));
+    if (v.rank == 1) CHECK(v.vote.error == ErrorCode::kCoverageIncomplete);
+  }
+}
+
 // ---------------------------------------------------------------- expected versions
 
 TEST_CASE("ExpectedVersionEqualsTheVersionAFullLoadCommits") {

@@ -237,6 +237,20 @@ class Participant {
   // source feeds parameters of different dtypes; otherwise those of Write (E_NO_TX,
   // E_OUT_OF_SCOPE, E_DUPLICATE_WRITE, ...), naming the source.
   virtual Result<int> WriteSource(std::string_view source, const void* data, size_t bytes) = 0;
+  // One piece of `source` (an M-to-N update: a trainer rank holds part of a tensor): `data`
+  // holds the elements of `source_box`, a box in the source's coordinates (its manifest
+  // source_shape), row-major with the box's extents, in the live dtype; `bytes` = its elements
+  // x dtype size. Writes the intersection of the piece with every shard this rank holds of
+  // `source` -- TP slices, fused q/k/v and gate/up parts, stacked experts, column slices -- as
+  // one Write (checked before any byte lands). Returns the number of shard pieces written: 0
+  // when no shard of this rank intersects the piece (nothing changes). Coverage stays
+  // element-exact across pieces, from any number of senders: a piece overlapping one written
+  // earlier in the transaction, where this rank holds the overlap, is E_DUPLICATE_WRITE naming
+  // both boxes. Errors: E_OUT_OF_RANGE for a box outside the source or of the wrong rank,
+  // E_BAD_WRITE when `bytes` do not match the box, kInvalidArgument for a packed shard the
+  // piece covers only in part; otherwise those of Write, naming the source.
+  virtual Result<int> WriteSource(std::string_view source, const void* data, size_t bytes,
+                                  const Box& source_box) = 0;
   // WriteSource with the source read from a file, in the live parameter's dtype (its manifest
   // source_shape, row-major): every shard that is one contiguous run of the source is read
   // with pread straight into host live memory, several reads in flight on the data-path

@@ -327,18 +327,34 @@ py::object AsLiveSource(py::object tensor, DType live, const std::string& what) 
 
 namespace {
 
-int WriteSource(PyParticipant& self, const std::string& source, py::object given) {
+int WriteSource(PyParticipant& self, const std::string& source, py::object given,
+                const py::object& source_box) {
   Participant& p = self.get();
   const Manifest& m = *self.manifest;
   const auto& refs = m.ShardsOfSource(source);
   if (refs.empty()) return NotHeldHere(self, source);
   const std::string what = "source tensor '" + source + "'";
-  py::object tensor = AsLiveSource(std::move(given), m.params()[refs[0].param].dtype, what);
+  const DType live = m.params()[refs[0].param].dtype;
+  py::object tensor = AsLiveSource(std::move(given), live, what);
   TensorInfo t = InspectTensor(tensor, what);
-  CheckHostTensor(t, m.params()[refs[0].param].dtype, *m.SourceShape(source), what);
+  const Shape& shape = *m.SourceShape(source);
   auto pre = PrefetchFor(self, m.ParamsOfSource(source));
+  if (source_box.is_none()) {
+    CheckHostTensor(t, live, shape, what);
+    auto r = WithoutGil(
+        [&] { return p.WriteSource(source, reinterpret_cast<const void*>(t.ptr), t.bytes); });
+    return Unwrap(std::move(r));
+  }
+  // A piece: its tensor has the box's extents (checked when the box lies in the source; one
+  // outside it is E_OUT_OF_RANGE from the participant, naming the box).
+  const Box box = BoxFromPy(source_box, "source_box");
+  if (box.size() == shape.size() && BoxInsideShape(box, shape) && !BoxIsEmpty(box)) {
+    Shape extents;
+    for (const Range& r : box) extents.push_back(r.end - r.begin);
+    CheckHostTensor(t, live, extents, what + " piece " + BoxToString(box));
+  }
   auto r = WithoutGil(
-      [&] { return p.WriteSource(source, reinterpret_cast<const void*>(t.ptr), t.bytes); });
+      [&] { return p.WriteSource(source, reinterpret_cast<const void*>(t.ptr), t.bytes, box); });
   return Unwrap(std::move(r));
 }
 
@@ -573,9 +589,14 @@ open). Returns the participant; a context manager (close() on leaving the block)
            py::arg("shard") = py::none(), py::arg("box") = py::none())
       .def("write_many", &WriteMany, py::arg("pieces"),
            "Writes [(param, tensor, shard, box), ...] at once: all are checked before any lands.")
-      .def("write_source", &WriteSource, py::arg("source"), py::arg("tensor"),
+      .def("write_source", &WriteSource, py::arg("source"), py::arg("tensor"), py::kw_only(),
+           py::arg("source_box") = py::none(),
            "Writes every shard this rank holds of `source` from the full source tensor; "
-           "returns the number of shards written (0: this rank holds none).")
+           "returns the number of shards written (0: this rank holds none). With source_box "
+           "([[lo, hi], ...] in source coordinates) `tensor` is that piece of the source: its "
+           "intersection with every shard this rank holds is written (0: none intersects); "
+           "pieces from many senders cover the source exactly once (an overlap is "
+           "E_DUPLICATE_WRITE naming both boxes, a box outside the source E_OUT_OF_RANGE).")
       .def("write_source_from_file", &WriteSourceFromFile, py::arg("source"), py::arg("file"),
            py::arg("offset"),
            "write_source with the source read from `file` (an open file or a descriptor) at "

@@ -122,6 +122,9 @@ struct ActiveTx {
   // verify all: the chunks this tx declared only in part (chunks_before_declare.h)
   PartlyDeclaredChunks partly_declared;
   std::map<std::string, PatchState> patches;
+  // WriteSource by source box: the boxes of each source written so far (for naming the piece a
+  // new one overlaps).
+  std::map<std::string, std::vector<Box>, std::less<>> source_pieces;
   std::vector<uint64_t> epochs_at_begin;  // rollback: parameter write epochs
   std::vector<uint64_t> derived_epochs_at_begin;
   std::vector<std::vector<std::string>> derived_restored_at_begin;
@@ -181,6 +184,8 @@ class ParticipantImpl : public Participant {
       EXCLUDES(mu_);
   Result<int> WriteSourceFromFile(std::string_view source, const SourceFile& file) override
       EXCLUDES(mu_);
+  Result<int> WriteSource(std::string_view source, const void* data, size_t bytes,
+                          const Box& source_box) override EXCLUDES(mu_);
   // WriteSource's slicing, from `data` (may be null when `file` is given) or `file`.
   Result<int> WriteSourceFrom(std::string_view source, const void* data, size_t bytes,
                               const SourceFile* file) EXCLUDES(mu_);

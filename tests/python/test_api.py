@@ -546,3 +546,42 @@ def test_RankWhoseVocabularyRowsAreAllPaddingLoadsNothingAndCommits(tmp_path, ti
                               sources["model.embed_tokens.weight"]) == 0
     assert torch.count_nonzero(live[3]["model.embed_tokens.weight"]) == 0
     assert all(p.status()["serving"] for p in ps)
+
+
+def test_WriteSourcePiecesFromManySendersCommitTheFullWritesVersion(tmp_path, tiny_llama_config):
+    # Issue 38: write_source(name, piece, source_box=...) writes the piece's intersection with
+    # every shard this rank holds; pieces of three "FSDP ranks" (dim-0 thirds) tile every source.
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    sources = hf_sources(ms)
+    want = wtx.expected_version(ms, sources)["version"]
+    c.begin("t1")
+    for p in ps:
+        for name, t in sources.items():
+            n = t.shape[0]
+            for k in range(3):
+                lo, hi = n * k // 3, n * (k + 1) // 3
+                box = [[lo, hi]] + [[0, d] for d in t.shape[1:]]
+                p.write_source(name, t[lo:hi], source_box=box)
+    out = c.commit("t1", expect_version=want)
+    assert out["outcome"] == "committed" and out["version"] == want
+
+
+def test_WriteSourcePieceErrorsNameTheBoxes(tmp_path, tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config, tp=1)
+    sources = hf_sources(ms)
+    name = "model.layers.0.mlp.down_proj.weight"
+    t = sources[name]
+    rows, cols = t.shape
+    c.begin("t1")
+    ps[0].write_source(name, t[:rows // 2 + 1], source_box=[[0, rows // 2 + 1], [0, cols]])
+    with pytest.raises(wtx.Error) as e:  # overlaps the first piece's last row
+        ps[0].write_source(name, t[rows // 2:], source_box=[[rows // 2, rows], [0, cols]])
+    assert e.value.code == "E_DUPLICATE_WRITE"
+    assert f"[[0, {rows // 2 + 1}], [0, {cols}]]" in e.value.message
+    with pytest.raises(wtx.Error) as e:  # outside the source
+        ps[0].write_source(name, t[:2], source_box=[[rows - 1, rows + 1], [0, cols]])
+    assert e.value.code == "E_OUT_OF_RANGE" and name in e.value.message
+    with pytest.raises(wtx.Error) as e:  # the tensor is not the box's shape
+        ps[0].write_source(name, t[:3], source_box=[[rows - 2, rows], [0, cols]])
+    assert e.value.code == "E_BAD_WRITE" and "piece" in e.value.message
+    ps[0].write_source(name, t[rows // 2 + 1:], source_box=[[rows // 2 + 1, rows], [0, cols]])
