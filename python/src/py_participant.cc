@@ -337,7 +337,7 @@ int WriteSource(PyParticipant& self, const std::string& source, py::object given
   const DType live = m.params()[refs[0].param].dtype;
   py::object tensor = AsLiveSource(std::move(given), live, what);
   TensorInfo t = InspectTensor(tensor, what);
-  const Shape& shape = *m.SourceShape(source);
+  const Shape shape = *m.SourceShape(source);  // SourceShape returns by value
   auto pre = PrefetchFor(self, m.ParamsOfSource(source));
   if (source_box.is_none()) {
     CheckHostTensor(t, live, shape, what);
