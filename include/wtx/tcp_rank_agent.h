@@ -14,9 +14,15 @@
 // the agent refuses requests from an epoch older than the newest it has seen
 // (E_STALE_COORDINATOR naming both).
 //
-// With `decision_log` set, a rank resolves without any coordinator: while none can be reached,
-// a transaction it holds (prepared and in doubt, or active and unprepared) is looked up in the
-// log; a logged decision is applied, and when there is none and no coordinator leads (its
+// With standbys or a decision log, every connection attempt (connect and TLS handshake) and
+// every call the agent makes is bounded by three heartbeats, so that a paused coordinator (whose
+// kernel still accepts connections) holds the rank no longer than a missed ping.
+//
+// With `decision_log` set, a rank resolves without any coordinator: a watcher thread, beside
+// the connection attempts, reads the log every half heartbeat while no coordinator serves the
+// rank (none connected, or a call unanswered for a heartbeat): who leads (a coordinator whose
+// holder name ends in one of the rank's addresses is dialed next), and the transaction it holds
+// (prepared and in doubt, or active and unprepared) is looked up in the log; a logged decision is applied, and when there is none and no coordinator leads (its
 // lease expired), the rank writes an abort by the log's exactly-once write (it can win only if
 // no coordinator decided) and applies the decision that holds. While a coordinator leads, the
 // rank waits for it. An unreachable log (no quorum) decides nothing: the rank stays in doubt
@@ -26,7 +32,7 @@
 // protocol. Requests are served one at a time, in arrival order.
 //
 // Thread-safety: every method is safe from any thread. The agent runs one supervisor thread,
-// one I/O thread and one handler thread.
+// one I/O thread and one handler thread, and with a decision log one log watcher thread.
 #pragma once
 
 #include <chrono>
