@@ -317,11 +317,11 @@ class TcpRankAgent::Impl : public DecisionOracle {
             break;
           }
         }
-        Result<json> pong = Status::OK();
-        {
+        auto ping = [&] {
           Awaiting awaiting(this);
-          pong = ch->Call("ping", json::object(), Budget());
-        }
+          return ch->Call("ping", json::object(), Budget());
+        };
+        auto pong = ping();
         if (!pong.ok() && pong.status().code() == ErrorCode::kTimeout) {
           net::LogLine(options_.log_tag,
                        "coordinator " + state().coordinator + " did not answer a ping in " +
