@@ -636,6 +636,74 @@ TEST_CASE("PieceNoShardOfTheRankIntersectsWritesNothingAndMissingPiecesAbort") {
   }
 }
 
+TEST_CASE("PieceLandingsReserveThePartEachShardHoldsAndCommitTheFullWritesVersion") {
+  // Reserve/Landed by source box: a transport receives each piece straight into the parts of
+  // the live tensors it covers (here copied in from the piece, as a receive would).
+  for (const char* model : {"tiny-llama", "tiny-deepseek"}) {
+    INFO(model);
+    auto ms = TpManifests(model, 2);
+    auto sources = SourcesOf(ms, 23);
+    auto e = ComputeExpectedVersion(Raw(ms), Lookup(sources));
+    REQUIRE(e.ok());
+    TpGroup g(ms);
+    g.BeginFull("t1");
+    for (auto& p : g.ranks) {
+      for (const auto& [name, s] : sources) {
+        const size_t esz = DTypeSize(s.dtype);
+        for (const Box& box : Tiles(s.shape, 2, 2)) {
+          const std::vector<uint8_t> piece = PieceBytes(s, box);
+          LandingRegion region;
+          region.source = name;
+          region.source_box = box;
+          auto rs = p->Reserve(region);
+          REQUIRE(rs.ok());
+          for (const Reservation& r : rs.value()) {
+            REQUIRE(r.host != nullptr);
+            Box rel = r.source_box;  // the reserved part, relative to the piece
+            for (size_t d = 0; d < rel.size(); ++d) {
+              rel[d] = {rel[d].begin - box[d].begin, rel[d].end - box[d].begin};
+            }
+            Shape extents;
+            for (const Range& x : box) extents.push_back(x.end - x.begin);
+            std::vector<uint8_t> part(static_cast<size_t>(NumElements(rel)) * esz);
+            CopyBoxOut(extents, rel, esz, piece.data(), part.data());
+            const ParamSpec& ps = p->manifest().params()[r.param_index];
+            CopyBoxIn(ps.shape, r.box, esz, part.data(), r.host);
+          }
+          REQUIRE(p->Landed(region).ok());
+        }
+      }
+      REQUIRE(p->Refresh("*").ok());
+    }
+    CommitOptions opts;
+    opts.expect_version = e.value().version;
+    CommitOutcome o = g.coord->Commit("t1", opts);
+    INFO(o.status.ToString());
+    REQUIRE(o.decision == Decision::kCommit);
+    CHECK(o.version == e.value().version);
+  }
+}
+
+TEST_CASE("PieceLandingThatOverlapsAWrittenPieceIsRefused") {
+  auto ms = TpManifests("tiny-llama", 1);
+  auto sources = SourcesOf(ms, 5);
+  TpGroup g(ms);
+  g.BeginFull("t1");
+  const Source& s = sources.at("model.norm.weight");
+  const int64_t h = s.shape[0];
+  const Box a{{0, h / 2 + 1}};
+  auto pa = PieceBytes(s, a);
+  REQUIRE(g.ranks[0]->WriteSource(s.name, pa.data(), pa.size(), a).ok());
+  LandingRegion region;
+  region.source = s.name;
+  region.source_box = Box{{h / 2, h}};
+  auto rs = g.ranks[0]->Reserve(region);
+  REQUIRE_FALSE(rs.ok());
+  CHECK(rs.status().code() == ErrorCode::kDuplicateWrite);
+  region.source_box = Box{{h / 2, h + 1}};
+  CHECK(g.ranks[0]->Reserve(region).status().code() == ErrorCode::kOutOfRange);
+}
+
 // ---------------------------------------------------------------- expected versions
 
 TEST_CASE("ExpectedVersionEqualsTheVersionAFullLoadCommits") {

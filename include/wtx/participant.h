@@ -177,6 +177,10 @@ struct LandingRegion {
   std::string shard;       // optional shard id of `param`
   std::string source;      // optional: every shard this rank holds of this source tensor
   std::optional<Box> box;  // optional sub-box (live coordinates of `param`; requires `param`)
+  // Optional, with `source`: one piece of the source (source coordinates, as WriteSource's
+  // source_box); the region is the part of it each shard of this rank holds (none: an empty
+  // reservation, which Landed accepts).
+  std::optional<Box> source_box;
 };
 
 // Where to write one reserved box.
@@ -188,6 +192,9 @@ struct Reservation {
   void* host = nullptr;      // host address of the parameter's first byte, or null (device)
   uint64_t device_ptr = 0;   // device address of the parameter's first byte, or 0 (host)
   size_t param_bytes = 0;    // byte size of the whole parameter
+  // With LandingRegion::source_box: the part of the piece this reservation holds, in source
+  // coordinates (its extents are `box`'s, after any leading expert-slot dimension); else empty.
+  Box source_box;
 };
 
 // One run of hash chunks of a parameter whose live bytes differ from the committed digests.

@@ -450,12 +450,16 @@ py::dict StatusToPy(const RankStatus& s) {
 
 LandingRegion RegionFromPy(const std::optional<std::string>& param,
                            const std::optional<std::string>& shard, py::handle box,
-                           const std::optional<std::string>& source, const char* call) {
+                           const std::optional<std::string>& source, py::handle source_box,
+                           const char* call) {
   LandingRegion r;
   r.param = param.value_or("");
   r.shard = shard.value_or("");
   r.source = source.value_or("");
   if (!box.is_none()) r.box = BoxFromPy(box, std::string(call) + " " + r.param + ": box");
+  if (!source_box.is_none()) {
+    r.source_box = BoxFromPy(source_box, std::string(call) + " " + r.source + ": source_box");
+  }
   return r;
 }
 
@@ -470,9 +474,9 @@ std::vector<uint32_t> RegionParams(const Manifest& m, const LandingRegion& regio
 
 py::list Reserve(PyParticipant& self, std::optional<std::string> param,
                  std::optional<std::string> shard, py::object box,
-                 std::optional<std::string> source) {
+                 std::optional<std::string> source, py::object source_box) {
   Participant& p = self.get();
-  const LandingRegion region = RegionFromPy(param, shard, box, source, "reserve");
+  const LandingRegion region = RegionFromPy(param, shard, box, source, source_box, "reserve");
   auto pre = PrefetchFor(self, RegionParams(*self.manifest, region));
   auto r = WithoutGil([&] { return p.Reserve(region); });
   py::list out;
@@ -482,6 +486,7 @@ py::list Reserve(PyParticipant& self, std::optional<std::string> param,
     d["param"] = v.param;
     d["shard"] = v.shard;
     d["box"] = BoxToPy(v.box);
+    if (!v.source_box.empty()) d["source_box"] = BoxToPy(v.source_box);
     d["dtype"] = std::string(DTypeName(ps.dtype));
     d["shape"] = ps.shape;
     d["host"] = reinterpret_cast<uintptr_t>(v.host);
@@ -493,9 +498,9 @@ py::list Reserve(PyParticipant& self, std::optional<std::string> param,
 }
 
 void Landed(PyParticipant& self, std::optional<std::string> param, std::optional<std::string> shard,
-            py::object box, std::optional<std::string> source) {
+            py::object box, std::optional<std::string> source, py::object source_box) {
   Participant& p = self.get();
-  const LandingRegion region = RegionFromPy(param, shard, box, source, "landed");
+  const LandingRegion region = RegionFromPy(param, shard, box, source, source_box, "landed");
   auto pre = PrefetchFor(self, RegionParams(*self.manifest, region));
   Check(WithoutGil([&] { return p.Landed(region); }));
 }
@@ -613,9 +618,11 @@ open). Returns the participant; a context manager (close() on leaving the block)
           py::arg("name") = "*")
       .def("status", [](PyParticipant& self) { return StatusToPy(self.get().status()); })
       .def("_reserve", &Reserve, py::arg("param") = py::none(), py::arg("shard") = py::none(),
-           py::arg("box") = py::none(), py::arg("source") = py::none())
+           py::arg("box") = py::none(), py::arg("source") = py::none(),
+           py::arg("source_box") = py::none())
       .def("_landed", &Landed, py::arg("param") = py::none(), py::arg("shard") = py::none(),
-           py::arg("box") = py::none(), py::arg("source") = py::none())
+           py::arg("box") = py::none(), py::arg("source") = py::none(),
+           py::arg("source_box") = py::none())
       .def(
           "verify",
           [](PyParticipant& self) {

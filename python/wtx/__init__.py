@@ -73,9 +73,13 @@ def _reserve(self, param, shard=None, box=None):
     return _live_view(self, rs[0])
 
 
-def _reserve_source(self, source):
-    """Reserves every shard this rank holds of `source`: [{param, shard, box, view, ...}]."""
-    return [dict(r, view=_live_view(self, r)) for r in self._reserve(source=source)]
+def _reserve_source(self, source, source_box=None):
+    """Reserves every shard this rank holds of `source`: [{param, shard, box, view, ...}].
+    With source_box ([[lo, hi], ...], source coordinates: one piece of the source), the part of
+    the piece each shard holds; each reservation's "source_box" names its part, and its view has
+    that part's extents (after any leading expert-slot dimension). [] when none intersects."""
+    return [dict(r, view=_live_view(self, r))
+            for r in self._reserve(source=source, source_box=source_box)]
 
 
 def _landed(self, param, shard=None, box=None):
@@ -83,10 +87,10 @@ def _landed(self, param, shard=None, box=None):
     self._landed(param=param, shard=shard, box=box)
 
 
-def _landed_source(self, source):
-    """Every shard of `source` reserved with reserve_source is complete: they count as
-    written."""
-    self._landed(source=source)
+def _landed_source(self, source, source_box=None):
+    """Every shard of `source` (or of the piece source_box) reserved with reserve_source is
+    complete: they count as written."""
+    self._landed(source=source, source_box=source_box)
 
 
 # The landing calls with torch views, on the extension's class (declared in _wtx.pyi).

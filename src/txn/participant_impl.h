@@ -101,6 +101,13 @@ struct Landing {
   bool landed = false;
 };
 
+// The live box of the part `part` of a shard's source box: a shard maps its source box to its
+// live box one to one, dimension by dimension, after any leading live dimensions the source does
+// not have (a stacked expert's slot). REQUIRES: part lies in sh.source_box (participant_pieces.cc)
+Box LiveBoxOfSourcePart(const ShardSpec& sh, const Box& part);
+// E_OUT_OF_RANGE naming `what` unless `box` is a non-empty box of `shape` (same rank).
+Status CheckSourceBox(const Box& box, const Shape& shape, const std::string& what);
+
 struct ActiveTx {
   BeginRequest req;
   std::vector<bool> in_scope;               // partial: per parameter

@@ -12,7 +12,8 @@ namespace {
 
 std::string RegionKey(const LandingRegion& r) {
   return r.param + '\x1f' + r.shard + '\x1f' + r.source + '\x1f' +
-         (r.box ? BoxToString(*r.box) : std::string("-"));
+         (r.box ? BoxToString(*r.box) : std::string("-")) + '\x1f' +
+         (r.source_box ? BoxToString(*r.source_box) : std::string("-"));
 }
 
 std::string RegionName(const LandingRegion& r) {
@@ -21,6 +22,7 @@ std::string RegionName(const LandingRegion& r) {
   if (!r.shard.empty()) s += " shard '" + r.shard + "'";
   if (!r.source.empty()) s += (s.empty() ? "" : " ") + std::string("source '") + r.source + "'";
   if (r.box) s += " box " + BoxToString(*r.box);
+  if (r.source_box) s += " piece " + BoxToString(*r.source_box);
   return s.empty() ? std::string("(empty region)") : s;
 }
 
@@ -38,9 +40,22 @@ Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& r
   }
   const bool delta = tx.req.kind == TxKind::kDelta;
   std::vector<Target> targets;
+  std::vector<Box> parts;  // with a piece: the source part of each target
+  if (region.source_box && region.source.empty()) {
+    return Err(ErrorCode::kBadWrite, "reserve " + name + ": a piece needs its source");
+  }
+  if (region.source_box && region.box) {
+    return Err(ErrorCode::kBadWrite, "reserve " + name + ": give a piece or a box, not both");
+  }
   if (!region.source.empty()) {
     if (region.box && region.param.empty()) {
       return Err(ErrorCode::kBadWrite, "reserve " + name + ": a box needs its parameter");
+    }
+    if (region.source_box) {
+      const std::optional<Shape> shape = manifest_->SourceShape(region.source);
+      if (shape) {
+        WTX_RETURN_IF_ERROR(CheckSourceBox(*region.source_box, *shape, "reserve " + name));
+      }
     }
     if (delta && !tx.sources.count(region.source)) {
       return Err(ErrorCode::kOutOfScope, "reserve " + name +
@@ -69,7 +84,20 @@ Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& r
                        "' has a packed layout that is not a translation of the source; a delta "
                        "cannot be landed in place there");
       }
-      WTX_ASSIGN_OR_RETURN(t, ResolveBox(p.name, sh.id, region.box,
+      std::optional<Box> live = region.box;
+      if (region.source_box) {
+        Box part = Intersect(sh.source_box, *region.source_box);
+        if (BoxIsEmpty(part)) continue;
+        if (sh.packed && part != sh.source_box) {
+          return Err(ErrorCode::kLayoutMismatch,
+                     "reserve " + name + ": covers part of the packed shard '" + sh.id + "' of '" +
+                         p.name + "' (send its whole source box " + BoxToString(sh.source_box) +
+                         ")");
+        }
+        live = sh.packed ? sh.box : LiveBoxOfSourcePart(sh, part);
+        parts.push_back(std::move(part));
+      }
+      WTX_ASSIGN_OR_RETURN(t, ResolveBox(p.name, sh.id, live,
                                          [&](uint32_t param) { return CheckInScope(tx, param); }));
       targets.push_back(std::move(t));
     }
@@ -146,9 +174,11 @@ Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& r
   rec.tx = tx.req.tx;
   rec.region = name;
   rec.ts = now;
-  for (const Target& t : targets) {
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const Target& t = targets[i];
     const ParamSpec& p = manifest_->params()[t.param];
     Reservation r;
+    if (!parts.empty()) r.source_box = parts[i];
     r.param = p.name;
     r.shard = t.shard ? p.shards[*t.shard].id : std::string();
     r.box = t.box;

@@ -19,19 +19,6 @@ Box Relative(const Box& box, const Box& origin) {
   return out;
 }
 
-// The live box of the part `inter` of a shard's source box: the shard maps its source box to
-// its live box one to one, dimension by dimension, after any leading live dimensions the
-// source does not have (a stacked expert's slot).
-Box LiveBoxOf(const ShardSpec& sh, const Box& inter) {
-  Box out = sh.box;
-  const size_t lead = sh.box.size() - sh.source_box.size();
-  for (size_t d = 0; d < inter.size(); ++d) {
-    const int64_t at = sh.box[lead + d].begin + (inter[d].begin - sh.source_box[d].begin);
-    out[lead + d] = {at, at + (inter[d].end - inter[d].begin)};
-  }
-  return out;
-}
-
 Shape Extents(const Box& box) {
   Shape out;
   out.reserve(box.size());
@@ -40,6 +27,24 @@ Shape Extents(const Box& box) {
 }
 
 }  // namespace
+
+Box LiveBoxOfSourcePart(const ShardSpec& sh, const Box& part) {
+  Box out = sh.box;
+  const size_t lead = sh.box.size() - sh.source_box.size();
+  for (size_t d = 0; d < part.size(); ++d) {
+    const int64_t at = sh.box[lead + d].begin + (part[d].begin - sh.source_box[d].begin);
+    out[lead + d] = {at, at + (part[d].end - part[d].begin)};
+  }
+  return out;
+}
+
+Status CheckSourceBox(const Box& box, const Shape& shape, const std::string& what) {
+  if (box.size() != shape.size() || !BoxInsideShape(box, shape) || BoxIsEmpty(box)) {
+    return Status(ErrorCode::kOutOfRange,
+                  what + ": outside the source (shape " + ShapeToString(shape) + ")");
+  }
+  return Status::OK();
+}
 
 Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* data, size_t bytes,
                                          const Box& source_box) {
@@ -50,11 +55,7 @@ Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* da
   const ShardSpec& first = params[refs[0].param].shards[refs[0].shard];
   const Shape& shape = first.source_shape;
   const DType dtype = params[refs[0].param].dtype;
-  if (source_box.size() != shape.size() || !BoxInsideShape(source_box, shape) ||
-      BoxIsEmpty(source_box)) {
-    return Status(ErrorCode::kOutOfRange,
-                  where + ": outside the source (shape " + ShapeToString(shape) + ")");
-  }
+  WTX_RETURN_IF_ERROR(CheckSourceBox(source_box, shape, where));
   const size_t esz = DTypeSize(dtype);
   const size_t want = static_cast<size_t>(NumElements(source_box)) * esz;
   if (bytes != want || data == nullptr) {
@@ -96,7 +97,7 @@ Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* da
     WritePiece w;
     w.param = p.name;
     w.shard = sh.id;
-    w.box = sh.packed ? sh.box : LiveBoxOf(sh, inter);
+    w.box = sh.packed ? sh.box : LiveBoxOfSourcePart(sh, inter);
     w.bytes = static_cast<size_t>(NumElements(inter)) * esz;
     SourceLayout layout;
     if (NumFlatRuns(piece_shape, rel.back()) == 1) {

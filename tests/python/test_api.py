@@ -585,3 +585,25 @@ def test_WriteSourcePieceErrorsNameTheBoxes(tmp_path, tiny_llama_config):
         ps[0].write_source(name, t[:3], source_box=[[rows - 2, rows], [0, cols]])
     assert e.value.code == "E_BAD_WRITE" and "piece" in e.value.message
     ps[0].write_source(name, t[rows // 2 + 1:], source_box=[[rows // 2 + 1, rows], [0, cols]])
+
+
+def test_ReserveSourcePiecesLandEachShardsPartAndCommitTheFullWritesVersion(tmp_path,
+                                                                            tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    sources = hf_sources(ms)
+    want = wtx.expected_version(ms, sources)["version"]
+    c.begin("t1")
+    for p in ps:
+        for name, t in sources.items():
+            n = t.shape[0]
+            for lo, hi in ((0, n // 2), (n // 2, n)):
+                box = [[lo, hi]] + [[0, d] for d in t.shape[1:]]
+                piece = wtx.slice_source(t, box)  # what one sender holds
+                for r in p.reserve_source(name, source_box=box):
+                    # The reserved part of the piece, relative to the piece's first element.
+                    part = piece[tuple(slice(b - o[0], e - o[0])
+                                       for (b, e), o in zip(r["source_box"], box))]
+                    r["view"].copy_(part.reshape(r["view"].shape))  # a receive, in place
+                p.landed_source(name, source_box=box)
+    out = c.commit("t1", expect_version=want)
+    assert out["outcome"] == "committed" and out["version"] == want
