@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -537,33 +538,43 @@ std::vector<uint8_t> PieceBytes(const Source& s, const Box& box) {
   return out;
 }
 
+// Every rank of a tp-2 group of `model` gets every source as the pieces of
+// Tiles(shape, rows, cols), each through `send` (one sender per tile); the commit must be the
+// version a full write of the same sources commits.
+void CheckPiecesCommitTheFullWritesVersion(
+    const char* model, int rows, int cols, uint64_t seed,
+    const std::function<void(Participant&, const Source&, const Box&)>& send) {
+  INFO(model << " rows " << rows << " cols " << cols);
+  auto ms = TpManifests(model, 2);
+  auto sources = SourcesOf(ms, seed);
+  auto e = ComputeExpectedVersion(Raw(ms), Lookup(sources));
+  REQUIRE(e.ok());
+  TpGroup g(ms);
+  g.BeginFull("t1");
+  for (auto& p : g.ranks) {
+    for (const auto& [name, s] : sources) {
+      for (const Box& box : Tiles(s.shape, rows, cols)) send(*p, s, box);
+    }
+    REQUIRE(p->Refresh("*").ok());
+  }
+  CommitOptions opts;
+  opts.expect_version = e.value().version;
+  CommitOutcome o = g.coord->Commit("t1", opts);
+  INFO(o.status.ToString());
+  REQUIRE(o.decision == Decision::kCommit);
+  CHECK(o.version == e.value().version);
+}
+
 TEST_CASE("PiecesFromSeveralSendersCommitTheVersionOfAFullWrite") {
   for (const char* model : {"tiny-llama", "tiny-deepseek"}) {
     for (auto [rows, cols] : {std::pair{2, 1}, std::pair{3, 2}}) {
-      INFO(model << " rows " << rows << " cols " << cols);
-      auto ms = TpManifests(model, 2);
-      auto sources = SourcesOf(ms, 17);
-      auto e = ComputeExpectedVersion(Raw(ms), Lookup(sources));
-      REQUIRE(e.ok());
-      TpGroup g(ms);
-      g.BeginFull("t1");
-      for (auto& p : g.ranks) {
-        for (const auto& [name, s] : sources) {
-          for (const Box& box : Tiles(s.shape, rows, cols)) {  // one sender per tile
+      CheckPiecesCommitTheFullWritesVersion(
+          model, rows, cols, 17, [](Participant& p, const Source& s, const Box& box) {
             const std::vector<uint8_t> piece = PieceBytes(s, box);
-            auto n = p->WriteSource(name, piece.data(), piece.size(), box);
-            INFO(name << " " << BoxToString(box) << ": " << n.status().ToString());
+            auto n = p.WriteSource(s.name, piece.data(), piece.size(), box);
+            INFO(s.name << " " << BoxToString(box) << ": " << n.status().ToString());
             REQUIRE(n.ok());
-          }
-        }
-        REQUIRE(p->Refresh("*").ok());
-      }
-      CommitOptions opts;
-      opts.expect_version = e.value().version;
-      CommitOutcome o = g.coord->Commit("t1", opts);
-      INFO(o.status.ToString());
-      REQUIRE(o.decision == Decision::kCommit);
-      CHECK(o.version == e.value().version);
+          });
     }
   }
 }
@@ -639,48 +650,30 @@ TEST_CASE("PieceNoShardOfTheRankIntersectsWritesNothingAndMissingPiecesAbort") {
 TEST_CASE("PieceLandingsReserveThePartEachShardHoldsAndCommitTheFullWritesVersion") {
   // Reserve/Landed by source box: a transport receives each piece straight into the parts of
   // the live tensors it covers (here copied in from the piece, as a receive would).
-  for (const char* model : {"tiny-llama", "tiny-deepseek"}) {
-    INFO(model);
-    auto ms = TpManifests(model, 2);
-    auto sources = SourcesOf(ms, 23);
-    auto e = ComputeExpectedVersion(Raw(ms), Lookup(sources));
-    REQUIRE(e.ok());
-    TpGroup g(ms);
-    g.BeginFull("t1");
-    for (auto& p : g.ranks) {
-      for (const auto& [name, s] : sources) {
-        const size_t esz = DTypeSize(s.dtype);
-        for (const Box& box : Tiles(s.shape, 2, 2)) {
-          const std::vector<uint8_t> piece = PieceBytes(s, box);
-          LandingRegion region;
-          region.source = name;
-          region.source_box = box;
-          auto rs = p->Reserve(region);
-          REQUIRE(rs.ok());
-          for (const Reservation& r : rs.value()) {
-            REQUIRE(r.host != nullptr);
-            Box rel = r.source_box;  // the reserved part, relative to the piece
-            for (size_t d = 0; d < rel.size(); ++d) {
-              rel[d] = {rel[d].begin - box[d].begin, rel[d].end - box[d].begin};
-            }
-            Shape extents;
-            for (const Range& x : box) extents.push_back(x.end - x.begin);
-            std::vector<uint8_t> part(static_cast<size_t>(NumElements(rel)) * esz);
-            CopyBoxOut(extents, rel, esz, piece.data(), part.data());
-            const ParamSpec& ps = p->manifest().params()[r.param_index];
-            CopyBoxIn(ps.shape, r.box, esz, part.data(), r.host);
-          }
-          REQUIRE(p->Landed(region).ok());
-        }
+  auto land = [](Participant& p, const Source& s, const Box& box) {
+    const size_t esz = DTypeSize(s.dtype);
+    const std::vector<uint8_t> piece = PieceBytes(s, box);
+    Shape extents;
+    for (const Range& x : box) extents.push_back(x.end - x.begin);
+    LandingRegion region;
+    region.source = s.name;
+    region.source_box = box;
+    auto rs = p.Reserve(region);
+    REQUIRE(rs.ok());
+    for (const Reservation& r : rs.value()) {
+      REQUIRE(r.host != nullptr);
+      Box rel = r.source_box;  // the reserved part, relative to the piece
+      for (size_t d = 0; d < rel.size(); ++d) {
+        rel[d] = {rel[d].begin - box[d].begin, rel[d].end - box[d].begin};
       }
-      REQUIRE(p->Refresh("*").ok());
+      std::vector<uint8_t> part(static_cast<size_t>(NumElements(rel)) * esz);
+      CopyBoxOut(extents, rel, esz, piece.data(), part.data());
+      CopyBoxIn(p.manifest().params()[r.param_index].shape, r.box, esz, part.data(), r.host);
     }
-    CommitOptions opts;
-    opts.expect_version = e.value().version;
-    CommitOutcome o = g.coord->Commit("t1", opts);
-    INFO(o.status.ToString());
-    REQUIRE(o.decision == Decision::kCommit);
-    CHECK(o.version == e.value().version);
+    REQUIRE(p.Landed(region).ok());
+  };
+  for (const char* model : {"tiny-llama", "tiny-deepseek"}) {
+    CheckPiecesCommitTheFullWritesVersion(model, 2, 2, 23, land);
   }
 }
 

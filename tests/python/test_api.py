@@ -548,22 +548,29 @@ def test_RankWhoseVocabularyRowsAreAllPaddingLoadsNothingAndCommits(tmp_path, ti
     assert all(p.status()["serving"] for p in ps)
 
 
-def test_WriteSourcePiecesFromManySendersCommitTheFullWritesVersion(tmp_path, tiny_llama_config):
-    # Issue 38: write_source(name, piece, source_box=...) writes the piece's intersection with
-    # every shard this rank holds; pieces of three "FSDP ranks" (dim-0 thirds) tile every source.
-    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+def _pieces_commit_the_full_writes_version(tmp_path, config, parts, send):
+    """Every source of a tp-2 group as `parts` dim-0 pieces, each through send(p, name, t, box);
+    the commit must be the version of a full write of the same sources."""
+    ms, tensors, ps, c = open_group(tmp_path, config)
     sources = hf_sources(ms)
     want = wtx.expected_version(ms, sources)["version"]
     c.begin("t1")
     for p in ps:
         for name, t in sources.items():
             n = t.shape[0]
-            for k in range(3):
-                lo, hi = n * k // 3, n * (k + 1) // 3
-                box = [[lo, hi]] + [[0, d] for d in t.shape[1:]]
-                p.write_source(name, t[lo:hi], source_box=box)
+            for k in range(parts):
+                box = [[n * k // parts, n * (k + 1) // parts]] + [[0, d] for d in t.shape[1:]]
+                send(p, name, t, box)
     out = c.commit("t1", expect_version=want)
     assert out["outcome"] == "committed" and out["version"] == want
+
+
+def test_WriteSourcePiecesFromManySendersCommitTheFullWritesVersion(tmp_path, tiny_llama_config):
+    # Issue 38: write_source(name, piece, source_box=...) writes the piece's intersection with
+    # every shard this rank holds; three "FSDP ranks" (dim-0 thirds) tile every source.
+    _pieces_commit_the_full_writes_version(
+        tmp_path, tiny_llama_config, 3,
+        lambda p, name, t, box: p.write_source(name, wtx.slice_source(t, box), source_box=box))
 
 
 def test_WriteSourcePieceErrorsNameTheBoxes(tmp_path, tiny_llama_config):
@@ -589,21 +596,13 @@ def test_WriteSourcePieceErrorsNameTheBoxes(tmp_path, tiny_llama_config):
 
 def test_ReserveSourcePiecesLandEachShardsPartAndCommitTheFullWritesVersion(tmp_path,
                                                                             tiny_llama_config):
-    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
-    sources = hf_sources(ms)
-    want = wtx.expected_version(ms, sources)["version"]
-    c.begin("t1")
-    for p in ps:
-        for name, t in sources.items():
-            n = t.shape[0]
-            for lo, hi in ((0, n // 2), (n // 2, n)):
-                box = [[lo, hi]] + [[0, d] for d in t.shape[1:]]
-                piece = wtx.slice_source(t, box)  # what one sender holds
-                for r in p.reserve_source(name, source_box=box):
-                    # The reserved part of the piece, relative to the piece's first element.
-                    part = piece[tuple(slice(b - o[0], e - o[0])
-                                       for (b, e), o in zip(r["source_box"], box))]
-                    r["view"].copy_(part.reshape(r["view"].shape))  # a receive, in place
-                p.landed_source(name, source_box=box)
-    out = c.commit("t1", expect_version=want)
-    assert out["outcome"] == "committed" and out["version"] == want
+    def land(p, name, t, box):
+        piece = wtx.slice_source(t, box)  # what one sender holds
+        for r in p.reserve_source(name, source_box=box):
+            # The reserved part of the piece, relative to the piece's first element.
+            part = piece[tuple(slice(b - o[0], e - o[0])
+                               for (b, e), o in zip(r["source_box"], box))]
+            r["view"].copy_(part.reshape(r["view"].shape))  # a receive, in place
+        p.landed_source(name, source_box=box)
+
+    _pieces_commit_the_full_writes_version(tmp_path, tiny_llama_config, 2, land)
