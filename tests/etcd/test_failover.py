@@ -545,7 +545,9 @@ def test_paused_leader_in_doubt_ranks_resolve_within_ttl_plus_one_second(etcd, r
     finally:
         a.signal(signal.SIGCONT)
     assert ok, "ranks did not resolve: %s\n%s" % (st, run.stderr_tails())
-    goal_s = (DEFAULT_TTL_MS + 1000) / 1000
+    # TTL + 1 s (issue 36's goal) in release builds; sanitizer builds run slower (CMake sets
+    # WTX_TIMING_SLACK for them).
+    goal_s = (DEFAULT_TTL_MS + 1000) / 1000 * float(os.environ.get("WTX_TIMING_SLACK", "1"))
     print("%s: every rank resolved %.3f s after the pause" % (point, resolved_s))
     assert resolved_s <= goal_s, "resolved %.2f s after the pause (goal %.1f s)\n%s" % (
         resolved_s, goal_s, run.stderr_tails())
