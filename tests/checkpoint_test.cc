@@ -653,8 +653,7 @@ TEST_CASE("PieceLandingsReserveThePartEachShardHoldsAndCommitTheFullWritesVersio
   auto land = [](Participant& p, const Source& s, const Box& box) {
     const size_t esz = DTypeSize(s.dtype);
     const std::vector<uint8_t> piece = PieceBytes(s, box);
-    Shape extents;
-    for (const Range& x : box) extents.push_back(x.end - x.begin);
+    const Shape extents = BoxExtents(box);
     LandingRegion region;
     region.source = s.name;
     region.source_box = box;

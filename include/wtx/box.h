@@ -34,6 +34,8 @@ int64_t NumElements(const Shape& shape);
 int64_t NumElements(const Box& box);
 Box WholeBox(const Shape& shape);
 bool BoxIsEmpty(const Box& box);
+// The extent of each dimension: the shape of a dense tensor holding the box.
+Shape BoxExtents(const Box& box);
 // Every range of `inner` lies inside the matching range of `outer` (same rank).
 bool BoxContains(const Box& outer, const Box& inner);
 // True when `box` has the rank of `shape` and lies inside it.

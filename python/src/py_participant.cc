@@ -180,12 +180,6 @@ Box TargetBox(const Manifest& m, uint32_t pi, const std::optional<std::string>& 
   return WholeBox(ps.shape);
 }
 
-Shape Extents(const Box& b) {
-  Shape s;
-  for (const Range& r : b) s.push_back(r.extent());
-  return s;
-}
-
 // One checked piece: the tensor must match the live dtype and the extents of what it covers.
 WritePiece MakePiece(const PyParticipant& self, const std::string& param, py::handle tensor,
                      const std::optional<std::string>& shard, py::handle box_obj) {
@@ -202,7 +196,7 @@ WritePiece MakePiece(const PyParticipant& self, const std::string& param, py::ha
   const std::string what =
       "tensor for '" + param + "'" + (shard && !shard->empty() ? " shard " + *shard : "");
   TensorInfo t = InspectTensor(tensor, what);
-  CheckTensor(t, m.params()[*pi].dtype, Extents(target), what, /*allow_cuda=*/self.device);
+  CheckTensor(t, m.params()[*pi].dtype, BoxExtents(target), what, /*allow_cuda=*/self.device);
   WritePiece piece;
   if (t.device != "cpu") piece.location = BufferLocation::kDevice;
   piece.param = param;
@@ -349,9 +343,7 @@ int WriteSource(PyParticipant& self, const std::string& source, py::object given
   // outside it is E_OUT_OF_RANGE from the participant, naming the box).
   const Box box = BoxFromPy(source_box, "source_box");
   if (box.size() == shape.size() && BoxInsideShape(box, shape) && !BoxIsEmpty(box)) {
-    Shape extents;
-    for (const Range& r : box) extents.push_back(r.end - r.begin);
-    CheckHostTensor(t, live, extents, what + " piece " + BoxToString(box));
+    CheckHostTensor(t, live, BoxExtents(box), what + " piece " + BoxToString(box));
   }
   auto r = WithoutGil(
       [&] { return p.WriteSource(source, reinterpret_cast<const void*>(t.ptr), t.bytes, box); });

@@ -38,6 +38,13 @@ bool BoxIsEmpty(const Box& box) {
   return std::any_of(box.begin(), box.end(), [](const Range& r) { return r.extent() <= 0; });
 }
 
+Shape BoxExtents(const Box& box) {
+  Shape out;
+  out.reserve(box.size());
+  for (const Range& r : box) out.push_back(r.extent());
+  return out;
+}
+
 bool BoxContains(const Box& outer, const Box& inner) {
   if (outer.size() != inner.size()) return false;
   for (size_t i = 0; i < outer.size(); ++i) {

@@ -19,13 +19,6 @@ Box Relative(const Box& box, const Box& origin) {
   return out;
 }
 
-Shape Extents(const Box& box) {
-  Shape out;
-  out.reserve(box.size());
-  for (const Range& r : box) out.push_back(r.end - r.begin);
-  return out;
-}
-
 }  // namespace
 
 Box LiveBoxOfSourcePart(const ShardSpec& sh, const Box& part) {
@@ -63,7 +56,7 @@ Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* da
                                             std::to_string(want) + " (" +
                                             std::string(DTypeName(dtype)) + ")");
   }
-  const Shape piece_shape = Extents(source_box);
+  const Shape piece_shape = BoxExtents(source_box);
   // The parts of the piece each shard holds; their boxes and layouts live until the write.
   std::vector<Box> held, rel;
   std::vector<WritePiece> pieces;
