@@ -31,8 +31,8 @@ import torch.distributed as dist
 
 from . import Aborted, Error, Manifest, Participant
 from .torch_dist import Group
-from .vllm._engine import (EXPECTED_VERSION_NAME, _gather, _version_of,
-                           expected_version_tensor, load_one)
+from .vllm._engine import (EXPECTED_VERSION_NAME, _UpdateState, _version_of, abort_quietly,
+                           decide_update, default_tx, expected_version_tensor, load_one)
 from .vllm._extension import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 
 __all__ = ["WtxSglangAdapter", "EXPECTED_VERSION_NAME", "expected_version_tensor"]
@@ -40,8 +40,10 @@ __all__ = ["WtxSglangAdapter", "EXPECTED_VERSION_NAME", "expected_version_tensor
 _DEFAULT_GROUP = object()
 
 
-class WtxSglangAdapter:
+class WtxSglangAdapter(_UpdateState):
     """SGLang's weight-update calls with wtx transactions (module docstring)."""
+
+    _how_to_init = "init_wtx"
 
     def __init__(self, model_runner: Any) -> None:
         """model_runner: SGLang's ModelRunner, or any object with `model` (and optionally
@@ -184,18 +186,6 @@ class WtxSglangAdapter:
 
     # -- internals ---------------------------------------------------------------------------
 
-    @property
-    def _p(self) -> Participant:
-        if self.participant is None:
-            raise Error("INVALID_ARGUMENT", "wtx is not initialized (init_wtx)")
-        return self.participant
-
-    @property
-    def _g(self) -> Group:
-        if self.group is None:
-            raise Error("INVALID_ARGUMENT", "wtx is not initialized (init_wtx)")
-        return self.group
-
     def _require(self, call: str) -> None:
         if self.participant is None:
             raise Error("INVALID_ARGUMENT", f"{call}: wtx is not initialized (init_wtx)")
@@ -211,17 +201,13 @@ class WtxSglangAdapter:
     def _abort_open(self) -> None:
         if self._tx is not None:
             tx, self._tx = self._tx, None
-            try:
-                self._g.abort(tx)
-            except Error:
-                pass
+            abort_quietly(self._g, tx)
         self._failure, self._expected, self._bracketed = None, None, False
 
     def _begin(self, tx: Optional[str], kind: str, base: Optional[str],
                modules: Optional[List[str]], sources: Optional[List[str]]) -> None:
         self._updates += 1
-        tx = tx or "sglang-%s-%d" % ((self._p.status().get("version") or "none")[:16],
-                                    self._updates)
+        tx = tx or default_tx("sglang", self._p, self._updates)
         self._g.begin(tx, kind=kind, base=base, modules=modules, sources=sources)
         self._tx = tx
 
@@ -254,18 +240,16 @@ class WtxSglangAdapter:
         return self._decide()
 
     def _decide(self) -> Tuple[bool, str]:
-        tx = self._tx
-        failures = _gather(self._failure, self._g)
+        tx, failure = self._tx, self._failure
+        assert tx is not None, "callers decide only an update they began"
         self._tx, self._failure = None, None
         expected, self._expected = self._expected, None
         try:
-            if any(failures):
-                reason = "; ".join(f"rank {r}: {f}" for r, f in enumerate(failures) if f)
-                self.last_outcome = dict(self._g.abort(tx), reason=reason)
-                return False, f"transaction '{tx}' aborted: {reason}"
-            out = self._g.commit(tx, expect_version=expected)
+            out = decide_update(self._g, tx, failure, expected)
         except Aborted as e:
             self.last_outcome = e.decision
+            if "reason" in e.decision:  # a rank failed: named with its cause
+                return False, f"transaction '{tx}' aborted: {e.decision['reason']}"
             missing = sorted({m.get("param", "?") for v in e.decision.get("votes", [])
                               for m in v.get("missing", [])})
             return False, (f"transaction '{tx}' aborted: {e}" +

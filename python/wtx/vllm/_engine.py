@@ -221,9 +221,70 @@ class _LoadThroughWtx(torch.nn.Module):
         return engine._load(weights)
 
 
+# ------------------------------------------------------------- ending an update
+
+def _gather(item: Any, group: Group) -> List[Any]:
+    out: List[Any] = [None] * group.size
+    dist.all_gather_object(out, item, group=group.group)
+    return out
+
+
+def _reason(failures: List[Optional[str]]) -> str:
+    return "; ".join(f"rank {r}: {f}" for r, f in enumerate(failures) if f)
+
+
+def default_tx(prefix: str, participant: Participant, n: int) -> str:
+    """A transaction id every TP rank derives alike: the committed version and a count."""
+    return "%s-%s-%d" % (prefix, (participant.status().get("version") or "none")[:16], n)
+
+
+def abort_quietly(group: Group, tx: str) -> None:
+    """Aborts `tx` on every rank (collective); one decided already (a commit that raised after
+    its decision) is left as it is."""
+    try:
+        group.abort(tx)
+    except Error:
+        pass
+
+
+def decide_update(group: Group, tx: str, failure: Optional[str],
+                  expected: Optional[str]) -> Dict[str, Any]:
+    """Ends an update on every rank (collective): the ranks' failures (None: none here) are
+    exchanged first, and any makes every rank abort, raising wtx.Aborted whose outcome names
+    each rank and cause ("reason", and error E_UPDATE_FAILED); otherwise prepare and commit,
+    checked against `expected` (wtx.Aborted when the commit aborts). Returns the outcome."""
+    failures = _gather(failure, group)
+    if any(failures):
+        reason = _reason(failures)
+        raise Aborted(tx, dict(group.abort(tx), reason=reason, outcome="aborted",
+                               error={"code": "E_UPDATE_FAILED", "message": reason}))
+    return group.commit(tx, expect_version=expected)
+
+
+class _UpdateState:
+    """The participant and the 2PC group an adapter drives; the accessors raise wtx.Error
+    INVALID_ARGUMENT naming how to initialize while they are not open."""
+
+    participant: Optional[Participant]
+    group: Optional[Group]
+    _how_to_init = "init"
+
+    @property
+    def _p(self) -> Participant:
+        if self.participant is None:
+            raise Error("INVALID_ARGUMENT", f"wtx is not initialized ({self._how_to_init})")
+        return self.participant
+
+    @property
+    def _g(self) -> Group:
+        if self.group is None:
+            raise Error("INVALID_ARGUMENT", f"wtx is not initialized ({self._how_to_init})")
+        return self.group
+
+
 # ---------------------------------------------------------------------------------- engine
 
-class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
+class WtxWeightTransferEngine(_UpdateState, _vllm_engine_base()):  # type: ignore[misc]
     """vLLM weight-transfer backend "wtx" (module docstring; docs/vllm.md).
 
     Attributes a worker may set after construction: `process_group` (the TP group for 2PC;
@@ -235,6 +296,7 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
 
     init_info_cls = WtxInitInfo
     update_info_cls = WtxUpdateInfo
+    _how_to_init = "init_transfer_engine"
 
     def __init__(self, config: Any, *args: Any) -> None:
         # Newest vLLM: (config, vllm_config, device, model); older: (config, parallel_config).
@@ -377,10 +439,7 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
             self._inner.start_weight_update(*args, **kwargs)
         if self._tx is not None:
             tx, self._tx = self._tx, None
-            try:
-                self._g.abort(tx)
-            except Error:
-                pass  # decided already (a commit that raised after its decision)
+            abort_quietly(self._g, tx)
         self._failure = None
         self._expected = None
 
@@ -445,19 +504,16 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
                     self._p.refresh(name)
             except BaseException as e:
                 self._fail(e)
-        failures = _gather(self._failure, self._g)
         self._tx = None
         if tx is None:  # failed before the begin: nothing to abort here
-            raise Error("E_UPDATE_FAILED", "the update failed before it began: "
-                        + "; ".join(f"rank {r}: {f}" for r, f in enumerate(failures) if f))
-        if any(failures):
-            reason = "; ".join(f"rank {r}: {f}" for r, f in enumerate(failures) if f)
-            out = self._g.abort(tx)
-            out = dict(out, reason=reason, outcome="aborted",
-                       error={"code": "E_UPDATE_FAILED", "message": reason})
-            self.last_outcome = out
-            raise Aborted(tx, out)
-        out = self._g.commit(tx, expect_version=self._expected)
+            failures = _gather(self._failure, self._g)
+            raise Error("E_UPDATE_FAILED",
+                        "the update failed before it began: " + _reason(failures))
+        try:
+            out = decide_update(self._g, tx, self._failure, self._expected)
+        except Aborted as e:
+            self.last_outcome = e.decision
+            raise
         self.last_outcome = out
         self.weight_version = out.get("version")
         return out
@@ -522,20 +578,6 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
 
     # -- internals -------------------------------------------------------------------------
 
-    @property
-    def _p(self) -> Participant:
-        if self.participant is None:
-            raise Error("INVALID_ARGUMENT", "the wtx engine is not initialized "
-                        "(init_transfer_engine)")
-        return self.participant
-
-    @property
-    def _g(self) -> Group:
-        if self.group is None:
-            raise Error("INVALID_ARGUMENT", "the wtx engine is not initialized "
-                        "(init_transfer_engine)")
-        return self.group
-
     def _require_init(self, call: str) -> Tuple[Any, Participant]:
         if self.participant is None or self._inner is None:
             raise Error("INVALID_ARGUMENT", f"{call}: the wtx engine is not initialized "
@@ -555,8 +597,7 @@ class WtxWeightTransferEngine(_vllm_engine_base()):  # type: ignore[misc]
         if self._failure is not None:
             raise Error("E_UPDATE_FAILED", f"this update already failed: {self._failure}")
         self._updates += 1
-        tx = w.get("tx") or "vllm-%s-%d" % (
-            (self._p.status().get("version") or "none")[:16], self._updates)
+        tx = w.get("tx") or default_tx("vllm", self._p, self._updates)
         self._g.begin(tx, kind=w.get("kind", "full"), base=w.get("base"),
                          modules=w.get("modules"), sources=w.get("sources"),
                          rollback=bool(w.get("rollback", False)),
@@ -660,12 +701,6 @@ def _vllm_tp_group() -> Any:
         return get_tp_group().cpu_group
     except Exception:
         return None  # the default group
-
-
-def _gather(item: Any, group: Group) -> List[Any]:
-    out: List[Any] = [None] * group.size
-    dist.all_gather_object(out, item, group=group.group)
-    return out
 
 
 register_inner("torch_broadcast", TorchBroadcastEngine)
