@@ -10,7 +10,7 @@ if(WTX_BUILD_TOOLS)
     tools/wtx/main.cc
     tools/wtx/cmd_sim.cc
     tools/wtx/cmd_journal.cc
-    tools/wtx/cmd_manifest.cc
+    tools/wtx/cmd_manifest.cc tools/wtx/cmd_plan.cc tools/wtx/hf_flags.cc
     tools/wtx/cmd_bench.cc tools/bench/bench.cc tools/bench/bench_journal.cc
     tools/bench/bench_landing.cc
     tools/bench/bench_load.cc

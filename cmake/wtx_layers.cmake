@@ -68,11 +68,17 @@ wtx_layer(manifest
   SOURCES src/manifest/dtype.cc src/manifest/dtype_convert.cc src/manifest/box.cc
           src/manifest/box_json.cc src/manifest/manifest.cc
   DEPS util)
-wtx_layer(layouts SOURCES ${WTX_HF_LAYOUT_SOURCES} DEPS manifest util)
+# Transfer plans (src/plan) sit with the layouts they read: a TP/EP trainer is laid out as vLLM
+# lays out a rank.
+wtx_layer(layouts
+  SOURCES ${WTX_HF_LAYOUT_SOURCES} src/plan/trainer_sharding.cc src/plan/transfer_plan.cc
+          src/plan/transfer_plan_json.cc
+  DEPS manifest util)
 wtx_layer(memory
   SOURCES src/memory/content_hash.cc src/memory/chunk_hash_pool.cc
           src/memory/expected_version.cc src/memory/host_arena.cc src/memory/live_memory.cc
           src/memory/chunks_before_declare.cc src/memory/storage_identity.cc
+          src/memory/piece_digest.cc
   DEPS layouts manifest util)
 # The kernels' CPU references and device live memory (kernels/): the memory layer's device
 # side, its own installed library (wtx_kernels); the CUDA kernels are wtx_gpu (wtx_gpu.cmake).
@@ -93,6 +99,7 @@ wtx_layer(etcd
 wtx_layer(txn
   SOURCES src/txn/coverage.cc src/txn/protocol.cc src/txn/decision_fields.cc
           src/txn/participant.cc src/txn/participant_write.cc src/txn/participant_pieces.cc
+          src/txn/participant_piece_digest.cc
           src/txn/participant_patch.cc
           src/txn/participant_derived.cc src/txn/participant_prepare.cc
           src/txn/participant_landing.cc src/txn/participant_verify.cc

@@ -28,7 +28,9 @@
 #include "wtx/expected_version.h"
 #include "wtx/hf_manifest.h"
 #include "wtx/inproc_transport.h"
+#include "wtx/piece_digest.h"
 #include "wtx/safetensors.h"
+#include "wtx/transfer_plan.h"
 
 using nlohmann::json;
 using namespace wtx;
@@ -694,6 +696,269 @@ TEST_CASE("PieceLandingThatOverlapsAWrittenPieceIsRefused") {
   CHECK(rs.status().code() == ErrorCode::kDuplicateWrite);
   region.source_box = Box{{h / 2, h + 1}};
   CHECK(g.ranks[0]->Reserve(region).status().code() == ErrorCode::kOutOfRange);
+}
+
+// ------------------------------------------- transfer plans, piece digests, deltas by piece
+
+std::vector<ManifestPtr> GroupManifests(const std::string& model, int tp, int ep) {
+  HfManifestOptions o;
+  o.tp = tp;
+  o.ep = ep;
+  std::vector<ManifestPtr> out;
+  for (int r = 0; r < o.GroupSize(); ++r) {
+    o.rank = r;
+    auto m = ManifestFromHfConfigFile(Model(model), o);
+    REQUIRE(m.ok());
+    out.push_back(m.value());
+  }
+  return out;
+}
+
+TransferPlan PlanFor(const std::string& model, const std::string& spec,
+                     const std::vector<ManifestPtr>& engine) {
+  std::ifstream in(Model(model));
+  const json config = json::parse(in);
+  auto t = ParseTrainerSpec(spec, &config);
+  REQUIRE(t.ok());
+  auto plan = PlanTransfer(**t, engine);
+  REQUIRE(plan.ok());
+  return std::move(plan).value();
+}
+
+std::string Sender(int trainer) { return "trainer rank " + std::to_string(trainer); }
+
+// Runs `plan` into group `g`: each piece's digest is expected, then its bytes (after
+// `corrupt`, which may change them in flight) are written by source box.
+void SendPlan(const TransferPlan& plan, TpGroup& g, const std::map<std::string, Source>& sources,
+              const std::function<void(size_t, std::vector<uint8_t>&)>& corrupt = {}) {
+  for (size_t i = 0; i < plan.pieces.size(); ++i) {
+    const PlannedPiece& pp = plan.pieces[i];
+    const Source& s = sources.at(plan.sources[pp.source].name);
+    const Box box = plan.BoxOf(i);
+    std::vector<uint8_t> bytes = PieceBytes(s, box);
+    Participant& p = *g.ranks[pp.engine];
+    REQUIRE(
+        p.ExpectPiece({s.name, box, Sender(pp.trainer), PieceDigest(bytes.data(), bytes.size())})
+            .ok());
+    if (corrupt) corrupt(i, bytes);
+    auto n = p.WriteSource(s.name, bytes.data(), bytes.size(), box);
+    INFO(s.name << " " << BoxToString(box) << ": " << n.status().ToString());
+    REQUIRE(n.ok());
+    CHECK(n.value() >= 1);  // a planned piece always lands on its engine rank
+  }
+  for (auto& p : g.ranks) REQUIRE(p->Refresh("*").ok());
+}
+
+TEST_CASE("PlannedPiecesWithDigestsCommitTheVersionOfAFullWrite") {
+  struct Config {
+    const char* model;
+    const char* trainer;
+    int tp, ep;
+  };
+  for (const Config& c :
+       {Config{"tiny-llama", "fsdp:2", 2, 1}, Config{"tiny-qwen3-moe", "fsdp:2", 2, 1},
+        Config{"tiny-llama", "fsdp:4", 2, 1}, Config{"tiny-llama", "tp:2", 4, 1},
+        Config{"tiny-qwen3-moe", "ep:2", 1, 4}, Config{"tiny-deepseek", "tp:2,ep:2", 2, 4}}) {
+    INFO(c.model << " " << c.trainer << " -> tp " << c.tp << " ep " << c.ep);
+    auto ms = GroupManifests(c.model, c.tp, c.ep);
+    auto sources = SourcesOf(ms, 29);
+    auto e = ComputeExpectedVersion(Raw(ms), Lookup(sources));
+    REQUIRE(e.ok());
+    const TransferPlan plan = PlanFor(c.model, c.trainer, ms);
+    for (size_t n = 0; n < ms.size(); ++n) {
+      CHECK(CheckPlanForEngine(plan, static_cast<int>(n), *ms[n]).ok());
+    }
+    TpGroup g(ms);
+    g.BeginFull("t1");
+    SendPlan(plan, g, sources);
+    CommitOptions opts;
+    opts.expect_version = e.value().version;
+    CommitOutcome o = g.coord->Commit("t1", opts);
+    INFO(o.status.ToString());
+    REQUIRE(o.decision == Decision::kCommit);
+    CHECK(o.version == e.value().version);
+  }
+}
+
+TEST_CASE("CorruptedPieceVotesVersionMismatchNamingSourceBoxAndSender") {
+  auto ms = GroupManifests("tiny-llama", 2, 1);
+  auto sources = SourcesOf(ms, 31);
+  const TransferPlan plan = PlanFor("tiny-llama", "fsdp:2", ms);
+  size_t bad = 0;
+  for (size_t i = 0; i < plan.pieces.size(); ++i) {
+    if (plan.pieces[i].trainer == 1 && plan.pieces[i].engine == 0) bad = i;
+  }
+  TpGroup g(ms);
+  g.BeginFull("t1");
+  SendPlan(plan, g, sources, [&](size_t i, std::vector<uint8_t>& bytes) {
+    if (i == bad) bytes[bytes.size() / 2] ^= 0x40;
+  });
+  CommitOutcome o = g.coord->Commit("t1", {});
+  CHECK(o.decision == Decision::kAbort);
+  const std::string want = "source '" + plan.sources[plan.pieces[bad].source].name + "' piece " +
+                           BoxToString(plan.BoxOf(bad)) + " from trainer rank 1: landed digest ";
+  for (const VoteReport& v : o.votes) {
+    INFO("rank " << v.rank << ": " << v.vote.message);
+    CHECK(v.vote.yes == (v.rank == 1));
+    if (v.rank != 0) continue;
+    CHECK(v.vote.error == ErrorCode::kVersionMismatch);
+    CHECK(v.vote.message.find(want) != std::string::npos);
+  }
+  CHECK_FALSE(g.ranks[0]->status().serving);
+}
+
+TEST_CASE("PieceSentToTheWrongRankIsRefusedBeforeAnyByteLands") {
+  auto ms = GroupManifests("tiny-llama", 2, 1);
+  auto sources = SourcesOf(ms, 33);
+  TpGroup g(ms);
+  g.BeginFull("t1");
+  const Source& k = sources.at("model.layers.0.self_attn.k_proj.weight");
+  const auto& held = ms[0]->ShardsOfSource(k.name);
+  const Box top = ms[0]->params()[held[0].param].shards[held[0].shard].source_box;
+  auto bytes = PieceBytes(k, top);
+  const std::string digest = PieceDigest(bytes.data(), bytes.size());
+  Status s = g.ranks[1]->ExpectPiece({k.name, top, "trainer rank 0", digest});
+  CHECK(s.code() == ErrorCode::kOutOfRange);
+  CHECK(s.message().find("source '" + k.name + "' piece " + BoxToString(top) +
+                         " from trainer rank 0: not inside a shard of rank 1") !=
+        std::string::npos);
+  CHECK(s.message().find("wrong rank") != std::string::npos);
+  CHECK(g.ranks[1]->ExpectPiece({"no.such", top, "trainer rank 0", digest}).code() ==
+        ErrorCode::kOutOfRange);
+  CHECK(g.ranks[0]->ExpectPiece({k.name, top, "trainer rank 0", "xyz"}).code() ==
+        ErrorCode::kInvalidArgument);
+  REQUIRE(g.ranks[0]->ExpectPiece({k.name, top, "trainer rank 0", digest}).ok());
+  Status twice = g.ranks[0]->ExpectPiece({k.name, top, "trainer rank 1", digest});
+  CHECK(twice.code() == ErrorCode::kDuplicateWrite);
+  CHECK(twice.message().find("from trainer rank 0 expected earlier") != std::string::npos);
+  CHECK_FALSE(g.ranks[1]->status().dirty);
+}
+
+// A delta on `base` by pieces: each planned piece patches every `stride`-th element of its box
+// (values from `sources2`), sent by its trainer rank; returns the patched sources.
+std::map<std::string, Source> PatchByPieces(const TransferPlan& plan, TpGroup& g,
+                                            const std::map<std::string, Source>& base,
+                                            int64_t stride) {
+  std::map<std::string, Source> out = base;
+  for (size_t i = 0; i < plan.pieces.size(); ++i) {
+    const PlannedPiece& pp = plan.pieces[i];
+    Source& s = out.at(plan.sources[pp.source].name);
+    const Box box = plan.BoxOf(i);
+    const size_t esz = DTypeSize(s.dtype);
+    std::vector<int64_t> indices;
+    std::vector<uint8_t> values;
+    int64_t k = 0;
+    ForEachFlatRun(s.shape, box, [&](int64_t b, int64_t len) {
+      for (int64_t f = b; f < b + len; ++f, ++k) {
+        if (k % stride != 0) continue;
+        indices.push_back(f);
+        for (size_t j = 0; j < esz; ++j) {
+          // From the base, so that an element sent to several engine ranks (a replicated
+          // tensor) gets one new value.
+          const size_t at = static_cast<size_t>(f) * esz + j;
+          s.bytes[at] = static_cast<uint8_t>(base.at(s.name).bytes[at] + 1 + j);
+          values.push_back(s.bytes[at]);
+        }
+      }
+    });
+    PatchRequest req;
+    req.source = s.name;
+    req.indices = indices;
+    req.values = values.data();
+    req.value_bytes = values.size();
+    req.source_box = box;
+    Status st = g.ranks[pp.engine]->Patch(req);
+    INFO(s.name << " " << BoxToString(box) << ": " << st.ToString());
+    REQUIRE(st.ok());
+  }
+  for (auto& p : g.ranks) REQUIRE(p->Refresh("*").ok());
+  return out;
+}
+
+BeginRequest DeltaOf(const std::string& tx, const std::string& base,
+                     const std::map<std::string, Source>& sources) {
+  BeginRequest b;
+  b.tx = tx;
+  b.kind = TxKind::kDelta;
+  b.base = base;
+  for (const auto& [name, s] : sources) b.sources.push_back(name);
+  return b;
+}
+
+TEST_CASE("DeltaByPiecesOnTheCommittedBaseCommitsThePatchedVersion") {
+  for (const char* model : {"tiny-llama", "tiny-qwen3-moe"}) {
+    INFO(model);
+    auto ms = GroupManifests(model, 2, 1);
+    auto sources = SourcesOf(ms, 37);
+    const TransferPlan plan = PlanFor(model, "fsdp:2", ms);
+    TpGroup g(ms);
+    g.BeginFull("t1");
+    SendPlan(plan, g, sources);
+    CommitOutcome full = g.coord->Commit("t1", {});
+    REQUIRE(full.decision == Decision::kCommit);
+    REQUIRE(g.coord->Begin(DeltaOf("t2", full.version, sources)).status.ok());
+    auto patched = PatchByPieces(plan, g, sources, 7);
+    auto e = ComputeExpectedVersion(Raw(ms), Lookup(patched));
+    REQUIRE(e.ok());
+    CommitOptions opts;
+    opts.expect_version = e.value().version;
+    CommitOutcome o = g.coord->Commit("t2", opts);
+    INFO(o.status.ToString());
+    REQUIRE(o.decision == Decision::kCommit);
+    CHECK(o.version == e.value().version);
+    CHECK(o.version != full.version);
+  }
+}
+
+TEST_CASE("DeltaPiecesThatOverlapLeaveAGapOrStrayAreRefusedOrAbort") {
+  auto ms = GroupManifests("tiny-llama", 1, 1);
+  auto sources = SourcesOf(ms, 41);
+  TpGroup g(ms);
+  g.BeginFull("t1");
+  g.WriteAll(sources);
+  CommitOutcome full = g.coord->Commit("t1", {});
+  REQUIRE(full.decision == Decision::kCommit);
+  const Source& s = sources.at("model.layers.0.mlp.down_proj.weight");
+  std::map<std::string, Source> only{{s.name, s}};
+  REQUIRE(g.coord->Begin(DeltaOf("t2", full.version, only)).status.ok());
+  Participant& p = *g.ranks[0];
+  auto piece = [&](Box box, std::vector<int64_t> indices, int part = 0, int parts = 1) {
+    std::vector<uint8_t> values(indices.size() * DTypeSize(s.dtype), 7);
+    PatchRequest req;
+    req.source = s.name;
+    req.indices = indices;
+    req.values = values.data();
+    req.value_bytes = values.size();
+    req.source_box = box;
+    req.part = part;
+    req.parts = parts;
+    return p.Patch(req);
+  };
+  const int64_t r = s.shape[0], c = s.shape[1];
+  REQUIRE(r % 4 == 0);
+  auto rows = [&](int64_t lo, int64_t hi) { return Box{{lo, hi}, {0, c}}; };
+  Status first = piece(rows(0, r / 2), {0, c * (r / 2 - 1)});
+  INFO(first.ToString());
+  REQUIRE(first.ok());
+  Status overlap = piece(rows(r / 4, r), {c * (r - 1)});
+  CHECK(overlap.code() == ErrorCode::kDuplicateWrite);
+  CHECK(overlap.message().find("piece " + BoxToString(rows(r / 4, r)) + " overlaps the piece " +
+                               BoxToString(rows(0, r / 2))) != std::string::npos);
+  Status stray = piece(rows(r / 2, 3 * r / 4), {c * (r - 1)});
+  CHECK(stray.code() == ErrorCode::kOutOfRange);
+  CHECK(stray.message().find("index " + std::to_string(c * (r - 1)) + " lies outside the piece") !=
+        std::string::npos);
+  CHECK(piece(rows(r / 2, r + 1), {}).code() == ErrorCode::kOutOfRange);
+  CHECK(piece(rows(r / 2, 3 * r / 4), {}, 0, 2).code() == ErrorCode::kBadWrite);
+  // Rows [r/2, 3r/4) arrive, [3r/4, r) never do: the vote names the gap.
+  REQUIRE(piece(rows(r / 2, 3 * r / 4), {c * (r / 2)}).ok());
+  REQUIRE(p.Refresh("*").ok());
+  CommitOutcome o = g.coord->Commit("t2", {});
+  CHECK(o.decision == Decision::kAbort);
+  REQUIRE(o.votes.size() == 1);
+  CHECK(o.votes[0].vote.error == ErrorCode::kCoverageIncomplete);
+  REQUIRE(o.votes[0].vote.missing.size() == 1);
+  CHECK(o.votes[0].vote.missing[0].box == rows(3 * r / 4, r));
 }
 
 // ---------------------------------------------------------------- expected versions

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/test_util.h"
+#include "wtx/transfer_plan.h"
 
 using nlohmann::json;
 using wtx::testing::TempDir;
@@ -411,4 +412,37 @@ TEST_CASE("ManifestSaysWhichExpertPlacementItAppliedAndWhy") {
   const auto summary = json::parse(j.out);
   CHECK(summary["expert_placement"]["applied"] == "linear");
   CHECK(summary["expert_placement"]["requested"] == "round_robin");
+}
+
+TEST_CASE("PlanOfKimiK2ForAnFsdpTrainerSendsEachLiveByteOnce") {
+  const std::string cfg = std::string(WTX_CONFORMANCE_DIR) + "/models/kimi-k2/config.json";
+  auto r = Sh(Wtx() + " plan --hf-config " + cfg + " --tp 8 --ep 64 --trainer fsdp:64");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("pieces         9,646,016 over 139,583 source tensors") != std::string::npos);
+  CHECK(r.out.find("engine live bytes fed by sources 1,199,191,734,272: equal") !=
+        std::string::npos);
+}
+
+TEST_CASE("PlanJsonReadsBackAndBadTrainerSpecsExitTwoNamingTheFlag") {
+  const std::string cfg = std::string(WTX_CONFORMANCE_DIR) + "/models/tiny-llama/config.json";
+  TempDir d;
+  auto r = Sh(Wtx() + " plan --hf-config " + cfg + " --tp 4 --trainer tp:2 --json --out " +
+                  d.sub("plan.json"),
+              false);
+  REQUIRE(r.code == 0);
+  const json printed = json::parse(r.out);
+  std::ifstream in(d.sub("plan.json"));
+  CHECK(json::parse(in) == printed);
+  auto plan = wtx::PlanFromJson(printed);
+  REQUIRE(plan.ok());
+  CHECK(plan->trainer_ranks == 2);
+  CHECK(plan->engine_ranks == 4);
+  for (const char* bad : {"tp:3", "fsdp:0", "zero:2", "fsdp:2,ep:2"}) {
+    auto b = Sh(Wtx() + " plan --hf-config " + cfg + " --tp 2 --trainer " + bad);
+    INFO(bad << ": " << b.out);
+    CHECK(b.code == 2);
+    CHECK(b.out.find("wtx plan: --trainer: trainer spec '" + std::string(bad) + "'") !=
+          std::string::npos);
+  }
 }

@@ -43,6 +43,10 @@ bool BoxInsideShape(const Box& box, const Shape& shape);
 // Intersection; empty (some extent <= 0) when they do not overlap.
 Box Intersect(const Box& a, const Box& b);
 bool Overlaps(const Box& a, const Box& b);
+// Appends to `out` disjoint boxes that together hold the elements of `a` outside `b` (at most
+// 2 per dimension; none when `b` contains `a`; `a` itself when they do not overlap).
+// REQUIRES: a.size() == b.size()
+void SubtractBox(const Box& a, const Box& b, std::vector<Box>* out);
 // "[[0, 32], [0, 16]]"
 std::string BoxToString(const Box& box);
 // "[2, 128, 64]"

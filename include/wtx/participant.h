@@ -144,9 +144,6 @@ struct WritePiece {
   std::string source = {};  // optional: the region fed by this source tensor
 };
 
-// Part `part` of `parts` of a sparse patch of `source`, at flat indices in source
-// coordinates; values[i] (in the dtype of the live parameter the source feeds) goes to
-// indices[i].
 // A source tensor's bytes in a file (a safetensors checkpoint's): `offset` is where its first
 // byte is in the open file `fd` (read with pread; the descriptor stays the caller's, open for
 // the call). `name` names the file in errors. `mapped`, when not null, is the same bytes mapped
@@ -158,6 +155,9 @@ struct SourceFile {
   const void* mapped = nullptr;
 };
 
+// Part `part` of `parts` of a sparse patch of `source`, at flat indices in source
+// coordinates; values[i] (in the dtype of the live parameter the source feeds) goes to
+// indices[i].
 struct PatchRequest {
   std::string source;
   std::span<const int64_t> indices;
@@ -169,6 +169,22 @@ struct PatchRequest {
   // copied to the host for the checks (range, duplicates, source-to-live translation).
   BufferLocation indices_location = BufferLocation::kHost;
   BufferLocation values_location = BufferLocation::kHost;
+  // A patch by piece (an M-to-N delta, docs/m2n.md): every change of the elements of this box
+  // (source coordinates), which the sender holds; every index must lie inside it. Instead of
+  // parts, pieces from any number of senders cover the source: the part of it this rank holds
+  // must be covered exactly once (an overlap is E_DUPLICATE_WRITE naming both boxes; a gap is
+  // missing coverage at prepare). A piece no shard of this rank intersects changes nothing.
+  // part/parts must stay 0/1, and one source takes parts or pieces, not both (E_BAD_WRITE).
+  std::optional<Box> source_box;
+};
+
+// What a sender says one piece of an M-to-N update holds (docs/m2n.md): the digest
+// (wtx/piece_digest.h) of the elements of `source_box` of `source` it sent.
+struct ExpectedPiece {
+  std::string source;
+  Box source_box;      // source coordinates
+  std::string sender;  // names the sender in errors ("trainer rank 3")
+  std::string digest;  // PieceDigest of the bytes sent
 };
 
 // A region the engine fills itself (Reserve/Landed), in live coordinates.
@@ -271,6 +287,15 @@ class Participant {
   // E_BAD_WRITE, naming the read) and its abort leaves the rank dirty unless the transaction
   // saves rollback before-images.
   virtual Result<int> WriteSourceFromFile(std::string_view source, const SourceFile& file) = 0;
+  // The transaction carries a sender's digest of one piece: prepare computes the same digest
+  // over the piece's bytes as they landed in live memory, and a difference votes no with
+  // E_VERSION_MISMATCH naming the source, the box and the sender. Call it before prepare,
+  // before or after the piece is written or landed. The piece must lie inside the source box of
+  // one shard of this rank, else it was sent to the wrong rank: E_OUT_OF_RANGE naming it.
+  // Errors (nothing recorded): E_NO_TX; kInvalidArgument for a malformed digest or a packed
+  // shard; E_OUT_OF_RANGE for a box outside the source or not held here; E_DUPLICATE_WRITE
+  // for a piece overlapping one expected earlier, naming both and their senders.
+  virtual Status ExpectPiece(const ExpectedPiece& piece) = 0;
   // The engine recomputed derived state `name` ("*": every stale one). Returns the names.
   virtual Result<std::vector<std::string>> Refresh(std::string_view name) = 0;
   // In-place landings: see the file comment. E_NO_TX without a transaction.

@@ -22,11 +22,11 @@
 // the connection attempts, reads the log every half heartbeat while no coordinator serves the
 // rank (none connected, or a call unanswered for a heartbeat): who leads (a coordinator whose
 // holder name ends in one of the rank's addresses is dialed next), and the transaction it holds
-// (prepared and in doubt, or active and unprepared) is looked up in the log; a logged decision is applied, and when there is none and no coordinator leads (its
-// lease expired), the rank writes an abort by the log's exactly-once write (it can win only if
-// no coordinator decided) and applies the decision that holds. While a coordinator leads, the
-// rank waits for it. An unreachable log (no quorum) decides nothing: the rank stays in doubt
-// and does not serve.
+// (prepared and in doubt, or active and unprepared) is looked up in the log; a logged decision is
+// applied, and when there is none and no coordinator leads (its lease expired), the rank writes an
+// abort by the log's exactly-once write (it can win only if no coordinator decided) and applies the
+// decision that holds. While a coordinator leads, the rank waits for it. An unreachable log (no
+// quorum) decides nothing: the rank stays in doubt and does not serve.
 //
 // The engine keeps writing bytes through the Participant directly; the agent only carries the
 // protocol. Requests are served one at a time, in arrival order.

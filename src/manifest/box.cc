@@ -75,6 +75,30 @@ bool Overlaps(const Box& a, const Box& b) {
   return a.size() == b.size() && !BoxIsEmpty(Intersect(a, b));
 }
 
+void SubtractBox(const Box& a, const Box& b, std::vector<Box>* out) {
+  assert(a.size() == b.size() && "boxes of one tensor have one rank");
+  if (!Overlaps(a, b)) {
+    out->push_back(a);
+    return;
+  }
+  // Peel off, dimension by dimension, the slabs of `rest` below and above `b`.
+  Box rest = a;
+  for (size_t d = 0; d < a.size(); ++d) {
+    if (rest[d].begin < b[d].begin) {
+      Box below = rest;
+      below[d].end = b[d].begin;
+      out->push_back(std::move(below));
+      rest[d].begin = b[d].begin;
+    }
+    if (rest[d].end > b[d].end) {
+      Box above = rest;
+      above[d].begin = b[d].end;
+      out->push_back(std::move(above));
+      rest[d].end = b[d].end;
+    }
+  }
+}
+
 std::string ShapeToString(const Shape& shape) {
   std::string r = "[";
   for (size_t i = 0; i < shape.size(); ++i) r += (i ? ", " : "") + std::to_string(shape[i]);

@@ -69,6 +69,23 @@ void ParticipantImpl::CollectMissing(Vote* vote) const {
       const auto& refs = manifest_->ShardsOfSource(src);
       if (refs.empty()) continue;
       auto it = tx.patches.find(src);
+      if (it != tx.patches.end() && it->second.by_piece) {
+        // Pieces: each shard's source box less the pieces' boxes is what is missing.
+        for (const ShardRef& ref : refs) {
+          const ParamSpec& p = params[ref.param];
+          const ShardSpec& s = p.shards[ref.shard];
+          std::vector<Box> gaps{s.source_box}, next;
+          for (const Box& b : it->second.boxes) {
+            next.clear();
+            for (const Box& g : gaps) SubtractBox(g, b, &next);
+            gaps.swap(next);
+          }
+          for (const Box& g : gaps) {
+            add({p.name, s.id, LiveBoxOfSourcePart(s, g), src, {}, 0, 1, NumElements(g)});
+          }
+        }
+        continue;
+      }
       std::vector<int> missing_parts;
       int parts = 0;
       if (it == tx.patches.end() || it->second.parts == 0) {

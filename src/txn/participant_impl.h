@@ -84,6 +84,8 @@ inline std::vector<uint32_t> Distinct(std::vector<uint32_t> params) {
 struct PatchState {
   int parts = 0;
   std::vector<bool> got;
+  bool by_piece = false;  // patches by source box (PatchRequest::source_box) instead of parts
+  std::vector<Box> boxes;  // their boxes
   std::vector<int64_t> applied;  // sorted source indices applied in earlier parts
 };
 
@@ -132,6 +134,13 @@ struct ActiveTx {
   // WriteSource by source box: the boxes of each source written so far (for naming the piece a
   // new one overlaps).
   std::map<std::string, std::vector<Box>, std::less<>> source_pieces;
+  // ExpectPiece: each piece with the shard it lies in, checked at prepare.
+  struct Expected {
+    ExpectedPiece piece;
+    uint32_t param;
+    uint32_t shard;
+  };
+  std::vector<Expected> expected_pieces;
   std::vector<uint64_t> epochs_at_begin;  // rollback: parameter write epochs
   std::vector<uint64_t> derived_epochs_at_begin;
   std::vector<std::vector<std::string>> derived_restored_at_begin;
@@ -196,6 +205,7 @@ class ParticipantImpl : public Participant {
   // WriteSource's slicing, from `data` (may be null when `file` is given) or `file`.
   Result<int> WriteSourceFrom(std::string_view source, const void* data, size_t bytes,
                               const SourceFile* file) EXCLUDES(mu_);
+  Status ExpectPiece(const ExpectedPiece& piece) override EXCLUDES(mu_);
   Result<std::vector<std::string>> Refresh(std::string_view name) override EXCLUDES(mu_);
   Result<std::vector<Reservation>> Reserve(const LandingRegion& region) override EXCLUDES(mu_);
   Status Landed(const LandingRegion& region) override EXCLUDES(mu_);
@@ -270,6 +280,9 @@ class ParticipantImpl : public Participant {
   // Coverage, staleness and kernel identity of the active transaction: sets errors, yes and
   // message of *vote. REQUIRES: active_ and not prepared.
   void LocalChecks(Vote* vote) const REQUIRES(mu_);
+  // The expected pieces' digests over the live bytes: a difference adds E_VERSION_MISMATCH to
+  // *vote, naming each piece (participant_piece_digest.cc). Errors: reading device memory.
+  Status CheckPieceDigests(Vote* vote) REQUIRES(mu_);
   Result<std::string> DigestLocked() REQUIRES(mu_);
   // A live-memory operation failed (a device error): the live bytes are no longer known, so
   // the rank refuses everything from now on, as after a journal failure.
@@ -324,6 +337,10 @@ class ParticipantImpl : public Participant {
     return (c && c->Overlaps(begin, len)) || (r && r->Overlaps(begin, len));
   }
   Status PatchLocked(const PatchRequest& req) REQUIRES(mu_);
+  // A patch by piece's own checks: no parts, box inside the source, every index inside the
+  // box, no overlap with an earlier piece where this rank holds it.
+  Status CheckPatchPiece(const PatchRequest& req, const PatchState& ps,
+                         const std::vector<ShardRef>& refs) const REQUIRES(mu_);
   // Landed: digests of the chunks `landing` covers whole, computed now from the live bytes
   // (host memory directly, device memory through its ChunkDigests kernel); the chunks it
   // covers in part stay touched for prepare.

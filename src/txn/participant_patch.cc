@@ -46,6 +46,47 @@ Status ParticipantImpl::Patch(const PatchRequest& req) {
   return PatchLocked(host);
 }
 
+Status ParticipantImpl::CheckPatchPiece(const PatchRequest& req, const PatchState& ps,
+                                        const std::vector<ShardRef>& refs) const {
+  const Box& box = *req.source_box;
+  const std::string where = "patch of '" + req.source + "' piece " + BoxToString(box);
+  if (req.part != 0 || req.parts != 1) {
+    return Err(ErrorCode::kBadWrite, where + ": a patch by piece has no parts (part " +
+                                         std::to_string(req.part) + " of " +
+                                         std::to_string(req.parts) + ")");
+  }
+  const auto& params = manifest_->params();
+  const Shape& shape = params[refs[0].param].shards[refs[0].shard].source_shape;
+  WTX_RETURN_IF_ERROR(CheckSourceBox(box, shape, where));
+  // Every index inside the piece: a sender patches only what it holds.
+  const std::vector<int64_t> strides = Strides(shape);
+  for (int64_t index : req.indices) {
+    if (index < 0 || index >= NumElements(shape)) continue;  // named by the range check
+    int64_t rem = index;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      const int64_t c = rem / strides[d];
+      rem %= strides[d];
+      if (c < box[d].begin || c >= box[d].end) {
+        return Err(ErrorCode::kOutOfRange,
+                   where + ": index " + std::to_string(index) + " lies outside the piece");
+      }
+    }
+  }
+  for (const Box& earlier : ps.boxes) {
+    for (const ShardRef& ref : refs) {
+      const Box both =
+          Intersect(Intersect(earlier, box), params[ref.param].shards[ref.shard].source_box);
+      if (!BoxIsEmpty(both)) {
+        return Err(ErrorCode::kDuplicateWrite,
+                   where + " overlaps the piece " + BoxToString(earlier) +
+                       " patched earlier in this transaction (elements " + BoxToString(both) +
+                       " held by rank " + Rank() + ")");
+      }
+    }
+  }
+  return Status::OK();
+}
+
 Status ParticipantImpl::PatchLocked(const PatchRequest& req) {
   ActiveTx& tx = *active_;
   const std::string where = "patch of '" + req.source + "' part [" + std::to_string(req.part) +
@@ -79,6 +120,22 @@ Status ParticipantImpl::PatchLocked(const PatchRequest& req) {
   static const PatchState kNoParts;
   auto existing = tx.patches.find(req.source);
   const PatchState& ps = existing == tx.patches.end() ? kNoParts : existing->second;
+  const bool by_piece = req.source_box.has_value();
+  if ((by_piece && ps.parts != 0) || (!by_piece && ps.by_piece)) {
+    return Err(ErrorCode::kBadWrite, where + ": the source was patched " +
+                                         (by_piece ? "by parts" : "by piece") +
+                                         " earlier in this transaction; parts and pieces do not "
+                                         "mix");
+  }
+  if (by_piece) {
+    WTX_RETURN_IF_ERROR(CheckPatchPiece(req, ps, refs));
+    bool held = false;
+    for (const ShardRef& ref : refs) {
+      held = held ||
+             Overlaps(manifest_->params()[ref.param].shards[ref.shard].source_box, *req.source_box);
+    }
+    if (!held) return Status::OK();  // a piece of the source this rank does not hold
+  }
   if (ps.parts != 0 && ps.parts != req.parts) {
     return Err(ErrorCode::kBadWrite,
                where + ": earlier parts said n = " + std::to_string(ps.parts));
@@ -199,11 +256,14 @@ Status ParticipantImpl::PatchLocked(const PatchRequest& req) {
     }
   }
   PatchState& acc = tx.patches[req.source];
-  if (acc.parts == 0) {
+  if (by_piece) {
+    acc.by_piece = true;
+    acc.boxes.push_back(*req.source_box);
+  } else if (acc.parts == 0) {
     acc.parts = req.parts;
     acc.got.assign(req.parts, false);
   }
-  acc.got[req.part] = true;
+  if (!by_piece) acc.got[req.part] = true;
   std::vector<int64_t> merged;
   std::merge(acc.applied.begin(), acc.applied.end(), sorted.begin(), sorted.end(),
              std::back_inserter(merged));

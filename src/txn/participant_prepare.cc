@@ -116,6 +116,7 @@ Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
   const int64_t t0 = options_.env.clock->NowMicros();
   vote.wrote = tx.wrote;
   LocalChecks(&vote);
+  WTX_RETURN_IF_ERROR(CheckPieceDigests(&vote));
   // The version describes every parameter's bytes: each must still be where wtx is bound.
   if (Status moved = CheckIdentityLocked(all_params_); !moved.ok()) {
     if (moved.code() != ErrorCode::kStorageMoved) return moved;

@@ -13,6 +13,8 @@
 
 #include "src/util/file_util.h"
 #include "tools/wtx/commands.h"
+#include "tools/wtx/hf_flags.h"
+#include "tools/wtx/size_format.h"
 #include "wtx/hf_manifest.h"
 
 namespace wtx::cli {
@@ -21,45 +23,15 @@ namespace {
 using nlohmann::json;
 
 struct ManifestArgs {
-  std::string hf_config;
-  int tp = 1;
+  HfFlags hf;
   int rank = 0;
-  int ep = 1;
-  std::string expert_placement = "linear";
-  std::string dtype;
   bool json = false;
   bool summary = false;
 };
 
-// The library names options as the API does ("tp 3 ..."); on the command line they are flags.
-std::string CliMessage(const Status& s) {
-  const std::string& m = s.message();
-  if (m.rfind("tp ", 0) == 0 || m.rfind("rank ", 0) == 0 || m.rfind("ep ", 0) == 0) {
-    return "--" + m;
-  }
-  return m;
-}
-
 int Fail(const std::string& message) {
   std::cerr << "wtx manifest: " << message << "\n";
   return kExitInvalidInput;
-}
-
-// "1,026,408,232,448"
-std::string Grouped(int64_t v) {
-  std::string digits = std::to_string(v < 0 ? -v : v);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return (v < 0 ? "-" : "") + out;
-}
-
-std::string GiB(int64_t bytes) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
-  return buf;
 }
 
 // The label column of the human-readable summary.
@@ -124,21 +96,21 @@ int PrintSummary(const Manifest& m, const ManifestArgs& a, const nlohmann::json&
   total.tensors = rank.tensors * group;
   total.shards = rank.shards * group;
   auto ckpt_or = CheckpointSummary(m, config, options);
-  if (!ckpt_or.ok()) return Fail(CliMessage(ckpt_or.status()));
+  if (!ckpt_or.ok()) return Fail(FlagMessage(ckpt_or.status()));
   const ManifestSummary& ckpt = *ckpt_or;
   std::map<std::string, size_t> dtypes;
   for (const ParamSpec& p : m.params()) ++dtypes[std::string(DTypeName(p.dtype))];
   if (a.json) {
     json out = {
-        {"hf_config", a.hf_config},
+        {"hf_config", a.hf.hf_config},
         {"model_type", model_type},
-        {"tp", a.tp},
-        {"ep", a.ep},
+        {"tp", a.hf.tp},
+        {"ep", a.hf.ep},
         {"expert_placement",
-         a.ep > 1 ? json{{"applied", std::string(ExpertPlacementName(options.expert_placement))},
-                         {"requested", a.expert_placement},
-                         {"why", placement_why}}
-                  : json()},
+         a.hf.ep > 1 ? json{{"applied", std::string(ExpertPlacementName(options.expert_placement))},
+                            {"requested", a.hf.expert_placement},
+                            {"why", placement_why}}
+                     : json()},
         {"rank", a.rank},
         {"ranks", group},
         {"fingerprint", m.Fingerprint()},
@@ -151,9 +123,9 @@ int PrintSummary(const Manifest& m, const ManifestArgs& a, const nlohmann::json&
     return kExitOk;
   }
   std::ostringstream o;
-  o << model_type << " (" << a.hf_config << "), tp " << a.tp;
-  if (a.ep > 1)
-    o << ", ep " << a.ep << " (" << ExpertPlacementName(options.expert_placement) << ")";
+  o << model_type << " (" << a.hf.hf_config << "), tp " << a.hf.tp;
+  if (a.hf.ep > 1)
+    o << ", ep " << a.hf.ep << " (" << ExpertPlacementName(options.expert_placement) << ")";
   o << ", rank " << a.rank << "\n";
   o << Pad("fingerprint") << m.Fingerprint() << "\n";
   o << Pad("dtypes");
@@ -173,31 +145,19 @@ int PrintSummary(const Manifest& m, const ManifestArgs& a, const nlohmann::json&
 }
 
 int RunManifest(const ManifestArgs& a) {
-  HfManifestOptions options;
-  options.tp = a.tp;
+  auto options_or = HfOptionsFromFlags(a.hf);
+  if (!options_or.ok()) return Fail(options_or.status().message());
+  HfManifestOptions options = *options_or;
   options.rank = a.rank;
-  options.ep = a.ep;
-  auto placement = ExpertPlacementFromName(a.expert_placement);
-  if (!placement) {
-    return Fail("--expert-placement: unknown '" + a.expert_placement + "' (linear|round_robin)");
-  }
-  options.expert_placement = *placement;
-  if (!a.dtype.empty()) {
-    auto dt = DTypeFromName(a.dtype);
-    if (!dt || (*dt != DType::kBF16 && *dt != DType::kF16 && *dt != DType::kF32)) {
-      return Fail("--dtype: unknown '" + a.dtype + "' (bf16|f16|f32)");
-    }
-    options.dtype = *dt;
-  }
-  auto read = ReadJsonFileArg("--hf-config", a.hf_config);
+  auto read = ReadJsonFileArg("--hf-config", a.hf.hf_config);
   if (!read.ok()) return Fail(read.status().message());
   const json& config = read.value();
   auto m = ManifestFromHfConfig(config, options);
-  if (!m.ok()) return Fail(CliMessage(m.status()));
+  if (!m.ok()) return Fail(FlagMessage(m.status()));
   // Which experts a rank holds is vLLM's choice, not only the flag's: say which and why.
   std::string why;
   const ExpertPlacement applied = EffectiveExpertPlacement(config, options.expert_placement, &why);
-  if (a.ep > 1) std::cerr << "wtx manifest: expert placement " << why << "\n";
+  if (a.hf.ep > 1) std::cerr << "wtx manifest: expert placement " << why << "\n";
   options.expert_placement = applied;
   if (a.summary) return PrintSummary(**m, a, config, options, why);
   json out = (*m)->ToJson();
@@ -213,25 +173,10 @@ void RegisterManifestCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<ManifestArgs>();
   CLI::App* cmd = app.add_subcommand(
       "manifest", "Print one rank's manifest generated from a Hugging Face config.json");
-  std::string types;
-  for (const std::string& t : HfModelTypes()) types += (types.empty() ? "" : "|") + t;
-  cmd->add_option("--hf-config", args->hf_config, "config.json (" + types + ")")->required();
-  AddIntOption(cmd, "--tp", &args->tp, kRankCountBounds, "tensor-parallel degree")
-      ->capture_default_str();
-  AddIntOption(cmd, "--ep", &args->ep, kRankCountBounds,
-               "expert-parallel degree (vLLM --enable-expert-parallel: ep = dp * tp ranks, "
-               "each holding num_experts / ep whole experts)")
-      ->capture_default_str();
-  cmd->add_option("--expert-placement", args->expert_placement,
-                  "linear|round_robin: which experts an expert-parallel rank holds")
-      ->capture_default_str();
+  AddHfFlags(cmd, &args->hf);
   AddIntOption(cmd, "--rank", &args->rank, kRankIdBounds,
                "rank in the group, 0 <= rank < tp (ep with --ep)")
       ->capture_default_str();
-  cmd->add_option("--dtype", args->dtype,
-                  "bf16|f16|f32: store every weight so, ignoring quantization_config (default: "
-                  "the config's torch_dtype, fp8 block-quantized linears when the config says "
-                  "so)");
   cmd->add_flag("--json", args->json, "JSON output (the default without --summary)");
   cmd->add_flag("--summary", args->summary,
                 "parameter counts and bytes of this rank, of all ranks and of the checkpoint");

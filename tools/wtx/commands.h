@@ -47,6 +47,7 @@ Result<std::vector<std::pair<std::string, uint16_t>>> ParseHostPortList(const st
 void RegisterSimCommand(CLI::App& app, int* exit_code);
 void RegisterJournalCommands(CLI::App& app, int* exit_code);  // log, show, status, replay, check
 void RegisterManifestCommand(CLI::App& app, int* exit_code);
+void RegisterPlanCommand(CLI::App& app, int* exit_code);  // cmd_plan.cc
 void RegisterBenchCommand(CLI::App& app, int* exit_code);        // cmd_bench.cc
 void RegisterCoordinatorCommand(CLI::App& app, int* exit_code);  // cmd_coordinator.cc
 void RegisterRankCommand(CLI::App& app, int* exit_code);         // cmd_rank.cc

@@ -11,6 +11,7 @@ int Run(int argc, char** argv) {
   wtx::cli::RegisterSimCommand(app, &exit_code);
   wtx::cli::RegisterJournalCommands(app, &exit_code);
   wtx::cli::RegisterManifestCommand(app, &exit_code);
+  wtx::cli::RegisterPlanCommand(app, &exit_code);
   wtx::cli::RegisterBenchCommand(app, &exit_code);
   wtx::cli::RegisterCoordinatorCommand(app, &exit_code);
   wtx::cli::RegisterRankCommand(app, &exit_code);

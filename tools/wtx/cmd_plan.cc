@@ -1,0 +1,128 @@
+// `wtx plan`: the transfer plan of an M-to-N update (docs/m2n.md) from a sharded trainer into
+// the engine ranks of a Hugging Face model, as a summary or as the plan's JSON.
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tools/wtx/commands.h"
+#include "tools/wtx/hf_flags.h"
+#include "tools/wtx/size_format.h"
+#include "wtx/transfer_plan.h"
+
+namespace wtx::cli {
+namespace {
+
+struct PlanArgs {
+  HfFlags hf;
+  std::string trainer;
+  std::string out;
+  bool json = false;
+};
+
+int PlanFail(const std::string& message) {
+  std::cerr << "wtx plan: " << message << "\n";
+  return kExitInvalidInput;
+}
+
+double PlanMillisSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Bytes of every engine rank's live elements that a source feeds (all but vocabulary padding).
+int64_t SourcedLiveBytes(const std::vector<ManifestPtr>& engine) {
+  int64_t total = 0;
+  for (const ManifestPtr& m : engine) {
+    for (const ParamSpec& p : m->params()) {
+      for (const ShardSpec& s : p.shards) {
+        if (!s.padding) total += NumElements(s.box) * static_cast<int64_t>(DTypeSize(p.dtype));
+      }
+    }
+  }
+  return total;
+}
+
+std::string BytesRange(const std::vector<int64_t>& v) {
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  return Grouped(*lo) + " .. " + Grouped(*hi) + " bytes";
+}
+
+int RunPlan(const PlanArgs& a) {
+  auto options_or = HfOptionsFromFlags(a.hf);
+  if (!options_or.ok()) return PlanFail(options_or.status().message());
+  HfManifestOptions options = *options_or;
+  auto read = ReadJsonFileArg("--hf-config", a.hf.hf_config);
+  if (!read.ok()) return PlanFail(read.status().message());
+  const nlohmann::json& config = read.value();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<ManifestPtr> engine;
+  for (int r = 0; r < options.GroupSize(); ++r) {
+    options.rank = r;
+    auto m = ManifestFromHfConfig(config, options);
+    if (!m.ok()) return PlanFail(FlagMessage(m.status()));
+    engine.push_back(std::move(m).value());
+  }
+  HfManifestOptions trainer_base = options;
+  trainer_base.rank = 0;
+  auto trainer = ParseTrainerSpec(a.trainer, &config, trainer_base);
+  if (!trainer.ok()) return PlanFail("--trainer: " + trainer.status().message());
+  const double layout_ms = PlanMillisSince(t0);
+  const auto t1 = std::chrono::steady_clock::now();
+  auto plan = PlanTransfer(**trainer, engine);
+  const double plan_ms = PlanMillisSince(t1);
+  if (!plan.ok()) return PlanFail(plan.status().message());
+  if (!a.out.empty()) {
+    std::ofstream f(a.out);
+    f << plan->ToJson().dump() << "\n";
+    if (!f.good()) return PlanFail("--out: cannot write '" + a.out + "'");
+  }
+  if (a.json) {
+    std::cout << plan->ToJson().dump() << "\n";
+    return kExitOk;
+  }
+  const int64_t bytes = plan->TotalBytes();
+  const int64_t live = SourcedLiveBytes(engine);
+  std::ostringstream o;
+  o << config.value("model_type", "") << " (" << a.hf.hf_config << "): trainer " << a.trainer
+    << " (" << plan->trainer_ranks << " ranks) -> engine tp " << a.hf.tp;
+  if (a.hf.ep > 1) o << ", ep " << a.hf.ep;
+  o << " (" << plan->engine_ranks << " ranks)\n";
+  o << "pieces         " << Grouped(static_cast<int64_t>(plan->pieces.size())) << " over "
+    << Grouped(static_cast<int64_t>(plan->sources.size())) << " source tensors\n";
+  o << "bytes          " << Grouped(bytes) << " (" << GiB(bytes) << "); engine live bytes fed "
+    << "by sources " << Grouped(live) << (bytes == live ? ": equal" : ": DIFFERENT") << "\n";
+  o << "per trainer    " << BytesRange(plan->BytesPerTrainer()) << "\n";
+  o << "per engine     " << BytesRange(plan->BytesPerEngine()) << "\n";
+  char times[128];
+  std::snprintf(times, sizeof times, "planned in     %.1f ms (layouts %.1f ms)\n", plan_ms,
+                layout_ms);
+  o << times;
+  std::cout << o.str();
+  // Every element is planned exactly once (transfer_plan.h): a difference is a wtx bug.
+  return bytes == live ? kExitOk : kExitInternal;
+}
+
+}  // namespace
+
+void RegisterPlanCommand(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<PlanArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan",
+      "Plan an M-to-N update: which trainer rank sends which piece of each source tensor to "
+      "which engine rank (docs/m2n.md)");
+  AddHfFlags(cmd, &args->hf);
+  cmd->add_option("--trainer", args->trainer,
+                  "the trainer's sharding: fsdp:K, tp:K, ep:E or tp:T,ep:E")
+      ->required();
+  cmd->add_flag("--json", args->json, "print the plan as JSON instead of a summary");
+  cmd->add_option("--out", args->out, "also write the plan's JSON to this file");
+  cmd->callback([args, exit_code] { *exit_code = RunPlan(*args); });
+}
+
+}  // namespace wtx::cli
