@@ -27,6 +27,7 @@ if(WTX_HAVE_PYTHON)
   set(WTX_PYTHON_DIR "${CMAKE_BINARY_DIR}/python")
   pybind11_add_module(wtx_python MODULE python/src/module.cc python/src/py_common.cc
                     python/src/py_manifest.cc python/src/py_participant.cc
+                    python/src/py_transfer_plan.cc
                     python/src/py_decision_log.cc python/src/py_coordinator.cc
                     python/src/py_storage.cc)
   set_target_properties(wtx_python PROPERTIES

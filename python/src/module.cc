@@ -14,4 +14,5 @@ PYBIND11_MODULE(_wtx, m) {
   wtx::python::DefineParticipant(m);
   wtx::python::DefineDecisionLog(m);
   wtx::python::DefineCoordinator(m);
+  wtx::python::DefineTransferPlan(m);
 }

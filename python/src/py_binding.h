@@ -158,9 +158,10 @@ std::shared_ptr<DecisionLog> OpenPyDecisionLog(const std::string& url, double re
                                                bool create = false);
 
 // One per class file: binds the class (and its free functions) on `m`.
-void DefineManifest(py::module_& m);     // py_manifest.cc: Manifest, expected_version, history
-void DefineParticipant(py::module_& m);  // py_participant.cc
-void DefineDecisionLog(py::module_& m);  // py_decision_log.cc
-void DefineCoordinator(py::module_& m);  // py_coordinator.cc
+void DefineManifest(py::module_& m);      // py_manifest.cc: Manifest, expected_version, history
+void DefineParticipant(py::module_& m);   // py_participant.cc
+void DefineDecisionLog(py::module_& m);   // py_decision_log.cc
+void DefineCoordinator(py::module_& m);   // py_coordinator.cc
+void DefineTransferPlan(py::module_& m);  // py_transfer_plan.cc
 
 }  // namespace wtx::python

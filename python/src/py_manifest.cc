@@ -36,10 +36,11 @@ py::list ParamsToPy(const Manifest& m) {
 }
 
 PyManifest FromHfConfig(py::object config, py::object tp, py::object rank,
-                        std::optional<std::string> dtype) {
+                        std::optional<std::string> dtype, py::object ep) {
   HfManifestOptions o;
   o.tp = static_cast<int>(IntArg(tp, "tp", 1, kMaxRanks));
   o.rank = static_cast<int>(IntArg(rank, "rank", 0, kMaxRanks - 1));
+  o.ep = static_cast<int>(IntArg(ep, "ep", 1, kMaxRanks));
   if (dtype) {
     auto d = DTypeFromName(*dtype);
     if (!d) Raise(Status::InvalidArgument("dtype: unknown '" + *dtype + "'"));
@@ -111,7 +112,12 @@ void DefineManifest(py::module_& m) {
 boxes), modules and derived states, and its fingerprint. Build one with from_hf_config or
 from_json; immutable.)")
       .def_static("from_hf_config", &FromHfConfig, py::arg("config"), py::kw_only(),
-                  py::arg("tp") = 1, py::arg("rank") = 0, py::arg("dtype") = py::none())
+                  py::arg("tp") = 1, py::arg("rank") = 0, py::arg("dtype") = py::none(),
+                  py::arg("ep") = 1,
+                  "Rank `rank` of a vLLM group laid out from a Hugging Face config.json (a path, "
+                  "its folder, or the parsed dict): tensor-parallel degree `tp`; with ep > 1, "
+                  "expert parallelism over ep ranks (vLLM's --enable-expert-parallel, ep = dp x "
+                  "tp); dtype 'bf16'/'f16'/'f32' overrides the config's (docs/manifest.md).")
       .def_static(
           "from_json",
           [](const std::string& text) { return PyManifest{Unwrap(ParseManifestText(text))}; },

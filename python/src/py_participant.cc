@@ -390,7 +390,7 @@ std::vector<int64_t> IndicesFromPy(py::handle obj, const std::string& what) {
 }
 
 void Patch(PyParticipant& self, const std::string& source, py::object indices, py::object values,
-           py::object part_arg) {
+           py::object part_arg, py::object source_box) {
   // part = (k, n): any 32-bit integers here; the participant checks 0 <= k < n <= 65536.
   if (!py::isinstance<py::tuple>(part_arg) && !py::isinstance<py::list>(part_arg)) {
     Raise(Status::InvalidArgument("part: expected (k, n)"));
@@ -419,6 +419,8 @@ void Patch(PyParticipant& self, const std::string& source, py::object indices, p
   req.value_bytes = t.bytes;
   req.part = part.first;
   req.parts = part.second;
+  if (!source_box.is_none())
+    req.source_box = BoxFromPy(source_box, "patch " + source + ": source_box");
   auto pre = PrefetchFor(self, m.ParamsOfSource(source));
   Check(WithoutGil([&] { return p.Patch(req); }));
 }
@@ -599,7 +601,28 @@ open). Returns the participant; a context manager (close() on leaving the block)
            "write_source with the source read from `file` (an open file or a descriptor) at "
            "byte `offset`, in the live dtype, straight into the live tensors.")
       .def("patch", &Patch, py::arg("source"), py::arg("indices"), py::arg("values"), py::kw_only(),
-           py::arg("part") = py::make_tuple(0, 1))
+           py::arg("part") = py::make_tuple(0, 1), py::arg("source_box") = py::none(),
+           "Applies a sparse patch of `source` (delta transactions): values[i] to flat source "
+           "index indices[i]. part=(k, n): part k of n of the source's patch. source_box "
+           "([[lo, hi], ...]): a patch by piece instead -- every change of that box, which "
+           "pieces from any number of senders cover once (an overlap is E_DUPLICATE_WRITE, an "
+           "index outside the box E_OUT_OF_RANGE, a gap missing coverage at prepare).")
+      .def(
+          "expect_piece",
+          [](PyParticipant& self, const std::string& source, py::object source_box,
+             const std::string& sender, const std::string& digest) {
+            ExpectedPiece e{source,
+                            BoxFromPy(source_box, "expect_piece " + source + ": source_box"),
+                            sender, digest};
+            Participant& p = self.get();
+            Check(WithoutGil([&] { return p.ExpectPiece(e); }));
+          },
+          py::arg("source"), py::arg("source_box"), py::arg("sender"), py::arg("digest"),
+          "The transaction carries `sender`'s digest (wtx.piece_digest) of the piece "
+          "`source_box` of `source`: prepare hashes the piece as it landed in live memory and "
+          "votes no with E_VERSION_MISMATCH naming the source, box and sender on a difference. "
+          "Raises wtx.Error E_OUT_OF_RANGE when the piece is not inside a shard of this rank "
+          "(sent to the wrong rank), E_DUPLICATE_WRITE when it overlaps an expected piece.")
       .def(
           "refresh",
           [](PyParticipant& self, const std::string& name) {

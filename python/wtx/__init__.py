@@ -7,14 +7,16 @@
     c.begin("tx1"); p.write_source("model.embed_tokens.weight", w); out = c.commit("tx1")
 
 See docs/python.md. `wtx.torch_dist` runs the same protocol over a torch.distributed process
-group; `wtx.vllm` is a worker extension with vLLM's weight-transfer call names.
+group; `wtx.m2n` runs a transfer plan (wtx.plan_transfer) from sharded trainer processes to
+engine processes over torch.distributed; `wtx.vllm` is a worker extension with vLLM's weight-transfer call names.
 """
 
 from ._wtx import (Aborted, Coordinator, DecisionLog, Error, Manifest, Participant,
-                   expected_version, history)
+                   TransferPlan, expected_version, history, piece_digest, plan_transfer)
 
 __all__ = ["Aborted", "Coordinator", "DecisionLog", "Error", "Manifest", "Participant",
-           "expected_version", "history", "module_from_manifest", "slice_source"]
+           "TransferPlan", "expected_version", "history", "module_from_manifest",
+           "piece_digest", "plan_transfer", "slice_source"]
 
 
 def slice_source(tensor, source_box):

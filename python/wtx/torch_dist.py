@@ -16,6 +16,7 @@ abort. Timeouts are the process group's (`init_process_group(timeout=...)`).
 """
 
 import json
+from typing import Any, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -23,7 +24,8 @@ import torch.distributed as dist
 from . import _enter, _exit_closing
 from ._wtx import Aborted, Coordinator, Error
 
-__all__ = ["Group"]
+__all__ = ["Group", "abort_quietly", "decide_update", "failure_reason",
+           "gather_from_ranks"]
 
 _CALL = 1
 _END = 2
@@ -206,3 +208,40 @@ class Group:
 
     def _send_to_coordinator(self, reply):
         self._send_frame(self._coordinator_global, _CALL, reply)
+
+
+# ------------------------------------------------------------- ending an update everywhere
+
+def gather_from_ranks(item: Any, group: Group) -> List[Any]:
+    """`item` of every rank of `group`, in rank order (collective)."""
+    out: List[Any] = [None] * group.size
+    dist.all_gather_object(out, item, group=group.group)
+    return out
+
+
+def failure_reason(failures: List[Optional[str]]) -> str:
+    """"rank R: cause; ..." for the ranks whose failure is set."""
+    return "; ".join(f"rank {r}: {f}" for r, f in enumerate(failures) if f)
+
+
+def abort_quietly(group: Group, tx: str) -> None:
+    """Aborts `tx` on every rank (collective); one decided already (a commit that raised after
+    its decision) is left as it is."""
+    try:
+        group.abort(tx)
+    except Error:
+        pass
+
+
+def decide_update(group: Group, tx: str, failure: Optional[str],
+                  expected: Optional[str]) -> Dict[str, Any]:
+    """Ends an update on every rank (collective): the ranks' failures (None: none here) are
+    exchanged first, and any makes every rank abort, raising wtx.Aborted whose outcome names
+    each rank and cause ("reason", and error E_UPDATE_FAILED); otherwise prepare and commit,
+    checked against `expected` (wtx.Aborted when the commit aborts). Returns the outcome."""
+    failures = gather_from_ranks(failure, group)
+    if any(failures):
+        reason = failure_reason(failures)
+        raise Aborted(tx, dict(group.abort(tx), reason=reason, outcome="aborted",
+                               error={"code": "E_UPDATE_FAILED", "message": reason}))
+    return group.commit(tx, expect_version=expected)

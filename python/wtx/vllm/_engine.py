@@ -47,7 +47,7 @@ import torch
 import torch.distributed as dist
 
 from .. import Aborted, Error, Manifest, Participant, expected_version
-from ..torch_dist import Group
+from ..torch_dist import Group, abort_quietly, decide_update, failure_reason, gather_from_ranks
 from ._broadcast import TorchBroadcastEngine
 from ._extension import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 
@@ -223,42 +223,9 @@ class _LoadThroughWtx(torch.nn.Module):
 
 # ------------------------------------------------------------- ending an update
 
-def _gather(item: Any, group: Group) -> List[Any]:
-    out: List[Any] = [None] * group.size
-    dist.all_gather_object(out, item, group=group.group)
-    return out
-
-
-def _reason(failures: List[Optional[str]]) -> str:
-    return "; ".join(f"rank {r}: {f}" for r, f in enumerate(failures) if f)
-
-
 def default_tx(prefix: str, participant: Participant, n: int) -> str:
     """A transaction id every TP rank derives alike: the committed version and a count."""
     return "%s-%s-%d" % (prefix, (participant.status().get("version") or "none")[:16], n)
-
-
-def abort_quietly(group: Group, tx: str) -> None:
-    """Aborts `tx` on every rank (collective); one decided already (a commit that raised after
-    its decision) is left as it is."""
-    try:
-        group.abort(tx)
-    except Error:
-        pass
-
-
-def decide_update(group: Group, tx: str, failure: Optional[str],
-                  expected: Optional[str]) -> Dict[str, Any]:
-    """Ends an update on every rank (collective): the ranks' failures (None: none here) are
-    exchanged first, and any makes every rank abort, raising wtx.Aborted whose outcome names
-    each rank and cause ("reason", and error E_UPDATE_FAILED); otherwise prepare and commit,
-    checked against `expected` (wtx.Aborted when the commit aborts). Returns the outcome."""
-    failures = _gather(failure, group)
-    if any(failures):
-        reason = _reason(failures)
-        raise Aborted(tx, dict(group.abort(tx), reason=reason, outcome="aborted",
-                               error={"code": "E_UPDATE_FAILED", "message": reason}))
-    return group.commit(tx, expect_version=expected)
 
 
 class _UpdateState:
@@ -506,9 +473,9 @@ class WtxWeightTransferEngine(_UpdateState, _vllm_engine_base()):  # type: ignor
                 self._fail(e)
         self._tx = None
         if tx is None:  # failed before the begin: nothing to abort here
-            failures = _gather(self._failure, self._g)
+            failures = gather_from_ranks(self._failure, self._g)
             raise Error("E_UPDATE_FAILED",
-                        "the update failed before it began: " + _reason(failures))
+                        "the update failed before it began: " + failure_reason(failures))
         try:
             out = decide_update(self._g, tx, self._failure, self._expected)
         except Aborted as e:

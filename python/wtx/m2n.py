@@ -1,0 +1,268 @@
+"""M-to-N updates over torch.distributed: a transfer plan run from sharded trainer processes
+straight into engine processes (docs/m2n.md).
+
+    plan = wtx.plan_transfer(engine_manifests, "fsdp:2")
+    # trainer rank t (K processes):
+    wtx.m2n.send(plan, held, rank=t)        # held: {source: (local tensor, its source box)}
+    # engine rank n (N processes; `group` a wtx.torch_dist.Group over the engine ranks):
+    out = wtx.m2n.receive(plan, group, "step-7")
+
+Every process is a rank of one default process group (gloo in tests, NCCL where present):
+trainer rank t is global rank trainer_ranks[t] (default t), engine rank n is global rank
+engine_ranks[n] (default K + n). Between a trainer rank and an engine rank, the trainer sends a
+header (a status and the digest of each piece, wtx.piece_digest) and then the pieces, in plan
+order, with point-to-point sends. The engine rank checks the plan against its manifest, begins
+the transaction on every engine rank, records each digest (Participant.expect_piece) before
+any byte lands, receives each piece straight into reserved live memory where the piece is one
+contiguous run of one shard (into a buffer copied into the reserved views otherwise), and
+commits on every engine rank. Any failure on any engine rank -- a sender that died or could not
+produce its pieces, a piece that never arrived, a digest that differs from the landed bytes --
+aborts the transaction on all of them, and receive raises wtx.Aborted naming the rank and cause.
+"""
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+
+from ._wtx import Error, TransferPlan, piece_digest
+from .torch_dist import Group, decide_update
+
+__all__ = ["receive", "send"]
+
+_OK = 1
+_FAILED = 0
+_DIGEST_BYTES = 16
+
+Box = List[Tuple[int, int]]
+Piece = Tuple[int, int, str, Box]
+
+_TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
+                 "i8": torch.int8, "u8": torch.uint8, "i32": torch.int32}
+
+
+def _global_ranks(plan: TransferPlan, trainer_ranks: Optional[Sequence[int]],
+                  engine_ranks: Optional[Sequence[int]]) -> Tuple[List[int], List[int]]:
+    k, n = plan.trainer_ranks, plan.engine_ranks
+    trainers = list(trainer_ranks) if trainer_ranks is not None else list(range(k))
+    engines = list(engine_ranks) if engine_ranks is not None else list(range(k, k + n))
+    if len(trainers) != k or len(engines) != n:
+        raise Error("INVALID_ARGUMENT",
+                    f"the plan has {k} trainer and {n} engine ranks; got {len(trainers)} "
+                    f"trainer_ranks and {len(engines)} engine_ranks")
+    return trainers, engines
+
+
+def _box_str(box: Box) -> str:
+    return "[" + ", ".join(f"[{b}, {e}]" for b, e in box) + "]"
+
+
+def _piece_of(held: Mapping[str, Tuple[torch.Tensor, Box]], source: str, box: Box,
+              dtype: torch.dtype) -> torch.Tensor:
+    """The elements of `box` of `source` from the tensor this trainer rank holds, contiguous
+    and in the live dtype; wtx.Error naming the source and box when it does not hold them."""
+    if source not in held:
+        raise Error("INVALID_ARGUMENT", f"source '{source}' piece {_box_str(box)}: this trainer "
+                    "rank holds none of the source")
+    tensor, at = held[source]
+    if len(at) != len(box) or list(tensor.shape) != [e - b for b, e in at]:
+        raise Error("INVALID_ARGUMENT", f"source '{source}': the held tensor is "
+                    f"{list(tensor.shape)} but its box {_box_str(at)} says otherwise")
+    if any(b < hb or e > he for (b, e), (hb, he) in zip(box, at)):
+        raise Error("INVALID_ARGUMENT", f"source '{source}' piece {_box_str(box)} is not inside "
+                    f"the box this trainer rank holds, {_box_str(at)}")
+    part = tensor[tuple(slice(b - hb, e - hb) for (b, e), (hb, _) in zip(box, at))]
+    return part.to(dtype).contiguous()
+
+
+def send(plan: TransferPlan, held: Mapping[str, Tuple[torch.Tensor, Box]], *, rank: int,
+         trainer_ranks: Optional[Sequence[int]] = None,
+         engine_ranks: Optional[Sequence[int]] = None) -> Dict[str, Any]:
+    """Sends every piece `plan` gives trainer rank `rank` to its engine rank (one call per
+    trainer process).
+
+    held: for each source this rank holds, (tensor, box): the tensor and the box of the source
+    it is (source coordinates, [[lo, hi], ...]), e.g. FSDP rows [r*c, (r+1)*c).
+    Each piece is sliced from its tensor, converted to the live dtype, digested and sent. When a
+    piece cannot be produced (a source or box this rank does not hold), nothing is sent: every
+    engine rank it owes pieces gets a failed header naming the cause, and wtx.Error is raised
+    here; a send that fails (an engine rank gone) raises wtx.Error E_UPDATE_FAILED naming the
+    engine rank. Returns {"pieces": count, "bytes": bytes sent}.
+    """
+    _, engines = _global_ranks(plan, trainer_ranks, engine_ranks)
+    if not 0 <= rank < plan.trainer_ranks:
+        raise Error("INVALID_ARGUMENT", f"rank {rank} is not a trainer rank of the plan "
+                    f"({plan.trainer_ranks} ranks)")
+    dtypes = {name: _TORCH_DTYPES[s["dtype"]] for name, s in plan.sources.items()}
+    by_engine: Dict[int, List[Piece]] = {}
+    for piece in plan.pieces(trainer=rank):
+        by_engine.setdefault(piece[1], []).append(piece)
+    tensors: Dict[int, List[torch.Tensor]] = {}
+    failure: Optional[str] = None
+    try:
+        for n, pieces in by_engine.items():
+            tensors[n] = [_piece_of(held, src, box, dtypes[src]) for _, _, src, box in pieces]
+    except Error as e:
+        failure = f"trainer rank {rank}: {e.message}"
+    works = []
+    sent = 0
+    for n, pieces in sorted(by_engine.items()):
+        dst = engines[n]
+        try:
+            if failure is not None:
+                msg = torch.frombuffer(bytearray(failure.encode()), dtype=torch.uint8)
+                dist.send(torch.tensor([_FAILED, msg.numel()], dtype=torch.int64), dst)
+                dist.send(msg, dst)
+                continue
+            digests = b"".join(bytes.fromhex(piece_digest(t)) for t in tensors[n])
+            dist.send(torch.tensor([_OK, len(pieces)], dtype=torch.int64), dst)
+            dist.send(torch.frombuffer(bytearray(digests), dtype=torch.uint8), dst)
+            for t in tensors[n]:
+                works.append((n, dist.isend(t, dst)))
+                sent += t.numel() * t.element_size()
+        except RuntimeError as e:
+            raise Error("E_UPDATE_FAILED", f"trainer rank {rank}: sending to engine rank {n} "
+                        f"failed ({e})") from None
+    for n, w in works:
+        try:
+            w.wait()
+        except RuntimeError as e:
+            raise Error("E_UPDATE_FAILED", f"trainer rank {rank}: sending to engine rank {n} "
+                        f"failed ({e})") from None
+    if failure is not None:
+        raise Error("INVALID_ARGUMENT", failure)
+    return {"pieces": sum(len(p) for p in by_engine.values()), "bytes": sent}
+
+
+class _Landing:
+    """One piece on the engine side: reserved, received (in place or into a buffer), landed."""
+
+    def __init__(self, participant: Any, source: str, box: Box, dtype: torch.dtype):
+        self.source, self.box = source, box
+        self.reservations = participant.reserve_source(source, source_box=box)
+        shape = [e - b for b, e in box]
+        views = [r["view"] for r in self.reservations]
+        if len(views) == 1 and views[0].is_contiguous() and views[0].numel() == _numel(shape):
+            self.target = views[0].view(shape)  # straight into live memory
+            self.buffer: Optional[torch.Tensor] = None
+        else:
+            self.buffer = torch.empty(shape, dtype=dtype)
+            self.target = self.buffer
+
+    def land(self, participant: Any) -> None:
+        if self.buffer is not None:
+            for r in self.reservations:
+                rel = tuple(slice(b - o, e - o) for (b, e), (o, _) in zip(r["source_box"], self.box))
+                r["view"].copy_(self.buffer[rel].reshape(r["view"].shape))
+        participant.landed_source(self.source, source_box=self.box)
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _receive_pieces(plan: TransferPlan, participant: Any, trainers: List[int],
+                    failure: Optional[str], stats: Dict[str, int]) -> Optional[str]:
+    """Headers, digests, reservations, the receives and the landings of this engine rank.
+    Returns the first failure (`failure` when given), naming the sender; after one, whatever
+    the live senders still send is drained into scratch buffers, so that none is left waiting."""
+    n = participant.rank
+    dtypes = {name: _TORCH_DTYPES[s["dtype"]] for name, s in plan.sources.items()}
+    by_trainer: Dict[int, List[Piece]] = {}
+    for piece in plan.pieces(engine=n):
+        by_trainer.setdefault(piece[0], []).append(piece)
+    live: Dict[int, List[Piece]] = {}  # the senders that will send their pieces
+    # Headers first: every digest is recorded (and every piece checked to belong here) before
+    # any byte lands.
+    for t, pieces in sorted(by_trainer.items()):
+        try:
+            header = torch.zeros(2, dtype=torch.int64)
+            dist.recv(header, trainers[t])
+            status, count = int(header[0]), int(header[1])
+            if status != _OK:
+                msg = torch.empty(count, dtype=torch.uint8)
+                dist.recv(msg, trainers[t])
+                failure = failure or bytes(msg.tolist()).decode(errors="replace")
+                continue
+            digests = torch.empty(count * _DIGEST_BYTES, dtype=torch.uint8)
+            dist.recv(digests, trainers[t])
+        except RuntimeError as e:
+            failure = failure or f"trainer rank {t}: no header ({e})"
+            continue
+        live[t] = pieces
+        if count != len(pieces):
+            failure = failure or (f"trainer rank {t} sends {count} pieces, the plan "
+                                  f"{len(pieces)}: it runs another plan")
+            live[t] = []  # what it sends cannot be matched to the plan; it fails at its end
+            continue
+        raw = bytes(digests.tolist())
+        for i, (_, _, src, box) in enumerate(pieces):
+            if failure is not None:
+                break
+            try:
+                participant.expect_piece(src, box, f"trainer rank {t}",
+                                         raw[i * _DIGEST_BYTES:(i + 1) * _DIGEST_BYTES].hex())
+            except Error as e:
+                failure = e.message
+    landings: List[Tuple[int, Optional[_Landing], Any]] = []
+    for t, pieces in sorted(live.items()):
+        for _, _, src, box in pieces:
+            landing = None
+            if failure is None:
+                try:
+                    landing = _Landing(participant, src, box, dtypes[src])
+                except Error as e:
+                    failure = e.message
+            target = (landing.target if landing is not None else
+                      torch.empty([e - b for b, e in box], dtype=dtypes[src]))
+            landings.append((t, landing, dist.irecv(target, trainers[t])))
+            if landing is not None:
+                stats["pieces"] += 1
+                stats["bytes"] += target.numel() * target.element_size()
+                stats["in_place" if landing.buffer is None else "buffered"] += 1
+    for t, landing, work in landings:
+        try:
+            work.wait()
+        except RuntimeError as e:
+            failure = failure or (f"trainer rank {t}: a piece never arrived ({e})"
+                                  if landing is None else
+                                  f"trainer rank {t}: source '{landing.source}' piece "
+                                  f"{_box_str(landing.box)} never arrived ({e})")
+            continue
+        if landing is not None and failure is None:
+            try:
+                landing.land(participant)
+            except Error as e:
+                failure = e.message
+    return failure
+
+
+def receive(plan: TransferPlan, group: Group, tx: str, *,
+            trainer_ranks: Optional[Sequence[int]] = None,
+            engine_ranks: Optional[Sequence[int]] = None, rollback: bool = False,
+            expect_version: Optional[str] = None) -> Dict[str, Any]:
+    """Runs `plan` into this engine rank as one full transaction `tx` (collective over the
+    engine ranks' `group`, a wtx.torch_dist.Group whose rank is the engine rank).
+
+    Returns the commit outcome (its "version" is the committed version hash), with "m2n":
+    {"pieces", "bytes", "in_place" (received straight into live memory), "buffered"}. Raises
+    wtx.Aborted on every engine rank when any of them failed: the plan was made for another
+    manifest or rank, a sender died or could not produce its pieces, a piece never arrived, or
+    a landed piece differs from its sender's digest (E_VERSION_MISMATCH naming source, box and
+    sender). expect_version: the version a party holding every piece computed
+    (wtx.expected_version), checked at commit.
+    """
+    participant = group.participant
+    trainers, _ = _global_ranks(plan, trainer_ranks, engine_ranks)
+    failure: Optional[str] = None
+    try:
+        plan.check_engine(participant.rank, participant.manifest)
+    except Error as e:
+        failure = e.message
+    group.begin(tx, kind="full", rollback=rollback)
+    stats = {"pieces": 0, "bytes": 0, "in_place": 0, "buffered": 0}
+    failure = _receive_pieces(plan, participant, trainers, failure, stats)
+    return dict(decide_update(group, tx, failure, expect_version), m2n=stats)
