@@ -4,6 +4,7 @@
 #include "wtx/transfer_plan.h"
 
 #include <algorithm>
+#include <cstring>
 #include <unordered_map>
 
 #include "src/util/hash_util.h"
@@ -12,19 +13,24 @@
 namespace wtx {
 namespace {
 
-// The sources the engine ranks hold, sorted by name, with one shape and one live dtype each.
+// The sources the engine ranks hold, sorted by name, with one shape and one live dtype each;
+// (*shard_source)[n] lists, for engine rank n's non-padding shards in manifest order, the index
+// of their source in *out (one hash lookup per shard, here only).
 Status CollectSources(std::span<const ManifestPtr> engine, std::vector<PlannedSource>* out,
-                      std::map<std::string, Shape, std::less<>>* shapes) {
+                      std::map<std::string, Shape, std::less<>>* shapes,
+                      std::vector<std::vector<uint32_t>>* shard_source) {
   struct Seen {
     size_t index;  // into *out
     int rank;      // the first engine rank that holds it
   };
   std::unordered_map<std::string_view, Seen> seen;
+  shard_source->assign(engine.size(), {});
   for (size_t n = 0; n < engine.size(); ++n) {
     for (const ParamSpec& p : engine[n]->params()) {
       for (const ShardSpec& s : p.shards) {
         if (s.padding) continue;
         auto [it, added] = seen.try_emplace(s.source, Seen{out->size(), static_cast<int>(n)});
+        (*shard_source)[n].push_back(static_cast<uint32_t>(it->second.index));
         if (added) {
           out->push_back(PlannedSource{s.source, s.source_shape, p.dtype});
           continue;
@@ -41,8 +47,21 @@ Status CollectSources(std::span<const ManifestPtr> engine, std::vector<PlannedSo
       }
     }
   }
-  std::sort(out->begin(), out->end(),
-            [](const PlannedSource& a, const PlannedSource& b) { return a.name < b.name; });
+  // Sorted by name; the shards' indices follow the permutation.
+  std::vector<uint32_t> order(out->size()), rank_of(out->size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return (*out)[a].name < (*out)[b].name; });
+  std::vector<PlannedSource> sorted;
+  sorted.reserve(out->size());
+  for (uint32_t i = 0; i < order.size(); ++i) {
+    rank_of[order[i]] = i;
+    sorted.push_back(std::move((*out)[order[i]]));
+  }
+  out->swap(sorted);
+  for (auto& v : *shard_source) {
+    for (uint32_t& i : v) i = rank_of[i];
+  }
   for (const PlannedSource& src : *out) shapes->emplace_hint(shapes->end(), src.name, src.shape);
   return Status::OK();
 }
@@ -56,10 +75,14 @@ struct FlatBox {
   size_t dims = 0;
   R r[kMaxTensorDims];  // the first `dims` are set
   FlatBox() = default;
-  FlatBox(const FlatBox& o) : dims(o.dims) { std::copy_n(o.r, o.dims, r); }
+  FlatBox(const FlatBox& o) { *this = o; }
   FlatBox& operator=(const FlatBox& o) {
     dims = o.dims;
-    std::copy_n(o.r, o.dims, r);
+    // Sources have at most 4 dimensions in practice: a fixed-size copy the compiler inlines
+    // (`r` past `dims` holds garbage either way).
+    static_assert(kMaxTensorDims >= 4);
+    std::memcpy(r, o.r, 4 * sizeof(R));
+    for (size_t d = 4; d < o.dims; ++d) r[d] = o.r[d];
     return *this;
   }
   Box ToBox() const {
@@ -185,11 +208,9 @@ Result<TransferPlan> PlanTransfer(const TrainerSharding& trainer,
   plan.trainer_ranks = trainer.ranks();
   plan.engine_ranks = static_cast<int>(engine.size());
   std::map<std::string, Shape, std::less<>> shapes;
-  WTX_RETURN_IF_ERROR(CollectSources(engine, &plan.sources, &shapes));
+  std::vector<std::vector<uint32_t>> shard_source;
+  WTX_RETURN_IF_ERROR(CollectSources(engine, &plan.sources, &shapes, &shard_source));
   WTX_RETURN_IF_ERROR(trainer.Check(shapes));
-  std::unordered_map<std::string_view, uint32_t> index;
-  index.reserve(plan.sources.size());
-  for (uint32_t i = 0; i < plan.sources.size(); ++i) index[plan.sources[i].name] = i;
 
   const int k = trainer.ranks();
   std::vector<std::pair<int, FlatBox>> holders;
@@ -202,10 +223,13 @@ Result<TransferPlan> PlanTransfer(const TrainerSharding& trainer,
     // What this rank needs of each source, as disjoint boxes (a source feeding two shards the
     // same way is needed once).
     std::map<uint32_t, std::vector<Box>> need;
+    size_t shard = 0;
     for (const ParamSpec& p : m.params()) {
       for (const ShardSpec& s : p.shards) {
-        if (s.padding || BoxIsEmpty(s.source_box)) continue;
-        std::vector<Box>& have = need[index.at(s.source)];
+        if (s.padding) continue;
+        const uint32_t src = shard_source[n][shard++];
+        if (BoxIsEmpty(s.source_box)) continue;
+        std::vector<Box>& have = need[src];
         rest_boxes.assign(1, s.source_box);
         for (const Box& h : have) {
           next_boxes.clear();
