@@ -7,7 +7,9 @@ straight into engine processes (docs/m2n.md).
     # engine rank n (N processes; `group` a wtx.torch_dist.Group over the engine ranks):
     out = wtx.m2n.receive(plan, group, "step-7")
 
-Every process is a rank of one default process group (gloo in tests, NCCL where present):
+Every process is a rank of one default process group (gloo in tests, NCCL where present: then
+the headers, digests and bounce buffers are device tensors, and a device piece is copied to the
+host to be digested; not yet run on a GPU):
 trainer rank t is global rank trainer_ranks[t] (default t), engine rank n is global rank
 engine_ranks[n] (default K + n). Between a trainer rank and an engine rank, the trainer sends a
 header (a status and the digest of each piece, wtx.piece_digest) and then the pieces, in plan
@@ -51,6 +53,19 @@ def _global_ranks(plan: TransferPlan, trainer_ranks: Optional[Sequence[int]],
                     f"the plan has {k} trainer and {n} engine ranks; got {len(trainers)} "
                     f"trainer_ranks and {len(engines)} engine_ranks")
     return trainers, engines
+
+
+def _wire_device() -> torch.device:
+    """Where the headers, digests and bounce buffers travel from: NCCL sends device tensors
+    only, gloo host tensors."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _host_digest(t: torch.Tensor) -> bytes:
+    """wtx.piece_digest of a tensor on any device (a device piece is copied to the host)."""
+    return bytes.fromhex(piece_digest(t if t.device.type == "cpu" else t.cpu()))
 
 
 def _box_str(box: Box) -> str:
@@ -106,17 +121,18 @@ def send(plan: TransferPlan, held: Mapping[str, Tuple[torch.Tensor, Box]], *, ra
         failure = f"trainer rank {rank}: {e.message}"
     works = []
     sent = 0
+    wire = _wire_device()
     for n, pieces in sorted(by_engine.items()):
         dst = engines[n]
         try:
             if failure is not None:
                 msg = torch.frombuffer(bytearray(failure.encode()), dtype=torch.uint8)
-                dist.send(torch.tensor([_FAILED, msg.numel()], dtype=torch.int64), dst)
-                dist.send(msg, dst)
+                dist.send(torch.tensor([_FAILED, msg.numel()], dtype=torch.int64).to(wire), dst)
+                dist.send(msg.to(wire), dst)
                 continue
-            digests = b"".join(bytes.fromhex(piece_digest(t)) for t in tensors[n])
-            dist.send(torch.tensor([_OK, len(pieces)], dtype=torch.int64), dst)
-            dist.send(torch.frombuffer(bytearray(digests), dtype=torch.uint8), dst)
+            digests = b"".join(_host_digest(t) for t in tensors[n])
+            dist.send(torch.tensor([_OK, len(pieces)], dtype=torch.int64).to(wire), dst)
+            dist.send(torch.frombuffer(bytearray(digests), dtype=torch.uint8).to(wire), dst)
             for t in tensors[n]:
                 works.append((n, dist.isend(t, dst)))
                 sent += t.numel() * t.element_size()
@@ -137,7 +153,8 @@ def send(plan: TransferPlan, held: Mapping[str, Tuple[torch.Tensor, Box]], *, ra
 class _Landing:
     """One piece on the engine side: reserved, received (in place or into a buffer), landed."""
 
-    def __init__(self, participant: Any, source: str, box: Box, dtype: torch.dtype):
+    def __init__(self, participant: Any, source: str, box: Box, dtype: torch.dtype,
+                 device: torch.device):
         self.source, self.box = source, box
         self.reservations = participant.reserve_source(source, source_box=box)
         shape = [e - b for b, e in box]
@@ -146,7 +163,7 @@ class _Landing:
             self.target = views[0].view(shape)  # straight into live memory
             self.buffer: Optional[torch.Tensor] = None
         else:
-            self.buffer = torch.empty(shape, dtype=dtype)
+            self.buffer = torch.empty(shape, dtype=dtype, device=device)
             self.target = self.buffer
 
     def land(self, participant: Any) -> None:
@@ -175,19 +192,20 @@ def _receive_pieces(plan: TransferPlan, participant: Any, trainers: List[int],
     for piece in plan.pieces(engine=n):
         by_trainer.setdefault(piece[0], []).append(piece)
     live: Dict[int, List[Piece]] = {}  # the senders that will send their pieces
+    wire = _wire_device()
     # Headers first: every digest is recorded (and every piece checked to belong here) before
     # any byte lands.
     for t, pieces in sorted(by_trainer.items()):
         try:
-            header = torch.zeros(2, dtype=torch.int64)
+            header = torch.zeros(2, dtype=torch.int64, device=wire)
             dist.recv(header, trainers[t])
-            status, count = int(header[0]), int(header[1])
+            status, count = (int(v) for v in header.cpu())
             if status != _OK:
-                msg = torch.empty(count, dtype=torch.uint8)
+                msg = torch.empty(count, dtype=torch.uint8, device=wire)
                 dist.recv(msg, trainers[t])
-                failure = failure or bytes(msg.tolist()).decode(errors="replace")
+                failure = failure or bytes(msg.cpu().tolist()).decode(errors="replace")
                 continue
-            digests = torch.empty(count * _DIGEST_BYTES, dtype=torch.uint8)
+            digests = torch.empty(count * _DIGEST_BYTES, dtype=torch.uint8, device=wire)
             dist.recv(digests, trainers[t])
         except RuntimeError as e:
             failure = failure or f"trainer rank {t}: no header ({e})"
@@ -198,7 +216,7 @@ def _receive_pieces(plan: TransferPlan, participant: Any, trainers: List[int],
                                   f"{len(pieces)}: it runs another plan")
             live[t] = []  # what it sends cannot be matched to the plan; it fails at its end
             continue
-        raw = bytes(digests.tolist())
+        raw = bytes(digests.cpu().tolist())
         for i, (_, _, src, box) in enumerate(pieces):
             if failure is not None:
                 break
@@ -213,11 +231,11 @@ def _receive_pieces(plan: TransferPlan, participant: Any, trainers: List[int],
             landing = None
             if failure is None:
                 try:
-                    landing = _Landing(participant, src, box, dtypes[src])
+                    landing = _Landing(participant, src, box, dtypes[src], wire)
                 except Error as e:
                     failure = e.message
             target = (landing.target if landing is not None else
-                      torch.empty([e - b for b, e in box], dtype=dtypes[src]))
+                      torch.empty([e - b for b, e in box], dtype=dtypes[src], device=wire))
             landings.append((t, landing, dist.irecv(target, trainers[t])))
             if landing is not None:
                 stats["pieces"] += 1
