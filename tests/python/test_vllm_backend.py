@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 import wtx
 import wtx.vllm
+from conftest import TINY_LLAMA
 from harness import IDS, run_world
 from tiny_llama import hf_weights, reference_forward
 from vllm_doubles import (BroadcastEngine, VllmWorkerDouble,
@@ -458,3 +459,62 @@ def test_NameOrShapeThatDiffersFromTheManifestAbortsNamingIt(solo):
         assert want in str(a.value) or names[0] in str(a.value), a.value
         assert eng.participant.status()["active_tx"] is None
         assert eng.participant.status()["serving"] is False
+
+
+def _in_place_world(rank, world, args):
+    """World rank 0: a TP-1 engine (wtx backend over torch_broadcast); rank 1: the trainer."""
+    m = wtx.Manifest.from_hf_config(TINY_LLAMA, tp=1, rank=0, dtype="bf16")
+    tp_group = dist.new_group([0])  # collective: both processes create it
+    g = torch.Generator().manual_seed(5)
+    items = sorted((s["source"], torch.randn(s["source_shape"], generator=g).to(torch.bfloat16))
+                   for p in m.params for s in p["shards"])
+    items = list(dict(items).items())
+    bad = args.get("bad_shape")
+    if bad:
+        items = [(n, torch.zeros([t.shape[0] + 1] + list(t.shape[1:]), dtype=t.dtype)
+                  if n == bad else t) for n, t in items]
+    if rank == 1:
+        dist.broadcast_object_list([wtx.vllm.trainer_update_info(items, tx="t1")], src=1)
+        wtx.vllm.WtxWeightTransferEngine.trainer_send_weights(
+            iter(items), {"inner": "torch_broadcast", "inner_args": {"src": 1}})
+        return None
+    model = wtx.module_from_manifest(m)
+    eng = wtx.vllm.WtxWeightTransferEngine({"inner": "torch_broadcast"}, None,
+                                           torch.device("cpu"), model)
+    eng.process_group = tp_group
+    eng.init_transfer_engine({"journal_dir": os.path.join(args["dir"], "r0"),
+                              "coordinator_journal": os.path.join(args["dir"], "c"),
+                              "manifest": m.to_json(), "inner_init_info": {"src": 1}})
+    box = [None]
+    dist.broadcast_object_list(box, src=1)
+    eng.start_weight_update()
+    error = None
+    try:
+        eng.update_weights(box[0])
+    except wtx.Error as e:
+        error = str(e)
+    try:
+        out = eng.finish_weight_update()
+    except wtx.Aborted as a:
+        out = {"outcome": "aborted", "reason": str(a)}
+    return {"out": out, "error": error, "in_place": eng.received_in_place,
+            "reserved": eng.received_reserved, "sources": len(items),
+            "expected": wtx.expected_version([m], dict(items))["version"] if not bad else None,
+            "status": eng.participant.status()}
+
+
+def test_FullTensorsLandStraightInLiveMemoryAtTp1(tmp_path):
+    res, _ = run_world(_in_place_world, 2, {"dir": str(tmp_path)})
+    r = res[0]
+    assert r["out"]["outcome"] == "committed", r
+    assert r["out"]["version"] == r["expected"]
+    assert r["in_place"] == r["sources"] and r["reserved"] == 0
+    assert r["status"]["serving"]
+
+
+def test_InPlaceReceiveOfAShapeThatDiffersFromTheManifestAbortsNamingIt(tmp_path):
+    name = "model.layers.0.mlp.down_proj.weight"
+    res, _ = run_world(_in_place_world, 2, {"dir": str(tmp_path), "bad_shape": name})
+    r = res[0]
+    assert r["out"]["outcome"] == "aborted" and name in r["error"], r
+    assert not r["status"]["serving"]

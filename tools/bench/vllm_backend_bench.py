@@ -9,8 +9,12 @@ interleaved and the order rotating, one full update of every source by each arm:
     broadcasts each source; the engine receives it and its loader copies the slices into the
     live parameters (fused q/k/v and gate/up parts);
   * wtx: the same transport wrapped by WtxWeightTransferEngine: start_weight_update,
-    update_weights (each received source written by name through the participant: coverage,
-    copy and hash, journal), finish_weight_update (prepare, the logged decision, commit);
+    update_weights (each full source received straight into the live parameters it is, reserved
+    and landed through the participant: coverage, hash, journal), finish_weight_update
+    (prepare, the logged decision, commit);
+  * wtx-copy: the same with receive_in_place off: each source received into the transport's
+    buffer and written by name (copy and hash in one pass), as through an inner engine without
+    a destination hook (vLLM's own);
   * wtx+expect: the same, with the trainer computing the expected version of what it sends
     (a hash of every byte, on the trainer) and shipping it.
 
@@ -45,7 +49,7 @@ DEFAULT_MODEL = os.path.join(HERE, "..", "..", "tests", "conformance", "models",
                              "config.json")
 ENGINE, TRAINER = 0, 1
 THREADS = int(os.environ.get("WTX_BENCH_THREADS", "0"))  # the participant's data-path threads
-ARMS = ("inner", "wtx", "wtx+expect")
+ARMS = ("inner", "wtx", "wtx-copy", "wtx+expect")
 
 
 def sources_of(manifest):
@@ -96,6 +100,7 @@ def engine(manifest, work, tp_group):
             ok = True
             phases = {"receive": time.perf_counter() - t0}
         else:
+            eng.receive_in_place = arm != "wtx-copy"
             eng.start_weight_update()
             t1 = time.perf_counter()
             eng.update_weights(info)
@@ -179,6 +184,8 @@ def main():
            "seconds": {k: [round(x, 4) for x in v] for k, v in times.items()},
            "inner_vs_wtx": {"min": round(min(ratio("wtx")), 3),
                             "median": round(statistics.median(ratio("wtx")), 3)},
+           "inner_vs_wtx_copy": {"min": round(min(ratio("wtx-copy")), 3),
+                                 "median": round(statistics.median(ratio("wtx-copy")), 3)},
            "inner_vs_wtx_expect": {"min": round(min(ratio("wtx+expect")), 3),
                                    "median": round(statistics.median(ratio("wtx+expect")), 3)}}
     if a.json:

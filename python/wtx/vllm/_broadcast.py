@@ -5,6 +5,11 @@ trainer (`src`) broadcasts each tensor in update_info order; every engine rank r
 hands it to the loader. A name whose `counts` entry is an integer is a sparse patch: int64 flat
 indices, then that many values. Bytes travel as uint8 (gloo has no bf16 collectives).
 
+A consumer that knows where each tensor lives may set `destination(name, dtype, shape)`: a
+tensor it returns (a contiguous view of live memory, say) receives the broadcast in place of a
+fresh buffer, and is what load_weights then gets (the wtx backend lands full tensors straight in
+the live parameters this way); None: a fresh buffer.
+
 It implements vLLM's older engine contract (`__init__(config, parallel_config)`,
 `receive_weights(update_info, load_weights)`, static `trainer_send_weights`), which the wtx
 backend wraps; registered in wtx's own inner registry, so `{"inner": "torch_broadcast"}` works
@@ -63,6 +68,9 @@ class TorchBroadcastEngine:
         self.config = config
         self.parallel_config = parallel_config
         self.info: Optional[BroadcastInitInfo] = None
+        # (name, dtype, shape) -> a tensor to receive into, or None (module docstring).
+        self.destination: Optional[Callable[[str, torch.dtype, List[int]],
+                                            Optional[torch.Tensor]]] = None
 
     def parse_init_info(self, d: Dict[str, Any]) -> BroadcastInitInfo:
         """init_info dict -> BroadcastInitInfo (TypeError names an unknown key)."""
@@ -88,7 +96,8 @@ class TorchBroadcastEngine:
         for name, dtype, shape, n in zip(info.names, info.dtype_names, info.shapes, counts):
             dt = getattr(torch, dtype)
             if n is None:
-                t = torch.empty(list(shape), dtype=dt)
+                into = self.destination(name, dt, list(shape)) if self.destination else None
+                t = into if into is not None else torch.empty(list(shape), dtype=dt)
                 _bcast(t, src, group)
                 load_weights([(name, t)])
             else:

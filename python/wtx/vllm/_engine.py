@@ -287,6 +287,17 @@ class WtxWeightTransferEngine(_UpdateState, _vllm_engine_base()):  # type: ignor
         self._expected: Optional[str] = None
         self._updates = 0
         self._writes = _Pipeline(self._fail)
+        # Sources being received straight into live memory: name -> their reservations.
+        self._in_place: Dict[str, List[Dict[str, Any]]] = {}
+        self._kind = "full"
+        # Of the current update: sources received straight into live memory / into a buffer
+        # then copied into reserved views (inner transports with a destination hook).
+        self.received_in_place = 0
+        self.received_reserved = 0
+        # Whether full tensors are received straight into live memory where the inner
+        # transport offers a destination hook (torch_broadcast); False: written by name
+        # (received into the transport's buffer, then copied and hashed in one pass).
+        self.receive_in_place = True
 
     # -- parsing ---------------------------------------------------------------------------
 
@@ -395,6 +406,8 @@ class WtxWeightTransferEngine(_UpdateState, _vllm_engine_base()):  # type: ignor
         self._inner = inner
         self._inner_takes_loader = _takes_load_weights(inner.receive_weights)
         self._init = info
+        if info.load == "write_source" and hasattr(inner, "destination"):
+            inner.destination = self._destination  # full tensors land in place
 
     def start_weight_update(self, *args: Any, **kwargs: Any) -> None:
         """Prepares for an update (collective): a transaction a failed update left open is
@@ -570,6 +583,57 @@ class WtxWeightTransferEngine(_UpdateState, _vllm_engine_base()):  # type: ignor
                          rollback=bool(w.get("rollback", False)),
                          verify=w.get("verify", "touched"))
         self._tx = tx
+        self._kind = w.get("kind", "full")
+        self._in_place = {}
+        self.received_in_place = self.received_reserved = 0
+
+    def _destination(self, name: str, dtype: torch.dtype,
+                     shape: List[int]) -> Optional[torch.Tensor]:
+        """Where an inner transport with a `destination` hook receives a full source tensor:
+        the live memory of the one shard that is all of it, reserved (a full or partial update,
+        the live dtype, one contiguous run); None (a fresh buffer) otherwise. A source reserved
+        in several parts is also received into a buffer, and its parts copied into the reserved
+        views by _load."""
+        if (not self.receive_in_place or self._failure is not None or self._tx is None or
+                name == EXPECTED_VERSION_NAME):
+            return None
+        if self._kind == "delta" or name in self._in_place:
+            return None
+        try:
+            shards = self._p.manifest.source_shards(name)
+            if not shards or list(shards[0]["source_shape"]) != list(shape):
+                return None  # written by name instead, which names the difference
+            # By source box (the whole source): each reservation names the part it holds.
+            reserved = self._p.reserve_source(name, source_box=[[0, d] for d in shape])
+        except Error:
+            return None  # written by name instead: its error (if any) is raised there
+        except BaseException as e:  # recorded: the transport still receives into a buffer
+            self._fail(e)
+            return None
+        if not reserved:
+            return None
+        self._in_place[name] = reserved
+        views = [r["view"] for r in reserved]
+        n = 1
+        for d in shape:
+            n *= d
+        if (len(views) == 1 and views[0].dtype == dtype and views[0].is_contiguous() and
+                views[0].numel() == n):
+            self.received_in_place += 1
+            return views[0].view(shape)
+        self.received_reserved += 1
+        return None
+
+    def _land(self, name: str, value: Any) -> None:
+        """A source _destination reserved: copies the parts a buffer received into their
+        reserved views (nothing when it was received in place), then lands it."""
+        reserved = self._in_place.pop(name)
+        for r in reserved:
+            view = r["view"]
+            if view.data_ptr() == value.data_ptr() and view.numel() == value.numel():
+                continue  # received in place
+            view.copy_(value[tuple(slice(b, e) for b, e in r["source_box"])].reshape(view.shape))
+        self._p.landed_source(name, source_box=[[0, d] for d in value.shape])
 
     def _load(self, weights: Iterable[Tuple[str, Any]]) -> set:
         """What the inner engine loads: each item through wtx. Returns the names loaded.
@@ -590,7 +654,13 @@ class WtxWeightTransferEngine(_UpdateState, _vllm_engine_base()):  # type: ignor
                 continue
             if self._failure is not None:
                 continue  # drained, not written
-            if mode == "write_source" and not isinstance(value, (tuple, list)):
+            if name in self._in_place:
+                try:
+                    self._land(name, value)
+                except BaseException as e:
+                    self._fail(e)
+                    continue
+            elif mode == "write_source" and not isinstance(value, (tuple, list)):
                 # Written on the writer thread while the transport receives the next tensor
                 # (write_source releases the GIL); its failure is recorded there.
                 self._writes.submit(functools.partial(p.write_source, name, value))
