@@ -25,6 +25,7 @@
 #include "tests/test_util.h"
 #include "wtx/content_hash.h"
 #include "wtx/coordinator.h"
+#include "wtx/device_live_memory.h"
 #include "wtx/expected_version.h"
 #include "wtx/hf_manifest.h"
 #include "wtx/inproc_transport.h"
@@ -153,10 +154,12 @@ std::vector<const Manifest*> Raw(const std::vector<ManifestPtr>& ms) {
 
 // N ranks with their own manifests, an in-process transport and a coordinator.
 struct TpGroup {
-  explicit TpGroup(std::vector<ManifestPtr> ms)
+  // reference_device: live memory on the reference device backend (device_live_memory.h).
+  explicit TpGroup(std::vector<ManifestPtr> ms, bool reference_device = false)
       : manifests(std::move(ms)), transport(manifests.size()) {
     for (size_t r = 0; r < manifests.size(); ++r) {
       ParticipantOptions o;
+      if (reference_device) o.memory = NewReferenceDeviceLiveMemory(*manifests[r]);
       o.rank = static_cast<int>(r);
       o.journal_dir = dir.sub("rank-" + std::to_string(r));
       o.kernel_identity = "k";
@@ -805,6 +808,34 @@ TEST_CASE("CorruptedPieceVotesVersionMismatchNamingSourceBoxAndSender") {
     CHECK(v.vote.message.find(want) != std::string::npos);
   }
   CHECK_FALSE(g.ranks[0]->status().serving);
+}
+
+TEST_CASE("PieceDigestsAreCheckedOnDeviceLiveMemoryToo") {
+  auto ms = GroupManifests("tiny-llama", 2, 1);
+  auto sources = SourcesOf(ms, 35);
+  const TransferPlan plan = PlanFor("tiny-llama", "fsdp:2", ms);
+  auto e = ComputeExpectedVersion(Raw(ms), Lookup(sources));
+  REQUIRE(e.ok());
+  {
+    TpGroup g(ms, /*reference_device=*/true);
+    g.BeginFull("t1");
+    SendPlan(plan, g, sources);
+    CommitOutcome o = g.coord->Commit("t1", {});
+    INFO(o.status.ToString());
+    REQUIRE(o.decision == Decision::kCommit);
+    CHECK(o.version == e.value().version);
+  }
+  TpGroup g(ms, /*reference_device=*/true);
+  g.BeginFull("t1");
+  SendPlan(plan, g, sources, [&](size_t i, std::vector<uint8_t>& bytes) {
+    if (i == plan.pieces.size() - 1) bytes[0] ^= 1;
+  });
+  CommitOutcome o = g.coord->Commit("t1", {});
+  CHECK(o.decision == Decision::kAbort);
+  const int bad = plan.pieces.back().engine;
+  for (const VoteReport& v : o.votes) {
+    if (v.rank == bad) CHECK(v.vote.error == ErrorCode::kVersionMismatch);
+  }
 }
 
 TEST_CASE("PieceSentToTheWrongRankIsRefusedBeforeAnyByteLands") {

@@ -77,6 +77,7 @@ struct FlatBox {
   FlatBox() = default;
   FlatBox(const FlatBox& o) { *this = o; }
   FlatBox& operator=(const FlatBox& o) {
+    if (this == &o) return *this;
     dims = o.dims;
     // Sources have at most 4 dimensions in practice: a fixed-size copy the compiler inlines
     // (`r` past `dims` holds garbage either way).

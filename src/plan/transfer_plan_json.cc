@@ -107,7 +107,11 @@ Result<TransferPlan> PlanFromJson(const json& j) {
     }
     WTX_ASSIGN_OR_RETURN(dtype_name, Text(srcs[i], "dtype", where));
     auto dtype = DTypeFromName(dtype_name);
-    if (!dtype) return Status::InvalidArgument(where + ".dtype: unknown '" + dtype_name + "'");
+    if (!dtype) {
+      std::string msg = where;
+      msg += ".dtype: unknown '" + dtype_name + "'";
+      return Status::InvalidArgument(msg);
+    }
     s.dtype = *dtype;
     plan.sources.push_back(std::move(s));
   }

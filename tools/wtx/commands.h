@@ -70,8 +70,9 @@ inline Result<std::string> ReadFileArg(std::string_view flag, const std::string&
 inline Result<nlohmann::json> ReadJsonFileArg(std::string_view flag, const std::string& path) {
   WTX_ASSIGN_OR_RETURN(text, ReadFileArg(flag, path));
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded())
+  if (j.is_discarded()) {
     return Status::InvalidArgument(std::string(flag) + " '" + path + "': not valid JSON");
+  }
   return j;
 }
 
