@@ -34,6 +34,9 @@ __all__ = ["receive", "send"]
 
 _OK = 1
 _FAILED = 0
+_FULL = 0  # header modes: whole pieces, or patches by piece
+_DELTA = 1
+_MODES = {_FULL: "full", _DELTA: "delta"}
 _DIGEST_BYTES = 16
 
 Box = List[Tuple[int, int]]
@@ -90,7 +93,33 @@ def _piece_of(held: Mapping[str, Tuple[torch.Tensor, Box]], source: str, box: Bo
     return part.to(dtype).contiguous()
 
 
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _delta_of(new: torch.Tensor, old: torch.Tensor, box: Box,
+              shape: Sequence[int]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The elements of piece `box` that differ (bit for bit) between `new` and `old`: their
+    flat indices in the source (of `shape`) and their new values."""
+    as_int = _INT_OF_SIZE[new.element_size()]
+    a, b = new.reshape(-1), old.reshape(-1)
+    local = (a.view(as_int) != b.view(as_int)).nonzero().squeeze(1)
+    flat = torch.zeros_like(local)
+    rem = local.clone()
+    stride = 1
+    strides = []
+    for d in reversed(shape):
+        strides.append(stride)
+        stride *= d
+    strides.reverse()
+    for d in reversed(range(len(box))):
+        extent = box[d][1] - box[d][0]
+        flat += (rem % extent + box[d][0]) * strides[d]
+        rem //= extent
+    return flat, a[local].contiguous()
+
+
 def send(plan: TransferPlan, held: Mapping[str, Tuple[torch.Tensor, Box]], *, rank: int,
+         base: Optional[Mapping[str, torch.Tensor]] = None,
          trainer_ranks: Optional[Sequence[int]] = None,
          engine_ranks: Optional[Sequence[int]] = None) -> Dict[str, Any]:
     """Sends every piece `plan` gives trainer rank `rank` to its engine rank (one call per
@@ -103,6 +132,12 @@ def send(plan: TransferPlan, held: Mapping[str, Tuple[torch.Tensor, Box]], *, ra
     engine rank it owes pieces gets a failed header naming the cause, and wtx.Error is raised
     here; a send that fails (an engine rank gone) raises wtx.Error E_UPDATE_FAILED naming the
     engine rank. Returns {"pieces": count, "bytes": bytes sent}.
+
+    base: a delta (the engine ranks call receive(kind="delta")): for each held source, the
+    tensor the engine holds now (the values this rank sent last, the same shape as the held
+    tensor). Each piece then travels as the elements that differ bit for bit (flat source
+    indices and values, a patch by piece), with the digest of the whole new piece: the engine
+    rank checks that its patched bytes equal it, so a base that differs is caught too.
     """
     _, engines = _global_ranks(plan, trainer_ranks, engine_ranks)
     if not 0 <= rank < plan.trainer_ranks:
@@ -113,12 +148,21 @@ def send(plan: TransferPlan, held: Mapping[str, Tuple[torch.Tensor, Box]], *, ra
     for piece in plan.pieces(trainer=rank):
         by_engine.setdefault(piece[1], []).append(piece)
     tensors: Dict[int, List[torch.Tensor]] = {}
+    patches: Dict[int, List[Tuple[torch.Tensor, torch.Tensor]]] = {}
     failure: Optional[str] = None
     try:
         for n, pieces in by_engine.items():
             tensors[n] = [_piece_of(held, src, box, dtypes[src]) for _, _, src, box in pieces]
+            if base is not None:
+                patches[n] = []
+                for (_, _, src, box), new in zip(pieces, tensors[n]):
+                    if src not in base:
+                        raise Error("INVALID_ARGUMENT", f"source '{src}': no base tensor")
+                    old = _piece_of({src: (base[src], held[src][1])}, src, box, dtypes[src])
+                    patches[n].append(_delta_of(new, old, box, plan.sources[src]["shape"]))
     except Error as e:
         failure = f"trainer rank {rank}: {e.message}"
+    mode = _FULL if base is None else _DELTA
     works = []
     sent = 0
     wire = _wire_device()
@@ -127,14 +171,21 @@ def send(plan: TransferPlan, held: Mapping[str, Tuple[torch.Tensor, Box]], *, ra
         try:
             if failure is not None:
                 msg = torch.frombuffer(bytearray(failure.encode()), dtype=torch.uint8)
-                dist.send(torch.tensor([_FAILED, msg.numel()], dtype=torch.int64).to(wire), dst)
+                dist.send(torch.tensor([_FAILED, msg.numel(), mode], dtype=torch.int64).to(wire),
+                          dst)
                 dist.send(msg.to(wire), dst)
                 continue
             digests = b"".join(_host_digest(t) for t in tensors[n])
-            dist.send(torch.tensor([_OK, len(pieces)], dtype=torch.int64).to(wire), dst)
+            dist.send(torch.tensor([_OK, len(pieces), mode], dtype=torch.int64).to(wire), dst)
             dist.send(torch.frombuffer(bytearray(digests), dtype=torch.uint8).to(wire), dst)
-            for t in tensors[n]:
-                works.append((n, dist.isend(t, dst)))
+            if base is None:
+                out = tensors[n]
+            else:  # the element counts, then each piece's indices and values
+                counts = torch.tensor([i.numel() for i, _ in patches[n]], dtype=torch.int64)
+                dist.send(counts.to(wire), dst)
+                out = [t for i, v in patches[n] if i.numel() for t in (i, v)]
+            for t in out:
+                works.append((n, dist.isend(t.to(wire), dst)))
                 sent += t.numel() * t.element_size()
         except RuntimeError as e:
             raise Error("E_UPDATE_FAILED", f"trainer rank {rank}: sending to engine rank {n} "
@@ -182,24 +233,26 @@ def _numel(shape: Sequence[int]) -> int:
 
 
 def _receive_pieces(plan: TransferPlan, participant: Any, trainers: List[int],
-                    failure: Optional[str], stats: Dict[str, int]) -> Optional[str]:
-    """Headers, digests, reservations, the receives and the landings of this engine rank.
-    Returns the first failure (`failure` when given), naming the sender; after one, whatever
-    the live senders still send is drained into scratch buffers, so that none is left waiting."""
+                    failure: Optional[str], stats: Dict[str, int], mode: int) -> Optional[str]:
+    """Headers, digests, reservations (or patches), the receives and the landings of this
+    engine rank. Returns the first failure (`failure` when given), naming the sender; after one,
+    whatever the live senders still send is drained into scratch buffers, so that none is left
+    waiting."""
     n = participant.rank
     dtypes = {name: _TORCH_DTYPES[s["dtype"]] for name, s in plan.sources.items()}
     by_trainer: Dict[int, List[Piece]] = {}
     for piece in plan.pieces(engine=n):
         by_trainer.setdefault(piece[0], []).append(piece)
     live: Dict[int, List[Piece]] = {}  # the senders that will send their pieces
+    counts: Dict[int, List[int]] = {}  # delta senders: the changed elements of each piece
     wire = _wire_device()
     # Headers first: every digest is recorded (and every piece checked to belong here) before
     # any byte lands.
     for t, pieces in sorted(by_trainer.items()):
         try:
-            header = torch.zeros(2, dtype=torch.int64, device=wire)
+            header = torch.zeros(3, dtype=torch.int64, device=wire)
             dist.recv(header, trainers[t])
-            status, count = (int(v) for v in header.cpu())
+            status, count, sent_mode = (int(v) for v in header.cpu())
             if status != _OK:
                 msg = torch.empty(count, dtype=torch.uint8, device=wire)
                 dist.recv(msg, trainers[t])
@@ -207,6 +260,10 @@ def _receive_pieces(plan: TransferPlan, participant: Any, trainers: List[int],
                 continue
             digests = torch.empty(count * _DIGEST_BYTES, dtype=torch.uint8, device=wire)
             dist.recv(digests, trainers[t])
+            if sent_mode == _DELTA:
+                c = torch.empty(count, dtype=torch.int64, device=wire)
+                dist.recv(c, trainers[t])
+                counts[t] = [int(v) for v in c.cpu()]
         except RuntimeError as e:
             failure = failure or f"trainer rank {t}: no header ({e})"
             continue
@@ -216,6 +273,9 @@ def _receive_pieces(plan: TransferPlan, participant: Any, trainers: List[int],
                                   f"{len(pieces)}: it runs another plan")
             live[t] = []  # what it sends cannot be matched to the plan; it fails at its end
             continue
+        if sent_mode != mode:
+            failure = failure or (f"trainer rank {t} sends a {_MODES[sent_mode]} update, this "
+                                  f"rank receives a {_MODES[mode]} one")
         raw = bytes(digests.cpu().tolist())
         for i, (_, _, src, box) in enumerate(pieces):
             if failure is not None:
@@ -226,8 +286,16 @@ def _receive_pieces(plan: TransferPlan, participant: Any, trainers: List[int],
             except Error as e:
                 failure = e.message
     landings: List[Tuple[int, Optional[_Landing], Any]] = []
+    patches: List[Tuple[int, str, Box, torch.Tensor, torch.Tensor, List[Any]]] = []
     for t, pieces in sorted(live.items()):
-        for _, _, src, box in pieces:
+        for i, (_, _, src, box) in enumerate(pieces):
+            if t in counts:  # a delta sender: indices and values of the changed elements
+                k = counts[t][i]
+                idx = torch.empty(k, dtype=torch.int64, device=wire)
+                val = torch.empty(k, dtype=dtypes[src], device=wire)
+                works = [dist.irecv(idx, trainers[t]), dist.irecv(val, trainers[t])] if k else []
+                patches.append((t, src, box, idx, val, works))
+                continue
             landing = None
             if failure is None:
                 try:
@@ -255,15 +323,36 @@ def _receive_pieces(plan: TransferPlan, participant: Any, trainers: List[int],
                 landing.land(participant)
             except Error as e:
                 failure = e.message
+    for t, src, box, idx, val, works in patches:
+        try:
+            for w in works:
+                w.wait()
+        except RuntimeError as e:
+            failure = failure or (f"trainer rank {t}: the patch of source '{src}' piece "
+                                  f"{_box_str(box)} never arrived ({e})")
+            continue
+        if failure is None:
+            try:
+                participant.patch(src, idx, val, source_box=box)
+                stats["pieces"] += 1
+                stats["bytes"] += idx.numel() * 8 + val.numel() * val.element_size()
+                stats["patched"] = stats.get("patched", 0) + idx.numel()
+            except Error as e:
+                failure = e.message
     return failure
 
 
-def receive(plan: TransferPlan, group: Group, tx: str, *,
-            trainer_ranks: Optional[Sequence[int]] = None,
+def receive(plan: TransferPlan, group: Group, tx: str, *, kind: str = "full",
+            base: Optional[str] = None, trainer_ranks: Optional[Sequence[int]] = None,
             engine_ranks: Optional[Sequence[int]] = None, rollback: bool = False,
             expect_version: Optional[str] = None) -> Dict[str, Any]:
-    """Runs `plan` into this engine rank as one full transaction `tx` (collective over the
-    engine ranks' `group`, a wtx.torch_dist.Group whose rank is the engine rank).
+    """Runs `plan` into this engine rank as one transaction `tx` (collective over the engine
+    ranks' `group`, a wtx.torch_dist.Group whose rank is the engine rank).
+
+    kind "full": every piece whole. kind "delta" (the trainers call send(base=...)): a delta
+    transaction on `base` (default: this rank's committed version) over every source of the
+    plan, each piece a patch by piece (Participant.patch(source_box=...)) of the elements that
+    changed, and its digest that of the whole new piece, checked over the patched bytes.
 
     Returns the commit outcome (its "version" is the committed version hash), with "m2n":
     {"pieces", "bytes", "in_place" (received straight into live memory), "buffered"}. Raises
@@ -280,7 +369,14 @@ def receive(plan: TransferPlan, group: Group, tx: str, *,
         plan.check_engine(participant.rank, participant.manifest)
     except Error as e:
         failure = e.message
-    group.begin(tx, kind="full", rollback=rollback)
+    if kind not in ("full", "delta"):
+        raise Error("INVALID_ARGUMENT", f"kind: '{kind}' (full|delta)")
+    if kind == "delta":
+        base = base if base is not None else participant.status()["version"]
+        group.begin(tx, kind="delta", base=base, sources=sorted(plan.sources), rollback=rollback)
+    else:
+        group.begin(tx, kind="full", rollback=rollback)
     stats = {"pieces": 0, "bytes": 0, "in_place": 0, "buffered": 0}
-    failure = _receive_pieces(plan, participant, trainers, failure, stats)
+    failure = _receive_pieces(plan, participant, trainers, failure, stats,
+                              _DELTA if kind == "delta" else _FULL)
     return dict(decide_update(group, tx, failure, expect_version), m2n=stats)

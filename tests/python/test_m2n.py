@@ -107,9 +107,25 @@ def _trainer(rank, args, plan, sources):
         dist.isend = dying
     engines = args.get("engine_ranks")
     try:
-        return {"sent": wtx.m2n.send(plan, held, rank=rank, engine_ranks=engines)}
+        out = {"sent": wtx.m2n.send(plan, held, rank=rank, engine_ranks=engines)}
     except wtx.Error as e:
         return {"error": e.message}
+    if args.get("delta"):
+        new = {n: (_changed(t), box) for n, (t, box) in held.items()}
+        base = {n: t for n, (t, _) in held.items()}
+        if args.get("stale_base") == rank:  # believes the engine already has one new tensor
+            name = sorted(base)[0]
+            base[name] = new[name][0]
+        out["delta"] = wtx.m2n.send(plan, new, rank=rank, base=base, engine_ranks=engines)
+    return out
+
+
+def _changed(t):
+    """Every 7th element of a held tensor, plus one: the delta the tests send."""
+    out = t.clone()
+    flat = out.view(-1)
+    flat[::7] += 1
+    return out
 
 
 def _engine(n, args, plan, manifests, sources, group):
@@ -123,6 +139,20 @@ def _engine(n, args, plan, manifests, sources, group):
         out = wtx.m2n.receive(plan, g, "tx1", engine_ranks=args.get("engine_ranks"))
     except wtx.Aborted as e:
         return {"aborted": e.decision, "status": p.status(), "expected": expected}
+    if args.get("delta"):
+        k = args["k"]
+        patched = {name: t.clone() for name, t in sources.items()}
+        for t in range(k):  # what each trainer rank changes of what it holds
+            for name, (piece, box) in _held(args, t, sources).items():
+                wtx.slice_source(patched[name], box).copy_(_changed(piece))
+        full = out
+        try:
+            out = wtx.m2n.receive(plan, g, "tx2", kind="delta",
+                                  engine_ranks=args.get("engine_ranks"))
+        except wtx.Aborted as e:
+            return {"aborted": e.decision, "status": p.status(), "full": full}
+        return {"outcome": out, "status": p.status(), "full": full,
+                "expected": wtx.expected_version(manifests, patched)["version"]}
     return {"outcome": out, "status": p.status(), "expected": expected}
 
 
@@ -283,3 +313,29 @@ def test_DeltaByPiecesOnTheCommittedBase(tmp_path):
     out = c.commit("t2", expect_version=wtx.expected_version(ms, patched)["version"])
     assert out["outcome"] == "committed"
     assert out["version"] != base
+
+
+@pytest.mark.parametrize("model,trainer,tp,ep", [
+    ("tiny-llama", "fsdp:2", 2, 1),
+    ("tiny-qwen3-moe", "ep:2", 1, 4),
+    ("tiny-llama", "tp:2", 4, 1),
+])
+def test_DeltaByPiecesThroughTheRunnerCommitsThePatchedVersion(tmp_path, model, trainer, tp, ep):
+    k = int(trainer.split(":")[1])
+    trainers, engines, _ = _run(tmp_path, k, model=model, trainer=trainer, tp=tp, ep=ep,
+                                delta=True)
+    for e in engines:
+        assert e["outcome"]["outcome"] == "committed", e
+        assert e["outcome"]["version"] == e["expected"]
+        assert e["outcome"]["version"] != e["full"]["version"]
+        assert e["outcome"]["m2n"]["patched"] > 0
+    # Only the changed elements travel (a seventh, each as an int64 index and a bf16 value).
+    full = sum(t["sent"]["bytes"] for t in trainers)
+    delta = sum(t["delta"]["bytes"] for t in trainers)
+    assert delta < full * 0.8
+
+
+def test_DeltaOnABaseTheEngineDoesNotHoldAbortsOnTheDigest(tmp_path):
+    _, engines, _ = _run(tmp_path, 2, model="tiny-llama", trainer="fsdp:2", tp=2, delta=True,
+                         stale_base=1)
+    _aborted(engines, "E_VERSION_MISMATCH", ["from trainer rank 1: landed digest"])
