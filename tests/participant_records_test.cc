@@ -794,3 +794,17 @@ TEST_CASE("PreChangeJournalReplaysAndAcceptsNewTransaction") {
   CHECK(replayed.value()["dirty"] == false);
   CHECK(replayed.value()["txs"] == 4);
 }
+
+TEST_CASE("PatchByPieceRecordKeepsItsBoxAndRefusesAMalformedOne") {
+  PatchRecord p{"t1", "k_proj", 0, 1, 2, 2, 4, Box{{8, 16}, {0, 32}}};
+  nlohmann::json j = Encode(p);
+  auto back = DecodePatch(j);
+  REQUIRE(back.ok());
+  REQUIRE(back->source_box.has_value());
+  CHECK(*back->source_box == *p.source_box);
+  CHECK_FALSE(DecodePatch(Encode(PatchRecord{"t1", "k", 0, 1, 2, 2, 4})).value().source_box);
+  j["source_box"] = "rows 8..16";
+  auto bad = DecodePatch(j);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("source_box") != std::string::npos);
+}

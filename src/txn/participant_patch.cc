@@ -279,6 +279,7 @@ Status ParticipantImpl::PatchLocked(const PatchRequest& req) {
   rec.parts = req.parts;
   rec.indices = static_cast<int64_t>(req.indices.size());
   rec.applied = static_cast<int64_t>(targets.size());
+  rec.source_box = req.source_box;
   rec.ts = now;
   pending_.emplace_back(std::move(rec));
   if (pending_.size() >= kWriteRecordBatch) return FlushPending();

@@ -212,13 +212,15 @@ Result<WriteRecord> DecodeWriteJson(const json& j) {
 // ---- PATCH ----
 
 json Encode(const PatchRecord& r) {
-  return {{"type", ParticipantTypeJson(ParticipantRecordType::kPatch)},
-          {"tx", r.tx},
-          {"source", r.source},
-          {"part", {r.part, r.parts}},
-          {"indices", r.indices},
-          {"applied", r.applied},
-          {"ts", r.ts}};
+  json j = {{"type", ParticipantTypeJson(ParticipantRecordType::kPatch)},
+            {"tx", r.tx},
+            {"source", r.source},
+            {"part", {r.part, r.parts}},
+            {"indices", r.indices},
+            {"applied", r.applied},
+            {"ts", r.ts}};
+  if (r.source_box) j["source_box"] = BoxJson(*r.source_box);
+  return j;
 }
 
 Result<PatchRecord> DecodePatch(const json& j) {
@@ -238,6 +240,7 @@ Result<PatchRecord> DecodePatch(const json& j) {
   if (f.ok() && (r.indices < 0 || r.applied < 0)) {
     f.Fail(r.indices < 0 ? "indices" : "applied", "is negative");
   }
+  if (f.Has("source_box")) r.source_box = BoxAt(f, f.Array("source_box", true), "source_box");
   r.ts = f.OptInt("ts").value_or(0);
   return FieldsResult(f, std::move(r));
 }

@@ -89,6 +89,8 @@ struct PatchRecord {
   int64_t indices = 0;  // indices in the part
   int64_t applied = 0;  // of them, held by this rank (> 0: live bytes changed)
   int64_t ts = 0;
+  // A patch by piece (PatchRequest::source_box): its box, in source coordinates; part 0 of 1.
+  std::optional<Box> source_box = std::nullopt;
 };
 
 // Derived states refreshed (history only: staleness is process state).
