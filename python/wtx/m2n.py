@@ -12,8 +12,8 @@ the headers, digests and bounce buffers are device tensors, and a device piece i
 host to be digested; not yet run on a GPU):
 trainer rank t is global rank trainer_ranks[t] (default t), engine rank n is global rank
 engine_ranks[n] (default K + n). Between a trainer rank and an engine rank, the trainer sends a
-header (a status and the digest of each piece, wtx.piece_digest) and then the pieces, in plan
-order, with point-to-point sends. The engine rank checks the plan against its manifest, begins
+header (a status, the piece count and the mode, a hash of the plan's pieces between them, and
+the digest of each piece, wtx.piece_digest) and then the pieces, in plan order, with point-to-point sends. The engine rank checks the plan against its manifest, begins
 the transaction on every engine rank, records each digest (Participant.expect_piece) before
 any byte lands, receives each piece straight into reserved live memory where the piece is one
 contiguous run of one shard (into a buffer copied into the reserved views otherwise), and
@@ -22,6 +22,7 @@ produce its pieces, a piece that never arrived, a digest that differs from the l
 aborts the transaction on all of them, and receive raises wtx.Aborted naming the rank and cause.
 """
 
+import hashlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
@@ -69,6 +70,15 @@ def _wire_device() -> torch.device:
 def _host_digest(t: torch.Tensor) -> bytes:
     """wtx.piece_digest of a tensor on any device (a device piece is copied to the host)."""
     return bytes.fromhex(piece_digest(t if t.device.type == "cpu" else t.cpu()))
+
+
+def _pair_digest(pieces: Sequence[Piece]) -> bytes:
+    """What a trainer rank and an engine rank agree on before any piece moves: a hash of the
+    plan's pieces between them (sources and boxes, in order)."""
+    h = hashlib.blake2b(digest_size=_DIGEST_BYTES)
+    for _, _, src, box in pieces:
+        h.update(repr((src, [tuple(r) for r in box])).encode())
+    return h.digest()
 
 
 def _box_str(box: Box) -> str:
@@ -175,7 +185,7 @@ def send(plan: TransferPlan, held: Mapping[str, Tuple[torch.Tensor, Box]], *, ra
                           dst)
                 dist.send(msg.to(wire), dst)
                 continue
-            digests = b"".join(_host_digest(t) for t in tensors[n])
+            digests = _pair_digest(pieces) + b"".join(_host_digest(t) for t in tensors[n])
             dist.send(torch.tensor([_OK, len(pieces), mode], dtype=torch.int64).to(wire), dst)
             dist.send(torch.frombuffer(bytearray(digests), dtype=torch.uint8).to(wire), dst)
             if base is None:
@@ -258,7 +268,7 @@ def _receive_pieces(plan: TransferPlan, participant: Any, trainers: List[int],
                 dist.recv(msg, trainers[t])
                 failure = failure or bytes(msg.cpu().tolist()).decode(errors="replace")
                 continue
-            digests = torch.empty(count * _DIGEST_BYTES, dtype=torch.uint8, device=wire)
+            digests = torch.empty((count + 1) * _DIGEST_BYTES, dtype=torch.uint8, device=wire)
             dist.recv(digests, trainers[t])
             if sent_mode == _DELTA:
                 c = torch.empty(count, dtype=torch.int64, device=wire)
@@ -268,15 +278,16 @@ def _receive_pieces(plan: TransferPlan, participant: Any, trainers: List[int],
             failure = failure or f"trainer rank {t}: no header ({e})"
             continue
         live[t] = pieces
-        if count != len(pieces):
+        raw = bytes(digests.cpu().tolist())
+        if count != len(pieces) or raw[:_DIGEST_BYTES] != _pair_digest(pieces):
             failure = failure or (f"trainer rank {t} sends {count} pieces, the plan "
-                                  f"{len(pieces)}: it runs another plan")
+                                  f"{len(pieces)}, or other boxes: it runs another plan")
             live[t] = []  # what it sends cannot be matched to the plan; it fails at its end
             continue
+        raw = raw[_DIGEST_BYTES:]
         if sent_mode != mode:
             failure = failure or (f"trainer rank {t} sends a {_MODES[sent_mode]} update, this "
                                   f"rank receives a {_MODES[mode]} one")
-        raw = bytes(digests.cpu().tolist())
         for i, (_, _, src, box) in enumerate(pieces):
             if failure is not None:
                 break
