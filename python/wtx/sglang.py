@@ -31,8 +31,9 @@ import torch.distributed as dist
 
 from . import Aborted, Error, Manifest, Participant
 from .torch_dist import Group
-from .vllm._engine import (EXPECTED_VERSION_NAME, _UpdateState, _version_of, abort_quietly,
-                           decide_update, default_tx, expected_version_tensor, load_one)
+from .vllm._engine import (EXPECTED_VERSION_NAME, InPlaceReceiver, _UpdateState, _version_of,
+                           abort_quietly, decide_update, default_tx, expected_version_tensor,
+                           load_one)
 from .vllm._extension import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 
 __all__ = ["WtxSglangAdapter", "EXPECTED_VERSION_NAME", "expected_version_tensor"]
@@ -62,6 +63,8 @@ class WtxSglangAdapter(_UpdateState):
         self._expected: Optional[str] = None
         self._bracketed = False
         self._updates = 0
+        self._kind = "full"
+        self._receiver = InPlaceReceiver()  # broadcast full tensors received into live memory
 
     def init_wtx(self, journal_dir: str, coordinator_journal: Optional[str] = None,
                  group: Any = None, load: str = "write_source",
@@ -157,7 +160,8 @@ class WtxSglangAdapter(_UpdateState):
 
         def received() -> Iterable[Tuple[str, Any]]:
             for name, dtype, shape in zip(names, dts, shapes):
-                t = torch.empty(list(shape), dtype=dtype)
+                into = self._receive_into(name, dtype, list(shape))
+                t = into if into is not None else torch.empty(list(shape), dtype=dtype)
                 dist.broadcast(t.view(torch.uint8) if t.dtype == torch.bfloat16 else t,
                                src=src, group=group)
                 yield name, t
@@ -210,6 +214,22 @@ class WtxSglangAdapter(_UpdateState):
         tx = tx or default_tx("sglang", self._p, self._updates)
         self._g.begin(tx, kind=kind, base=base, modules=modules, sources=sources)
         self._tx = tx
+        self._kind = kind
+        self._receiver.reset()
+
+    def _receive_into(self, name: str, dtype: torch.dtype,
+                      shape: List[int]) -> Optional[torch.Tensor]:
+        """Where a broadcast full tensor is received: straight into live memory where the
+        rank holds it as one contiguous run (wtx.vllm._engine.InPlaceReceiver; writes by name
+        only), else None (a fresh buffer)."""
+        if (self._failure is not None or self._tx is None or self._kind == "delta" or
+                self._load != "write_source"):
+            return None
+        try:
+            return self._receiver.destination(self._p, name, dtype, shape)
+        except Exception as e:
+            self._failure = f"{name}: {type(e).__name__}: {e}"
+            return None
 
     def _update(self, items: Iterable[Tuple[str, Any]], label: Optional[str],
                 expected: Optional[str]) -> Tuple[bool, str]:
@@ -227,7 +247,10 @@ class WtxSglangAdapter(_UpdateState):
                     self._expected = _version_of(value)
                 elif self._failure is None:  # after a failure: drained, not written
                     try:
-                        load_one(self._p, self.model, self._load, name, value)
+                        if self._receiver.owns(name):
+                            self._receiver.land(self._p, name, value)
+                        else:
+                            load_one(self._p, self.model, self._load, name, value)
                     except Exception as e:
                         self._failure = f"{name}: {type(e).__name__}: {e}"
         except Exception as e:  # the transport itself (the trainer gone)

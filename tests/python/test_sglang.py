@@ -44,6 +44,7 @@ def engine(rank, args):
     everyone = [None] * 3
     dist.all_gather_object(everyone, a.participant.manifest.to_json())
     log = []
+    received = []  # per call: sources received straight into live memory, and through a buffer
     while True:
         box = [None]
         try:
@@ -54,7 +55,9 @@ def engine(rank, args):
         if method == "exit":
             break
         log.append((method, getattr(a, method)(**kw), a.weight_version))
-    return {"log": log, "status": a.participant.status(), "logits": model(IDS)}
+        received.append((a._receiver.in_place, a._receiver.buffered))
+    return {"log": log, "status": a.participant.status(), "logits": model(IDS),
+            "received": received}
 
 
 def _call(method, **kw):
@@ -118,6 +121,10 @@ def test_DistributedAndTensorUpdatesCommitAndReportTheCommittedVersion(tmp_path)
             assert ok, msg
             assert version == t[i]["version"] and t[i]["version"] in msg
         assert results[r]["status"]["committed_tx"] == "step-2"  # the label is the tx id
+        # The broadcast: replicated tensors (norms) land straight in live memory; TP slices of
+        # a full tensor through a buffer copied into the reserved views.
+        in_place, buffered = results[r]["received"][0]
+        assert in_place > 0 and buffered > 0
         assert results[r]["status"]["serving"] is True
         assert torch.allclose(results[r]["logits"], t[1]["ref"], atol=2e-2, rtol=2e-2)
         # update_weights_from_disk is refused, naming why; nothing changed.

@@ -287,17 +287,8 @@ class WtxWeightTransferEngine(_UpdateState, _vllm_engine_base()):  # type: ignor
         self._expected: Optional[str] = None
         self._updates = 0
         self._writes = _Pipeline(self._fail)
-        # Sources being received straight into live memory: name -> their reservations.
-        self._in_place: Dict[str, List[Dict[str, Any]]] = {}
+        self._receiver = InPlaceReceiver()  # full sources received into live memory
         self._kind = "full"
-        # Of the current update: sources received straight into live memory / into a buffer
-        # then copied into reserved views (inner transports with a destination hook).
-        self.received_in_place = 0
-        self.received_reserved = 0
-        # Whether full tensors are received straight into live memory where the inner
-        # transport offers a destination hook (torch_broadcast); False: written by name
-        # (received into the transport's buffer, then copied and hashed in one pass).
-        self.receive_in_place = True
 
     # -- parsing ---------------------------------------------------------------------------
 
@@ -584,56 +575,41 @@ class WtxWeightTransferEngine(_UpdateState, _vllm_engine_base()):  # type: ignor
                          verify=w.get("verify", "touched"))
         self._tx = tx
         self._kind = w.get("kind", "full")
-        self._in_place = {}
-        self.received_in_place = self.received_reserved = 0
+        self._receiver.reset()
 
     def _destination(self, name: str, dtype: torch.dtype,
                      shape: List[int]) -> Optional[torch.Tensor]:
-        """Where an inner transport with a `destination` hook receives a full source tensor:
-        the live memory of the one shard that is all of it, reserved (a full or partial update,
-        the live dtype, one contiguous run); None (a fresh buffer) otherwise. A source reserved
-        in several parts is also received into a buffer, and its parts copied into the reserved
-        views by _load."""
-        if (not self.receive_in_place or self._failure is not None or self._tx is None or
-                name == EXPECTED_VERSION_NAME):
-            return None
-        if self._kind == "delta" or name in self._in_place:
+        """The inner transport's destination hook: see InPlaceReceiver (a full or partial
+        update that has not failed)."""
+        if self._failure is not None or self._tx is None or self._kind == "delta":
             return None
         try:
-            shards = self._p.manifest.source_shards(name)
-            if not shards or list(shards[0]["source_shape"]) != list(shape):
-                return None  # written by name instead, which names the difference
-            # By source box (the whole source): each reservation names the part it holds.
-            reserved = self._p.reserve_source(name, source_box=[[0, d] for d in shape])
-        except Error:
-            return None  # written by name instead: its error (if any) is raised there
+            return self._receiver.destination(self._p, name, dtype, shape)
         except BaseException as e:  # recorded: the transport still receives into a buffer
             self._fail(e)
             return None
-        if not reserved:
-            return None
-        self._in_place[name] = reserved
-        views = [r["view"] for r in reserved]
-        n = 1
-        for d in shape:
-            n *= d
-        if (len(views) == 1 and views[0].dtype == dtype and views[0].is_contiguous() and
-                views[0].numel() == n):
-            self.received_in_place += 1
-            return views[0].view(shape)
-        self.received_reserved += 1
-        return None
 
-    def _land(self, name: str, value: Any) -> None:
-        """A source _destination reserved: copies the parts a buffer received into their
-        reserved views (nothing when it was received in place), then lands it."""
-        reserved = self._in_place.pop(name)
-        for r in reserved:
-            view = r["view"]
-            if view.data_ptr() == value.data_ptr() and view.numel() == value.numel():
-                continue  # received in place
-            view.copy_(value[tuple(slice(b, e) for b, e in r["source_box"])].reshape(view.shape))
-        self._p.landed_source(name, source_box=[[0, d] for d in value.shape])
+    @property
+    def receive_in_place(self) -> bool:
+        """Whether full tensors are received straight into live memory where the inner
+        transport offers a destination hook (torch_broadcast); False: written by name
+        (received into the transport's buffer, then copied and hashed in one pass)."""
+        return self._receiver.enabled
+
+    @receive_in_place.setter
+    def receive_in_place(self, on: bool) -> None:
+        self._receiver.enabled = bool(on)
+
+    @property
+    def received_in_place(self) -> int:
+        """Sources of the current update received straight into live memory."""
+        return self._receiver.in_place
+
+    @property
+    def received_reserved(self) -> int:
+        """Sources of the current update reserved, received into a buffer, then copied into
+        their reserved views (a source split over several shards of this rank)."""
+        return self._receiver.buffered
 
     def _load(self, weights: Iterable[Tuple[str, Any]]) -> set:
         """What the inner engine loads: each item through wtx. Returns the names loaded.
@@ -654,9 +630,9 @@ class WtxWeightTransferEngine(_UpdateState, _vllm_engine_base()):  # type: ignor
                 continue
             if self._failure is not None:
                 continue  # drained, not written
-            if name in self._in_place:
+            if self._receiver.owns(name):
                 try:
-                    self._land(name, value)
+                    self._receiver.land(p, name, value)
                 except BaseException as e:
                     self._fail(e)
                     continue
@@ -672,6 +648,71 @@ class WtxWeightTransferEngine(_UpdateState, _vllm_engine_base()):  # type: ignor
                     continue
             loaded.add(name)
         return loaded
+
+
+class InPlaceReceiver:
+    """Full source tensors received straight into live memory (the vLLM backend's inner
+    transports with a destination hook, the SGLang adapter's broadcasts).
+
+    destination() reserves a full source (Participant.reserve_source by its whole source box)
+    and returns where to receive it: the live view, when the rank holds all of it as one
+    contiguous run of one shard in the dtype sent; None (a buffer) otherwise, the reservation
+    kept so that land() copies each reserved part out of the buffer. land() then reports the
+    source landed. A name or shape that differs from the manifest, or a reservation wtx refuses,
+    is not reserved (None): the caller writes it by name, which names the error. Counts:
+    in_place, buffered (reserved, received into a buffer)."""
+
+    def __init__(self) -> None:
+        self.enabled = True
+        self.reserved: Dict[str, List[Dict[str, Any]]] = {}
+        self.in_place = 0
+        self.buffered = 0
+
+    def reset(self) -> None:
+        """A new update: nothing reserved, counts zero."""
+        self.reserved = {}
+        self.in_place = self.buffered = 0
+
+    def destination(self, p: Participant, name: str, dtype: torch.dtype,
+                    shape: List[int]) -> Optional[torch.Tensor]:
+        """Where to receive full source `name` (see the class). Raises only what is not a
+        wtx.Error (a wtx refusal means: write it by name)."""
+        if not self.enabled or name == EXPECTED_VERSION_NAME or name in self.reserved:
+            return None
+        try:
+            shards = p.manifest.source_shards(name)
+            if not shards or list(shards[0]["source_shape"]) != list(shape):
+                return None
+            reserved = p.reserve_source(name, source_box=[[0, d] for d in shape])
+        except Error:
+            return None
+        if not reserved:
+            return None
+        self.reserved[name] = reserved
+        views = [r["view"] for r in reserved]
+        n = 1
+        for d in shape:
+            n *= d
+        if (len(views) == 1 and views[0].dtype == dtype and views[0].is_contiguous() and
+                views[0].numel() == n):
+            self.in_place += 1
+            return views[0].view(shape)
+        self.buffered += 1
+        return None
+
+    def owns(self, name: str) -> bool:
+        """Whether `name` was reserved by destination() and awaits land()."""
+        return name in self.reserved
+
+    def land(self, p: Participant, name: str, value: torch.Tensor) -> None:
+        """Copies the parts a buffer received into their reserved views (nothing when `value`
+        is the live view itself), then reports the source landed."""
+        for r in self.reserved.pop(name):
+            view = r["view"]
+            if view.data_ptr() == value.data_ptr() and view.numel() == value.numel():
+                continue  # received in place
+            view.copy_(value[tuple(slice(b, e) for b, e in r["source_box"])].reshape(view.shape))
+        p.landed_source(name, source_box=[[0, d] for d in value.shape])
 
 
 class _Pipeline:
