@@ -50,9 +50,10 @@ class TrainerSharding {
   // intersects `region`, in rank order. The boxes of one rank are disjoint.
   virtual void ForEachHolder(std::string_view source, const Shape& shape, const Box& region,
                              const std::function<void(int, const Box&)>& fn) const = 0;
-  // Checks the sharding against the sources the engine holds (name -> shape): OK, or
-  // kInvalidArgument naming the trainer rank, source and box that do not fit.
-  virtual Status Check(const std::map<std::string, Shape, std::less<>>& sources) const {
+  // Checks the sharding against the sources the engine holds (`shape_of(name)`: the source's
+  // shape, or null when no engine rank holds it): OK, or kInvalidArgument naming the trainer
+  // rank, source and box that do not fit.
+  virtual Status Check(const std::function<const Shape*(std::string_view)>& shape_of) const {
     return Status::OK();
   }
 };
@@ -99,7 +100,7 @@ struct TransferPlan {
   int engine_ranks = 0;
   std::vector<std::string> engine_fingerprints;  // Manifest::Fingerprint() per engine rank
   std::vector<std::string> engine_layouts;       // EngineLayoutDigest() per engine rank
-  std::vector<PlannedSource> sources;            // sorted by name
+  std::vector<PlannedSource> sources;            // in the order the engine ranks name them
   std::vector<PlannedPiece> pieces;  // by engine rank, then source order, then trainer rank
   std::vector<Range> ranges;         // the pieces' boxes, back to back
 
@@ -109,6 +110,12 @@ struct TransferPlan {
   // Bytes each trainer rank sends / each engine rank receives.
   std::vector<int64_t> BytesPerTrainer() const;
   std::vector<int64_t> BytesPerEngine() const;
+  // All three in one pass over the pieces.
+  struct Sizes {
+    int64_t total = 0;
+    std::vector<int64_t> per_trainer, per_engine;
+  };
+  Sizes BytesByRank() const;
   // The plan as JSON (docs/m2n.md, "Plan format"); PlanFromJson reads it back, refusing
   // anything malformed naming the field (and the piece index).
   nlohmann::json ToJson() const;

@@ -76,24 +76,24 @@ class Indexed : public TrainerSharding {
 class Explicit final : public Indexed {
  public:
   using Indexed::Indexed;
-  Status Check(const std::map<std::string, Shape, std::less<>>& sources) const override {
+  Status Check(const std::function<const Shape*(std::string_view)>& shape_of) const override {
     // Sorted, so the first problem named is the same on every run.
     std::vector<std::string_view> names;
     for (const auto& [name, held] : index_) names.push_back(name);
     std::sort(names.begin(), names.end());
     for (std::string_view name : names) {
       const auto& held = index_.find(name)->second;
-      auto shape = sources.find(name);
+      const Shape* shape = shape_of(name);
       for (size_t i = 0; i < held.size(); ++i) {
         const auto& [rank, box] = held[i];
         const std::string where = spec() + ": trainer rank " + std::to_string(rank) + " source '" +
                                   std::string(name) + "' box " + BoxToString(box);
-        if (shape == sources.end()) {
+        if (shape == nullptr) {
           return Status::InvalidArgument(where + ": no engine rank holds this source");
         }
-        if (!BoxInsideShape(box, shape->second) || BoxIsEmpty(box)) {
+        if (!BoxInsideShape(box, *shape) || BoxIsEmpty(box)) {
           return Status::InvalidArgument(where + ": outside the source (shape " +
-                                         ShapeToString(shape->second) + ")");
+                                         ShapeToString(*shape) + ")");
         }
         for (size_t j = 0; j < i; ++j) {
           if (held[j].first == rank && Overlaps(held[j].second, box)) {

@@ -13,56 +13,40 @@
 namespace wtx {
 namespace {
 
-// The sources the engine ranks hold, sorted by name, with one shape and one live dtype each;
-// (*shard_source)[n] lists, for engine rank n's non-padding shards in manifest order, the index
-// of their source in *out (one hash lookup per shard, here only).
+// The sources the engine ranks hold, in the order they name them (engine rank 0's manifest
+// order, then what later ranks add), with one shape and one live dtype each; *index finds them
+// by name; (*shard_source)[n] lists, for engine rank n's non-padding shards in manifest order,
+// the index of their source (one hash lookup per shard, here only).
 Status CollectSources(std::span<const ManifestPtr> engine, std::vector<PlannedSource>* out,
-                      std::map<std::string, Shape, std::less<>>* shapes,
+                      std::unordered_map<std::string_view, uint32_t>* index,
                       std::vector<std::vector<uint32_t>>* shard_source) {
-  struct Seen {
-    size_t index;  // into *out
-    int rank;      // the first engine rank that holds it
-  };
-  std::unordered_map<std::string_view, Seen> seen;
+  std::vector<int> first_rank;  // the first engine rank that holds each source
   shard_source->assign(engine.size(), {});
+  index->reserve(engine[0]->TotalShards() * 2);
   for (size_t n = 0; n < engine.size(); ++n) {
+    (*shard_source)[n].reserve(engine[n]->TotalShards());
     for (const ParamSpec& p : engine[n]->params()) {
       for (const ShardSpec& s : p.shards) {
         if (s.padding) continue;
-        auto [it, added] = seen.try_emplace(s.source, Seen{out->size(), static_cast<int>(n)});
-        (*shard_source)[n].push_back(static_cast<uint32_t>(it->second.index));
+        auto [it, added] = index->try_emplace(s.source, static_cast<uint32_t>(out->size()));
+        (*shard_source)[n].push_back(it->second);
         if (added) {
           out->push_back(PlannedSource{s.source, s.source_shape, p.dtype});
+          first_rank.push_back(static_cast<int>(n));
           continue;
         }
-        const PlannedSource& first = (*out)[it->second.index];
+        const PlannedSource& first = (*out)[it->second];
         if (first.shape != s.source_shape || first.dtype != p.dtype) {
           return Status::InvalidArgument(
               "source '" + s.source + "' is " + ShapeToString(s.source_shape) + " " +
               std::string(DTypeName(p.dtype)) + " on engine rank " + std::to_string(n) + " but " +
               ShapeToString(first.shape) + " " + std::string(DTypeName(first.dtype)) +
-              " on engine rank " + std::to_string(it->second.rank) +
+              " on engine rank " + std::to_string(first_rank[it->second]) +
               ": the engine ranks are not one model");
         }
       }
     }
   }
-  // Sorted by name; the shards' indices follow the permutation.
-  std::vector<uint32_t> order(out->size()), rank_of(out->size());
-  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](uint32_t a, uint32_t b) { return (*out)[a].name < (*out)[b].name; });
-  std::vector<PlannedSource> sorted;
-  sorted.reserve(out->size());
-  for (uint32_t i = 0; i < order.size(); ++i) {
-    rank_of[order[i]] = i;
-    sorted.push_back(std::move((*out)[order[i]]));
-  }
-  out->swap(sorted);
-  for (auto& v : *shard_source) {
-    for (uint32_t& i : v) i = rank_of[i];
-  }
-  for (const PlannedSource& src : *out) shapes->emplace_hint(shapes->end(), src.name, src.shape);
   return Status::OK();
 }
 
@@ -143,23 +127,24 @@ int64_t TransferPlan::BytesOf(size_t piece) const {
   return n * static_cast<int64_t>(DTypeSize(s.dtype));
 }
 
-int64_t TransferPlan::TotalBytes() const {
-  int64_t total = 0;
-  for (size_t i = 0; i < pieces.size(); ++i) total += BytesOf(i);
-  return total;
-}
-
-std::vector<int64_t> TransferPlan::BytesPerTrainer() const {
-  std::vector<int64_t> out(trainer_ranks, 0);
-  for (size_t i = 0; i < pieces.size(); ++i) out[pieces[i].trainer] += BytesOf(i);
+TransferPlan::Sizes TransferPlan::BytesByRank() const {
+  Sizes out;
+  out.per_trainer.assign(trainer_ranks, 0);
+  out.per_engine.assign(engine_ranks, 0);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const int64_t b = BytesOf(i);
+    out.total += b;
+    out.per_trainer[pieces[i].trainer] += b;
+    out.per_engine[pieces[i].engine] += b;
+  }
   return out;
 }
 
-std::vector<int64_t> TransferPlan::BytesPerEngine() const {
-  std::vector<int64_t> out(engine_ranks, 0);
-  for (size_t i = 0; i < pieces.size(); ++i) out[pieces[i].engine] += BytesOf(i);
-  return out;
-}
+int64_t TransferPlan::TotalBytes() const { return BytesByRank().total; }
+
+std::vector<int64_t> TransferPlan::BytesPerTrainer() const { return BytesByRank().per_trainer; }
+
+std::vector<int64_t> TransferPlan::BytesPerEngine() const { return BytesByRank().per_engine; }
 
 std::string EngineLayoutDigest(const Manifest& m) {
   Hasher128 h;
@@ -201,6 +186,80 @@ Status CheckPlanForEngine(const TransferPlan& plan, int rank, const Manifest& m)
   return Status::OK();
 }
 
+namespace {
+
+// Plans engine rank `n`, appending its pieces to *pieces and their boxes to *ranges: what it
+// needs of each source, as disjoint boxes (a source feeding two shards the same way is needed
+// once), each covered by the trainer ranks' holdings in turn.
+Status PlanEngineRank(const TrainerSharding& trainer, const Manifest& m, size_t n,
+                      const std::vector<PlannedSource>& sources,
+                      const std::vector<uint32_t>& shard_source, std::vector<PlannedPiece>* pieces,
+                      std::vector<Range>* ranges) {
+  std::map<uint32_t, std::vector<Box>> need;
+  std::vector<Box> rest_boxes, next_boxes;
+  size_t shard = 0;
+  for (const ParamSpec& p : m.params()) {
+    for (const ShardSpec& s : p.shards) {
+      if (s.padding) continue;
+      const uint32_t src = shard_source[shard++];
+      if (BoxIsEmpty(s.source_box)) continue;
+      std::vector<Box>& have = need[src];
+      rest_boxes.assign(1, s.source_box);
+      for (const Box& h : have) {
+        next_boxes.clear();
+        for (const Box& r : rest_boxes) SubtractBox(r, h, &next_boxes);
+        rest_boxes.swap(next_boxes);
+      }
+      have.insert(have.end(), rest_boxes.begin(), rest_boxes.end());
+    }
+  }
+  const int first = static_cast<int>(n % static_cast<size_t>(trainer.ranks()));
+  std::vector<std::pair<int, FlatBox>> holders;
+  std::vector<FlatBox> remaining, next;
+  for (const auto& [src, boxes] : need) {
+    const PlannedSource& ps = sources[src];
+    for (const Box& b : boxes) {
+      holders.clear();
+      trainer.ForEachHolder(ps.name, ps.shape, b,
+                            [&](int r, const Box& held) { holders.emplace_back(r, ToFlat(held)); });
+      // Holders from rank `first` on, then the ones before it (they come in rank order): a
+      // replicated tensor's senders rotate with the engine rank.
+      const size_t start =
+          static_cast<size_t>(std::find_if(holders.begin(), holders.end(),
+                                           [&](const auto& h) { return h.first >= first; }) -
+                              holders.begin());
+      remaining.assign(1, ToFlat(b));
+      FlatBox piece;
+      for (size_t i = 0; i < holders.size() && !remaining.empty(); ++i) {
+        const auto& [r, held] = holders[(start + i) % holders.size()];
+        next.clear();
+        for (const FlatBox& rest : remaining) {
+          if (!IntersectFlat(rest, held, &piece)) {
+            next.push_back(rest);
+            continue;
+          }
+          pieces->push_back(
+              {r, static_cast<int32_t>(n), src, static_cast<uint32_t>(ranges->size())});
+          for (size_t d = 0; d < piece.dims; ++d) {
+            ranges->push_back({piece.r[d].begin, piece.r[d].end});
+          }
+          SubtractFlat(rest, held, &next);
+        }
+        remaining.swap(next);
+      }
+      if (!remaining.empty()) {
+        return Status::InvalidArgument("transfer plan: no trainer rank of '" + trainer.spec() +
+                                       "' holds source '" + ps.name + "' box " +
+                                       BoxToString(remaining[0].ToBox()) +
+                                       " (needed by engine rank " + std::to_string(n) + ")");
+      }
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<TransferPlan> PlanTransfer(const TrainerSharding& trainer,
                                   std::span<const ManifestPtr> engine) {
   if (engine.empty()) return Status::InvalidArgument("transfer plan: no engine rank");
@@ -208,80 +267,18 @@ Result<TransferPlan> PlanTransfer(const TrainerSharding& trainer,
   plan.trainer_spec = trainer.spec();
   plan.trainer_ranks = trainer.ranks();
   plan.engine_ranks = static_cast<int>(engine.size());
-  std::map<std::string, Shape, std::less<>> shapes;
+  std::unordered_map<std::string_view, uint32_t> index;
   std::vector<std::vector<uint32_t>> shard_source;
-  WTX_RETURN_IF_ERROR(CollectSources(engine, &plan.sources, &shapes, &shard_source));
-  WTX_RETURN_IF_ERROR(trainer.Check(shapes));
-
-  const int k = trainer.ranks();
-  std::vector<std::pair<int, FlatBox>> holders;
-  std::vector<Box> rest_boxes, next_boxes;
-  std::vector<FlatBox> remaining, next;
+  WTX_RETURN_IF_ERROR(CollectSources(engine, &plan.sources, &index, &shard_source));
+  WTX_RETURN_IF_ERROR(trainer.Check([&](std::string_view name) -> const Shape* {
+    auto it = index.find(name);
+    return it == index.end() ? nullptr : &plan.sources[it->second].shape;
+  }));
   for (size_t n = 0; n < engine.size(); ++n) {
-    const Manifest& m = *engine[n];
-    plan.engine_fingerprints.push_back(m.Fingerprint());
-    plan.engine_layouts.push_back(EngineLayoutDigest(m));
-    // What this rank needs of each source, as disjoint boxes (a source feeding two shards the
-    // same way is needed once).
-    std::map<uint32_t, std::vector<Box>> need;
-    size_t shard = 0;
-    for (const ParamSpec& p : m.params()) {
-      for (const ShardSpec& s : p.shards) {
-        if (s.padding) continue;
-        const uint32_t src = shard_source[n][shard++];
-        if (BoxIsEmpty(s.source_box)) continue;
-        std::vector<Box>& have = need[src];
-        rest_boxes.assign(1, s.source_box);
-        for (const Box& h : have) {
-          next_boxes.clear();
-          for (const Box& r : rest_boxes) SubtractBox(r, h, &next_boxes);
-          rest_boxes.swap(next_boxes);
-        }
-        have.insert(have.end(), rest_boxes.begin(), rest_boxes.end());
-      }
-    }
-    const int first = static_cast<int>(n % static_cast<size_t>(k));
-    for (const auto& [src, boxes] : need) {
-      const PlannedSource& ps = plan.sources[src];
-      for (const Box& b : boxes) {
-        holders.clear();
-        trainer.ForEachHolder(ps.name, ps.shape, b, [&](int r, const Box& held) {
-          holders.emplace_back(r, ToFlat(held));
-        });
-        // Holders from rank `first` on, then the ones before it (they come in rank order): a
-        // replicated tensor's senders rotate with the engine rank.
-        const size_t start =
-            static_cast<size_t>(std::find_if(holders.begin(), holders.end(),
-                                             [&](const auto& h) { return h.first >= first; }) -
-                                holders.begin());
-        remaining.assign(1, ToFlat(b));
-        FlatBox piece;
-        for (size_t i = 0; i < holders.size() && !remaining.empty(); ++i) {
-          const auto& [r, held] = holders[(start + i) % holders.size()];
-          next.clear();
-          for (const FlatBox& rest : remaining) {
-            if (!IntersectFlat(rest, held, &piece)) {
-              next.push_back(rest);
-              continue;
-            }
-            plan.pieces.push_back(
-                {r, static_cast<int32_t>(n), src, static_cast<uint32_t>(plan.ranges.size())});
-            for (size_t d = 0; d < piece.dims; ++d) {
-              plan.ranges.push_back({piece.r[d].begin, piece.r[d].end});
-            }
-            SubtractFlat(rest, held, &next);
-          }
-          remaining.swap(next);
-        }
-        if (!remaining.empty()) {
-          const FlatBox& gap = remaining[0];
-          return Status::InvalidArgument("transfer plan: no trainer rank of '" + trainer.spec() +
-                                         "' holds source '" + ps.name + "' box " +
-                                         BoxToString(gap.ToBox()) + " (needed by engine rank " +
-                                         std::to_string(n) + ")");
-        }
-      }
-    }
+    plan.engine_fingerprints.push_back(engine[n]->Fingerprint());
+    plan.engine_layouts.push_back(EngineLayoutDigest(*engine[n]));
+    WTX_RETURN_IF_ERROR(PlanEngineRank(trainer, *engine[n], n, plan.sources, shard_source[n],
+                                       &plan.pieces, &plan.ranges));
     if (n == 0) {  // the other ranks need about as many pieces: grow once, not by doubling
       plan.pieces.reserve(plan.pieces.size() * engine.size() + plan.pieces.size() / 4);
       plan.ranges.reserve(plan.ranges.size() * engine.size() + plan.ranges.size() / 4);

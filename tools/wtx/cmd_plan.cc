@@ -1,12 +1,14 @@
 // `wtx plan`: the transfer plan of an M-to-N update (docs/m2n.md) from a sharded trainer into
 // the engine ranks of a Hugging Face model, as a summary or as the plan's JSON.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -61,10 +63,24 @@ int RunPlan(const PlanArgs& a) {
   if (!read.ok()) return PlanFail(read.status().message());
   const nlohmann::json& config = read.value();
   const auto t0 = std::chrono::steady_clock::now();
+  // The engine ranks' manifests, laid out on up to one thread per core (pure functions).
+  const int ranks = options.GroupSize();
+  std::vector<Result<ManifestPtr>> laid(ranks, Status::InvalidArgument("not laid out"));
+  std::atomic<int> next{0};
+  auto lay_out = [&] {
+    for (int r = next++; r < ranks; r = next++) {
+      HfManifestOptions o = options;
+      o.rank = r;
+      laid[r] = ManifestFromHfConfig(config, o);
+    }
+  };
+  std::vector<std::thread> pool;
+  const int threads = std::min<int>(ranks, std::max(1u, std::thread::hardware_concurrency()));
+  for (int t = 1; t < threads; ++t) pool.emplace_back(lay_out);
+  lay_out();
+  for (std::thread& t : pool) t.join();
   std::vector<ManifestPtr> engine;
-  for (int r = 0; r < options.GroupSize(); ++r) {
-    options.rank = r;
-    auto m = ManifestFromHfConfig(config, options);
+  for (Result<ManifestPtr>& m : laid) {
     if (!m.ok()) return PlanFail(FlagMessage(m.status()));
     engine.push_back(std::move(m).value());
   }
@@ -86,7 +102,8 @@ int RunPlan(const PlanArgs& a) {
     std::cout << plan->ToJson().dump() << "\n";
     return kExitOk;
   }
-  const int64_t bytes = plan->TotalBytes();
+  const TransferPlan::Sizes sizes = plan->BytesByRank();
+  const int64_t bytes = sizes.total;
   const int64_t live = SourcedLiveBytes(engine);
   std::ostringstream o;
   o << config.value("model_type", "") << " (" << a.hf.hf_config << "): trainer " << a.trainer
@@ -97,8 +114,8 @@ int RunPlan(const PlanArgs& a) {
     << Grouped(static_cast<int64_t>(plan->sources.size())) << " source tensors\n";
   o << "bytes          " << Grouped(bytes) << " (" << GiB(bytes) << "); engine live bytes fed "
     << "by sources " << Grouped(live) << (bytes == live ? ": equal" : ": DIFFERENT") << "\n";
-  o << "per trainer    " << BytesRange(plan->BytesPerTrainer()) << "\n";
-  o << "per engine     " << BytesRange(plan->BytesPerEngine()) << "\n";
+  o << "per trainer    " << BytesRange(sizes.per_trainer) << "\n";
+  o << "per engine     " << BytesRange(sizes.per_engine) << "\n";
   char times[128];
   std::snprintf(times, sizeof times, "planned in     %.1f ms (layouts %.1f ms)\n", plan_ms,
                 layout_ms);
