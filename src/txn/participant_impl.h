@@ -84,7 +84,7 @@ inline std::vector<uint32_t> Distinct(std::vector<uint32_t> params) {
 struct PatchState {
   int parts = 0;
   std::vector<bool> got;
-  bool by_piece = false;  // patches by source box (PatchRequest::source_box) instead of parts
+  bool by_piece = false;   // patches by source box (PatchRequest::source_box) instead of parts
   std::vector<Box> boxes;  // their boxes
   std::vector<int64_t> applied;  // sorted source indices applied in earlier parts
 };
@@ -141,6 +141,8 @@ struct ActiveTx {
     uint32_t shard;
   };
   std::vector<Expected> expected_pieces;
+  // Their indices by source, so that the overlap check of a new piece reads only its source's.
+  std::map<std::string, std::vector<size_t>, std::less<>> expected_by_source;
   std::vector<uint64_t> epochs_at_begin;  // rollback: parameter write epochs
   std::vector<uint64_t> derived_epochs_at_begin;
   std::vector<std::vector<std::string>> derived_restored_at_begin;

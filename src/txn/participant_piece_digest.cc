@@ -45,13 +45,16 @@ Status ParticipantImpl::ExpectPiece(const ExpectedPiece& piece) {
                                    params[home->param].name +
                                    "', whose bytes are not the source's: no piece digest");
   }
-  for (const ActiveTx::Expected& e : active_->expected_pieces) {
-    if (e.piece.source == piece.source && Overlaps(e.piece.source_box, piece.source_box)) {
-      return Err(ErrorCode::kDuplicateWrite,
-                 where + " overlaps the piece " + BoxToString(e.piece.source_box) + " from " +
-                     e.piece.sender + " expected earlier in this transaction");
+  std::vector<size_t>& same_source = active_->expected_by_source[piece.source];
+  for (size_t i : same_source) {
+    const ExpectedPiece& e = active_->expected_pieces[i].piece;
+    if (Overlaps(e.source_box, piece.source_box)) {
+      return Err(ErrorCode::kDuplicateWrite, where + " overlaps the piece " +
+                                                 BoxToString(e.source_box) + " from " + e.sender +
+                                                 " expected earlier in this transaction");
     }
   }
+  same_source.push_back(active_->expected_pieces.size());
   active_->expected_pieces.push_back({piece, home->param, home->shard});
   return Status::OK();
 }
