@@ -13,8 +13,9 @@ host to be digested; not yet run on a GPU):
 trainer rank t is global rank trainer_ranks[t] (default t), engine rank n is global rank
 engine_ranks[n] (default K + n). Between a trainer rank and an engine rank, the trainer sends a
 header (a status, the piece count and the mode, a hash of the plan's pieces between them, and
-the digest of each piece, wtx.piece_digest) and then the pieces, in plan order, with point-to-point sends. The engine rank checks the plan against its manifest, begins
-the transaction on every engine rank, records each digest (Participant.expect_piece) before
+the digest of each piece, wtx.piece_digest) and then the pieces, in plan order, with
+point-to-point sends. The engine rank checks the plan against its manifest, begins the
+transaction on every engine rank, records each digest (Participant.expect_piece) before
 any byte lands, receives each piece straight into reserved live memory where the piece is one
 contiguous run of one shard (into a buffer copied into the reserved views otherwise), and
 commits on every engine rank. Any failure on any engine rank -- a sender that died or could not
@@ -28,6 +29,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
+from . import _TORCH_DTYPES as _DTYPE_NAMES
 from ._wtx import Error, TransferPlan, piece_digest
 from .torch_dist import Group, decide_update
 
@@ -43,8 +45,19 @@ _DIGEST_BYTES = 16
 Box = List[Tuple[int, int]]
 Piece = Tuple[int, int, str, Box]
 
-_TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
-                 "i8": torch.int8, "u8": torch.uint8, "i32": torch.int32}
+
+
+def _dtypes(plan: TransferPlan) -> Dict[str, torch.dtype]:
+    """The torch dtype of each source's live dtype; wtx.Error naming a dtype this torch lacks
+    (fp8 before torch 2.1)."""
+    out = {}
+    for name, s in plan.sources.items():
+        dt = getattr(torch, _DTYPE_NAMES.get(s["dtype"], ""), None)
+        if not isinstance(dt, torch.dtype):
+            raise Error("INVALID_ARGUMENT", f"source '{name}': live dtype {s['dtype']} has no "
+                        f"torch dtype in torch {torch.__version__}")
+        out[name] = dt
+    return out
 
 
 def _global_ranks(plan: TransferPlan, trainer_ranks: Optional[Sequence[int]],
@@ -153,7 +166,6 @@ def send(plan: TransferPlan, held: Mapping[str, Tuple[torch.Tensor, Box]], *, ra
     if not 0 <= rank < plan.trainer_ranks:
         raise Error("INVALID_ARGUMENT", f"rank {rank} is not a trainer rank of the plan "
                     f"({plan.trainer_ranks} ranks)")
-    dtypes = {name: _TORCH_DTYPES[s["dtype"]] for name, s in plan.sources.items()}
     by_engine: Dict[int, List[Piece]] = {}
     for piece in plan.pieces(trainer=rank):
         by_engine.setdefault(piece[1], []).append(piece)
@@ -161,6 +173,7 @@ def send(plan: TransferPlan, held: Mapping[str, Tuple[torch.Tensor, Box]], *, ra
     patches: Dict[int, List[Tuple[torch.Tensor, torch.Tensor]]] = {}
     failure: Optional[str] = None
     try:
+        dtypes = _dtypes(plan)
         for n, pieces in by_engine.items():
             tensors[n] = [_piece_of(held, src, box, dtypes[src]) for _, _, src, box in pieces]
             if base is not None:
@@ -249,7 +262,11 @@ def _receive_pieces(plan: TransferPlan, participant: Any, trainers: List[int],
     whatever the live senders still send is drained into scratch buffers, so that none is left
     waiting."""
     n = participant.rank
-    dtypes = {name: _TORCH_DTYPES[s["dtype"]] for name, s in plan.sources.items()}
+    try:
+        dtypes = _dtypes(plan)
+    except Error as e:  # the senders fail alike and send failed headers
+        failure = failure or e.message
+        dtypes = {name: torch.uint8 for name in plan.sources}  # drained as bytes
     by_trainer: Dict[int, List[Piece]] = {}
     for piece in plan.pieces(engine=n):
         by_trainer.setdefault(piece[0], []).append(piece)
