@@ -43,19 +43,27 @@ std::string Model(const std::string& name) {
   return std::string(WTX_CONFORMANCE_DIR) + "/models/" + name + "/config.json";
 }
 
-std::vector<ManifestPtr> TpManifests(const std::string& model, int tp,
-                                     std::optional<DType> dtype = std::nullopt) {
+// The ranks of a group of `model` laid out with tensor-parallel degree `tp` and
+// expert-parallel degree `ep` (ep ranks with expert parallelism, else tp), in `dtype`.
+std::vector<ManifestPtr> GroupManifests(const std::string& model, int tp, int ep,
+                                        std::optional<DType> dtype = std::nullopt) {
+  HfManifestOptions o;
+  o.tp = tp;
+  o.ep = ep;
+  o.dtype = dtype;
   std::vector<ManifestPtr> out;
-  for (int r = 0; r < tp; ++r) {
-    HfManifestOptions o;
-    o.tp = tp;
+  for (int r = 0; r < o.GroupSize(); ++r) {
     o.rank = r;
-    o.dtype = dtype;
     auto m = ManifestFromHfConfigFile(Model(model), o);
     REQUIRE(m.ok());
     out.push_back(m.value());
   }
   return out;
+}
+
+std::vector<ManifestPtr> TpManifests(const std::string& model, int tp,
+                                     std::optional<DType> dtype = std::nullopt) {
+  return GroupManifests(model, tp, 1, dtype);
 }
 
 // A full source tensor with deterministic bytes (depending on name and seed).
@@ -178,6 +186,17 @@ struct TpGroup {
     BeginRequest b;
     b.tx = tx;
     REQUIRE(coord->Begin(b).status.ok());
+  }
+  // Commits `tx` expecting `version` (what a full write of the same bytes commits): the commit
+  // must happen, with exactly that version.
+  CommitOutcome CommitExpecting(const std::string& tx, const std::string& version) {
+    CommitOptions opts;
+    opts.expect_version = version;
+    CommitOutcome o = coord->Commit(tx, opts);
+    INFO(o.status.ToString());
+    REQUIRE(o.decision == Decision::kCommit);
+    CHECK(o.version == version);
+    return o;
   }
   // Every rank writes every source it holds; then refreshes derived state.
   void WriteAll(const std::map<std::string, Source>& sources) {
@@ -562,12 +581,7 @@ void CheckPiecesCommitTheFullWritesVersion(
     }
     REQUIRE(p->Refresh("*").ok());
   }
-  CommitOptions opts;
-  opts.expect_version = e.value().version;
-  CommitOutcome o = g.coord->Commit("t1", opts);
-  INFO(o.status.ToString());
-  REQUIRE(o.decision == Decision::kCommit);
-  CHECK(o.version == e.value().version);
+  g.CommitExpecting("t1", e.value().version);
 }
 
 TEST_CASE("PiecesFromSeveralSendersCommitTheVersionOfAFullWrite") {
@@ -703,20 +717,6 @@ TEST_CASE("PieceLandingThatOverlapsAWrittenPieceIsRefused") {
 
 // ------------------------------------------- transfer plans, piece digests, deltas by piece
 
-std::vector<ManifestPtr> GroupManifests(const std::string& model, int tp, int ep) {
-  HfManifestOptions o;
-  o.tp = tp;
-  o.ep = ep;
-  std::vector<ManifestPtr> out;
-  for (int r = 0; r < o.GroupSize(); ++r) {
-    o.rank = r;
-    auto m = ManifestFromHfConfigFile(Model(model), o);
-    REQUIRE(m.ok());
-    out.push_back(m.value());
-  }
-  return out;
-}
-
 TransferPlan PlanFor(const std::string& model, const std::string& spec,
                      const std::vector<ManifestPtr>& engine) {
   std::ifstream in(Model(model));
@@ -774,12 +774,7 @@ TEST_CASE("PlannedPiecesWithDigestsCommitTheVersionOfAFullWrite") {
     TpGroup g(ms);
     g.BeginFull("t1");
     SendPlan(plan, g, sources);
-    CommitOptions opts;
-    opts.expect_version = e.value().version;
-    CommitOutcome o = g.coord->Commit("t1", opts);
-    INFO(o.status.ToString());
-    REQUIRE(o.decision == Decision::kCommit);
-    CHECK(o.version == e.value().version);
+    g.CommitExpecting("t1", e.value().version);
   }
 }
 
@@ -820,10 +815,7 @@ TEST_CASE("PieceDigestsAreCheckedOnDeviceLiveMemoryToo") {
     TpGroup g(ms, /*reference_device=*/true);
     g.BeginFull("t1");
     SendPlan(plan, g, sources);
-    CommitOutcome o = g.coord->Commit("t1", {});
-    INFO(o.status.ToString());
-    REQUIRE(o.decision == Decision::kCommit);
-    CHECK(o.version == e.value().version);
+    g.CommitExpecting("t1", e.value().version);
   }
   TpGroup g(ms, /*reference_device=*/true);
   g.BeginFull("t1");
@@ -931,13 +923,7 @@ TEST_CASE("DeltaByPiecesOnTheCommittedBaseCommitsThePatchedVersion") {
     auto patched = PatchByPieces(plan, g, sources, 7);
     auto e = ComputeExpectedVersion(Raw(ms), Lookup(patched));
     REQUIRE(e.ok());
-    CommitOptions opts;
-    opts.expect_version = e.value().version;
-    CommitOutcome o = g.coord->Commit("t2", opts);
-    INFO(o.status.ToString());
-    REQUIRE(o.decision == Decision::kCommit);
-    CHECK(o.version == e.value().version);
-    CHECK(o.version != full.version);
+    CHECK(g.CommitExpecting("t2", e.value().version).version != full.version);
   }
 }
 
