@@ -47,6 +47,9 @@ bool Overlaps(const Box& a, const Box& b);
 // 2 per dimension; none when `b` contains `a`; `a` itself when they do not overlap).
 // REQUIRES: a.size() == b.size()
 void SubtractBox(const Box& a, const Box& b, std::vector<Box>* out);
+// The elements of `a` outside every box of `bs`, as disjoint boxes (SubtractBox, box after box).
+// REQUIRES: every box has a's rank
+std::vector<Box> SubtractBoxes(const Box& a, const std::vector<Box>& bs);
 // "[[0, 32], [0, 16]]"
 std::string BoxToString(const Box& box);
 // "[2, 128, 64]"

@@ -99,6 +99,17 @@ void SubtractBox(const Box& a, const Box& b, std::vector<Box>* out) {
   }
 }
 
+std::vector<Box> SubtractBoxes(const Box& a, const std::vector<Box>& bs) {
+  std::vector<Box> rest{a}, next;
+  for (const Box& b : bs) {
+    if (rest.empty()) break;
+    next.clear();
+    for (const Box& r : rest) SubtractBox(r, b, &next);
+    rest.swap(next);
+  }
+  return rest;
+}
+
 std::string ShapeToString(const Shape& shape) {
   std::string r = "[";
   for (size_t i = 0; i < shape.size(); ++i) r += (i ? ", " : "") + std::to_string(shape[i]);

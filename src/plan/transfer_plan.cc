@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <unordered_map>
 
 #include "src/util/hash_util.h"
@@ -196,7 +197,6 @@ Status PlanEngineRank(const TrainerSharding& trainer, const Manifest& m, size_t 
                       const std::vector<uint32_t>& shard_source, std::vector<PlannedPiece>* pieces,
                       std::vector<Range>* ranges) {
   std::map<uint32_t, std::vector<Box>> need;
-  std::vector<Box> rest_boxes, next_boxes;
   size_t shard = 0;
   for (const ParamSpec& p : m.params()) {
     for (const ShardSpec& s : p.shards) {
@@ -204,13 +204,13 @@ Status PlanEngineRank(const TrainerSharding& trainer, const Manifest& m, size_t 
       const uint32_t src = shard_source[shard++];
       if (BoxIsEmpty(s.source_box)) continue;
       std::vector<Box>& have = need[src];
-      rest_boxes.assign(1, s.source_box);
-      for (const Box& h : have) {
-        next_boxes.clear();
-        for (const Box& r : rest_boxes) SubtractBox(r, h, &next_boxes);
-        rest_boxes.swap(next_boxes);
+      if (have.empty()) {  // the usual case: a source feeds one shard of the rank
+        have.push_back(s.source_box);
+        continue;
       }
-      have.insert(have.end(), rest_boxes.begin(), rest_boxes.end());
+      std::vector<Box> rest = SubtractBoxes(s.source_box, have);
+      have.insert(have.end(), std::make_move_iterator(rest.begin()),
+                  std::make_move_iterator(rest.end()));
     }
   }
   const int first = static_cast<int>(n % static_cast<size_t>(trainer.ranks()));

@@ -74,13 +74,7 @@ void ParticipantImpl::CollectMissing(Vote* vote) const {
         for (const ShardRef& ref : refs) {
           const ParamSpec& p = params[ref.param];
           const ShardSpec& s = p.shards[ref.shard];
-          std::vector<Box> gaps{s.source_box}, next;
-          for (const Box& b : it->second.boxes) {
-            next.clear();
-            for (const Box& g : gaps) SubtractBox(g, b, &next);
-            gaps.swap(next);
-          }
-          for (const Box& g : gaps) {
+          for (const Box& g : SubtractBoxes(s.source_box, it->second.boxes)) {
             add({p.name, s.id, LiveBoxOfSourcePart(s, g), src, {}, 0, 1, NumElements(g)});
           }
         }
