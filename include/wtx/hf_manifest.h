@@ -81,6 +81,10 @@ std::vector<std::string> HfModelTypes();
 // REQUIRES: config is a parsed config.json object (anything else is reported as an error).
 Result<ManifestPtr> ManifestFromHfConfig(const nlohmann::json& config,
                                          const HfManifestOptions& options);
+// Every rank of the group `options` describes (options.rank is ignored), in rank order, laid
+// out on up to one thread per core; the first failing rank's error otherwise.
+Result<std::vector<ManifestPtr>> ManifestsOfGroup(const nlohmann::json& config,
+                                                  const HfManifestOptions& options);
 // Reads and parses `path`, then ManifestFromHfConfig.
 Result<ManifestPtr> ManifestFromHfConfigFile(const std::string& path,
                                              const HfManifestOptions& options);

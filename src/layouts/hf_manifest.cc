@@ -1,8 +1,11 @@
 #include "wtx/hf_manifest.h"
 
+#include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -241,6 +244,33 @@ Result<ManifestPtr> ManifestFromHfConfigFile(const std::string& path,
     return Status(m.status().code(), path + ": " + m.status().message());
   }
   return m;
+}
+
+Result<std::vector<ManifestPtr>> ManifestsOfGroup(const json& config,
+                                                  const HfManifestOptions& options) {
+  const int ranks = options.GroupSize();
+  std::vector<Result<ManifestPtr>> laid(ranks, Status::InvalidArgument("not laid out"));
+  std::atomic<int> next{0};
+  auto lay_out = [&] {
+    for (int r = next++; r < ranks; r = next++) {
+      HfManifestOptions o = options;
+      o.rank = r;
+      laid[r] = ManifestFromHfConfig(config, o);
+    }
+  };
+  const int threads =
+      std::clamp<int>(static_cast<int>(std::thread::hardware_concurrency()), 1, ranks);
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(lay_out);
+  lay_out();
+  for (std::thread& t : pool) t.join();
+  std::vector<ManifestPtr> out;
+  out.reserve(ranks);
+  for (Result<ManifestPtr>& m : laid) {
+    if (!m.ok()) return m.status();
+    out.push_back(std::move(m).value());
+  }
+  return out;
 }
 
 ManifestSummary Summarize(const Manifest& m) {

@@ -195,14 +195,9 @@ Result<std::unique_ptr<TrainerSharding>> ParseTrainerSpec(std::string_view spec,
   HfManifestOptions o = base;
   o.tp = tp == 0 ? 1 : tp;
   o.ep = ep == 0 ? 1 : ep;
-  std::vector<ManifestPtr> ranks;
-  for (int r = 0; r < o.GroupSize(); ++r) {
-    o.rank = r;
-    auto m = ManifestFromHfConfig(*hf_config, o);
-    if (!m.ok()) return SpecError(spec, m.status().message());
-    ranks.push_back(std::move(m).value());
-  }
-  return ManifestSharding(std::move(ranks), std::string(spec));
+  auto ranks = ManifestsOfGroup(*hf_config, o);
+  if (!ranks.ok()) return SpecError(spec, ranks.status().message());
+  return ManifestSharding(std::move(ranks).value(), std::string(spec));
 }
 
 }  // namespace wtx

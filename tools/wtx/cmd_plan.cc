@@ -1,14 +1,12 @@
 // `wtx plan`: the transfer plan of an M-to-N update (docs/m2n.md) from a sharded trainer into
 // the engine ranks of a Hugging Face model, as a summary or as the plan's JSON.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -58,35 +56,15 @@ std::string BytesRange(const std::vector<int64_t>& v) {
 int RunPlan(const PlanArgs& a) {
   auto options_or = HfOptionsFromFlags(a.hf);
   if (!options_or.ok()) return PlanFail(options_or.status().message());
-  HfManifestOptions options = *options_or;
+  const HfManifestOptions& options = *options_or;
   auto read = ReadJsonFileArg("--hf-config", a.hf.hf_config);
   if (!read.ok()) return PlanFail(read.status().message());
   const nlohmann::json& config = read.value();
   const auto t0 = std::chrono::steady_clock::now();
-  // The engine ranks' manifests, laid out on up to one thread per core (pure functions).
-  const int ranks = options.GroupSize();
-  std::vector<Result<ManifestPtr>> laid(ranks, Status::InvalidArgument("not laid out"));
-  std::atomic<int> next{0};
-  auto lay_out = [&] {
-    for (int r = next++; r < ranks; r = next++) {
-      HfManifestOptions o = options;
-      o.rank = r;
-      laid[r] = ManifestFromHfConfig(config, o);
-    }
-  };
-  std::vector<std::thread> pool;
-  const int threads = std::min<int>(ranks, std::max(1u, std::thread::hardware_concurrency()));
-  for (int t = 1; t < threads; ++t) pool.emplace_back(lay_out);
-  lay_out();
-  for (std::thread& t : pool) t.join();
-  std::vector<ManifestPtr> engine;
-  for (Result<ManifestPtr>& m : laid) {
-    if (!m.ok()) return PlanFail(FlagMessage(m.status()));
-    engine.push_back(std::move(m).value());
-  }
-  HfManifestOptions trainer_base = options;
-  trainer_base.rank = 0;
-  auto trainer = ParseTrainerSpec(a.trainer, &config, trainer_base);
+  auto engine_or = ManifestsOfGroup(config, options);
+  if (!engine_or.ok()) return PlanFail(FlagMessage(engine_or.status()));
+  const std::vector<ManifestPtr>& engine = *engine_or;
+  auto trainer = ParseTrainerSpec(a.trainer, &config, options);
   if (!trainer.ok()) return PlanFail("--trainer: " + trainer.status().message());
   const double layout_ms = PlanMillisSince(t0);
   const auto t1 = std::chrono::steady_clock::now();
