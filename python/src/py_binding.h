@@ -158,6 +158,10 @@ std::shared_ptr<DecisionLog> OpenPyDecisionLog(const std::string& url, double re
                                                bool create = false);
 
 // One per class file: binds the class (and its free functions) on `m`.
+// A Hugging Face config given as a path (str or os.PathLike) to config.json or to its folder:
+// the file's path (py_manifest.cc).
+std::string HfConfigPath(py::handle config);
+
 void DefineManifest(py::module_& m);      // py_manifest.cc: Manifest, expected_version, history
 void DefineParticipant(py::module_& m);   // py_participant.cc
 void DefineDecisionLog(py::module_& m);   // py_decision_log.cc

@@ -5,6 +5,12 @@ namespace wtx::python {
 
 using nlohmann::json;
 
+std::string HfConfigPath(py::handle config) {
+  std::string path = py::str(py::module_::import("os").attr("fspath")(config));
+  if (py::module_::import("os.path").attr("isdir")(path).cast<bool>()) path += "/config.json";
+  return path;
+}
+
 namespace {
 
 // ---------------------------------------------------------------------------------- Manifest
@@ -47,9 +53,7 @@ PyManifest FromHfConfig(py::object config, py::object tp, py::object rank,
     o.dtype = *d;
   }
   if (py::isinstance<py::dict>(config)) return {Unwrap(ManifestFromHfConfig(FromPy(config), o))};
-  std::string path = py::str(py::module_::import("os").attr("fspath")(config));
-  if (py::module_::import("os.path").attr("isdir")(path).cast<bool>()) path += "/config.json";
-  return {Unwrap(ManifestFromHfConfigFile(path, o))};
+  return {Unwrap(ManifestFromHfConfigFile(HfConfigPath(config), o))};
 }
 
 // -------------------------------------------------------------------------- Expected version

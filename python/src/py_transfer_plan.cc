@@ -21,11 +21,7 @@ std::unique_ptr<TrainerSharding> TrainerFromPy(py::handle trainer, py::handle hf
       if (py::isinstance<py::dict>(hf_config)) {
         config = FromPy(hf_config);
       } else {
-        std::string path = py::str(py::module_::import("os").attr("fspath")(hf_config));
-        if (py::module_::import("os.path").attr("isdir")(path).cast<bool>()) {
-          path += "/config.json";
-        }
-        py::object f = py::module_::import("builtins").attr("open")(path);
+        py::object f = py::module_::import("builtins").attr("open")(HfConfigPath(hf_config));
         config = FromPy(py::module_::import("json").attr("load")(f));
         f.attr("close")();
       }

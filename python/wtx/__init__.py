@@ -11,6 +11,8 @@ group; `wtx.m2n` runs a transfer plan (wtx.plan_transfer) from sharded trainer p
 engine processes over torch.distributed; `wtx.vllm` is a worker extension with vLLM's weight-transfer call names.
 """
 
+import math
+
 from ._wtx import (Aborted, Coordinator, DecisionLog, Error, Manifest, Participant,
                    TransferPlan, expected_version, history, piece_digest, plan_transfer)
 
@@ -65,6 +67,27 @@ def _live_view(self, r):
         t = torch.frombuffer(raw, dtype=torch.uint8).view(
             getattr(torch, _TORCH_DTYPES[r["dtype"]])).reshape(r["shape"])
     return t[tuple(slice(b, e) for b, e in r["box"])]
+
+
+def _whole_view(reservations, box, dtype):
+    """The torch view to receive piece `box` ([[lo, hi], ...], source coordinates) of `dtype`
+    into, straight in live memory: the one reservation's view when it is all of the piece as one
+    contiguous run, reshaped to the piece; None otherwise (receive into a buffer, then
+    _fill_reserved)."""
+    shape = [e - b for b, e in box]
+    if len(reservations) != 1:
+        return None
+    view = reservations[0]["view"]
+    if view.dtype != dtype or not view.is_contiguous() or view.numel() != math.prod(shape):
+        return None
+    return view.view(shape)
+
+
+def _fill_reserved(reservations, buffer, box):
+    """Copies into each reservation's view its part of `buffer`, which holds piece `box`."""
+    for r in reservations:
+        part = tuple(slice(b - o, e - o) for (b, e), (o, _) in zip(r["source_box"], box))
+        r["view"].copy_(buffer[part].reshape(r["view"].shape))
 
 
 def _reserve(self, param, shard=None, box=None):

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from . import _TORCH_DTYPES as _DTYPE_NAMES
+from . import _fill_reserved, _whole_view
 from ._wtx import Error, TransferPlan, piece_digest
 from .torch_dist import Group, decide_update
 
@@ -231,28 +232,16 @@ class _Landing:
                  device: torch.device):
         self.source, self.box = source, box
         self.reservations = participant.reserve_source(source, source_box=box)
-        shape = [e - b for b, e in box]
-        views = [r["view"] for r in self.reservations]
-        if len(views) == 1 and views[0].is_contiguous() and views[0].numel() == _numel(shape):
-            self.target = views[0].view(shape)  # straight into live memory
-            self.buffer: Optional[torch.Tensor] = None
-        else:
-            self.buffer = torch.empty(shape, dtype=dtype, device=device)
-            self.target = self.buffer
+        into = _whole_view(self.reservations, box, dtype)
+        self.buffer: Optional[torch.Tensor] = None
+        if into is None:  # through a buffer, copied into the reserved views at land()
+            self.buffer = torch.empty([e - b for b, e in box], dtype=dtype, device=device)
+        self.target = into if into is not None else self.buffer
 
     def land(self, participant: Any) -> None:
         if self.buffer is not None:
-            for r in self.reservations:
-                rel = tuple(slice(b - o, e - o) for (b, e), (o, _) in zip(r["source_box"], self.box))
-                r["view"].copy_(self.buffer[rel].reshape(r["view"].shape))
+            _fill_reserved(self.reservations, self.buffer, self.box)
         participant.landed_source(self.source, source_box=self.box)
-
-
-def _numel(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _receive_pieces(plan: TransferPlan, participant: Any, trainers: List[int],

@@ -46,7 +46,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 import torch
 import torch.distributed as dist
 
-from .. import Aborted, Error, Manifest, Participant, expected_version
+from .. import (Aborted, Error, Manifest, Participant, _fill_reserved, _whole_view,
+               expected_version)
 from ..torch_dist import Group, abort_quietly, decide_update, failure_reason, gather_from_ranks
 from ._broadcast import TorchBroadcastEngine
 from ._extension import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
@@ -689,16 +690,12 @@ class InPlaceReceiver:
         if not reserved:
             return None
         self.reserved[name] = reserved
-        views = [r["view"] for r in reserved]
-        n = 1
-        for d in shape:
-            n *= d
-        if (len(views) == 1 and views[0].dtype == dtype and views[0].is_contiguous() and
-                views[0].numel() == n):
+        into = _whole_view(reserved, [[0, d] for d in shape], dtype)
+        if into is not None:
             self.in_place += 1
-            return views[0].view(shape)
-        self.buffered += 1
-        return None
+        else:
+            self.buffered += 1
+        return into
 
     def owns(self, name: str) -> bool:
         """Whether `name` was reserved by destination() and awaits land()."""
@@ -707,12 +704,11 @@ class InPlaceReceiver:
     def land(self, p: Participant, name: str, value: torch.Tensor) -> None:
         """Copies the parts a buffer received into their reserved views (nothing when `value`
         is the live view itself), then reports the source landed."""
-        for r in self.reserved.pop(name):
-            view = r["view"]
-            if view.data_ptr() == value.data_ptr() and view.numel() == value.numel():
-                continue  # received in place
-            view.copy_(value[tuple(slice(b, e) for b, e in r["source_box"])].reshape(view.shape))
-        p.landed_source(name, source_box=[[0, d] for d in value.shape])
+        reserved = self.reserved.pop(name)
+        whole = [[0, d] for d in value.shape]
+        if not (len(reserved) == 1 and reserved[0]["view"].data_ptr() == value.data_ptr()):
+            _fill_reserved(reserved, value, whole)  # received into a buffer
+        p.landed_source(name, source_box=whole)
 
 
 class _Pipeline:
