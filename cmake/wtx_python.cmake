@@ -35,6 +35,11 @@ if(WTX_HAVE_PYTHON)
     LIBRARY_OUTPUT_DIRECTORY "${WTX_PYTHON_DIR}/wtx"
     UNITY_BUILD OFF)
   target_include_directories(wtx_python PRIVATE ${PROJECT_SOURCE_DIR})
+  # pybind11 links the module with -flto; GCC's lto-wrapper then warns that it runs its LTRANS
+  # jobs serially. -flto=auto runs them in parallel under make's jobserver (no warning).
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    target_link_options(wtx_python PRIVATE -flto=auto)
+  endif()
   # Debian's librocksdb.a is not position-independent: the module takes RocksDB from the shared
   # library, listed before the static archive the wtx libraries bring (the archive then
   # contributes nothing).

@@ -34,7 +34,7 @@ void CheckRefused(const std::string& binary,
 void CheckIntegerBounds(const std::string& binary, const std::string& prefix,
                         const std::string& flag, int64_t min, int64_t max) {
   const std::string range = "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
-  for (const std::string v :
+  for (const std::string& v :
        {std::to_string(min - 1), std::to_string(max + 1), std::string("9223372036854775808"),
         std::string("18446744073709551616"), std::string("99999999999999999999999"),
         std::string("-99999999999999999999999"), std::string("0x10"), std::string("7q")}) {

@@ -442,7 +442,7 @@ TEST_CASE("SigtermDuringStartupStopsEveryDaemonPromptly") {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     INFO(d << "\n" << r.out);
     CHECK(r.code == wtx::kExitOk);
-    CHECK(seconds < 5);
+    CHECK(seconds < 20);  // stopped by the SIGTERM, not by the 30 s KILL
     CHECK(r.out.find("stopped by SIGTERM during start-up") != std::string::npos);
     CHECK(r.out.find("\"ready\":true") == std::string::npos);
   }

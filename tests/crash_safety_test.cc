@@ -242,6 +242,21 @@ TEST_CASE("FailedAbortRecordCrashesTheCoordinator") {
   CHECK_FALSE(rig.p(0).status().active_tx);
 }
 
+TEST_CASE("FailedRefusedBeginRecordCrashesTheCoordinator") {
+  // Issue 45, 8: the audit record of a refused begin is a journal write like any other; its
+  // failure is fail-stop, not a best effort the coordinator goes on after.
+  Rig rig;
+  REQUIRE(rig.Begin("t1").ok());
+  rig.cfs().FailNextWrites(1);
+  const Status refused = rig.Begin("t2");  // the ranks refuse: t1 is active
+  CHECK(rig.cfs().injected_errors() == 1);
+  CHECK(refused.code() == ErrorCode::kCrashed);
+  CHECK(refused.message().find("refused begin of 't2'") != std::string::npos);
+  CHECK(rig.c().Commit("t1").status.code() == ErrorCode::kCrashed);
+  // Nothing of t2 reached a rank; t1 is still theirs to resolve after recovery.
+  CHECK(rig.p(0).status().active_tx == std::optional<std::string>("t1"));
+}
+
 TEST_CASE("FailedEndRecordCrashesTheCoordinatorButTheCommitStands") {
   Rig rig;
   REQUIRE(rig.Begin("t1").ok());

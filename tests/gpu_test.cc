@@ -245,7 +245,7 @@ TEST_CASE("Engine-owned device tensors on a stream: device writes, landings, ver
   WritePiece dev_piece{"w", "", std::nullopt, dw.get(), w.size()};
   dev_piece.location = BufferLocation::kDevice;
   REQUIRE(p->Write({&dev_piece, 1}).ok());
-  LandingRegion rb{"b", "", "", std::nullopt};
+  LandingRegion rb{"b", "", "", std::nullopt, std::nullopt};
   auto res = p->Reserve(rb);
   REQUIRE(res.ok());
   REQUIRE(res->front().device_ptr != 0);

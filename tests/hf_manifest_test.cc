@@ -1044,9 +1044,32 @@ TEST_CASE("Fp8IgnoredLayersStayUnquantizedWithoutScales") {
   // A name matches exactly, as vLLM's default (no substring match): "self_attn" skips nothing.
   m = Generate(TinyQwen3MoeFp8({{"ignored_layers", {"self_attn", "o_proj"}}}), 1, 0, std::nullopt);
   CHECK(Param(*m, attn + ".o_proj.weight").dtype == DType::kFP8E4M3);
-  // A fused layer named by its fused (vLLM) name is skipped too.
+  // Issue 45, 4: a fused layer is looked up by its checkpoint parts only (vLLM's
+  // is_layer_skipped); its fused name listed skips nothing.
   m = Generate(TinyQwen3MoeFp8({{"ignored_layers", {attn + ".qkv_proj"}}}), 1, 0, std::nullopt);
-  CHECK(Param(*m, attn + ".qkv_proj.weight").dtype == DType::kBF16);
+  CHECK(Param(*m, attn + ".qkv_proj.weight").dtype == DType::kFP8E4M3);
+  CHECK(m->FindParam(attn + ".qkv_proj.weight_scale_inv").has_value());
+  m = Generate(TinyQwen3MoeFp8({{"ignored_layers", {"model.layers.0.mlp.gate_up_proj"}}}), 1, 0,
+               std::nullopt);
+  CHECK(Param(*m, "model.layers.0.mlp.gate_up_proj.weight").dtype == DType::kFP8E4M3);
+}
+
+TEST_CASE("Fp8ListedSharedExpertTakesVllmsExpertsBranch") {
+  // Issue 45, 4: a layer whose name contains "experts" is skipped when a listed name containing
+  // "experts" contains its name (vLLM's experts branch), here with a ".weight" suffix that an
+  // exact match would miss.
+  json c = LoadConfig("tiny-deepseek");
+  const std::string down = "model.layers.1.mlp.shared_experts.down_proj";
+  c["quantization_config"] = {{"quant_method", "fp8"},
+                              {"weight_block_size", {8, 8}},
+                              {"ignored_layers", {down + ".weight"}}};
+  auto m = Generate(c, 1, 0, std::nullopt);
+  CHECK(Param(*m, down + ".weight").dtype == DType::kBF16);
+  CHECK_FALSE(m->FindParam(down + ".weight_scale_inv").has_value());
+  // Its fused sibling is looked up by its parts (exactly): still fp8; the routed experts too.
+  CHECK(Param(*m, "model.layers.1.mlp.shared_experts.gate_up_proj.weight").dtype ==
+        DType::kFP8E4M3);
+  CHECK(Param(*m, "model.layers.1.mlp.experts.w13_weight").dtype == DType::kFP8E4M3);
 }
 
 TEST_CASE("Fp8FusedLayerPartlyIgnoredIsRefusedNamingItsParts") {
@@ -1136,7 +1159,10 @@ TEST_CASE("RoundRobinPlacementAppliesOnlyToModelsWithExpertGroupsAsVllm") {
   const std::string w13 = "model.layers.0.block_sparse_moe.experts.w13_weight";
   json grouped = LoadConfig("mixtral-8x7b");
   grouped["n_group"] = 2;
-  auto m = Generate(grouped, Ep(1, 4, 1, DType::kBF16, ExpertPlacement::kRoundRobin));
+  // (ep 4 over tp 1 is dp 4: all-to-all kernels, whose backend must route round-robin.)
+  HfManifestOptions rr_options = Ep(1, 4, 1, DType::kBF16, ExpertPlacement::kRoundRobin);
+  rr_options.all2all_backend = "deepep_low_latency";
+  auto m = Generate(grouped, rr_options);
   CHECK(Param(*m, w13).shape == Shape{2, 2 * 14336, 4096});
   CHECK(Shard(*m, w13, "e0.w1").source == "model.layers.0.block_sparse_moe.experts.1.w1.weight");
   CHECK(Shard(*m, w13, "e1.w1").source == "model.layers.0.block_sparse_moe.experts.5.w1.weight");
@@ -1146,14 +1172,13 @@ TEST_CASE("RoundRobinPlacementAppliesOnlyToModelsWithExpertGroupsAsVllm") {
   CHECK(Shard(*fallback, w13, "e0.w1").source ==
         "model.layers.0.block_sparse_moe.experts.2.w1.weight");
   std::string why;
-  CHECK(EffectiveExpertPlacement(LoadConfig("mixtral-8x7b"), ExpertPlacement::kRoundRobin, &why) ==
-        ExpertPlacement::kLinear);
+  HfManifestOptions rr;
+  rr.expert_placement = ExpertPlacement::kRoundRobin;
+  CHECK(EffectiveExpertPlacement(LoadConfig("mixtral-8x7b"), rr, &why) == ExpertPlacement::kLinear);
   CHECK(why.find("n_group") != std::string::npos);
   json kimi_like = LoadConfig("kimi-k2");  // n_group 1: linear too
-  CHECK(EffectiveExpertPlacement(kimi_like, ExpertPlacement::kRoundRobin) ==
-        ExpertPlacement::kLinear);
-  CHECK(EffectiveExpertPlacement(LoadConfig("deepseek-v3"), ExpertPlacement::kRoundRobin) ==
-        ExpertPlacement::kRoundRobin);
+  CHECK(EffectiveExpertPlacement(kimi_like, rr) == ExpertPlacement::kLinear);
+  CHECK(EffectiveExpertPlacement(LoadConfig("deepseek-v3"), rr) == ExpertPlacement::kRoundRobin);
   auto linear = Generate(LoadConfig("mixtral-8x7b"), Ep(1, 4, 1));
   CHECK(Shard(*linear, w13, "e1.w1").source ==
         "model.layers.0.block_sparse_moe.experts.3.w1.weight");
@@ -1489,5 +1514,35 @@ TEST_CASE("Cli_SimRefusesEpInconsistentWithTheScenarioRanks") {
   }
 }
 #endif  // WTX_BINARY
+
+}  // namespace wtx
+
+namespace wtx {
+
+TEST_CASE("RoundRobinWithDataParallelExpertsFallsBackToLinearOnTheDefaultAll2AllBackend") {
+  // Issue 45, 4: ep > tp (dp > 1) makes vLLM's MoE layers use all-to-all kernels; its default
+  // backend has no round-robin routing tables, so vLLM places experts linearly.
+  const nlohmann::json ds = LoadConfig("deepseek-v3");
+  HfManifestOptions o;
+  o.tp = 2;
+  o.ep = 8;
+  o.expert_placement = ExpertPlacement::kRoundRobin;
+  std::string why;
+  CHECK(EffectiveExpertPlacement(ds, o, &why) == ExpertPlacement::kLinear);
+  CHECK(why.find("allgather_reducescatter") != std::string::npos);
+  CHECK(why.find("dp 4") != std::string::npos);
+  o.all2all_backend = "deepep_low_latency";
+  CHECK(EffectiveExpertPlacement(ds, o, &why) == ExpertPlacement::kRoundRobin);
+  o.all2all_backend = "allgather_reducescatter";
+  o.ep = 2;  // ep == tp: no all-to-all kernels, round_robin kept
+  CHECK(EffectiveExpertPlacement(ds, o, &why) == ExpertPlacement::kRoundRobin);
+  // The manifest follows: rank 1 of ep 8 over tp 2 holds experts [32, 64) linearly.
+  o.ep = 8;
+  o.rank = 1;
+  auto m = ManifestFromHfConfig(ds, o);
+  REQUIRE(m.ok());
+  CHECK(Shard(**m, "model.layers.3.mlp.experts.w13_weight", "e0.w1").source ==
+        "model.layers.3.mlp.experts.32.gate_proj.weight");
+}
 
 }  // namespace wtx

@@ -139,7 +139,7 @@ TEST_CASE("PrepareRehashesLandedChunksFromLiveMemory") {
   REQUIRE(c.FullCommit("t1", 1).status.ok());
   const std::string v1 = c.coordinator().CommittedVersion("t1").value();
   REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kPartial, v1, {"rest"})).status.ok());
-  LandingRegion norm{"norm", "", "", std::nullopt};
+  LandingRegion norm{"norm", "", "", std::nullopt, std::nullopt};
   auto res = c.rank(0).Reserve(norm);
   REQUIRE(res.ok());
   REQUIRE(res->size() == 1);
@@ -170,7 +170,7 @@ TEST_CASE("PrepareRehashesLandedChunksFromLiveMemory") {
 
 TEST_CASE("ReserveIsCheckedExactlyLikeAWrite") {
   Cluster c(1, SmallManifest());
-  LandingRegion norm{"norm", "", "", std::nullopt};
+  LandingRegion norm{"norm", "", "", std::nullopt, std::nullopt};
   CHECK(c.rank(0).Reserve(norm).status().code() == ErrorCode::kNoTx);
   CHECK(c.rank(0).Landed(norm).code() == ErrorCode::kNoTx);
   REQUIRE(c.FullCommit("t1", 1).status.ok());
@@ -209,7 +209,7 @@ TEST_CASE("LandingTwiceOrARegionNeverReservedIsRefused") {
   const std::string v1 = c.coordinator().CommittedVersion("t1").value();
   REQUIRE(c.coordinator().Begin(Req("t2", TxKind::kPartial, v1, {"rest"})).status.ok());
   Participant& p = c.rank(0);
-  LandingRegion norm{"norm", "", "", std::nullopt};
+  LandingRegion norm{"norm", "", "", std::nullopt, std::nullopt};
   Status never = p.Landed(norm);
   CHECK(never.code() == ErrorCode::kBadWrite);
   CHECK(never.message().find("not reserved") != std::string::npos);

@@ -165,7 +165,8 @@ def answers() -> list:
 def trainer(work: str, steps: int, fail_at: int) -> bool:
     init = {"journal_dir": os.path.join(work, "engine-rank{rank}"),
             "coordinator_journal": os.path.join(work, "engine-coordinator"),
-            "load": "load_weights", "inner_init_info": {"src": TRAINER}}
+            "load": "load_weights", "inner": "torch_broadcast",
+            "inner_init_info": {"src": TRAINER}}
     ok = all(a["ok"] for a in control("init_transfer_engine", init))
     if not ok:
         print("init failed", flush=True)

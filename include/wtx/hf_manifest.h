@@ -48,15 +48,6 @@ enum class ExpertPlacement {
 std::string_view ExpertPlacementName(ExpertPlacement p);  // "linear", "round_robin"
 std::optional<ExpertPlacement> ExpertPlacementFromName(std::string_view name);
 
-// The placement vLLM applies for `requested` on a model with this config.json
-// (determine_expert_placement_strategy in vLLM's fused_moe/layer.py): round_robin only when the
-// model has expert groups (`n_group` > 1; Kimi-K2 and the Qwen3-MoE and Mixtral families have
-// none) and no redundant experts or EPLB (which wtx does not model); otherwise linear. `why`
-// (optional) says which rule decided. The all-to-all backend check vLLM adds at run time
-// (round_robin only with kernels that support its routing tables) is the deployment's.
-ExpertPlacement EffectiveExpertPlacement(const nlohmann::json& config, ExpertPlacement requested,
-                                         std::string* why = nullptr);
-
 struct HfManifestOptions {
   int tp = 1;    // tensor-parallel degree
   int rank = 0;  // 0 <= rank < GroupSize()
@@ -64,8 +55,11 @@ struct HfManifestOptions {
   // (vLLM's EP group is dp x tp); MoE layers are not tensor-sliced and each rank holds
   // num_experts / ep whole experts. Refused for a model without experts.
   int ep = 1;
-  // As requested; the manifest uses EffectiveExpertPlacement(config, expert_placement).
+  // As requested; the manifest uses EffectiveExpertPlacement(config, *this).
   ExpertPlacement expert_placement = ExpertPlacement::kLinear;
+  // vLLM's --all2all-backend (ParallelConfig.all2all_backend): decides whether round_robin
+  // survives when ep > tp (EffectiveExpertPlacement).
+  std::string all2all_backend = "allgather_reducescatter";
   // nullopt: the config's torch_dtype (bfloat16, float16; float32 or absent: bf16, as vLLM's
   // dtype=auto downcasts), with fp8 block-quantized linears when the config has an fp8
   // quantization_config; set (e.g. bf16): that dtype, quantization config ignored.
@@ -74,6 +68,19 @@ struct HfManifestOptions {
   // Ranks of one group: ep with expert parallelism, else tp.
   int GroupSize() const { return ep > 1 ? ep : tp; }
 };
+
+// The placement vLLM applies for `options.expert_placement` on a model with this config.json
+// (determine_expert_placement_strategy in vLLM's fused_moe layer): round_robin only when
+//  * the model has expert groups (`n_group` > 1; Kimi-K2 and the Qwen3-MoE and Mixtral families
+//    have none) and no redundant experts or EPLB (which wtx does not model), and
+//  * where the MoE layers use all-to-all kernels (expert parallelism over several data-parallel
+//    ranks: ep > tp), the all-to-all backend keeps round-robin routing tables
+//    (`deepep_low_latency`, `nixl_ep`); vLLM's default backend (`allgather_reducescatter`) does
+//    not, and vLLM falls back to linear.
+// Otherwise linear. `why` (optional) says which rule decided.
+ExpertPlacement EffectiveExpertPlacement(const nlohmann::json& config,
+                                         const HfManifestOptions& options,
+                                         std::string* why = nullptr);
 
 // The supported config.json model_type values, in registration order.
 std::vector<std::string> HfModelTypes();

@@ -175,7 +175,7 @@ struct PatchRequest {
   // must be covered exactly once (an overlap is E_DUPLICATE_WRITE naming both boxes; a gap is
   // missing coverage at prepare). A piece no shard of this rank intersects changes nothing.
   // part/parts must stay 0/1, and one source takes parts or pieces, not both (E_BAD_WRITE).
-  std::optional<Box> source_box;
+  std::optional<Box> source_box = std::nullopt;
 };
 
 // What a sender says one piece of an M-to-N update holds (docs/m2n.md): the digest
@@ -196,7 +196,7 @@ struct LandingRegion {
   // Optional, with `source`: one piece of the source (source coordinates, as WriteSource's
   // source_box); the region is the part of it each shard of this rank holds (none: an empty
   // reservation, which Landed accepts).
-  std::optional<Box> source_box;
+  std::optional<Box> source_box = std::nullopt;
 };
 
 // Where to write one reserved box.

@@ -39,7 +39,10 @@ struct BeginRequest {
   std::string base;                          // partial/delta: the committed version required
   std::vector<std::string> modules;          // partial: the modules in scope
   std::vector<std::string> sources;          // delta: the source tensors patched
-  bool rollback = false;                     // partial/delta: keep before-images, abort restores
+  // Keep before-images of every byte written; an abort restores them (a full update only where
+  // the rank holds a clean committed version to restore to). Bounded by the participant's
+  // rollback_budget_bytes at begin.
+  bool rollback = false;
   VerifyMode verify = VerifyMode::kTouched;  // what prepare rehashes and compares
 };
 

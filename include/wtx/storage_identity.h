@@ -63,6 +63,20 @@ struct StorageChange {
   ParamStorage now;  // what the resolver says now
 };
 
+// One parameter's bytes in memory, for the shared-storage check.
+struct StorageExtent {
+  std::string param;
+  uint64_t address = 0;  // 0: no storage (never overlaps)
+  size_t bytes = 0;
+};
+
+// OK when no two extents share a byte. Parameters that share storage (a tied lm_head and
+// embedding under a manifest that lists both, overlapping views) would let one write land in
+// both, so a rank is refused them when it opens or rebinds (DESIGN.md, Identity):
+// InvalidArgument naming both parameters and their addresses. Host and device addresses are
+// compared alike (CUDA's unified addressing gives every allocation its own range).
+Status CheckStorageDisjoint(std::span<const StorageExtent> extents);
+
 // "'p': moved from 0x1000 (64 bytes) to 0x2000 (64 bytes)", "'p': freed (was 0x1000, 64
 // bytes): <released>", "'p': layout changed at 0x1000 (64 bytes)".
 std::string DescribeStorageChange(const StorageChange& c);

@@ -81,8 +81,16 @@ class Aborted(Error):
         err = decision.get("error") or {}
         code = err.get("code") or "E_VOTE_NO"
         why = err.get("message") or "aborted"
+        # The first missing pieces by name (the message is all some callers keep: vLLM's
+        # HTTP error, a log line); every one is in .missing.
+        named = [f"rank {m['rank']} {m.get('param')}[{m.get('shard')}] {m.get('box')}"
+                 + (f' (source {m["source"]})' if m.get('source') else '')
+                 for m in missing[:4]]
+        if len(missing) > 4:
+            named.append(f"and {len(missing) - 4} more")
         super().__init__(code, f"transaction '{tx}' {decision.get('outcome', 'aborted')}: {why}"
-                         + ("; " + "; ".join(reasons) if reasons else ""),
+                         + ("; " + "; ".join(reasons) if reasons else "")
+                         + ("; missing: " + ", ".join(named) if named else ""),
                          {"decision": decision})
         self.tx = tx
         self.decision = decision

@@ -218,9 +218,9 @@ std::vector<LandingRegion> StepRegions(const Step& st, const std::optional<Begin
     r.box = st.box;
     out.push_back(std::move(r));
   } else if (st.param == "*") {
-    for (uint32_t pi : StarParams(m, scope)) out.push_back({m.params()[pi].name, "", "", {}});
+    for (uint32_t pi : StarParams(m, scope)) out.push_back({m.params()[pi].name, "", "", {}, {}});
   } else {
-    out.push_back({st.param, st.shard, "", st.box});
+    out.push_back({st.param, st.shard, "", st.box, {}});
   }
   return out;
 }

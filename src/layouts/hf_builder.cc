@@ -244,14 +244,33 @@ bool WeightFormat::Lists(std::string_view prefix) const {
   return std::find(ignored_layers.begin(), ignored_layers.end(), prefix) != ignored_layers.end();
 }
 
+bool WeightFormat::ListsExperts(std::string_view prefix) const {
+  for (const std::string& l : ignored_layers) {
+    if (l.find("experts") != std::string::npos && l.find(prefix) != std::string::npos) return true;
+  }
+  return false;
+}
+
 Result<bool> Builder::QuantizesLinear(std::string_view prefix,
                                       std::span<const LinearPart> parts) const {
   if (!format_.fp8) return false;
   // REQUIRES: parts is not empty (every linear has at least one part)
   assert(!parts.empty() && "a linear layer is fed by at least one checkpoint module");
+  // vLLM's is_layer_skipped: a fused layer (qkv_proj, gate_up_proj, fused_qkv_a_proj) is
+  // looked up by its checkpoint parts only, each listed exactly (its fused name does not
+  // count); any other layer whose name contains "experts" (shared_experts.down_proj) takes the
+  // experts branch (skipped when a listed name containing "experts" contains its name); every
+  // other layer is skipped when listed exactly.
+  const bool fused = parts.size() > 1 || parts.front().source != prefix;
+  if (!fused) {
+    const bool skipped = prefix.find("experts") != std::string_view::npos
+                             ? format_.ListsExperts(prefix)
+                             : format_.Lists(prefix);
+    return !skipped;
+  }
   size_t listed = 0;
   for (const LinearPart& p : parts) listed += format_.Lists(p.source) ? 1 : 0;
-  if (listed == 0) return !format_.Lists(prefix);
+  if (listed == 0) return true;
   if (listed == parts.size()) return false;
   std::string in, out;
   for (const LinearPart& p : parts) {
@@ -267,13 +286,7 @@ Result<bool> Builder::QuantizesLinear(std::string_view prefix,
 }
 
 bool Builder::QuantizesExperts(std::string_view experts_prefix) const {
-  if (!format_.fp8) return false;
-  for (const std::string& l : format_.ignored_layers) {
-    if (l.find("experts") != std::string::npos && l.find(experts_prefix) != std::string::npos) {
-      return false;
-    }
-  }
-  return true;
+  return format_.fp8 && !format_.ListsExperts(experts_prefix);
 }
 
 Status Builder::AddRouter(std::string_view module, const ExpertsSpec& spec) {

@@ -76,6 +76,8 @@ struct WeightFormat {
 
   // vLLM's exact-prefix match: is the module `prefix` listed?
   bool Lists(std::string_view prefix) const;
+  // vLLM's experts branch: does a listed name containing "experts" contain `prefix`?
+  bool ListsExperts(std::string_view prefix) const;
 };
 
 // One checkpoint tensor feeding a block of output rows of a (fused) linear layer.

@@ -166,24 +166,34 @@ std::optional<ExpertPlacement> ExpertPlacementFromName(std::string_view name) {
   return std::nullopt;
 }
 
-ExpertPlacement EffectiveExpertPlacement(const json& config, ExpertPlacement requested,
+ExpertPlacement EffectiveExpertPlacement(const json& config, const HfManifestOptions& options,
                                          std::string* why) {
   std::string reason;
-  ExpertPlacement out = requested;
-  if (requested == ExpertPlacement::kLinear) {
+  ExpertPlacement out = options.expert_placement;
+  const int dp = options.tp > 0 && options.ep > options.tp ? options.ep / options.tp : 1;
+  const std::string& backend = options.all2all_backend;
+  if (options.expert_placement == ExpertPlacement::kLinear) {
     reason = "linear as requested";
   } else {
     auto g = config.is_object() ? config.find("n_group") : config.end();
     const int64_t groups = g != config.end() && g->is_number_integer() ? g->get<int64_t>() : 0;
-    if (groups > 1) {
-      reason = "round_robin as requested: the model has " + std::to_string(groups) +
-               " expert groups (n_group)";
-    } else {
+    if (groups <= 1) {
       out = ExpertPlacement::kLinear;
       reason =
           "round_robin requested, linear applied: vLLM places experts round-robin only for "
           "models with expert groups (n_group > 1; this config has " +
           (g == config.end() || g->is_null() ? std::string("none") : "n_group " + g->dump()) + ")";
+    } else if (dp > 1 && backend != "deepep_low_latency" && backend != "nixl_ep") {
+      out = ExpertPlacement::kLinear;
+      reason = "round_robin requested, linear applied: with ep " + std::to_string(options.ep) +
+               " over tp " + std::to_string(options.tp) + " (dp " + std::to_string(dp) +
+               ") vLLM's MoE layers use all-to-all kernels, and its all-to-all backend '" +
+               backend +
+               "' has no round-robin routing tables (deepep_low_latency and nixl_ep have)";
+    } else {
+      reason = "round_robin as requested: the model has " + std::to_string(groups) +
+               " expert groups (n_group)" +
+               (dp > 1 ? ", and the all-to-all backend '" + backend + "' routes round-robin" : "");
     }
   }
   if (why) *why = std::move(reason);
@@ -215,7 +225,7 @@ Result<ManifestPtr> ManifestFromHfConfig(const json& config, const HfManifestOpt
   par.tp_rank = options.rank % options.tp;
   par.ep = options.ep;
   par.ep_rank = options.ep > 1 ? options.rank : 0;
-  par.placement = EffectiveExpertPlacement(config, options.expert_placement);
+  par.placement = EffectiveExpertPlacement(config, options);
   hf::Builder builder(par, format);
   const hf::ConfigReader reader(config);
   WTX_RETURN_IF_ERROR(family->build(reader, &builder));

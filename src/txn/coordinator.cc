@@ -537,7 +537,17 @@ BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
       rec.ranks.push_back({e.rank, std::string(e.status.code_name()), e.status.message()});
     }
     rec.ts = options_.env.clock->NowMicros();
-    audit_->LogRefusedBegin(rec).ok();  // best effort: a failed append closes the journal
+    // The refusal's record is an audit record like any other: a journal write that fails is
+    // fail-stop (docs/crash-safety.md), so the coordinator stops here instead of going on with
+    // a journal it cannot trust.
+    Status logged = audit_->LogRefusedBegin(rec);
+    if (!logged.ok()) {
+      std::lock_guard<std::mutex> l(mu_);
+      crashed_ = true;
+      out.status = Status(ErrorCode::kCrashed, "local audit journal: " + logged.message() +
+                                                   " (recording the refused begin of '" + req.tx +
+                                                   "': " + out.status.ToString() + ")");
+    }
   }
   return out;
 }

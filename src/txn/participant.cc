@@ -47,6 +47,16 @@ Status ParticipantImpl::Init() {
                                      std::to_string(params[i].num_bytes()) + " bytes");
     }
   }
+  {
+    std::vector<StorageExtent> extents(params.size());
+    for (uint32_t i = 0; i < params.size(); ++i) {
+      extents[i] = {params[i].name, memory_->Address(i), memory_->Size(i)};
+    }
+    Status shared = CheckStorageDisjoint(extents);
+    if (!shared.ok()) {
+      return Status::InvalidArgument("rank " + Rank() + ": live memory: " + shared.message());
+    }
+  }
   WTX_RETURN_IF_ERROR(InitIdentity());
   hash_.reserve(params.size());
   for (const auto& p : params) hash_.emplace_back(static_cast<size_t>(p.num_bytes()));

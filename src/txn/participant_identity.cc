@@ -162,6 +162,20 @@ Result<std::vector<StorageChange>> ParticipantImpl::Rebind(std::span<const std::
     changed.push_back(i);
   }
   if (changes.empty()) return changes;
+  {
+    // The storage the rank would hold after the rebind must not be shared between parameters.
+    std::vector<StorageExtent> extents(all_params_.size());
+    for (uint32_t i : all_params_) {
+      extents[i] = {manifest_->params()[i].name, memory_->Address(i), memory_->Size(i)};
+    }
+    for (size_t k = 0; k < changed.size(); ++k)
+      extents[changed[k]].address = changes[k].now.address;
+    Status shared = CheckStorageDisjoint(extents);
+    if (!shared.ok()) {
+      return Err(ErrorCode::kStorageMoved,
+                 "rank " + Rank() + ": rebind: " + shared.message() + "; nothing was rebound");
+    }
+  }
   RebindRecord rec;
   for (const StorageChange& c : changes) rec.params.push_back(EntryOf(c));
   rec.ts = options_.env.clock->NowMicros();

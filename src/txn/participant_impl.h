@@ -262,6 +262,11 @@ class ParticipantImpl : public Participant {
   // A piece named by `source` as the pieces of the shards it is: param, shard, box and its
   // slice of the bytes. Other pieces are appended as they are.
   Status ResolveSource(const WritePiece& w, std::vector<WritePiece>* out) const;
+  // Whether a full transaction's before-images would restore a committed version (the rank
+  // holds loaded, clean bytes of one). REQUIRES: mu_ held.
+  bool FullRollbackRestores() const REQUIRES(mu_) {
+    return loaded_ && state_.version.has_value() && !state_.dirty;
+  }
   std::string Rank() const { return std::to_string(options_.rank); }
   // Appends pending write records plus `record` (if any) with the new state.
   Status Log(std::optional<ParticipantRecord> record, bool sync) REQUIRES(mu_);

@@ -60,8 +60,10 @@ Status ParticipantImpl::CheckBeginLocked(const BeginRequest& req) const {
       }
     }
   }
-  if (req.rollback && req.kind != TxKind::kFull &&
-      rollback_bytes > options_.rollback_budget_bytes) {
+  if (req.kind == TxKind::kFull && FullRollbackRestores()) {
+    for (const ParamSpec& p : manifest_->params()) rollback_bytes += p.num_bytes();
+  }
+  if (req.rollback && rollback_bytes > options_.rollback_budget_bytes) {
     return Err(ErrorCode::kBudgetExceeded, "rank " + Rank() + ": rollback needs up to " +
                                                std::to_string(rollback_bytes) +
                                                " bytes of before-images, budget is " +
@@ -77,7 +79,10 @@ Status ParticipantImpl::Begin(const BeginRequest& req) {
   WTX_RETURN_IF_ERROR(CheckIdentityLocked(all_params_));
   auto tx = std::make_unique<ActiveTx>();
   tx->req = req;
-  if (req.kind == TxKind::kFull) tx->req.rollback = false;  // nothing to restore to
+  // A full update on a rank that serves a committed version keeps before-images too (the
+  // serving gate's restore: an abort puts the old version back); on a rank with nothing
+  // committed or loaded there is nothing to restore to.
+  if (req.kind == TxKind::kFull && !FullRollbackRestores()) tx->req.rollback = false;
   tx->kernel_identity_at_begin = kernel_identity_;
   tx->dirty_at_begin = state_.dirty;
   tx->coverage.resize(manifest_->params().size());

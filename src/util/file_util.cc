@@ -127,4 +127,48 @@ Status CheckDirectoryArg(std::string_view what, const std::string& path, bool mu
   return Status::OK();
 }
 
+Status CheckWritableFileArg(const std::string& path, std::string_view what) {
+  const std::string name = Named(what, path);
+  if (path.empty()) return Status::InvalidArgument(name + ": empty path");
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument(name + ": not a regular file" + FileTypeName(st.st_mode));
+  }
+  return Status::OK();
+}
+
+Status WriteRegularFile(const std::string& path, std::string_view what,
+                        std::span<const std::string_view> chunks) {
+  WTX_RETURN_IF_ERROR(CheckWritableFileArg(path, what));
+  const std::string name = Named(what, path);
+  std::string tmp = path + ".tmp-XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) {
+    return Status::InvalidArgument(name +
+                                   ": cannot create a file beside it: " + std::strerror(errno));
+  }
+  Status s;
+  for (std::string_view c : chunks) {
+    for (size_t done = 0; done < c.size() && s.ok();) {
+      const ssize_t n = ::write(fd, c.data() + done, c.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        s = Status::IOError(name + ": write failed: " + std::strerror(errno));
+        break;
+      }
+      done += static_cast<size_t>(n);
+    }
+  }
+  if (s.ok() && ::fsync(fd) != 0)
+    s = Status::IOError(name + ": fsync failed: " + std::strerror(errno));
+  if (s.ok()) ::fchmod(fd, 0644);
+  ::close(fd);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = Status::IOError(name +
+                        ": cannot rename the written file into place: " + std::strerror(errno));
+  }
+  if (!s.ok()) ::unlink(tmp.c_str());
+  return s;
+}
+
 }  // namespace wtx

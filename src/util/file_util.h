@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -79,6 +80,17 @@ inline Result<std::string> ReadRegularFile(const std::string& path,
   o.max_bytes = max_bytes;
   return ReadRegularFile(path, o);
 }
+
+// Writes `chunks` (in order) to the file `path` named by `what`, never blocking on what is
+// there: an empty path, or a path that exists and is not a regular file (a FIFO, a directory, a
+// device), is INVALID_ARGUMENT naming `what`, the path and its type, before anything is
+// written. The bytes go to a temporary file beside it, synced and renamed over `path`, so a
+// reader never sees half a file. IO_ERROR naming the path when a write fails (nothing is left
+// behind).
+Status WriteRegularFile(const std::string& path, std::string_view what,
+                        std::span<const std::string_view> chunks);
+// WriteRegularFile's checks alone, for a command that refuses a bad output path before any work.
+Status CheckWritableFileArg(const std::string& path, std::string_view what);
 
 // A journal directory named by an option or argument (`what`): OK when `path` is a directory
 // (and, with must_hold_files, one holding at least one entry); INVALID_ARGUMENT naming `what`

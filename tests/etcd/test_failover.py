@@ -36,6 +36,15 @@ if not etcd_available():
 TTL_MS = 1000
 DEFAULT_TTL_MS = 2000  # `wtx coordinator`'s default --lease-ttl-ms
 RANKS = 2
+# Bounds are behaviour, not speed (issue 45): a fault must resolve, well before a bound several
+# times the lease TTL that holds on a loaded 2-core machine. Latency against the goal (TTL + 1 s)
+# is measured by tools/bench/failover_bench.py (p50/p99/max per fault kind), never asserted.
+LOADED_FACTOR = 3
+
+
+def loaded_bound_s(ttl_ms):
+    """Seconds within which a fault with lease TTL ttl_ms must be resolved on a loaded machine."""
+    return LOADED_FACTOR * (ttl_ms / 1000 + 1)
 
 
 # -- fixtures --------------------------------------------------------------------------------
@@ -174,7 +183,8 @@ def test_standby_takes_over_after_leader_killed_after_decision(etcd, run):
 
     b.wait_ready(TTL_MS / 1000 + 5)
     took = time.monotonic() - killed_at
-    assert took < TTL_MS / 1000 + 2, "standby took %.2f s to lead\n%s" % (took, run.stderr_tails())
+    assert took < loaded_bound_s(TTL_MS), "standby took %.2f s to lead\n%s" % (
+        took, run.stderr_tails())
     assert b.ready["epoch"] > a.ready["epoch"], (a.ready, b.ready)
 
     ok, st, waited = wait_states(rs, serving("t2", v2), 10)
@@ -205,7 +215,8 @@ def test_standby_takes_over_after_leader_killed_before_decision(etcd, run):
 
     b.wait_ready(TTL_MS / 1000 + 5)
     took = time.monotonic() - killed_at
-    assert took < TTL_MS / 1000 + 2, "standby took %.2f s to lead\n%s" % (took, run.stderr_tails())
+    assert took < loaded_bound_s(TTL_MS), "standby took %.2f s to lead\n%s" % (
+        took, run.stderr_tails())
 
     # Aborted everywhere: nobody in doubt, the previous version kept.
     ok, st, _ = wait_states(rs, aborted_back_to("t1", v1), 10)
@@ -369,7 +380,8 @@ def test_two_etcd_members_killed_commits_refused(own_etcd, run):
     t0 = time.monotonic()
     rc, answer = a.call("commit", {"tx": "t2"}, timeout=30)
     took = time.monotonic() - t0
-    assert took < 5, "commit without quorum took %.1f s" % took
+    # One decision-log timeout (300 ms), not the TTL: bounded well below a hang.
+    assert took < loaded_bound_s(ttl), "commit without quorum took %.1f s" % took
     assert answer is not None and "E_DECISION_LOG_UNAVAILABLE" in json.dumps(answer), \
         "commit without quorum: exit %d, %s\n%s" % (rc, answer, a.stderr_tail())
     assert answer.get("decision") in (None, "abort") or answer.get("decision_logged") is False, \
@@ -447,7 +459,7 @@ def test_foreign_value_under_prefix_is_refused(etcd, run):
     took = time.monotonic() - t0
     assert out.returncode != 0, out.stdout
     assert any("127.0.0.1:%d" % port in out.stderr for port in dead), out.stderr
-    assert took < 5, "refusing an unreachable etcd took %.1f s" % took
+    assert took < 15, "refusing an unreachable etcd took %.1f s" % took
 
 
 def test_journal_tools_read_the_decision_log_and_check_finds_disagreement(etcd, run):
@@ -521,7 +533,7 @@ def test_rank_with_an_unreachable_decision_log_starts_and_says_so(run):
 # -- issue 36: failover that never stalls ----------------------------------------------------
 
 @pytest.mark.parametrize("point", ["after_decision_logged", "before_decision_logged"])
-def test_paused_leader_in_doubt_ranks_resolve_within_ttl_plus_one_second(etcd, run, point):
+def test_paused_leader_in_doubt_ranks_resolve(etcd, run, point):
     # The leader is paused (SIGSTOP) for longer than its lease TTL with the ranks in doubt: its
     # kernel still accepts connections, so a rank that redials it must not wait out a TLS
     # handshake; it bounds each attempt by its heartbeat budget and reads the decision log (and
@@ -545,12 +557,13 @@ def test_paused_leader_in_doubt_ranks_resolve_within_ttl_plus_one_second(etcd, r
     finally:
         a.signal(signal.SIGCONT)
     assert ok, "ranks did not resolve: %s\n%s" % (st, run.stderr_tails())
-    # TTL + 1 s (issue 36's goal) in release builds; sanitizer builds run slower (CMake sets
-    # WTX_TIMING_SLACK for them).
-    goal_s = (DEFAULT_TTL_MS + 1000) / 1000 * float(os.environ.get("WTX_TIMING_SLACK", "1"))
-    print("%s: every rank resolved %.3f s after the pause" % (point, resolved_s))
-    assert resolved_s <= goal_s, "resolved %.2f s after the pause (goal %.1f s)\n%s" % (
-        resolved_s, goal_s, run.stderr_tails())
+    # Resolved, within a bound that holds on a loaded machine; the goal (TTL + 1 s) is the
+    # bench's (tools/bench/failover_bench.py reports it per fault kind).
+    bound_s = loaded_bound_s(DEFAULT_TTL_MS)
+    print("%s: every rank resolved %.3f s after the pause (goal %.1f s, bound %.1f s)" % (
+        point, resolved_s, (DEFAULT_TTL_MS + 1000) / 1000, bound_s))
+    assert resolved_s <= bound_s, "resolved %.2f s after the pause (bound %.1f s)\n%s" % (
+        resolved_s, bound_s, run.stderr_tails())
     assert a.wait_exit(10) == 4, a.stderr_tail()
 
 

@@ -1,10 +1,11 @@
-"""Doubles of vLLM's weight-transfer contract, written from its public docs (docs.vllm.ai,
-"Weight Transfer" and "Base Class and Custom Engines"), for testing wtx.vllm without vLLM.
+"""Test transports and a TP-2 engine driver for wtx.vllm's torch_broadcast paths.
 
-* `install_fake_vllm()`: a `vllm.distributed.weight_transfer.factory` module whose
-  WeightTransferEngineFactory keeps a registry and raises on a second registration of a name,
-  as vLLM's does (register_engine(name, module_path, class_name) or (name, cls);
-  create_engine(config, vllm_config, device, model)).
+vLLM's own modules (factory, base class, config) come from vllm_double/, written from vLLM's
+source; the full worker / engine core / HTTP stack as vLLM runs it is in vllm_world.py
+(test_vllm_main.py). Here:
+
+* `install_fake_vllm()`: vllm_double/ on sys.path, with the transports below registered in its
+  WeightTransferEngineFactory.
 * Inner transports over torch.distributed (gloo here, where vLLM uses NCCL), the trainer being
   `src`: `BroadcastEngine` (the older contract: `__init__(config, parallel_config)`,
   `receive_weights(update_info, load_weights)`) and `BroadcastEngineV2` (the newest:
@@ -16,10 +17,10 @@
   and calls the four phases.
 """
 
+import os
 import sys
-import threading
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -31,66 +32,30 @@ from wtx.vllm import (LLAMA_STACKED_PARAMS_MAPPING, TorchBroadcastEngine,
 
 # ------------------------------------------------------------------------------ the factory
 
-class FakeWeightTransferEngineFactory:
-    _registry: dict = {}
-
-    @classmethod
-    def register_engine(cls, name, module_path_or_cls, class_name=None):
-        if name in cls._registry:
-            raise ValueError(f"Weight transfer engine '{name}' is already registered.")
-        if isinstance(module_path_or_cls, str):
-            if class_name is None:
-                raise ValueError("class_name is required when registering with module path")
-            path = module_path_or_cls
-
-            def loader():
-                import importlib
-                return getattr(importlib.import_module(path), class_name)
-
-            cls._registry[name] = loader
-        else:
-            cls._registry[name] = lambda: module_path_or_cls
-
-    @classmethod
-    def create_engine(cls, config, vllm_config, device, model):
-        if config.backend not in cls._registry:
-            raise ValueError(f"Invalid weight transfer backend: {config.backend}. "
-                             f"Available engines: {list(cls._registry)}")
-        return cls._registry[config.backend]()(config, vllm_config, device, model)
-
-
 def install_fake_vllm():
-    """Puts the fake factory at vllm.distributed.weight_transfer.factory (idempotent)."""
-    if "vllm.distributed.weight_transfer.factory" in sys.modules:
-        return sys.modules["vllm.distributed.weight_transfer.factory"]
-    names = ["vllm", "vllm.distributed", "vllm.distributed.weight_transfer",
-             "vllm.distributed.weight_transfer.factory"]
-    for n in names:
-        sys.modules[n] = types.ModuleType(n)
-    factory = sys.modules["vllm.distributed.weight_transfer.factory"]
-    factory.WeightTransferEngineFactory = FakeWeightTransferEngineFactory
-    FakeWeightTransferEngineFactory.register_engine("bcast", BroadcastEngine)
-    FakeWeightTransferEngineFactory.register_engine("bcast2", BroadcastEngineV2)
-    # wtx's own torch.distributed transport (dense and sparse), as a registered vLLM engine.
-    FakeWeightTransferEngineFactory.register_engine("sparse", TorchBroadcastEngine)
+    """vLLM's weight-transfer modules from vllm_double/ (written from vLLM's source), with the
+    test transports below registered in its factory (idempotent)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if os.path.join(here, "vllm_double") not in sys.path:
+        sys.path.insert(0, os.path.join(here, "vllm_double"))
+    from vllm.distributed.weight_transfer import factory
+    for name, cls in (("bcast", BroadcastEngine), ("bcast2", BroadcastEngineV2),
+                      ("sparse", TorchBroadcastEngine)):
+        if name not in factory.WeightTransferEngineFactory._registry:
+            factory.WeightTransferEngineFactory.register_engine(name, cls)
     return factory
 
 
-@dataclass
-class WeightTransferConfig:
-    backend: str = "wtx"
-    inner: str = "bcast"
+def weight_transfer_config():
+    from vllm.config import WeightTransferConfig
+    return WeightTransferConfig(backend="wtx")
 
 
-@dataclass
-class ParallelConfig:
-    tensor_parallel_size: int = 2
-    rank: int = 0
-
-
-@dataclass
-class VllmConfig:
-    parallel_config: ParallelConfig = field(default_factory=ParallelConfig)
+def vllm_config(tp_size, rank):
+    return types.SimpleNamespace(
+        parallel_config=types.SimpleNamespace(tensor_parallel_size=tp_size, world_size=tp_size,
+                                              rank=rank),
+        model_config=types.SimpleNamespace(dtype=torch.bfloat16))
 
 
 # ------------------------------------------------------------------------- inner transports
@@ -230,15 +195,17 @@ class VllmWorkerDouble:
         wtx.vllm.register()
         wtx.vllm.register()  # idempotent, as a worker re-imported by vLLM would do
         self.model = model
+        self.inner = inner
         self.engine = factory.WeightTransferEngineFactory.create_engine(
-            WeightTransferConfig(inner=inner), VllmConfig(ParallelConfig(2, tp_rank)),
-            torch.device("cpu"), model)
+            weight_transfer_config(), vllm_config(2, tp_rank), torch.device("cpu"), model)
         assert isinstance(self.engine, WtxWeightTransferEngine)
         self.engine.process_group = tp_group
 
     # The four routes / RPCs: init_weight_transfer_engine, start_weight_update,
     # update_weights, finish_weight_update.
     def init_weight_transfer_engine(self, init_info):
+        init_info = dict(init_info)
+        init_info.setdefault("inner", self.inner)
         self.engine.init_transfer_engine(self.engine.parse_init_info(init_info))
 
     def start_weight_update(self):
@@ -249,97 +216,3 @@ class VllmWorkerDouble:
 
     def finish_weight_update(self):
         return self.engine.finish_weight_update()
-
-
-# ------------------------------------------------------------------------ the HTTP routes
-
-ROUTES = ("init_weight_transfer_engine", "start_weight_update", "update_weights",
-          "finish_weight_update")
-
-
-class HttpFrontDouble:
-    """vLLM's API server routes, POST /<route> with a JSON body ({"init_info": {...}} or
-    {"update_info": {...}}), in front of a TP group: each request is relayed to every rank of
-    `tp_group` (a broadcast from TP rank 0, as collective_rpc), run on each rank's worker, and
-    answered with rank 0's result: 200 {"ok": true, "weight_version": ...} or 500 {"ok": false,
-    "error": {"code", "message"}}. POST /shutdown ends serve()."""
-
-    def __init__(self, worker, tp_group, tp_rank):
-        import queue
-        self.worker, self.tp, self.rank = worker, tp_group, tp_rank
-        self.requests, self.answers = queue.Queue(), queue.Queue()
-        self.port = None
-        if tp_rank == 0:
-            self._start_server()
-
-    def _start_server(self):
-        import json
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-        front = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                route = self.path.strip("/")
-                n = int(self.headers.get("Content-Length", 0))
-                body = json.loads(self.rfile.read(n) or b"{}")
-                front.requests.put((route, body))
-                code, answer = front.answers.get()
-                data = json.dumps(answer).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def serve(self):
-        """Runs requests until /shutdown (every TP rank calls it)."""
-        import wtx
-        while True:
-            box = [self.requests.get() if self.rank == 0 else None]
-            dist.broadcast_object_list(box, src=dist.get_global_rank(self.tp, 0)
-                                       if hasattr(dist, "get_global_rank") else 0,
-                                       group=self.tp)
-            route, body = box[0]
-            if route == "shutdown":
-                if self.rank == 0:
-                    self.answers.put((200, {"ok": True}))
-                    self.server.shutdown()
-                return
-            try:
-                if route not in ROUTES:
-                    raise wtx.Error("INVALID_ARGUMENT", f"no route /{route}")
-                arg = body.get("init_info", body.get("update_info"))
-                fn = getattr(self.worker, route)
-                fn(*([] if arg is None else [arg]))
-                answer = (200, {"ok": True,
-                                "weight_version": self.worker.engine.weight_version})
-            except wtx.Aborted as e:
-                answer = (500, {"ok": False, "error": {"code": "E_ABORTED",
-                                                       "message": str(e)}})
-            except Exception as e:
-                answer = (500, {"ok": False, "error": {"code": getattr(e, "code", "ERROR"),
-                                                       "message": str(e)}})
-            if self.rank == 0:
-                self.answers.put(answer)
-
-
-def http_post(port, route, body=None, timeout=60):
-    """The trainer's client: (status, JSON answer)."""
-    import json
-    import urllib.error
-    import urllib.request
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/{route}",
-                                 data=json.dumps(body or {}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())

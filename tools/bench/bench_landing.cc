@@ -84,7 +84,7 @@ Result<json> BenchLanding(const BenchOptions& o) {
         buckets.emplace_back();
         used = 0;
       }
-      buckets.back().push_back({i, {p.name, "", "", std::nullopt}, 0, nb});
+      buckets.back().push_back({i, {p.name, "", "", std::nullopt, std::nullopt}, 0, nb});
       used += nb;
       continue;
     }
@@ -96,7 +96,7 @@ Result<json> BenchLanding(const BenchOptions& o) {
       Box box = WholeBox(p.shape);
       box[0] = {r, e};
       buckets.push_back({{i,
-                          {p.name, "", "", box},
+                          {p.name, "", "", box, std::nullopt},
                           static_cast<size_t>(r) * row_bytes,
                           static_cast<size_t>(e - r) * row_bytes}});
     }

@@ -86,7 +86,7 @@ def engine(manifest, work, tp_group):
     eng.init_transfer_engine({"journal_dir": os.path.join(work, "rank0"),
                               "coordinator_journal": os.path.join(work, "coord"),
                               "manifest": manifest.to_json(), "threads": THREADS,
-                              "inner_init_info": {"src": TRAINER}})
+                              "inner": "torch_broadcast", "inner_init_info": {"src": TRAINER}})
     while True:
         dist.barrier()  # the round starts on both sides together
         box = [None]

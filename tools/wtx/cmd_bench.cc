@@ -9,12 +9,15 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "tools/bench/bench.h"
 #include "tools/wtx/commands.h"
+#include "wtx/dtype.h"
+#include "wtx/hf_manifest.h"
 
 namespace wtx::cli {
 namespace {
@@ -34,6 +37,8 @@ struct BenchArgs {
   bool json = false;
   bool quick = false;
   bool coverage_tp_given = false;
+  bool model_given = false;           // --model was on the command line
+  bool coverage_model_given = false;  // --coverage-model was on the command line
   std::string compare;  // --compare OLD.json: an earlier `wtx bench --json`
 };
 
@@ -234,6 +239,15 @@ int RunBench(BenchArgs a) {
     }
     old_out = std::move(old).value();
   }
+  for (const auto& [given, value, flag] :
+       {std::tuple{a.model_given, &a.model, "--model"},
+        std::tuple{a.coverage_model_given, &a.coverage_model, "--coverage-model"}}) {
+    if (given && value->empty()) {
+      std::cerr << "wtx bench: " << flag << ": empty (a config.json path, or leave the flag out "
+                << "for the default model)\n";
+      return 2;
+    }
+  }
   // The default models (a --model or --coverage-model given needs none).
   std::vector<std::string> names;
   if (a.model.empty()) names.push_back(a.quick ? "tiny-qwen2" : "qwen2.5-0.5b");
@@ -273,6 +287,35 @@ int RunBench(BenchArgs a) {
   }
   if (!models.dir.empty()) {
     std::cerr << "wtx bench: models from " << models.dir << " (" << models.source << ")\n";
+  }
+  // Every model is checked before any work, whichever measurements --only runs: read as the
+  // measurement reads it and laid out as it lays it out (the update model at tp 1 in bf16, the
+  // coverage model's rank 0 at --coverage-tp), so a bad path or degree exits 2 at once.
+  {
+    HfManifestOptions update_layout;
+    update_layout.dtype = DType::kBF16;
+    HfManifestOptions coverage_layout;
+    coverage_layout.tp = a.coverage_tp;
+    const std::tuple<const char*, const std::string*, const HfManifestOptions*> checks[] = {
+        {"--model", &a.model, &update_layout},
+        {"--coverage-model", &a.coverage_model, &coverage_layout}};
+    for (const auto& [flag, path, layout] : checks) {
+      auto config = ReadJsonFileArg(flag, *path);
+      Status bad = config.status();
+      if (bad.ok()) {
+        auto m = ManifestFromHfConfig(config.value(), *layout);
+        if (!m.ok()) {
+          bad = Status::InvalidArgument(
+              std::string(flag) + " '" + *path + "'" +
+              (layout->tp > 1 ? " at --coverage-tp " + std::to_string(layout->tp) : std::string()) +
+              ": " + m.status().message());
+        }
+      }
+      if (!bad.ok()) {
+        std::cerr << "wtx bench: " << bad.message() << "\n";
+        return 2;
+      }
+    }
   }
   std::error_code ec;
   std::string parent = a.scratch_dir.empty() ? fs::temp_directory_path(ec).string() : a.scratch_dir;
@@ -457,8 +500,12 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
                   "an earlier `wtx bench --json` output: print each figure's old and new value "
                   "and whether it got worse (more than 5 % against its goal)");
   CLI::Option* tp = cmd->get_option("--coverage-tp");
-  cmd->callback([a, tp, exit_code] {
+  CLI::Option* model = cmd->get_option("--model");
+  CLI::Option* coverage_model = cmd->get_option("--coverage-model");
+  cmd->callback([a, tp, model, coverage_model, exit_code] {
     a->coverage_tp_given = tp->count() > 0;
+    a->model_given = model->count() > 0;
+    a->coverage_model_given = coverage_model->count() > 0;
     *exit_code = RunBench(*a);
   });
 }

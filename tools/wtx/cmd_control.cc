@@ -15,6 +15,7 @@
 
 #include "src/net/codec.h"
 #include "src/net/control.h"
+#include "src/net/tls.h"
 #include "tools/wtx/commands.h"
 
 namespace wtx::cli {
@@ -29,24 +30,35 @@ struct ControlTls {
 constexpr std::chrono::milliseconds kLeaderProbe{2000};
 
 // With several addresses (a leader and its standbys): the one whose "leader" call answers
-// leads: true, asked in order, each connection and answer bounded by `probe`; a line on
-// stderr names the one chosen. kUnreachable naming every address when none leads.
+// leads: true, asked in order, each address's connection, handshake and answer together bounded
+// by `probe`; a line on stderr names the one chosen. An address that refuses us, is not a wtx
+// coordinator of this cluster (another secret, an HTTP server, garbage) or does not answer is
+// skipped like one that does not lead; only this invocation's own TLS files (checked before any
+// address is asked) end the search with kInvalidArgument. kCrashed naming every address when
+// none leads.
 Result<std::unique_ptr<net::ControlClient>> FindLeader(
     const std::vector<std::pair<std::string, uint16_t>>& addresses, const std::string& secret,
     net::NetOptions no, std::chrono::milliseconds probe, std::string* chosen) {
-  no.connect_timeout = std::min(no.connect_timeout, probe);
-  no.handshake_timeout = std::min(no.handshake_timeout, probe);
+  if (!no.tls.cert.empty() || !no.tls.key.empty() || !no.tls.ca.empty()) {
+    auto own = net::MakeTlsContext(/*server=*/false, secret, no.tls);
+    if (!own.ok()) return own.status();
+  }
+  // Connection and handshake share one timer (connect + handshake): half the probe each.
+  no.connect_timeout = std::max(probe / 2, std::chrono::milliseconds(1));
+  no.handshake_timeout = std::max(probe - no.connect_timeout, std::chrono::milliseconds(1));
   std::string tried;
   for (const auto& [host, port] : addresses) {
     const std::string name = host + ":" + std::to_string(port);
+    const auto t0 = std::chrono::steady_clock::now();
     std::string why;
     auto c = net::ControlClient::Connect(host, port, secret, no, "control");
     if (!c.ok()) {
-      // A bad TLS file or secret is the caller's fault whichever address: said at once.
-      if (PeerExitCode(c.status()) == kExitInvalidInput) return c.status();
       why = c.status().ToString();
     } else {
-      auto r = c.value()->Call("leader", nlohmann::json::object(), probe);
+      const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - t0);
+      const auto left = std::max(probe - spent, std::chrono::milliseconds(1));
+      auto r = c.value()->Call("leader", nlohmann::json::object(), left);
       if (r.ok() && r->is_object() && r->value("leads", false)) {
         std::cerr << "wtx control: " << name << " leads " << r->value("decision_log", "")
                   << " (epoch " << r->value("epoch", 0) << ")\n";

@@ -194,16 +194,17 @@ int RunCoordinator(const CoordinatorArgs& a) {
   // stays: it leads again after the next renewal. After a whole lease TTL without leading it
   // stops too (its lease may have expired, a standby may lead, and ranks that still reach it
   // would not look for the successor).
-  std::optional<std::chrono::steady_clock::time_point> not_leading_since;
+  // The time the coordinator last stopped leading; the epoch (time_point{}) while it leads.
+  std::chrono::steady_clock::time_point not_leading_since{};
   const bool deposed = !signals.WaitForStopOr([&] {
     if (c->deposed()) return true;
     const auto now = std::chrono::steady_clock::now();
     if (c->leads()) {
-      not_leading_since.reset();
+      not_leading_since = {};
       return false;
     }
-    if (!not_leading_since) not_leading_since = now;
-    return now - *not_leading_since >= milliseconds(a.lease_ttl_ms);
+    if (not_leading_since == std::chrono::steady_clock::time_point{}) not_leading_since = now;
+    return now - not_leading_since >= milliseconds(a.lease_ttl_ms);
   });
   if (deposed) {
     net::LogLine("coordinator", "lost the leadership of " + c->decision_log() + " (epoch " +

@@ -305,6 +305,12 @@ int StatusCmd(const std::string& dir, const DecisionLogFlags& flags, bool as_jso
   }
   auto log = OpenDecisionLogFlags(flags);
   if (!log.ok()) return RefuseLog("status", log.status());
+  // The log is read even with nothing pending here: "reconciled_with" is said only of a log
+  // that answered (a dead, silent or garbage endpoint is refused, exit 4, naming it).
+  if (st->pending.empty()) {
+    auto leader = log.value()->CurrentLeader();
+    if (!leader.ok()) return RefuseLog("status", leader.status());
+  }
   json pending = json::array(), ended = json::array(), missing = json::array();
   for (const std::string& tx : st->pending) {
     auto d = log.value()->Read(tx);

@@ -156,7 +156,7 @@ int RunManifest(const ManifestArgs& a) {
   if (!m.ok()) return Fail(FlagMessage(m.status()));
   // Which experts a rank holds is vLLM's choice, not only the flag's: say which and why.
   std::string why;
-  const ExpertPlacement applied = EffectiveExpertPlacement(config, options.expert_placement, &why);
+  const ExpertPlacement applied = EffectiveExpertPlacement(config, options, &why);
   if (a.hf.ep > 1) std::cerr << "wtx manifest: expert placement " << why << "\n";
   options.expert_placement = applied;
   if (a.summary) return PrintSummary(**m, a, config, options, why);

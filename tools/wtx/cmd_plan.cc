@@ -2,7 +2,6 @@
 // the engine ranks of a Hugging Face model, as a summary or as the plan's JSON.
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -11,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "src/util/file_util.h"
 #include "tools/wtx/commands.h"
 #include "tools/wtx/hf_flags.h"
 #include "tools/wtx/size_format.h"
@@ -23,6 +23,7 @@ struct PlanArgs {
   HfFlags hf;
   std::string trainer;
   std::string out;
+  bool out_given = false;  // --out was on the command line (an empty path is refused)
   bool json = false;
 };
 
@@ -56,6 +57,12 @@ std::string BytesRange(const std::vector<int64_t>& v) {
 int RunPlan(const PlanArgs& a) {
   auto options_or = HfOptionsFromFlags(a.hf);
   if (!options_or.ok()) return PlanFail(options_or.status().message());
+  if (a.out_given) {
+    // Refused before any work: an empty path, a FIFO (which would block until a reader came),
+    // a directory or a device.
+    Status out = CheckWritableFileArg(a.out, "--out");
+    if (!out.ok()) return PlanFail(out.message());
+  }
   const HfManifestOptions& options = *options_or;
   auto read = ReadJsonFileArg("--hf-config", a.hf.hf_config);
   if (!read.ok()) return PlanFail(read.status().message());
@@ -72,9 +79,10 @@ int RunPlan(const PlanArgs& a) {
   const double plan_ms = PlanMillisSince(t1);
   if (!plan.ok()) return PlanFail(plan.status().message());
   if (!a.out.empty()) {
-    std::ofstream f(a.out);
-    f << plan->ToJson().dump() << "\n";
-    if (!f.good()) return PlanFail("--out: cannot write '" + a.out + "'");
+    const std::string text = plan->ToJson().dump();
+    const std::string_view chunks[] = {text, "\n"};
+    Status written = WriteRegularFile(a.out, "--out", chunks);
+    if (!written.ok()) return PlanFail(written.message());
   }
   if (a.json) {
     std::cout << plan->ToJson().dump() << "\n";
@@ -116,8 +124,11 @@ void RegisterPlanCommand(CLI::App& app, int* exit_code) {
                   "the trainer's sharding: fsdp:K, tp:K, ep:E or tp:T,ep:E")
       ->required();
   cmd->add_flag("--json", args->json, "print the plan as JSON instead of a summary");
-  cmd->add_option("--out", args->out, "also write the plan's JSON to this file");
-  cmd->callback([args, exit_code] { *exit_code = RunPlan(*args); });
+  CLI::Option* out = cmd->add_option("--out", args->out, "also write the plan's JSON to this file");
+  cmd->callback([args, out, exit_code] {
+    args->out_given = out->count() > 0;
+    *exit_code = RunPlan(*args);
+  });
 }
 
 }  // namespace wtx::cli

@@ -18,10 +18,19 @@ void AddHfFlags(CLI::App* cmd, HfFlags* f) {
   cmd->add_option("--expert-placement", f->expert_placement,
                   "linear|round_robin: which experts an expert-parallel rank holds")
       ->capture_default_str();
-  cmd->add_option("--dtype", f->dtype,
-                  "bf16|f16|f32: store every weight so, ignoring quantization_config (default: "
-                  "the config's torch_dtype, fp8 block-quantized linears when the config says "
-                  "so)");
+  cmd->add_option("--all2all-backend", f->all2all_backend,
+                  "vLLM's --all2all-backend: with ep > tp, round_robin placement survives only "
+                  "on deepep_low_latency or nixl_ep (vLLM falls back to linear otherwise)")
+      ->capture_default_str();
+  cmd->add_option_function<std::string>(
+      "--dtype",
+      [f](const std::string& v) {
+        f->dtype = v;
+        f->dtype_given = true;
+      },
+      "bf16|f16|f32: store every weight so, ignoring quantization_config (default: "
+      "the config's torch_dtype, fp8 block-quantized linears when the config says "
+      "so)");
 }
 
 Result<HfManifestOptions> HfOptionsFromFlags(const HfFlags& f) {
@@ -34,6 +43,17 @@ Result<HfManifestOptions> HfOptionsFromFlags(const HfFlags& f) {
                                    "' (linear|round_robin)");
   }
   options.expert_placement = *placement;
+  if (f.all2all_backend.empty()) {
+    return Status::InvalidArgument(
+        "--all2all-backend: empty (e.g. allgather_reducescatter, "
+        "deepep_low_latency)");
+  }
+  options.all2all_backend = f.all2all_backend;
+  if (f.dtype_given && f.dtype.empty()) {
+    return Status::InvalidArgument(
+        "--dtype: empty (bf16|f16|f32, or leave the flag out for the "
+        "config's torch_dtype)");
+  }
   if (!f.dtype.empty()) {
     auto dt = DTypeFromName(f.dtype);
     if (!dt || (*dt != DType::kBF16 && *dt != DType::kF16 && *dt != DType::kF32)) {

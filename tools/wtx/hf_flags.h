@@ -1,5 +1,6 @@
 // The flags that lay out engine ranks from a Hugging Face config.json (`wtx manifest`,
-// `wtx plan`): --hf-config, --tp, --ep, --expert-placement, --dtype, and their checks.
+// `wtx plan`): --hf-config, --tp, --ep, --expert-placement, --all2all-backend,
+// --dtype, and their checks.
 #pragma once
 
 #include <string>
@@ -17,9 +18,11 @@ struct HfFlags {
   int ep = 1;
   std::string expert_placement = "linear";
   std::string dtype;
+  bool dtype_given = false;  // --dtype was on the command line (an empty value is refused)
+  std::string all2all_backend = "allgather_reducescatter";
 };
 
-// Adds the five flags to `cmd` (--hf-config required).
+// Adds the six flags to `cmd` (--hf-config required).
 void AddHfFlags(CLI::App* cmd, HfFlags* flags);
 // The options the flags give (rank 0); kInvalidArgument naming the flag otherwise.
 Result<HfManifestOptions> HfOptionsFromFlags(const HfFlags& flags);

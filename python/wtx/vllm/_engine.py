@@ -36,10 +36,12 @@ does not import vLLM; without it the engine subclasses `object` and works agains
 the same shape.
 """
 
+import contextlib
 import dataclasses
 import functools
 import inspect
 import threading
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
@@ -54,9 +56,10 @@ from ._extension import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 
 EXPECTED_VERSION_NAME = "__wtx__.expected_version"
 _VERSION_BYTES = 128
-_LOAD_MODES = ("write_source", "load_weights")
+_LOAD_MODES = ("auto", "write_source", "load_weights")
 _KINDS = ("full", "partial", "delta")
-_WTX_UPDATE_KEYS = ("tx", "kind", "base", "modules", "sources", "rollback", "verify")
+_WTX_UPDATE_KEYS = ("tx", "kind", "base", "modules", "sources", "rollback", "verify",
+                    "expect_version")
 
 
 def _vllm_engine_base():
@@ -127,15 +130,35 @@ def _takes_load_weights(method: Callable) -> bool:
 
 # ------------------------------------------------------------------------ init / update info
 
+class InvalidInfo(Error, ValueError):
+    """A malformed init_info or update_info: a wtx.Error (code INVALID_ARGUMENT, the message
+    naming the field) that is also the ValueError vLLM's own engines raise for one
+    ("Invalid init_info for <Engine>: ...")."""
+
+    def __init__(self, what: str, engine: str, message: str) -> None:
+        super().__init__("INVALID_ARGUMENT", f"Invalid {what} for {engine}: {message}")
+
+
+_GATES = ("hold", "restore")
+
+
 @dataclass
 class WtxInitInfo:
     """init_info of the "wtx" backend (a dict through vLLM's API; unknown keys raise).
 
     journal_dir: this rank's journal ("{rank}" is replaced by the TP rank).
     coordinator_journal: the coordinator's journal, used on TP rank 0.
-    inner / inner_init_info: the transport that moves the bytes and its own init_info (the
-      inner name may also come from the weight-transfer config's "inner").
-    load: "write_source" (default) or "load_weights" (the model's loader, bracketed).
+    inner / inner_init_info: the transport that moves the bytes ("nccl", "ipc", "sparse_nccl",
+      "torch_broadcast" or any registered name) and its own init_info. (vLLM's
+      --weight-transfer-config forbids extra fields: the inner is named here.)
+    load: "auto" (default: the model's own loader for vLLM's engines, so that vLLM's layerwise
+      reload and post-load processing run on the served model; wtx's direct writes for
+      torch_broadcast), "load_weights" or "write_source".
+    serving_gate: what an aborted update leaves (docs/vllm.md, "The serving gate"): "hold" (the
+      rank keeps the aborted bytes, holds: vLLM's resume is refused, the weight version
+      unreadable, forward passes refused, until a full update commits) or "restore" (every
+      update keeps before-images, within rollback_budget_bytes, and an abort puts the old
+      version back: the engine serves it on).
     manifest: this rank's manifest as JSON text; default: built from the model
       (manifest_from_module with `stacked_params_mapping`).
     threads: the participant's data-path threads (copy and hash; 0: one per core).
@@ -145,12 +168,14 @@ class WtxInitInfo:
     coordinator_journal: Optional[str] = None
     inner: Optional[str] = None
     inner_init_info: Dict[str, Any] = field(default_factory=dict)
-    load: str = "write_source"
+    load: str = "auto"
+    serving_gate: str = "hold"
+    rollback_budget_bytes: Optional[int] = None
     manifest: Optional[str] = None
     stacked_params_mapping: Optional[List[Any]] = None
     kernel_identity: str = ""
     prepare_timeout: float = 30.0
-    threads: int = 0  # the participant's data-path threads (0: one per core)
+    threads: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.journal_dir, str) or not self.journal_dir:
@@ -159,6 +184,13 @@ class WtxInitInfo:
         if self.load not in _LOAD_MODES:
             raise Error("INVALID_ARGUMENT", f"init_info.load: expected one of {_LOAD_MODES}, "
                         f"got {self.load!r}")
+        if self.serving_gate not in _GATES:
+            raise Error("INVALID_ARGUMENT", f"init_info.serving_gate: expected one of {_GATES}, "
+                        f"got {self.serving_gate!r}")
+        if self.rollback_budget_bytes is not None and (
+                not isinstance(self.rollback_budget_bytes, int) or self.rollback_budget_bytes < 0):
+            raise Error("INVALID_ARGUMENT", "init_info.rollback_budget_bytes: expected a "
+                        f"non-negative integer, got {self.rollback_budget_bytes!r}")
         if not isinstance(self.inner_init_info, dict):
             raise Error("INVALID_ARGUMENT", "init_info.inner_init_info: expected a dict, got "
                         f"{type(self.inner_init_info).__name__}")
@@ -167,7 +199,9 @@ class WtxInitInfo:
 @dataclass
 class WtxUpdateInfo:
     """update_info of the "wtx" backend: the inner transport's own fields (names, dtype_names,
-    shapes, ...) plus `wtx`: {tx, kind, base, modules, sources, rollback, verify}."""
+    shapes, ...) plus, optionally, `wtx`: {tx, kind, base, modules, sources, rollback, verify,
+    expect_version}. vLLM's own trainer engines send no `wtx` field: the update is then a full
+    one (a delta for sparse_nccl) with an id every rank derives alike."""
 
     inner: Any
     wtx: Dict[str, Any] = field(default_factory=dict)
@@ -209,17 +243,10 @@ def _version_of(tensor: torch.Tensor) -> str:
     return raw.rstrip(b"\0").decode(errors="replace")
 
 
-class _LoadThroughWtx(torch.nn.Module):
-    """The model an inner engine of the newest contract loads into: its load_weights routes
-    every (name, tensor) through the wtx engine."""
-
-    def __init__(self, engine: "WtxWeightTransferEngine") -> None:
-        super().__init__()
-        object.__setattr__(self, "_wtx_engine", engine)  # not a submodule
-
-    def load_weights(self, weights: Iterable[Tuple[str, Any]]) -> set:
-        engine: WtxWeightTransferEngine = self.__dict__["_wtx_engine"]
-        return engine._load(weights)
+def _describe(e: BaseException) -> str:
+    """A failure as the other ranks and vLLM's caller read it: wtx's code and message, or the
+    exception's type and text."""
+    return f"{e.code}: {e.message}" if isinstance(e, Error) else f"{type(e).__name__}: {e}"
 
 
 # ------------------------------------------------------------- ending an update
@@ -250,31 +277,94 @@ class _UpdateState:
         return self.group
 
 
+def holds(status: Dict[str, Any]) -> Optional[str]:
+    """Why a rank whose wtx status is `status` must not produce tokens, or None: its bytes may
+    differ from every committed version (dirty: an aborted or half-applied update), an update is
+    open, or its outcome is in doubt. A rank wtx never touched (no transaction yet: vLLM's own
+    load) does not hold."""
+    if status.get("in_doubt"):
+        return f"transaction '{status['in_doubt']}' is in doubt"
+    if status.get("active_tx"):
+        return f"update '{status['active_tx']}' is in progress"
+    if status.get("dirty"):
+        return ("its weights are mixed (an update aborted); only a full update that commits "
+                "serves again")
+    return None
+
+
+def _inner_config(config: Any, name: str) -> Any:
+    """The weight-transfer config the inner engine is built with: wtx's own, its backend the
+    inner's name (reload_mode and the rest as the user set them)."""
+    if dataclasses.is_dataclass(config):
+        try:
+            return dataclasses.replace(config, backend=name)
+        except Exception:
+            pass
+    ns = types.SimpleNamespace(**{k: v for k, v in vars(config).items()}) if hasattr(
+        config, "__dict__") else types.SimpleNamespace()
+    ns.backend = name
+    if not hasattr(ns, "reload_mode"):
+        ns.reload_mode = "layerwise"
+    return ns
+
+
+def _rank_payload(update_info: Any, rank: int, size: int) -> Any:
+    """vLLM main's update payload is a dict, or a list of dicts with one per worker (rank r
+    takes entry r; a single entry is everyone's)."""
+    if not isinstance(update_info, list):
+        return update_info
+    if len(update_info) == 1:
+        return update_info[0]
+    if len(update_info) != size:
+        raise InvalidInfo("update_info", "WtxWeightTransferEngine",
+                          f"a list of {len(update_info)} per-worker payloads for {size} ranks")
+    return update_info[rank]
+
+
 # ---------------------------------------------------------------------------------- engine
 
-class WtxWeightTransferEngine(_UpdateState, _vllm_engine_base()):  # type: ignore[misc]
+_ENGINE_BASE = _vllm_engine_base()  # vLLM's WeightTransferEngine, or object without vLLM
+
+
+class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc, valid-type]
     """vLLM weight-transfer backend "wtx" (module docstring; docs/vllm.md).
 
+    Built by vLLM's factory as (config, vllm_config, device, model); the base class keeps the
+    served model as the update target (set/reset_weight_update_target). Draft updates are
+    refused (supports_draft_weight_update is False: the participant holds the target model's
+    parameters only). `weight_version` is the version the last update committed (unchanged by
+    an empty round), `last_outcome` its outcome dict; serving_state() what the plugin's gate
+    reads (wtx.vllm.register).
+
     Attributes a worker may set after construction: `process_group` (the TP group for 2PC;
-    default: vLLM's TP group, else the default group), `post_load` (callable(model): the
-    model's post-load processing, run at finish before the commit) and `refresh_derived`
-    (callable(names): recomputes stale derived state). `weight_version` is the version the
-    last update committed; `last_outcome` its outcome dict.
+    default: vLLM's TP group, else the default group) and `refresh_derived` (callable(names):
+    recomputes derived state the engine's own processing does not).
     """
 
     init_info_cls = WtxInitInfo
     update_info_cls = WtxUpdateInfo
+    supports_draft_weight_update = False
     _how_to_init = "init_transfer_engine"
 
     def __init__(self, config: Any, *args: Any) -> None:
-        # Newest vLLM: (config, vllm_config, device, model); older: (config, parallel_config).
-        self.config = config
-        self.vllm_config = args[0] if args else None
-        self.device = args[1] if len(args) > 1 else None
-        self.model = args[2] if len(args) > 2 else None
-        self.parallel_config = getattr(self.vllm_config, "parallel_config", self.vllm_config)
+        if len(args) < 3:
+            raise Error("E_UNSUPPORTED", "WtxWeightTransferEngine: built as (config, "
+                        "parallel_config), vLLM's contract before 0.25 (no "
+                        "start_weight_update/finish_weight_update): wtx could begin an update "
+                        "there but never commit it; upgrade vLLM to 0.25 or later (main)")
+        vllm_config, device, model = args[0], args[1], args[2]
+        if _ENGINE_BASE is not object:
+            super().__init__(config, vllm_config, device, model)  # type: ignore[call-arg]
+        else:  # no vLLM: the same attributes as its base class sets
+            self.config = config
+            self.vllm_config = vllm_config
+            self.parallel_config = getattr(vllm_config, "parallel_config", None)
+            self.model_config = getattr(vllm_config, "model_config", None)
+            self.device = device
+            self.model = model
+            self._default_model_config = self.model_config
+            self._default_model = model
         self.process_group: Any = None
-        self.post_load: Optional[Callable[[Any], None]] = None
         self.refresh_derived: Optional[Callable[[List[str]], None]] = None
         self.weight_version: Optional[str] = None
         self.last_outcome: Optional[Dict[str, Any]] = None
@@ -283,96 +373,118 @@ class WtxWeightTransferEngine(_UpdateState, _vllm_engine_base()):  # type: ignor
         self._inner: Any = None
         self._inner_takes_loader = False
         self._init: Optional[WtxInitInfo] = None
+        self._mode = "write_source"
         self._tx: Optional[str] = None
         self._failure: Optional[str] = None
+        self._ended: Optional[str] = None  # why the update ended early (aborted everywhere)
         self._expected: Optional[str] = None
         self._updates = 0
         self._writes = _Pipeline(self._fail)
         self._receiver = InPlaceReceiver()  # full sources received into live memory
         self._kind = "full"
+        self._pinned: Dict[str, torch.nn.Parameter] = {}
+        self._model_load: Optional[Callable[..., Any]] = None
+        self._buffers: Optional[Dict[str, torch.Tensor]] = None
+        self._rank = 0
+        self._size = 1
+
+    # vLLM's base keeps these; without vLLM the engine has its own.
+    if _ENGINE_BASE is object:
+        def set_weight_update_target(self, model: Any, model_config: Any) -> None:
+            """vLLM's base: the model (and its config) the next update targets."""
+            self.model, self.model_config = model, model_config
+
+        def reset_weight_update_target(self) -> None:
+            """vLLM's base: the served model is the target again."""
+            self.model, self.model_config = self._default_model, self._default_model_config
 
     # -- parsing ---------------------------------------------------------------------------
 
     def parse_init_info(self, init_dict: Dict[str, Any]) -> WtxInitInfo:
-        """init_info dict -> WtxInitInfo; a missing or unknown key raises wtx.Error naming it."""
+        """init_info dict -> WtxInitInfo. A missing, unknown or malformed key raises
+        InvalidInfo (a wtx.Error and a ValueError, as vLLM's engines) naming it."""
         if isinstance(init_dict, WtxInitInfo):
             return init_dict
-        if not isinstance(init_dict, dict):
-            raise Error("INVALID_ARGUMENT", "init_info: expected a dict, got "
-                        f"{type(init_dict).__name__}")
-        names = {f.name for f in dataclasses.fields(WtxInitInfo)}
-        unknown = sorted(set(init_dict) - names)
-        if unknown:
-            raise Error("INVALID_ARGUMENT", f"init_info: unknown key(s) {unknown} (expected "
-                        f"{sorted(names)})")
-        if "journal_dir" not in init_dict:
-            raise Error("INVALID_ARGUMENT", "init_info.journal_dir: missing")
-        return WtxInitInfo(**init_dict)
+        try:
+            if not isinstance(init_dict, dict):
+                raise Error("INVALID_ARGUMENT", "init_info: expected a dict, got "
+                            f"{type(init_dict).__name__}")
+            names = {f.name for f in dataclasses.fields(WtxInitInfo)}
+            unknown = sorted(set(init_dict) - names)
+            if unknown:
+                raise Error("INVALID_ARGUMENT", f"init_info: unknown key(s) {unknown} (expected "
+                            f"{sorted(names)})")
+            if "journal_dir" not in init_dict:
+                raise Error("INVALID_ARGUMENT", "init_info.journal_dir: missing")
+            return WtxInitInfo(**init_dict)
+        except Error as e:
+            raise InvalidInfo("init_info", type(self).__name__, e.message) from None
 
     def parse_update_info(self, update_dict: Dict[str, Any]) -> WtxUpdateInfo:
         """update_info dict -> WtxUpdateInfo: `wtx` checked here, the rest parsed by the inner
-        engine. A malformed field raises wtx.Error naming it."""
+        engine. A malformed field raises InvalidInfo naming it."""
         if isinstance(update_dict, WtxUpdateInfo):
             return update_dict
-        if not isinstance(update_dict, dict):
-            raise Error("INVALID_ARGUMENT", "update_info: expected a dict, got "
-                        f"{type(update_dict).__name__}")
-        inner = self._require_init("update_weights")[0]
-        rest = dict(update_dict)
-        w = rest.pop("wtx", None) or {}
-        if not isinstance(w, dict):
-            raise Error("INVALID_ARGUMENT", f"update_info.wtx: expected a dict, got {w!r}")
-        unknown = sorted(set(w) - set(_WTX_UPDATE_KEYS))
-        if unknown:
-            raise Error("INVALID_ARGUMENT", f"update_info.wtx: unknown key(s) {unknown} "
-                        f"(expected {list(_WTX_UPDATE_KEYS)})")
-        if "kind" in w and w["kind"] not in _KINDS:
-            raise Error("INVALID_ARGUMENT", f"update_info.wtx.kind: expected one of {_KINDS}, "
-                        f"got {w['kind']!r}")
-        if "tx" in w and (not isinstance(w["tx"], str) or not w["tx"]):
-            raise Error("INVALID_ARGUMENT", f"update_info.wtx.tx: expected a non-empty string, "
-                        f"got {w['tx']!r}")
         try:
-            parsed = inner.parse_update_info(rest) if hasattr(inner, "parse_update_info") else rest
-        except Error:
-            raise
-        except Exception as e:  # the inner engine's own validation (ValueError, TypeError)
-            raise Error("INVALID_ARGUMENT", f"update_info: {e}") from e
-        return WtxUpdateInfo(inner=parsed, wtx=w)
+            if not isinstance(update_dict, dict):
+                raise Error("INVALID_ARGUMENT", "update_info: expected a dict, got "
+                            f"{type(update_dict).__name__}")
+            inner = self._require_init("update_weights")[0]
+            rest = dict(update_dict)
+            w = rest.pop("wtx", None) or {}
+            if not isinstance(w, dict):
+                raise Error("INVALID_ARGUMENT", f"update_info.wtx: expected a dict, got {w!r}")
+            unknown = sorted(set(w) - set(_WTX_UPDATE_KEYS))
+            if unknown:
+                raise Error("INVALID_ARGUMENT", f"update_info.wtx: unknown key(s) {unknown} "
+                            f"(expected {list(_WTX_UPDATE_KEYS)})")
+            if "kind" in w and w["kind"] not in _KINDS:
+                raise Error("INVALID_ARGUMENT", "update_info.wtx.kind: expected one of "
+                            f"{_KINDS}, got {w['kind']!r}")
+            if "tx" in w and (not isinstance(w["tx"], str) or not w["tx"]):
+                raise Error("INVALID_ARGUMENT", "update_info.wtx.tx: expected a non-empty "
+                            f"string, got {w['tx']!r}")
+            try:
+                parsed = (inner.parse_update_info(rest) if hasattr(inner, "parse_update_info")
+                          else rest)
+            except Error:
+                raise
+            except Exception as e:  # the inner engine's own validation (ValueError, TypeError)
+                raise Error("INVALID_ARGUMENT", f"update_info: {e}") from e
+            return WtxUpdateInfo(inner=parsed, wtx=w)
+        except Error as e:
+            if e.code != "INVALID_ARGUMENT":
+                raise
+            raise InvalidInfo("update_info", type(self).__name__, e.message) from None
 
-    # -- the four phases -------------------------------------------------------------------
+    # -- the phases ------------------------------------------------------------------------
 
     def init_transfer_engine(self, init_info: Any) -> None:
-        """Builds and initializes the inner transport, opens this rank's participant over the
-        model and joins 2PC over the TP group (collective over it; recovers an in-doubt rank).
-        Raises wtx.Error naming what was wrong; on failure nothing stays open."""
+        """Builds and initializes the inner transport over the served model, opens this rank's
+        participant over the model's parameters and joins 2PC over the TP group (collective
+        over it; recovers an in-doubt rank). Raises wtx.Error naming what was wrong; on
+        failure nothing stays open, and a later call may try again (a trainer that died
+        before init completed leaves nothing behind)."""
         info = self.parse_init_info(init_info)
         if self.participant is not None:
-            raise Error("INVALID_ARGUMENT", "init_transfer_engine: already initialized "
-                        "(shutdown() first)")
-        inner_name = info.inner or getattr(self.config, "inner", None)
-        if inner_name is None and isinstance(self.config, dict):
-            inner_name = self.config.get("inner")
+            # A trainer that died and came back: the old transport is replaced, the
+            # participant and the group are kept (an update it left open is aborted first).
+            self._reinit_inner(info)
+            return
+        inner_name = info.inner
         if not inner_name:
-            raise Error("INVALID_ARGUMENT", "init_info.inner: missing (name the transport that "
-                        "moves the bytes: nccl, ipc, sparse_nccl or a registered name)")
+            raise InvalidInfo("init_info", type(self).__name__, "init_info.inner: missing "
+                              "(name the transport that moves the bytes: nccl, ipc, "
+                              "sparse_nccl, torch_broadcast or a registered name)")
         if inner_name == "wtx":
-            raise Error("INVALID_ARGUMENT", "init_info.inner: 'wtx' cannot wrap itself")
+            raise InvalidInfo("init_info", type(self).__name__,
+                              "init_info.inner: 'wtx' cannot wrap itself")
         if self.model is None:
-            raise Error("INVALID_ARGUMENT", "init_transfer_engine: the engine has no model "
-                        "(older vLLM: set engine.model to the worker's model first)")
+            raise Error("INVALID_ARGUMENT", "init_transfer_engine: the engine has no model")
         group = self.process_group if self.process_group is not None else _vllm_tp_group()
         tp_size, tp_rank = dist.get_world_size(group), dist.get_rank(group)
-        cls = _inner_class(inner_name)
-        inner = _construct_inner(cls, self.config, self.vllm_config, self.parallel_config,
-                                 self.device, _LoadThroughWtx(self))
-        if hasattr(inner, "parse_init_info"):
-            try:
-                inner_init = inner.parse_init_info(info.inner_init_info)
-            except Exception as e:
-                raise Error("INVALID_ARGUMENT", f"init_info.inner_init_info: {e}") from e
-        else:
-            inner_init = info.inner_init_info
+        self._rank, self._size = tp_rank, tp_size
+        inner, inner_init = self._build_inner(inner_name, info)
         if info.manifest is not None:
             manifest = Manifest.from_json(info.manifest)
         else:
@@ -380,10 +492,21 @@ class WtxWeightTransferEngine(_UpdateState, _vllm_engine_base()):  # type: ignor
                        else getattr(self.model, "stacked_params_mapping",
                                     LLAMA_STACKED_PARAMS_MAPPING))
             manifest = manifest_from_module(self.model, mapping, tp_size, tp_rank)
+        # The Parameter objects themselves: vLLM's layerwise reload swaps meta placeholders
+        # onto the modules during an update and registers these same objects back after it;
+        # wtx follows their storage (a rebinding of .data is seen at every phase).
+        params = dict(self.model.named_parameters())
+        names = [q["name"] for q in manifest.params]
+        pinned = {n: params[n] for n in names if n in params}
+        extra: Dict[str, Any] = {}
+        if info.rollback_budget_bytes is not None:
+            extra["rollback_budget_bytes"] = info.rollback_budget_bytes
         participant = Participant.open(info.journal_dir.replace("{rank}", str(tp_rank)),
-                                       manifest, rank=tp_rank, tensors=self.model,
+                                       manifest, rank=tp_rank,
+                                       tensors=pinned if len(pinned) == len(names)
+                                       else self.model,
                                        kernel_identity=info.kernel_identity,
-                                       threads=info.threads)
+                                       threads=info.threads, **extra)
         try:
             self.group = Group(participant, info.coordinator_journal, group=group,
                                prepare_timeout=info.prepare_timeout)
@@ -395,121 +518,193 @@ class WtxWeightTransferEngine(_UpdateState, _vllm_engine_base()):  # type: ignor
             participant.close()
             raise
         self.participant = participant
-        self._inner = inner
-        self._inner_takes_loader = _takes_load_weights(inner.receive_weights)
-        self._init = info
-        if info.load == "write_source" and hasattr(inner, "destination"):
-            inner.destination = self._destination  # full tensors land in place
+        self._pinned = pinned
+        self._adopt_inner(inner, info)
 
-    def start_weight_update(self, *args: Any, **kwargs: Any) -> None:
-        """Prepares for an update (collective): a transaction a failed update left open is
-        aborted on every rank; storage the engine rebound since the last update is adopted
-        (and, for the partial or delta update that may follow, proved by the next begin's
-        verify). The transaction itself begins at the first update_weights."""
-        self._require_init("start_weight_update")
-        if hasattr(self._inner, "start_weight_update"):
-            self._inner.start_weight_update(*args, **kwargs)
+    def _build_inner(self, name: str, info: WtxInitInfo) -> Tuple[Any, Any]:
+        cls = _inner_class(name)
+        inner = _construct_inner(cls, _inner_config(self.config, name), self.vllm_config,
+                                 self.parallel_config, self.device, self.model)
+        if hasattr(inner, "parse_init_info"):
+            try:
+                inner_init = inner.parse_init_info(info.inner_init_info)
+            except Exception as e:
+                raise InvalidInfo("init_info", type(self).__name__,
+                                  f"init_info.inner_init_info: {e}") from e
+        else:
+            inner_init = info.inner_init_info
+        return inner, inner_init
+
+    def _adopt_inner(self, inner: Any, info: WtxInitInfo) -> None:
+        self._inner = inner
+        self._init = info
+        self._inner_takes_loader = _takes_load_weights(inner.receive_weights)
+        own = isinstance(inner, TorchBroadcastEngine)
+        self._mode = info.load if info.load != "auto" else (
+            "write_source" if own or self._inner_takes_loader else "load_weights")
+        if self._mode == "write_source" and hasattr(inner, "destination"):
+            inner.destination = self._destination  # full tensors land in place
+        if hasattr(inner, "_apply_patch"):  # sparse_nccl: runtime-name patches through wtx
+            inner._apply_patch = self._apply_runtime_patch
+
+    def _reinit_inner(self, info: WtxInitInfo) -> None:
         if self._tx is not None:
             tx, self._tx = self._tx, None
             abort_quietly(self._g, tx)
-        self._failure = None
-        self._expected = None
+        self._finish_reload_quietly()
+        old = self._inner
+        inner, inner_init = self._build_inner(info.inner or "", info)
+        if old is not None and hasattr(old, "shutdown"):
+            old.shutdown()
+        inner.init_transfer_engine(inner_init)
+        self._adopt_inner(inner, info)
 
-    def update_weights(self, update_info: Dict[str, Any]) -> None:
-        """One chunk: parse (wtx.Error naming a malformed field), begin on the first chunk,
-        receive through the inner transport. Any exception marks the update failed (it will
-        abort at finish) and is raised."""
+    def start_weight_update(self) -> None:
+        """Starts an update on this rank: the inner engine's start (vLLM's layerwise reload of
+        the served model). An update still open here (a finish never came) is refused, naming
+        it: vLLM's worker refuses a second start itself, and finish_weight_update ends the
+        open one. The transaction begins at the first update_weights (or is a no-op when none
+        comes)."""
+        self._require_init("start_weight_update")
+        if self._tx is not None:
+            raise Error("E_TX_ACTIVE", f"rank {self._rank}: start_weight_update: update "
+                        f"'{self._tx}' is still open (finish_weight_update ends it)")
+        self._failure = None
+        self._ended = None
+        self._expected = None
+        self._check_parameter_objects()
+        self._buffers = None
+        if self._init is not None and self._init.serving_gate == "restore":
+            # Buffers the engine derives (scales, absorbed matrices) go back with the
+            # parameters' before-images when an update aborts.
+            self._buffers = {n: b.detach().clone() for n, b in self.model.named_buffers()}
+        if hasattr(self._inner, "start_weight_update"):
+            self._inner.start_weight_update()
+            self._reloading = True
+
+    def update_weights(self, update_info: Any) -> None:
+        """One chunk: parse, begin on the first chunk, receive through the inner transport.
+        Every rank then learns every rank's failure before any returns (collective): a chunk
+        that failed anywhere aborts the update on every rank and raises wtx.Aborted naming
+        the ranks and causes (vLLM's worker then ends its session on every rank alike)."""
+        failure = None
         try:
-            parsed = self.parse_update_info(update_info)
+            parsed = self.parse_update_info(_rank_payload(update_info, self._rank, self._size))
             self.receive_weights(parsed)
         except BaseException as e:
             self._fail(e)
-            raise
+            failure = self._failure
+            if isinstance(e, InvalidInfo) and self.participant is None:
+                raise
         synchronize = getattr(getattr(torch, "accelerator", None), "synchronize", None)
         if synchronize is not None and torch.cuda.is_available():
             synchronize()
+        self._exchange_failures("update_weights", failure)
 
     def receive_weights(self, update_info: WtxUpdateInfo,
                         load_weights: Optional[Callable[..., Any]] = None) -> None:
-        """Receives one chunk through the inner engine; every tensor goes through wtx (the
-        `load_weights` of an older caller is not used: wtx writes, or brackets the model's own
-        loader)."""
+        """Receives one chunk through the inner engine; every tensor goes through wtx (written
+        by source name, or loaded by the model's own loader between reserve and landed)."""
         self._require_init("receive_weights")
         try:
-            self._begin_if_needed(update_info.wtx)
+            try:
+                self._begin_if_needed(update_info)
+            except BaseException as e:
+                # Recorded; the transport still receives (and wtx discards) what the trainer
+                # sends, so a collective send completes and no trainer is left blocked.
+                self._fail(e)
             try:
                 if self._inner_takes_loader:
                     self._inner.receive_weights(update_info.inner, self._load)
                 else:
-                    self._inner.receive_weights(update_info.inner)
+                    with self._loads_through_wtx():
+                        self._inner.receive_weights(update_info.inner)
             finally:
                 self._writes.drain()  # every write handed off is done (or failed) first
             if self._failure is not None:
-                raise Error("E_UPDATE_FAILED", f"receive_weights: {self._failure}")
+                raise Error("E_UPDATE_FAILED", f"rank {self._rank}: {self._failure}")
         except BaseException as e:
             self._fail(e)
             raise
 
-    def finish_weight_update(self, *args: Any, **kwargs: Any) -> Dict[str, Any]:
-        """Post-load processing, derived refreshes, then the all-ranks commit (collective).
-        Returns the outcome dict; `weight_version` is the committed version. Raises
-        wtx.Aborted when any rank failed or the commit aborted (E_VERSION_MISMATCH, missing
-        shards, moved storage, ...): no rank serves the update."""
+    def finish_weight_update(self) -> Optional[Dict[str, Any]]:
+        """The inner engine's finish on the served model (vLLM's finalize_layerwise_reload:
+        its post-load processing), the refreshes of derived state, then the all-ranks commit
+        (collective). Returns the outcome ("noop" for an empty round: weight_version stays);
+        raises wtx.Aborted on every rank when any rank failed or the commit aborted."""
         self._require_init("finish_weight_update")
-        if hasattr(self._inner, "finish_weight_update"):
+        if getattr(self, "_reloading", False):
+            self._reloading = False
             try:
-                self._inner.finish_weight_update(*args, **kwargs)
+                self._inner.finish_weight_update()
             except BaseException as e:
                 self._fail(e)
-        tx = self._tx
-        if tx is None and self._failure is None:
-            raise Error("E_NO_TX", "finish_weight_update: no update received since "
-                        "start_weight_update (update_weights begins it)")
         if self._failure is None:
             try:
-                if self.post_load is not None:
-                    self.post_load(self.model)
-                stale = self._p.status()["stale_derived"]
-                if stale and self.refresh_derived is not None:
-                    self.refresh_derived(list(stale))
-                for name in stale if self.refresh_derived is not None else ():
-                    self._p.refresh(name)
+                self._check_parameter_objects()
+                self._refresh_stale()
             except BaseException as e:
                 self._fail(e)
-        self._tx = None
-        if tx is None:  # failed before the begin: nothing to abort here
-            failures = gather_from_ranks(self._failure, self._g)
-            raise Error("E_UPDATE_FAILED",
-                        "the update failed before it began: " + failure_reason(failures))
+        tx, self._tx = self._tx, None
+        if tx is None:
+            self._exchange_failures("finish_weight_update", self._failure)
+            if self._ended is not None:
+                raise Error("E_UPDATE_FAILED", f"rank {self._rank}: finish_weight_update: this "
+                            f"update already aborted on every rank ({self._ended})")
+            out = {"outcome": "noop", "version": self.weight_version}
+            self.last_outcome = out
+            return out
         try:
             out = decide_update(self._g, tx, self._failure, self._expected)
         except Aborted as e:
             self.last_outcome = e.decision
+            self._after_abort()
             raise
         self.last_outcome = out
-        self.weight_version = out.get("version")
+        if out.get("version"):
+            self.weight_version = out.get("version")
         return out
 
     def shutdown(self) -> None:
-        """Aborts an open transaction if it can, then closes the coordinator, the participant
-        and the inner engine. Idempotent."""
-        group, participant, inner = self.group, self.participant, self._inner
+        """Ends an open update if it can (aborted), then closes the inner engine, the
+        coordinator and the participant. Idempotent; never raises for a peer that is gone."""
+        group, participant, inner, tx = self.group, self.participant, self._inner, self._tx
         self.group, self.participant, self._inner, self._tx = None, None, None, None
+        if group is not None and tx is not None:
+            try:
+                abort_quietly(group, tx)
+            except Exception:
+                pass
         if inner is not None and hasattr(inner, "shutdown"):
-            inner.shutdown()
+            try:
+                inner.shutdown()
+            except Exception:
+                pass
         if group is not None:
             group.close()
         if participant is not None:
             participant.close()
 
+    def serving_state(self) -> Dict[str, Any]:
+        """What the serving gate reads: {"rank", "serving" (False while this rank holds),
+        "reason", "version"} (wtx.vllm.register's hooks of vLLM's resume and execute_model)."""
+        if self.participant is None:
+            return {"rank": self._rank, "serving": True, "reason": None, "version": None}
+        st = self.participant.status()
+        why = holds(st)
+        return {"rank": self._rank, "serving": why is None, "reason": why,
+                "version": st.get("version")}
+
     @staticmethod
     def trainer_send_weights(iterator: Iterator[Tuple[str, torch.Tensor]],
                              trainer_args: Dict[str, Any]) -> Optional[str]:
-        """Sends weights through the inner transport's trainer side (trainer_args["inner"]
-        names it, ["inner_args"] are its own trainer_args). With ["manifests"] (every engine
-        rank's wtx.Manifest or manifest JSON) the version a full update of exactly these
-        weights must commit is computed and sent after them (list it with
-        trainer_update_info(expect_version=True)); returned."""
+        """The older trainer path, for inners that still have a static trainer_send_weights
+        (torch_broadcast; vLLM releases before the trainer engines): sends through the inner
+        transport's trainer side (trainer_args["inner"] names it, ["inner_args"] are its own
+        trainer_args). With ["manifests"] (every engine rank's wtx.Manifest or manifest JSON)
+        the version a full update of exactly these weights must commit is computed and sent
+        after them (list it with trainer_update_info(expect_version=True)); returned. On vLLM
+        main use the "wtx" trainer engine (wtx.vllm.WtxTrainerWeightTransferEngine)."""
         if not isinstance(trainer_args, dict):
             raise Error("INVALID_ARGUMENT", "trainer_args: expected a dict")
         name = trainer_args.get("inner")
@@ -523,8 +718,6 @@ class WtxWeightTransferEngine(_UpdateState, _vllm_engine_base()):  # type: ignor
             return None
         ms = [m if isinstance(m, Manifest) else Manifest.from_json(m) for m in manifests]
         items = list(iterator)
-        # The hash of every byte runs beside the send (expected_version releases the GIL); the
-        # version follows the weights once both are done.
         result: Dict[str, Any] = {}
 
         def compute() -> None:
@@ -541,8 +734,6 @@ class WtxWeightTransferEngine(_UpdateState, _vllm_engine_base()):  # type: ignor
         finally:
             hashing.join()
         version = result.get("version", "")
-        # The engine ranks wait for the version tensor: it goes out even when the hash failed
-        # (empty: their commit then refuses the update), and the failure is raised here.
         send(iter([(EXPECTED_VERSION_NAME, expected_version_tensor(version))]), inner_args)
         if "error" in result:
             raise result["error"]
@@ -558,25 +749,164 @@ class WtxWeightTransferEngine(_UpdateState, _vllm_engine_base()):  # type: ignor
 
     def _fail(self, e: BaseException) -> None:
         if self._failure is None:
-            self._failure = f"{type(e).__name__}: {e}"
+            self._failure = _describe(e)
 
-    def _begin_if_needed(self, w: Dict[str, Any]) -> None:
+    def _exchange_failures(self, phase: str, failure: Optional[str]) -> None:
+        """Every rank's failure of `phase` reaches every rank (collective); any aborts the open
+        update everywhere and raises wtx.Aborted naming each rank and cause. A rank that is
+        gone (the exchange itself fails) is named as such."""
+        try:
+            failures = gather_from_ranks(failure, self._g)
+        except RuntimeError as e:
+            self._failure = self._failure or f"a rank of the TP group is gone ({e})"
+            tx, self._tx = self._tx, None
+            self._finish_reload_quietly()
+            raise Error("E_UPDATE_FAILED", f"rank {self._rank}: {phase}: the TP group lost a "
+                        f"rank ({e}); update '{tx}' cannot commit") from None
+        if not any(failures):
+            return
+        reason = failure_reason(failures)
+        tx, self._tx = self._tx, None
+        # The update has ended (every rank aborts it): the next call reports its own failure,
+        # and a finish after it says the update already ended.
+        self._failure, self._ended = None, reason
+        self._finish_reload_quietly()
+        decision: Dict[str, Any] = {"outcome": "aborted", "reason": reason,
+                                    "error": {"code": "E_UPDATE_FAILED", "message": reason}}
+        if tx is not None:
+            try:
+                decision = dict(self._g.abort(tx), **decision)
+            except Error as e:
+                decision["abort_error"] = e.message
+        self.last_outcome = decision
+        self._after_abort()
+        raise Aborted(tx or "(not begun)", decision)
+
+    def _finish_reload_quietly(self) -> None:
+        """An update that ends early still ends the inner's reload, so the served model has its
+        own parameters back (vLLM's layerwise reload leaves meta placeholders otherwise)."""
+        if getattr(self, "_reloading", False):
+            self._reloading = False
+            try:
+                self._inner.finish_weight_update()
+            except BaseException:
+                pass
+
+    def _after_abort(self) -> None:
+        """After an abort: with the restore gate, the engine's derived buffers go back too (the
+        parameters came back from wtx's before-images)."""
+        saved, self._buffers = self._buffers, None
+        if saved is None or self.participant is None:
+            return
+        if holds(self.participant.status()) is not None:
+            return  # nothing was restored (a full update on a rank with nothing committed)
+        with torch.no_grad():
+            for name, b in self.model.named_buffers():
+                if name in saved and saved[name].shape == b.shape:
+                    b.copy_(saved[name])
+
+    def _check_parameter_objects(self) -> None:
+        """The served model's parameters are still the objects wtx follows (outside an
+        update's reload window): an engine that replaced one is named, never vouched for."""
+        if not self._pinned:
+            return
+        now = dict(self.model.named_parameters())
+        replaced = [n for n, p in self._pinned.items() if now.get(n) is not p]
+        if replaced:
+            raise Error("E_STORAGE_MOVED", f"rank {self._rank}: the engine replaced the "
+                        f"parameter object(s) {replaced[:8]} wtx follows; wtx does not vouch "
+                        "for them (re-initialize the weight transfer)")
+
+    def _refresh_stale(self) -> None:
+        """Derived state whose sources were written: the inner's finish ran the engine's own
+        post-load processing on the served model (vLLM's layerwise reload processes each layer
+        as it completes and at finalize), which recomputes it; a `refresh_derived` hook runs
+        first for anything the engine does not process itself."""
+        stale = self._p.status()["stale_derived"]
+        if not stale:
+            return
+        if self.refresh_derived is not None:
+            self.refresh_derived(list(stale))
+        elif not hasattr(self._inner, "finish_weight_update"):
+            return  # nothing recomputed it: prepare names it stale
+        for name in stale:
+            self._p.refresh(name)
+
+    def _begin_if_needed(self, info: WtxUpdateInfo) -> None:
+        w = info.wtx
         if self._tx is not None:
             if "tx" in w and w["tx"] != self._tx:
                 raise Error("INVALID_ARGUMENT", f"update_info.wtx.tx: '{w['tx']}' while "
                             f"'{self._tx}' is being received (finish_weight_update first)")
+            if "expect_version" in w:
+                self._expected = w["expect_version"]
             return
         if self._failure is not None:
             raise Error("E_UPDATE_FAILED", f"this update already failed: {self._failure}")
+        if self._ended is not None:
+            raise Error("E_UPDATE_FAILED", f"this update already aborted ({self._ended}); "
+                        "start_weight_update begins the next")
         self._updates += 1
         tx = w.get("tx") or default_tx("vllm", self._p, self._updates)
-        self._g.begin(tx, kind=w.get("kind", "full"), base=w.get("base"),
-                         modules=w.get("modules"), sources=w.get("sources"),
-                         rollback=bool(w.get("rollback", False)),
-                         verify=w.get("verify", "touched"))
+        kind = w.get("kind")
+        sources = w.get("sources")
+        base = w.get("base")
+        if kind is None and hasattr(self._inner, "_apply_patch"):
+            kind = "delta"  # sparse_nccl: a patch of the sources it names
+            sources = sources or self._sources_of_runtime_names(
+                getattr(info.inner, "names", []))
+        kind = kind or "full"
+        if kind == "delta" and base is None:
+            base = self._p.status().get("version")
+        gate = self._init.serving_gate if self._init else "hold"
+        rollback = bool(w.get("rollback", gate == "restore"))
+        self._g.begin(tx, kind=kind, base=base, modules=w.get("modules"), sources=sources,
+                      rollback=rollback, verify=w.get("verify", "touched"))
         self._tx = tx
-        self._kind = w.get("kind", "full")
+        self._kind = kind
+        if "expect_version" in w:
+            self._expected = w["expect_version"]
         self._receiver.reset()
+
+    def _sources_of_runtime_names(self, names: List[str]) -> List[str]:
+        params = {q["name"]: q for q in self._p.manifest.params}
+        out: List[str] = []
+        for name in names:
+            for s in params[name]["shards"] if name in params else []:
+                if s["source"] not in out:
+                    out.append(s["source"])
+        return out
+
+    def _apply_runtime_patch(self, patch: Any) -> None:
+        """A sparse_nccl patch (flat indices into the LIVE parameter `patch.name`) as wtx
+        patches of the sources that parameter's shards hold (translated through each shard's
+        box): applied, recorded and checked like any wtx patch."""
+        p = self._p
+        name = patch.name
+        params = {q["name"]: q for q in p.manifest.params}
+        if name not in params:
+            raise Error("E_UNKNOWN_PARAM", f"rank {self._rank}: sparse patch of unknown "
+                        f"parameter '{name}'")
+        for src, idx, vals in _runtime_patch_to_sources(params[name],
+                                                        patch.indices.to(torch.long).cpu(),
+                                                        patch.values.cpu()):
+            p.patch(src, idx, vals)
+
+    @contextlib.contextmanager
+    def _loads_through_wtx(self) -> Iterator[None]:
+        """While the inner engine receives, the served model's load_weights goes through wtx
+        (an instance attribute shadowing the model's method; removed after)."""
+        model = self.model
+        self._model_load = model.load_weights
+        model.load_weights = self._load
+        try:
+            yield
+        finally:
+            try:
+                del model.load_weights
+            except AttributeError:
+                pass
+            self._model_load = None
 
     def _destination(self, name: str, dtype: torch.dtype,
                      shape: List[int]) -> Optional[torch.Tensor]:
@@ -612,15 +942,17 @@ class WtxWeightTransferEngine(_UpdateState, _vllm_engine_base()):  # type: ignor
         their reserved views (a source split over several shards of this rank)."""
         return self._receiver.buffered
 
-    def _load(self, weights: Iterable[Tuple[str, Any]]) -> set:
-        """What the inner engine loads: each item through wtx. Returns the names loaded.
+    def _load(self, weights: Any = None, **kwargs: Any) -> set:
+        """What the inner engine loads (the model's load_weights while it receives): each item
+        through wtx. Returns the names loaded.
 
         A failure (an unknown name, a wrong shape or dtype, the model's loader raising) is
         recorded and the rest of the chunk is still taken from the transport but not written,
         so that a collective transport (a broadcast) completes for the other ranks;
         receive_weights then raises it."""
+        if weights is None:
+            weights = kwargs.get("weights", ())
         p = self._p
-        mode = self._init.load if self._init else "write_source"
         loaded = set()
         for name, value in weights:
             if name == EXPECTED_VERSION_NAME:
@@ -637,18 +969,57 @@ class WtxWeightTransferEngine(_UpdateState, _vllm_engine_base()):  # type: ignor
                 except BaseException as e:
                     self._fail(e)
                     continue
-            elif mode == "write_source" and not isinstance(value, (tuple, list)):
+            elif self._mode == "write_source" and not isinstance(value, (tuple, list)):
                 # Written on the writer thread while the transport receives the next tensor
                 # (write_source releases the GIL); its failure is recorded there.
                 self._writes.submit(functools.partial(p.write_source, name, value))
             else:
                 try:
-                    load_one(p, self.model, mode, name, value)
+                    load_one(p, self._model_load or self.model, self._mode, name, value)
                 except BaseException as e:
                     self._fail(e)
                     continue
             loaded.add(name)
         return loaded
+
+
+def _runtime_patch_to_sources(param: Dict[str, Any], flat: torch.Tensor,
+                              values: torch.Tensor) -> List[Tuple[str, torch.Tensor,
+                                                                  torch.Tensor]]:
+    """Flat indices into the live parameter `param` (a Manifest.params entry) -> (source,
+    flat source indices, values) for each source its shards hold (each shard's live box
+    translated to its source box)."""
+    shards = param["shards"]
+    shape = param["shape"]
+    coords = []
+    rem = flat.clone()
+    for d in reversed(shape):
+        coords.append(rem % d)
+        rem //= d
+    coords.reverse()
+    taken = torch.zeros(flat.numel(), dtype=torch.bool)
+    out = []
+    for s in shards:
+        if not s["source"]:
+            continue  # padding: fed by no source
+        live, src_box, src_shape = s["box"], s["source_box"], s["source_shape"]
+        inside = torch.ones(flat.numel(), dtype=torch.bool)
+        for d, (lo, hi) in enumerate(live):
+            inside &= (coords[d] >= lo) & (coords[d] < hi)
+        # A shard the patch does not touch still gets its (empty) part: the patch of a
+        # runtime parameter carries every change of it, so its other sources are unchanged.
+        taken |= inside
+        idx = torch.zeros(int(inside.sum()), dtype=torch.long)
+        stride = 1
+        for d in reversed(range(len(src_shape))):
+            c = coords[d][inside] - live[d][0] + src_box[d][0]
+            idx += c * stride
+            stride *= src_shape[d]
+        out.append((s["source"], idx, values[inside]))
+    if not bool(taken.all()):
+        raise Error("E_OUT_OF_RANGE", f"sparse patch of '{param['name']}': "
+                    f"{int((~taken).sum())} index(es) in no shard of it")
+    return out
 
 
 class InPlaceReceiver:
@@ -765,7 +1136,8 @@ def load_one(p: Participant, model: Any, mode: str, name: str, value: Any) -> No
     elif mode == "write_source":
         p.write_source(name, value)
     elif p.reserve_source(name):
-        model.load_weights([(name, value)])
+        loader = model.load_weights if hasattr(model, "load_weights") else model
+        loader([(name, value)])
         p.landed_source(name)
 
 
@@ -778,24 +1150,3 @@ def _vllm_tp_group() -> Any:
 
 
 register_inner("torch_broadcast", TorchBroadcastEngine)
-
-
-def register(name: str = "wtx") -> None:
-    """Registers WtxWeightTransferEngine with vLLM's WeightTransferEngineFactory under `name`
-    (lazily, by module path). Idempotent: a second call, or a name that already loads this
-    class, does nothing; a name taken by another engine raises wtx.Error INVALID_ARGUMENT.
-    Raises wtx.Error E_UNAVAILABLE when vLLM is not importable."""
-    factory = _vllm_factory()
-    if factory is None:
-        raise Error("E_UNAVAILABLE", "wtx.vllm.register: vLLM's weight transfer "
-                    "(vllm.distributed.weight_transfer.factory) is not importable")
-    registry = getattr(factory, "_registry", {})
-    if name in registry:
-        existing = registry[name]()
-        if existing is WtxWeightTransferEngine or (
-                existing.__module__.startswith("wtx.vllm") and
-                existing.__qualname__ == WtxWeightTransferEngine.__qualname__):
-            return
-        raise Error("INVALID_ARGUMENT", f"wtx.vllm.register: '{name}' is already vLLM's "
-                    f"{existing.__module__}.{existing.__qualname__}")
-    factory.register_engine(name, "wtx.vllm", "WtxWeightTransferEngine")

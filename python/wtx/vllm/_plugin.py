@@ -1,0 +1,199 @@
+"""wtx as a vLLM plugin: `register()` is the `vllm.general_plugins` entry point (the package
+metadata declares `wtx = "wtx.vllm:register"`), so every vLLM process loads it (the API server,
+the engine core, every worker; vLLM calls load_general_plugins in each before it builds a
+worker or an engine). It
+
+* registers the "wtx" worker engine with WeightTransferEngineFactory and the "wtx" trainer
+  engine with WeightTransferTrainerFactory (both idempotent: a process that loads the plugin
+  twice, or a name that already loads wtx's class, is left as it is; a name another engine
+  took raises naming it);
+* refuses vLLM's older contract (engines without start/finish, before 0.25) naming the version:
+  wtx could begin an update there but never commit it;
+* hooks the serving gate into vLLM's own code (docs/vllm.md, "The serving gate"), each hook a
+  wrapper that defers to vLLM's function and is a no-op unless the weight-transfer engine is
+  wtx's:
+  - Worker.finish_weight_update: a wtx finish that raised (the update aborted on every rank)
+    still ends the worker's session (its flag cleared, its target reset), so the next update
+    can start: vLLM leaves the session set after an engine's finish raised;
+  - Worker.wtx_serving_state (new): the engine's serving state, for collective_rpc;
+  - Worker.execute_model: refused (RuntimeError naming the rank and why) while the rank holds;
+  - EngineCore.resume_scheduler: refused while any rank holds (generation stays paused);
+  - EngineCore.set_weight_version / get_weight_version: a version is set, and read, only while
+    every rank serves the version wtx committed (/weight_info answers an error otherwise).
+Hooks whose vLLM module does not import (an older layout, the API process) are skipped.
+"""
+
+import functools
+import importlib
+import logging
+from typing import Any, Callable, List, Optional
+
+from .. import Error
+
+logger = logging.getLogger("wtx.vllm")
+_HOOKED = "__wtx_hook__"
+
+
+def _vllm_module(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except Exception:
+        return None
+
+
+def _vllm_version() -> str:
+    m = _vllm_module("vllm")
+    return getattr(m, "__version__", "unknown") if m is not None else "not installed"
+
+
+def check_contract() -> None:
+    """Raises wtx.Error E_UNSUPPORTED naming vLLM's version when its weight-transfer engines
+    have no start/finish (vLLM before 0.25)."""
+    base = _vllm_module("vllm.distributed.weight_transfer.base")
+    engine = getattr(base, "WeightTransferEngine", None)
+    if engine is None:
+        raise Error("E_UNAVAILABLE", "wtx.vllm.register: vLLM's weight transfer "
+                    "(vllm.distributed.weight_transfer) is not importable (vLLM "
+                    f"{_vllm_version()})")
+    if not hasattr(engine, "start_weight_update") or not hasattr(engine, "finish_weight_update"):
+        raise Error("E_UNSUPPORTED", f"wtx.vllm.register: vLLM {_vllm_version()} has the older "
+                    "weight-transfer contract (one receive_weights per update, no "
+                    "start_weight_update/finish_weight_update): wtx could begin an update "
+                    "there but never commit it. Upgrade vLLM to 0.25 or later (main).")
+
+
+def _register_in(factory: Any, name: str, module: str, cls_name: str, what: str) -> None:
+    registry = getattr(factory, "_registry", {})
+    if name in registry:
+        existing = registry[name]()
+        if existing.__module__.startswith("wtx.vllm") and existing.__qualname__ == cls_name:
+            return
+        raise Error("INVALID_ARGUMENT", f"wtx.vllm.register: '{name}' is already vLLM's {what} "
+                    f"{existing.__module__}.{existing.__qualname__}")
+    factory.register_engine(name, module, cls_name)
+
+
+def register(name: str = "wtx") -> None:
+    """Registers wtx's worker and trainer engines with vLLM under `name` and installs the
+    serving gate's hooks (module docstring). Idempotent. Raises wtx.Error E_UNAVAILABLE when
+    vLLM is not importable, E_UNSUPPORTED for vLLM's older contract, INVALID_ARGUMENT when
+    `name` is another engine's."""
+    check_contract()
+    factory_mod = _vllm_module("vllm.distributed.weight_transfer.factory")
+    factory = getattr(factory_mod, "WeightTransferEngineFactory", None)
+    if factory is None:
+        raise Error("E_UNAVAILABLE", "wtx.vllm.register: vLLM's WeightTransferEngineFactory is "
+                    "not importable")
+    _register_in(factory, name, "wtx.vllm", "WtxWeightTransferEngine", "weight-transfer engine")
+    trainer_factory = getattr(factory_mod, "WeightTransferTrainerFactory", None)
+    if trainer_factory is not None:
+        _register_in(trainer_factory, name, "wtx.vllm", "WtxTrainerWeightTransferEngine",
+                     "trainer engine")
+    install_hooks()
+
+
+# ------------------------------------------------------------------------------- the hooks
+
+def _is_wtx(engine: Any) -> bool:
+    from ._engine import WtxWeightTransferEngine
+    return isinstance(engine, WtxWeightTransferEngine)
+
+
+def _wrap(cls: Any, attr: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    original = getattr(cls, attr, None)
+    if original is None or getattr(original, _HOOKED, False):
+        return
+    wrapped = functools.wraps(original)(make(original))
+    setattr(wrapped, _HOOKED, True)
+    setattr(cls, attr, wrapped)
+
+
+def _holding(states: List[Any]) -> List[Any]:
+    return [s for s in states if isinstance(s, dict) and not s.get("serving", True)]
+
+
+def _held_message(what: str, held: List[Any]) -> str:
+    return f"wtx: {what}: " + "; ".join(f"rank {s.get('rank')} does not serve: {s.get('reason')}"
+                                         for s in held)
+
+
+def _hook_worker(worker_cls: Any) -> None:
+    def finish(original: Callable[..., Any]) -> Callable[..., Any]:
+        def finish_weight_update(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return original(self, *args, **kwargs)
+            except BaseException:
+                engine: Any = getattr(self, "weight_transfer_engine", None)
+                if _is_wtx(engine) and getattr(engine, "_tx", None) is None:
+                    # wtx ended the update on every rank (aborted): the session ends too.
+                    self._weight_update_active = False
+                    engine.reset_weight_update_target()
+                raise
+        return finish_weight_update
+
+    def execute(original: Callable[..., Any]) -> Callable[..., Any]:
+        def execute_model(self: Any, *args: Any, **kwargs: Any) -> Any:
+            engine: Any = getattr(self, "weight_transfer_engine", None)
+            if _is_wtx(engine):
+                state = engine.serving_state()
+                if not state["serving"]:
+                    raise RuntimeError(_held_message("execute_model refused", [state]))
+            return original(self, *args, **kwargs)
+        return execute_model
+
+    _wrap(worker_cls, "finish_weight_update", finish)
+    _wrap(worker_cls, "execute_model", execute)
+    if not hasattr(worker_cls, "wtx_serving_state"):
+        def wtx_serving_state(self: Any) -> Optional[dict]:
+            """The wtx engine's serving state on this worker (None: not a wtx engine)."""
+            engine: Any = getattr(self, "weight_transfer_engine", None)
+            return engine.serving_state() if _is_wtx(engine) else None
+        worker_cls.wtx_serving_state = wtx_serving_state
+
+
+def _hook_engine_core(core_cls: Any) -> None:
+    def states(core: Any) -> List[Any]:
+        try:
+            return list(core.collective_rpc("wtx_serving_state"))
+        except Exception as e:  # workers without the hook (no wtx engine): nothing held
+            logger.debug("wtx_serving_state: %s", e)
+            return []
+
+    def resume(original: Callable[..., Any]) -> Callable[..., Any]:
+        def resume_scheduler(self: Any, *args: Any, **kwargs: Any) -> Any:
+            held = _holding(states(self))
+            if held:
+                raise RuntimeError(_held_message("generation stays paused", held))
+            return original(self, *args, **kwargs)
+        return resume_scheduler
+
+    def set_version(original: Callable[..., Any]) -> Callable[..., Any]:
+        def set_weight_version(self: Any, version: str, *args: Any, **kwargs: Any) -> Any:
+            held = _holding(states(self))
+            if held:
+                raise RuntimeError(_held_message(f"weight version '{version}' refused", held))
+            return original(self, version, *args, **kwargs)
+        return set_weight_version
+
+    def get_version(original: Callable[..., Any]) -> Callable[..., Any]:
+        def get_weight_version(self: Any, *args: Any, **kwargs: Any) -> Any:
+            held = _holding(states(self))
+            if held:
+                raise RuntimeError(_held_message("not ready", held))
+            return original(self, *args, **kwargs)
+        return get_weight_version
+
+    _wrap(core_cls, "resume_scheduler", resume)
+    _wrap(core_cls, "set_weight_version", set_version)
+    _wrap(core_cls, "get_weight_version", get_version)
+
+
+def install_hooks() -> None:
+    """Installs the serving gate's hooks into vLLM's Worker and EngineCore (idempotent; a
+    module that does not import is skipped)."""
+    worker = _vllm_module("vllm.v1.worker.gpu_worker")
+    if worker is not None and hasattr(worker, "Worker"):
+        _hook_worker(worker.Worker)
+    core = _vllm_module("vllm.v1.engine.core")
+    if core is not None and hasattr(core, "EngineCore"):
+        _hook_engine_core(core.EngineCore)

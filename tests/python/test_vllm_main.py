@@ -1,0 +1,392 @@
+"""wtx inside vLLM as vLLM's own code runs it (issue 43), against doubles that mirror vLLM's
+source function by function (vllm_double/README.md): the engine built by vLLM's factory in a
+Worker that loaded the general plugins, driven by vLLM's NCCL trainer engine (wrapped by wtx's
+"wtx" trainer engine) through vLLM's HTTP client, the dev-mode routes, AsyncLLM, the engine
+core and the executor's collective_rpc, with vLLM's layerwise reload and post-load processing
+on the served model. TP 2 workers (global ranks 1, 2) and a trainer process (global rank 0)
+over gloo. Aborts are judged by the served model: a forward pass through the engine core after
+an abort equals the previous version's output or is refused."""
+
+import os
+
+import pytest
+import torch
+from vllm_world import (UPDATE_GROUP_ADDRESS, Front, Source, groups, plugin_path,  # first:
+                        worker_main)  # puts vLLM's doubles where `import vllm` finds them
+
+import wtx
+import wtx.vllm
+from harness import IDS, run_world
+from tiny_llama import hf_weights, reference_forward
+
+TP = 2
+
+
+def make_model(tp, tp_rank, group):
+    from vllm_model import VllmLlama
+    return VllmLlama(tp, tp_rank, group)
+
+
+def assert_matches(logits, ref):
+    assert torch.allclose(logits, ref, atol=2e-2, rtol=2e-2), (logits - ref).abs().max()
+
+
+class _FailOnce:
+    def __init__(self, name, ranks):
+        self.name, self.ranks = name, ranks
+
+    def __call__(self, worker, tp_rank):
+        if tp_rank in self.ranks:
+            worker.model_runner.model.fail_on = self.name
+
+
+def _clear_failures(worker, tp_rank):
+    worker.model_runner.model.fail_on = None
+
+
+def _manifest_json(worker, tp_rank):
+    return worker.weight_transfer_engine.participant.manifest.to_json()
+
+
+def _scales(worker, tp_rank):
+    return [layer.self_attn.o_proj.weight_scale.clone()
+            for layer in worker.model_runner.model.model.layers]
+
+
+def _scales_fresh(worker, tp_rank):
+    return worker.model_runner.model.scales_fresh()
+
+
+def _trainer_engine(front, args, manifests, source, gate="hold", prefix="step", tp=TP):
+    from vllm.distributed.weight_transfer.base import WeightTransferInitInfo  # noqa: F401
+    from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
+    from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+    d = args["dir"]
+    info = wtx.vllm.WtxTrainerInitInfo(
+        inner="nccl",
+        inner_init_info={"master_address": UPDATE_GROUP_ADDRESS[0],
+                         "master_port": UPDATE_GROUP_ADDRESS[1], "world_size": tp + 1},
+        engine_init_info={"journal_dir": os.path.join(d, "rank{rank}"),
+                          "coordinator_journal": os.path.join(d, "coord"),
+                          "serving_gate": gate},
+        manifests=manifests, tx_prefix=prefix, rank=0)
+    return WeightTransferTrainerFactory.trainer_init(
+        info, client=HTTPVLLMWeightSyncClient(front.url), source=source)
+
+
+def _manifests(front):
+    return front.to_workers(_manifest_json)
+
+
+def world(target, args, tp=TP):
+    plugins = plugin_path()
+
+    def entry(rank, size, a):
+        g = groups(tp)
+        if rank == 0:
+            front = Front(tp, g, plugins)
+            try:
+                return target(front, a)
+            finally:
+                front.close()
+        return worker_main(rank, tp, g, make_model, plugins)
+
+    results, _ = run_world(entry, tp + 1, args, timeout=150)
+    return results
+
+
+def _forward(front):
+    """One scheduling step of the engine core (a forward pass on every worker)."""
+    return front.core.step(IDS)
+
+
+def _post(front, route, body=None):
+    from vllm.distributed.weight_transfer.clients import HTTPError, post
+    try:
+        return 200, post(front.url, route, body)
+    except HTTPError as e:
+        return e.status, e.body
+
+
+def _get(front, route):
+    from vllm.distributed.weight_transfer.clients import HTTPError, get
+    try:
+        return 200, get(front.url, route)
+    except HTTPError as e:
+        return e.status, e.body
+
+
+# ------------------------------------------------------------------------------------ cases
+
+def _full_then_hold_then_full(front, args):
+    out = {}
+    w1, w2, w3 = hf_weights(1), hf_weights(2), hf_weights(3)
+    # The manifests come from the engine ranks once they are initialized; the first update
+    # runs without an expected version.
+    engine = _trainer_engine(front, args, None, Source(w1))
+    engine.send_weights()
+    out["after_first"] = _forward(front)
+    manifests = _manifests(front)
+    # A loader failing on rank 1 alone: every rank aborts, the TP group holds.
+    front.to_workers(_FailOnce("model.layers.1.mlp.down_proj.weight", {1}))
+    engine = _trainer_engine(front, args, manifests, Source(w2))
+    with pytest.raises(Exception) as failed:
+        engine.send_weights()
+    out["failure"] = str(failed.value)
+    out["resume_held"] = _post(front, "resume")
+    out["weight_info_held"] = _get(front, "weight_info")
+    with pytest.raises(Exception) as refused:
+        _forward(front)
+    out["forward_held"] = str(refused.value)
+    front.to_workers(_clear_failures)
+    # The next full update commits on every rank: serving again.
+    engine = _trainer_engine(front, args, manifests, Source(w3), prefix="again")
+    engine.send_weights()
+    out["resume_after"] = _post(front, "resume")
+    out["weight_info_after"] = _get(front, "weight_info")
+    out["after_third"] = _forward(front)
+    return out
+
+
+def test_RankFailingAloneAbortsEveryRankHoldsAndTheNextFullUpdateServes(tmp_path):
+    r = world(_full_then_hold_then_full, {"dir": str(tmp_path)})
+    front = r[0]
+    assert_matches(front["after_first"], reference_forward(hf_weights(1), IDS))
+    # vLLM reports wtx's error, naming the rank and the cause.
+    assert "rank 1" in front["failure"] and "cannot load" in front["failure"], front["failure"]
+    code, body = front["resume_held"]
+    assert code == 500 and "Failed to resume generation" in body["error"], body
+    assert "does not serve" in body["error"] and "mixed" in body["error"], body
+    assert front["weight_info_held"][0] == 500, front["weight_info_held"]
+    assert "execute_model refused" in front["forward_held"], front["forward_held"]
+    assert front["resume_after"] == (200, {"status": "resumed"})
+    assert front["weight_info_after"] == (200, {"weight_version": "default"})
+    assert_matches(front["after_third"], reference_forward(hf_weights(3), IDS))
+    for rank in (1, 2):
+        st = r[rank]["status"]
+        assert st["serving"] and not st["dirty"], st
+        assert r[rank]["active"] is False  # every session ended
+        assert r[rank]["lora_resets"] == 2  # two finishes that returned
+
+
+def _restore(front, args):
+    out = {}
+    w1, w2 = hf_weights(1), hf_weights(2)
+    _trainer_engine(front, args, None, Source(w1), gate="restore").send_weights()
+    out["before"] = _forward(front)
+    out["scales_before"] = front.to_workers(_scales)
+    front.to_workers(_FailOnce("model.layers.0.self_attn.o_proj.weight", {0}))
+    engine = _trainer_engine(front, args, None, Source(w2), gate="restore", prefix="bad")
+    with pytest.raises(Exception) as failed:
+        engine.send_weights()
+    out["failure"] = str(failed.value)
+    out["resume"] = _post(front, "resume")
+    out["after"] = _forward(front)
+    out["scales_after"] = front.to_workers(_scales)
+    return out
+
+
+def test_RestoreGateServesThePreviousVersionAfterAnAbort(tmp_path):
+    r = world(_restore, {"dir": str(tmp_path)})
+    front = r[0]
+    assert "rank 0" in front["failure"], front["failure"]
+    assert front["resume"] == (200, {"status": "resumed"})
+    # Bit for bit the previous version's output, and its derived scales.
+    assert torch.equal(front["after"], front["before"])
+    assert_matches(front["after"], reference_forward(hf_weights(1), IDS))
+    for before, after in zip(front["scales_before"], front["scales_after"]):  # per worker
+        assert all(torch.equal(b, a) for b, a in zip(before, after))
+    for rank in (1, 2):
+        st = r[rank]["status"]
+        assert st["serving"] and not st["dirty"], st
+
+
+def _lifecycle(front, args):
+    out = {}
+    d = args["dir"]
+    init = {"journal_dir": os.path.join(d, "rank{rank}"),
+            "coordinator_journal": os.path.join(d, "coord"), "inner": "nccl",
+            "inner_init_info": {"master_address": UPDATE_GROUP_ADDRESS[0],
+                                "master_port": UPDATE_GROUP_ADDRESS[1], "rank_offset": 1,
+                                "world_size": TP + 1}}
+    out["missing_body"] = _post(front, "init_weight_transfer_engine", {})
+    out["bad_init"] = _post(front, "init_weight_transfer_engine",
+                            {"init_info": dict(init, journal="x")})
+    out["init"] = _post(front, "init_weight_transfer_engine", {"init_info": init})
+    # An empty round is a no-op: 200, the session ends, the version stays.
+    out["empty_start"] = _post(front, "start_weight_update")
+    out["empty_finish"] = _post(front, "finish_weight_update")
+    # A second start while one is open: vLLM's worker refuses it; finish ends the open one.
+    out["start"] = _post(front, "start_weight_update")
+    out["second_start"] = _post(front, "start_weight_update")
+    out["finish"] = _post(front, "finish_weight_update")
+    # Draft updates: refused by the worker (the engine does not support them).
+    try:
+        front.executor.collective_rpc("start_draft_weight_update")
+        out["draft"] = "accepted"
+    except RuntimeError as e:
+        out["draft"] = str(e)
+    # A bad update_info: vLLM's ValueError naming the field, and the session ends.
+    out["start2"] = _post(front, "start_weight_update")
+    out["bad_update"] = _post(front, "update_weights", {"update_info": {"names": ["x"]}})
+    out["start3"] = _post(front, "start_weight_update")
+    out["finish3"] = _post(front, "finish_weight_update")
+    # Init again (a trainer that came back): the transport is replaced, the group kept.
+    out["reinit"] = _post(front, "init_weight_transfer_engine", {"init_info": init})
+    out["states"] = front.executor.collective_rpc("wtx_serving_state")
+    return out
+
+
+def test_WorkerLifecycleSurvivesEveryFailureAndAnEmptyRound(tmp_path):
+    r = world(_lifecycle, {"dir": str(tmp_path)})
+    f = r[0]
+    assert f["missing_body"][0] == 400
+    assert f["missing_body"][1]["error"]["message"] == "Missing 'init_info' in request body"
+    code, body = f["bad_init"]
+    assert code == 500 and "Invalid init_info for WtxWeightTransferEngine" in \
+        body["error"]["message"] and "journal" in body["error"]["message"], body
+    assert f["init"] == (200, {"message": "Weight transfer initialized"})
+    assert f["empty_start"] == (200, {"message": "Weight update started"})
+    assert f["empty_finish"] == (200, {"message": "Weight update finished"})
+    assert f["start"][0] == 200
+    assert f["second_start"][0] == 500 and "already active" in \
+        f["second_start"][1]["error"]["message"], f["second_start"]
+    assert f["finish"] == (200, {"message": "Weight update finished"})
+    assert "does not support draft model weight updates" in f["draft"], f["draft"]
+    assert f["start2"][0] == 200
+    code, body = f["bad_update"]
+    assert code == 500 and "Invalid update_info for WtxWeightTransferEngine" in \
+        body["error"]["message"], body
+    assert f["start3"] == (200, {"message": "Weight update started"})
+    assert f["finish3"] == (200, {"message": "Weight update finished"})
+    assert f["reinit"] == (200, {"message": "Weight transfer initialized"})
+    assert all(s["serving"] for s in f["states"]), f["states"]
+    for rank in (1, 2):
+        assert r[rank]["active"] is False
+        assert r[rank]["weight_version"] is None  # nothing committed: no version invented
+
+
+def _expected_version(front, args):
+    out = {}
+    w1 = hf_weights(1)
+    _trainer_engine(front, args, None, Source(w1)).send_weights()
+    manifests = _manifests(front)
+    w2 = hf_weights(2)
+    engine = _trainer_engine(front, args, manifests, Source(w2), prefix="exp")
+    engine.send_weights()
+    out["version"] = wtx.expected_version([wtx.Manifest.from_json(m) for m in manifests],
+                                          w2)["version"]
+    out["after"] = _forward(front)
+    out["scales_fresh"] = front.to_workers(_scales_fresh)
+    # A source missing a tensor: the commit is refused (coverage), the rank holds, and the
+    # worker's session still ends so the next update can start.
+    partial = dict(w2)
+    del partial["model.layers.0.mlp.up_proj.weight"]
+    with pytest.raises(Exception) as failed:
+        _trainer_engine(front, args, None, Source(partial), prefix="short").send_weights()
+    out["short"] = str(failed.value)
+    out["start_after"] = _post(front, "start_weight_update")
+    out["finish_after"] = _post(front, "finish_weight_update")
+    return out
+
+
+def test_TrainerEngineCommitsTheExpectedVersionWithPostLoadProcessingOnTheServedModel(
+        tmp_path):
+    r = world(_expected_version, {"dir": str(tmp_path)})
+    f = r[0]
+    assert_matches(f["after"], reference_forward(hf_weights(2), IDS))
+    assert all(f["scales_fresh"]), "post-load processing did not run on the served model"
+    assert "up_proj" in f["short"], f["short"]
+    assert f["start_after"][0] == 200 and f["finish_after"][0] == 200
+    for rank in (1, 2):
+        assert r[rank]["active"] is False
+    # The last commit is the expected one (the short update aborted, holding).
+    assert r[1]["weight_version"] == f["version"] == r[2]["weight_version"]
+
+
+# ------------------------------------------------------------------------- sparse, TP 1
+
+def _sparse(front, args):
+    from vllm.distributed.weight_transfer.nccl_engine import GROUPS
+    from vllm.distributed.weight_transfer.sparse_nccl_engine import (
+        SparseNCCLWeightTransferEngine, SparseWeightPatch)
+    from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
+    import threading
+    out = {}
+    w1 = hf_weights(1)
+    _trainer_engine(front, args, None, Source(w1), tp=1).send_weights()
+    d = args["dir"]
+    client = HTTPVLLMWeightSyncClient(front.url)
+    client.init_weight_transfer_engine({
+        "journal_dir": os.path.join(d, "rank{rank}"), "coordinator_journal": os.path.join(d, "coord"),
+        "inner": "sparse_nccl",
+        "inner_init_info": {"master_address": UPDATE_GROUP_ADDRESS[0],
+                            "master_port": UPDATE_GROUP_ADDRESS[1], "rank_offset": 1,
+                            "world_size": 2}})
+    # Runtime names: the fused qkv_proj (its k rows) and a plain o_proj.
+    g = torch.Generator().manual_seed(5)
+    qkv = "model.layers.0.self_attn.qkv_proj.weight"
+    o = "model.layers.1.self_attn.o_proj.weight"
+    patches = [SparseWeightPatch(qkv, torch.tensor([32 * 32 + 3, 33 * 32 + 7], dtype=torch.int32),
+                                 torch.randn(2, generator=g).to(torch.bfloat16)),
+               SparseWeightPatch(o, torch.tensor([0, 5, 100], dtype=torch.int32),
+                                 torch.randn(3, generator=g).to(torch.bfloat16))]
+    client.start_weight_update()
+    info = {"names": [p.name for p in patches], "dtype_names": ["bfloat16"] * 2,
+            "shapes": [[p.values.numel()] for p in patches],
+            "num_updates_list": [p.values.numel() for p in patches]}
+    t = threading.Thread(target=client.update_weights, args=(info,))
+    t.start()
+    SparseNCCLWeightTransferEngine.trainer_send_weights(
+        patches, {"group": GROUPS["%s:%d" % UPDATE_GROUP_ADDRESS]})
+    t.join()
+    client.finish_weight_update()
+    # What the patches mean in checkpoint coordinates: k_proj row 0 (qkv row 32) and o_proj.
+    w2 = {k: v.clone() for k, v in w1.items()}
+    k = w2["model.layers.0.self_attn.k_proj.weight"]
+    k.view(-1)[3] = patches[0].values[0]
+    k.view(-1)[1 * 32 + 7] = patches[0].values[1]
+    w2[o].view(-1)[torch.tensor([0, 5, 100])] = patches[1].values
+    out["expected"] = reference_forward(w2, IDS)
+    out["after"] = _forward(front)
+    out["states"] = front.executor.collective_rpc("wtx_serving_state")
+    return out
+
+
+def test_SparseNcclPatchesInRuntimeNamesCommitAsWtxDeltaPatches(tmp_path):
+    r = world(_sparse, {"dir": str(tmp_path)}, tp=1)
+    f = r[0]
+    assert_matches(f["after"], f["expected"])
+    assert f["states"][0]["serving"], f["states"]
+    st = r[1]["status"]
+    assert st["serving"] and st["committed_tx"].startswith("vllm-"), st
+
+
+# --------------------------------------------------------------------- the older contract
+
+def test_OlderVllmContractIsRefusedAtRegistrationNamingTheVersion(tmp_path):
+    """vLLM before 0.25: engines without start/finish. register() refuses, naming the version
+    and what to upgrade to (wtx could begin an update there but never commit it)."""
+    import subprocess
+    import sys
+    root = tmp_path / "old"
+    pkg = root / "vllm" / "distributed" / "weight_transfer"
+    pkg.mkdir(parents=True)
+    (root / "vllm" / "__init__.py").write_text('__version__ = "0.21.0"\n')
+    (root / "vllm" / "distributed" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    # The older base: receive_weights(update_info, load_weights), no start/finish.
+    (pkg / "base.py").write_text(
+        "class WeightTransferEngine:\n"
+        "    def __init__(self, config, parallel_config): pass\n"
+        "    def receive_weights(self, update_info, load_weights): pass\n")
+    (pkg / "factory.py").write_text(
+        "class WeightTransferEngineFactory:\n    _registry = {}\n"
+        "    @classmethod\n    def register_engine(cls, n, m, c=None): cls._registry[n] = m\n")
+    code = ("import wtx.vllm\ntry:\n    wtx.vllm.register()\nexcept wtx.Error as e:\n"
+            "    print(e.code, e.message)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ["PYTHONPATH"]]))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.startswith("E_UNSUPPORTED"), out.stdout + out.stderr
+    assert "0.21.0" in out.stdout and "0.25" in out.stdout, out.stdout

@@ -1,0 +1,1 @@
+from .weight_transfer import WeightTransferConfig  # noqa: F401

@@ -1,0 +1,176 @@
+"""A vLLM deployment made of the doubles in vllm_double/ (each mirrors vLLM's own code, see its
+README), in separate processes over gloo, for the wtx backend's tests:
+
+* global rank 0: the trainer process, which also hosts what runs beside vLLM's workers: the
+  engine core (vllm.v1.engine.core.EngineCore), the API layer (AsyncLLM) and the dev-mode
+  HTTP routes; the engine core reaches the workers through `Executor.collective_rpc`, which
+  relays each call to every worker process (the multiproc executor's role) and wraps a
+  worker's failure as vLLM's executor does;
+* global ranks 1..TP: one vLLM worker each (WorkerWrapperBase.init_worker: general plugins
+  loaded first, then the Worker, whose load_model builds the weight-transfer engine through the
+  factory), running the calls it is relayed until "exit".
+
+Plugins reach every process as in a real deployment: through the `vllm.general_plugins` entry
+point of an installed distribution. plugin_path() makes a distribution whose entry points are
+the ones pyproject.toml declares for wtx (parsed from it, so they cannot drift), and each
+process puts it on sys.path before vLLM loads its plugins.
+"""
+
+import os
+import sys
+import tempfile
+import tomllib
+import threading
+from typing import Any, Dict, List, Optional
+
+import torch
+import torch.distributed as dist
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(HERE, "vllm_double"))
+
+UPDATE_GROUP_ADDRESS = ("127.0.0.1", 29555)  # the key of the gloo stand-in for NCCL's group
+
+
+def plugin_path() -> str:
+    """A folder holding a distribution whose entry points are wtx's (from pyproject.toml)."""
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)["project"]
+    points = project.get("entry-points", {}).get("vllm.general_plugins")
+    assert points, "pyproject.toml declares no vllm.general_plugins entry point"
+    folder = tempfile.mkdtemp(prefix="wtx-plugin-")
+    info = os.path.join(folder, "wtx_entry_points-0.1.0.dist-info")
+    os.makedirs(info)
+    with open(os.path.join(info, "METADATA"), "w") as f:
+        f.write("Metadata-Version: 2.1\nName: wtx-entry-points\nVersion: 0.1.0\n")
+    with open(os.path.join(info, "entry_points.txt"), "w") as f:
+        f.write("[vllm.general_plugins]\n" +
+                "".join(f"{k} = {v}\n" for k, v in points.items()))
+    return folder
+
+
+class Executor:
+    """The model executor seen from the engine core: collective_rpc to every worker."""
+
+    def __init__(self, ctrl: Any, workers: int) -> None:
+        self.ctrl = ctrl
+        self.workers = workers
+        self.lock = threading.Lock()
+
+    def collective_rpc(self, method: str, timeout: Optional[float] = None, args: Any = (),
+                       kwargs: Optional[Dict[str, Any]] = None) -> List[Any]:
+        with self.lock:
+            dist.broadcast_object_list([(method, tuple(args), kwargs or {})], src=0,
+                                       group=self.ctrl)
+            out: List[Any] = [None] * (self.workers + 1)
+            dist.all_gather_object(out, None, group=self.ctrl)
+        results = out[1:]
+        for r in results:
+            if r[0] == "error":
+                raise RuntimeError(f"Worker failed with error '{r[1]}', please check the stack "
+                                   "trace above for the root cause")
+        return [r[1] for r in results]
+
+    def execute_model(self, scheduler_output: Any) -> Any:
+        return self.collective_rpc("execute_model", args=(scheduler_output,))[0]
+
+    def exit(self) -> None:
+        with self.lock:
+            dist.broadcast_object_list([("exit", (), {})], src=0, group=self.ctrl)
+
+
+def groups(tp: int) -> Dict[str, Any]:
+    """Every process makes the same groups, in the same order."""
+    world = tp + 1
+    g = {"ctrl": dist.new_group(list(range(world))),
+         "update": dist.new_group(list(range(world))),
+         "tp": dist.new_group(list(range(1, world)))}
+    from vllm.distributed.weight_transfer import nccl_engine
+    nccl_engine.GROUPS["%s:%d" % UPDATE_GROUP_ADDRESS] = g["update"]
+    return g
+
+
+def vllm_config(tp: int, backend: str = "wtx", reload_mode: str = "layerwise") -> Any:
+    from types import SimpleNamespace
+    from vllm.config import WeightTransferConfig
+    return SimpleNamespace(
+        weight_transfer_config=WeightTransferConfig(backend=backend, reload_mode=reload_mode),
+        parallel_config=SimpleNamespace(world_size=tp, rank=0, data_parallel_index=0),
+        model_config=SimpleNamespace(dtype=torch.bfloat16), speculative_config=None)
+
+
+def worker_main(rank: int, tp: int, g: Dict[str, Any], make_model: Any,
+                plugins: str) -> Dict[str, Any]:
+    """A vLLM worker process: plugins, the worker, then the relayed calls until "exit"."""
+    sys.path.insert(0, plugins)
+    from vllm.distributed.parallel_state import init_tp_group
+    from vllm.v1.worker.gpu_worker import ModelRunnerDouble
+    from vllm.v1.worker.worker_base import WorkerWrapperBase
+    init_tp_group(g["tp"])
+    tp_rank = rank - 1
+    model = make_model(tp, tp_rank, g["tp"])
+    wrapper = WorkerWrapperBase()
+    wrapper.init_worker({"vllm_config": vllm_config(tp),
+                         "model_runner": ModelRunnerDouble(model)})
+    worker = wrapper.worker
+    assert worker is not None
+    worker.load_model()
+    log = []
+    while True:
+        box: List[Any] = [None]
+        dist.broadcast_object_list(box, src=0, group=g["ctrl"])
+        method, args, kwargs = box[0]
+        if method == "exit":
+            break
+        if method == "__test__":  # a test's own instruction to this worker (its result back)
+            result: Any = ("ok", args[0](worker, tp_rank))
+        else:
+            try:
+                result = ("ok", wrapper.execute_method(method, *args, **kwargs))
+            except Exception as e:
+                result = ("error", f"{type(e).__name__}: {e}")
+        log.append((method, result[0]))
+        dist.all_gather_object([None] * (tp + 1), result, group=g["ctrl"])
+    engine = worker.weight_transfer_engine
+    status = engine.participant.status() if engine.participant is not None else None
+    return {"log": log, "status": status, "active": worker._weight_update_active,
+            "lora_resets": worker.model_runner.lora_resets,
+            "weight_version": engine.weight_version}
+
+
+class Front:
+    """What runs beside the workers, in the trainer process: engine core, API, HTTP routes."""
+
+    def __init__(self, tp: int, g: Dict[str, Any], plugins: str) -> None:
+        sys.path.insert(0, plugins)
+        from vllm.entrypoints.rlhf_routes import RlhfRoutes
+        from vllm.v1.engine.async_llm import AsyncLLM
+        from vllm.v1.engine.core import EngineCore
+        self.executor = Executor(g["ctrl"], tp)
+        self.core = EngineCore(self.executor)  # loads the general plugins first
+        self.llm = AsyncLLM(self.core)
+        self.routes = RlhfRoutes(self.llm)
+        self.url = self.routes.url
+
+    def to_workers(self, fn: Any) -> List[Any]:
+        """fn(worker, tp_rank) on every worker (a test's own instruction), in worker order."""
+        return self.executor.collective_rpc("__test__", args=(fn,))
+
+    def close(self) -> None:
+        self.routes.close()
+        self.executor.exit()
+
+
+class Source:
+    """vLLM's WeightSource: metadata() then (name, tensor) in that order."""
+
+    def __init__(self, weights: Dict[str, torch.Tensor]) -> None:
+        self.weights = weights
+
+    def metadata(self) -> List[Any]:
+        from vllm.distributed.weight_transfer.base import ParamMeta
+        return [ParamMeta(n, t.dtype, tuple(t.shape)) for n, t in self.weights.items()]
+
+    def __iter__(self) -> Any:
+        return iter(list(self.weights.items()))
