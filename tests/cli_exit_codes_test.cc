@@ -190,6 +190,13 @@ std::vector<FileCase> FileCases() {
       {"verify @ --image {IMG} --manifest {M}", "", all},
       {"verify --rank 127.0.0.1:1 --secret-file @", "--secret-file", kSecretKinds},
       {"torture --iterations 1 --dir @", "--dir", kNotADirectory},
+      // Issue 45, 5: every model of wtx bench is checked before any work, whichever
+      // measurements --only runs; an output file is refused before any work when it is not a
+      // regular file.
+      {"bench --only coverage --coverage-model @", "--coverage-model", all},
+      {"bench --only coverage --model @", "--model", all},
+      {"bench --only update --quick --coverage-model @", "--coverage-model", all},
+      {"plan --hf-config {H} --tp 1 --trainer fsdp:2 --out @", "--out", {"directory", "fifo"}},
       // Journal readers: DIR missing, empty, or not a directory.
       {"log @", "", all},
       {"show @ t1", "", all},
@@ -629,3 +636,44 @@ TEST_CASE("AddIntOptionParsesDecimalWithAnOverflowCheck") {
 }
 
 }  // namespace
+
+TEST_CASE("EmptyValuesAndBadLayoutsAreRefusedWithExitTwoBeforeAnyWork") {
+  // Issue 45, 5: an empty value given for a flag is refused, not taken for the default; a
+  // coverage degree the model cannot take exits 2 before any measurement starts.
+  const std::string kimi = Conformance() + "/models/kimi-k2/config.json";
+  const std::string tiny = Conformance() + "/models/tiny-qwen2/config.json";
+  TempDir d;
+  struct Case {
+    std::string args, names;
+  };
+  const Case cases[] = {
+      {"bench --only coverage --coverage-model " + kimi + " --coverage-tp 3", "--coverage-tp 3"},
+      {"bench --only coverage --coverage-model ''", "--coverage-model: empty"},
+      {"bench --only coverage --model ''", "--model: empty"},
+      {"plan --hf-config " + tiny + " --tp 1 --trainer fsdp:2 --out ''", "--out"},
+      {"plan --hf-config " + tiny + " --tp 1 --trainer fsdp:2 --dtype ''", "--dtype: empty"},
+      {"manifest --hf-config " + tiny + " --tp 1 --dtype ''", "--dtype: empty"},
+  };
+  for (const Case& c : cases) {
+    Run r = Sh(c.args);
+    INFO("wtx " << c.args << "\n" << r.out);
+    CHECK(r.code == wtx::kExitInvalidInput);
+    CHECK(r.out.find(c.names) != std::string::npos);
+    CHECK(r.out.find("coverage_check") == std::string::npos);  // no measurement ran
+  }
+}
+
+TEST_CASE("StatusWithADecisionLogReadsItEvenWithNothingPending") {
+  // Issue 45, 5: "reconciled_with" is said only of a log that answered: a dead endpoint is
+  // exit 4 naming it, even for a journal with nothing pending.
+  BadFiles b;
+  const std::string dead = "etcd://127.0.0.1:1/wtx";
+  // The scenario's coordinator journal: every decision ended, nothing pending.
+  const std::string coordinator = fs::path(b.journal).parent_path().string() + "/coordinator";
+  Run r =
+      Sh("status " + coordinator + " --decision-log " + dead + " --decision-log-timeout-ms 300");
+  INFO(r.out);
+  CHECK(r.code == wtx::kExitUnreachable);
+  CHECK(r.out.find("127.0.0.1:1") != std::string::npos);
+  CHECK(r.out.find("reconciled_with") == std::string::npos);
+}

@@ -4,6 +4,7 @@
 // buffer; Rebind adopts the new one, and only a Verify that proves it or a full commit serves.
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <map>
 
 #include "tests/test_util.h"
 #include "wtx/coordinator.h"
@@ -18,6 +19,7 @@ namespace {
 struct Engine {
   std::vector<std::unique_ptr<std::vector<uint8_t>>> bufs;
   std::vector<bool> freed;
+  std::map<uint32_t, uint32_t> alias;  // parameter -> the parameter whose buffer it uses
   explicit Engine(const Manifest& m) {
     for (const auto& p : m.params()) {
       bufs.push_back(std::make_unique<std::vector<uint8_t>>(p.num_bytes(), 0));
@@ -35,7 +37,8 @@ class EngineResolver : public StorageResolver {
   explicit EngineResolver(Engine* e) : e_(e) {}
   Status Resolve(std::span<const uint32_t> params, std::span<ParamStorage> out) override {
     for (size_t k = 0; k < params.size(); ++k) {
-      const auto& b = *e_->bufs[params[k]];
+      const uint32_t i = e_->alias.count(params[k]) ? e_->alias.at(params[k]) : params[k];
+      const auto& b = *e_->bufs[i];
       out[k] = ParamStorage{reinterpret_cast<uint64_t>(b.data()), b.size(), 0,
                             e_->freed[params[k]] ? "offloaded" : ""};
     }
@@ -219,4 +222,88 @@ TEST_CASE("MoveDuringARollbackTransactionAbortsDirtyWithoutTouchingTheNewStorage
   CommandResult check = RunCommand(std::string(WTX_BINARY) + " check " + r.dir.path() + "/rank0");
   INFO(check.out);
   CHECK(check.code == 0);
+}
+
+TEST_CASE("ParametersSharingStorageAreRefusedAtOpenNamingBoth") {
+  // Issue 45, 3: a tied lm_head/embedding under a manifest that lists both, or overlapping
+  // views: one write would land in both, and wtx would vouch for bytes the engine no longer
+  // holds. The rank is refused when it opens.
+  TempDir dir;
+  ManifestPtr m = SmallManifest();
+  size_t total = 0;
+  for (const auto& p : m->params()) total += static_cast<size_t>(p.num_bytes());
+  std::vector<uint8_t> arena(total, 0);
+  for (int overlap : {0, 1}) {
+    INFO((overlap ? "overlapping views" : "the same storage"));
+    std::vector<std::span<uint8_t>> spans;
+    size_t off = 0;
+    for (const auto& p : m->params()) {
+      spans.emplace_back(arena.data() + off, static_cast<size_t>(p.num_bytes()));
+      off += static_cast<size_t>(p.num_bytes());
+    }
+    // The second parameter starts inside the first (overlap) or at the same address (tied).
+    const size_t shift = overlap ? 1 : 0;
+    spans[1] = std::span<uint8_t>(arena.data() + shift, spans[1].size());
+    ParticipantOptions o;
+    o.journal_dir = dir.path() + "/rank" + std::to_string(overlap);
+    o.memory = NewBorrowedLiveMemory(*m, spans).value();
+    auto p = Participant::Open(o, m);
+    REQUIRE_FALSE(p.ok());
+    CHECK(p.status().code() == ErrorCode::kInvalidArgument);
+    CHECK(p.status().message().find("'" + m->params()[0].name + "'") != std::string::npos);
+    CHECK(p.status().message().find("'" + m->params()[1].name + "'") != std::string::npos);
+    CHECK(p.status().message().find("share storage") != std::string::npos);
+  }
+  // Adjacent, disjoint buffers are fine.
+  CHECK(
+      CheckStorageDisjoint(std::vector<StorageExtent>{{"a", 0x1000, 16}, {"b", 0x1010, 16}}).ok());
+  CHECK_FALSE(CheckStorageDisjoint(std::vector<StorageExtent>{
+                                       {"a", 0x1000, 64}, {"b", 0x1020, 16}, {"c", 0x2000, 1}})
+                  .ok());
+}
+
+TEST_CASE("RebindOntoStorageAnotherParameterHoldsIsRefused") {
+  OneRank r;
+  REQUIRE(r.Full("t1", 1).decision == Decision::kCommit);
+  // The engine re-ties parameter 1 to parameter 0's (larger) buffer after a reload.
+  const size_t big = std::max(r.engine.bufs[0]->size(), r.engine.bufs[1]->size());
+  r.engine.Reallocate(0, std::vector<uint8_t>(big, 0));
+  r.engine.alias[1] = 0;
+  auto rebound = r.p->Rebind({});
+  REQUIRE_FALSE(rebound.ok());
+  const std::string& msg = rebound.status().message();
+  CHECK(msg.find("share storage") != std::string::npos);
+  CHECK(msg.find("'" + r.m->params()[1].name + "'") != std::string::npos);
+  CHECK(msg.find("nothing was rebound") != std::string::npos);
+  CHECK_FALSE(r.p->status().serving);
+  // Untied again: the rebind goes through, and a full update serves.
+  r.engine.alias.clear();
+  REQUIRE(r.p->Rebind({}).ok());
+  REQUIRE(r.Full("t2", 2).decision == Decision::kCommit);
+  CHECK(r.p->status().serving);
+}
+
+TEST_CASE("FullUpdateWithRollbackRestoresTheCommittedVersionOnAbort") {
+  // Issue 43's serving gate, restore: a full update keeps before-images too (within the
+  // budget) when the rank holds a clean committed version; an abort puts it back and the rank
+  // serves it on.
+  OneRank r;
+  const CommitOutcome first = r.Full("t1", 1);
+  REQUIRE(first.decision == Decision::kCommit);
+  std::vector<std::vector<uint8_t>> before;
+  for (const auto& b : r.engine.bufs) before.push_back(*b);
+  BeginRequest full = Req("t2", TxKind::kFull);
+  full.rollback = true;
+  REQUIRE(r.c->Begin(full).status.ok());
+  const auto& p0 = r.m->params()[0];
+  auto bytes = Pattern(*r.m, p0.name, WholeBox(p0.shape), 2);
+  WritePiece w{p0.name, "", WholeBox(p0.shape), bytes.data(), bytes.size()};
+  REQUIRE(r.p->Write({&w, 1}).ok());
+  CHECK(*r.engine.bufs[0] != before[0]);
+  REQUIRE(r.c->Abort("t2").status.ok());
+  for (size_t i = 0; i < before.size(); ++i) CHECK(*r.engine.bufs[i] == before[i]);
+  RankStatus st = r.p->status();
+  CHECK_FALSE(st.dirty);
+  CHECK(st.serving);
+  CHECK(st.version == first.version);
 }

@@ -15,8 +15,10 @@ losing earlier ones, and foreign data under the prefix is refused by name.
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -637,6 +639,30 @@ def test_control_finds_the_leader_and_status_reconciles_an_audit_journal(etcd, r
     assert out.returncode == 0, out
     assert json.loads(out.stdout)["epoch"] == b.ready["epoch"], out.stdout
     assert "127.0.0.1:%d leads" % b.port in out.stderr, out.stderr
+    # Issue 45, 5: an address that is no wtx coordinator of this cluster (here an HTTP server
+    # answering 503) is skipped like one that does not lead: B is found behind it.
+    http = socket.socket()
+    http.bind(("127.0.0.1", 0))
+    http.listen(8)
+
+    def answer_http():
+        for _ in range(4):
+            try:
+                conn, _ = http.accept()
+            except OSError:
+                return
+            conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+            conn.close()
+
+    threading.Thread(target=answer_http, daemon=True).start()
+    t0 = time.monotonic()
+    out = run.cli("control", "127.0.0.1:%d,127.0.0.1:%d" % (http.getsockname()[1], b.port),
+                  "leader", "{}", "--secret-file", run.secret)
+    took = time.monotonic() - t0
+    http.close()
+    assert out.returncode == 0, out
+    assert "127.0.0.1:%d leads" % b.port in out.stderr, out.stderr
+    assert took < 15, took
     # No address leads: exit 4, naming each.
     spare = free_port()
     out = run.cli("control", "127.0.0.1:%d,127.0.0.1:%d" % (a.port, spare), "leader", "{}",

@@ -331,3 +331,27 @@ def test_FreedThenReallocatedAtTheSameAddressIsStillSeen(tmp_path, tiny_llama_co
     assert not cl.ps[0].verify()["ok"]
     assert cl.full("step-2", 2)["outcome"] == "committed"
     assert cl.ps[0].status()["serving"]
+
+
+def test_TiedParametersUnderAnUntiedManifestAreRefusedNamingBoth(tmp_path):
+    """Issue 45, 3: a module whose lm_head IS its embedding (tied) under a manifest that lists
+    both, and overlapping views of one tensor: refused when the rank opens, naming both."""
+    m = wtx.Manifest.from_json(
+        '{"params": [{"name": "embed.weight", "dtype": "f32", "shape": [8, 4]},'
+        ' {"name": "lm_head.weight", "dtype": "f32", "shape": [8, 4]}]}')
+    model = nn.Module()
+    model.embed = nn.Module()
+    model.embed.weight = nn.Parameter(torch.zeros(8, 4), requires_grad=False)
+    model.lm_head = nn.Module()
+    model.lm_head.weight = model.embed.weight  # tied
+    with pytest.raises(wtx.Error) as e:
+        wtx.Participant.open(str(tmp_path / "tied"), m, tensors=model)
+    assert "'embed.weight'" in e.value.message and "'lm_head.weight'" in e.value.message
+    assert "share storage" in e.value.message
+    base = torch.zeros(8 * 4 + 4)
+    views = {"embed.weight": base[:32].view(8, 4), "lm_head.weight": base[4:36].view(8, 4)}
+    with pytest.raises(wtx.Error) as e:
+        wtx.Participant.open(str(tmp_path / "views"), m, tensors=views)
+    assert "share storage" in e.value.message
+    untied = {"embed.weight": torch.zeros(8, 4), "lm_head.weight": torch.zeros(8, 4)}
+    wtx.Participant.open(str(tmp_path / "ok"), m, tensors=untied).close()
