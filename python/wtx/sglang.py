@@ -1,76 +1,120 @@
-"""wtx for SGLang: its weight-update calls as wtx transactions over the TP group (docs/sglang.md).
+"""wtx for SGLang: its weight-update path as wtx transactions over the TP group, installed
+into SGLang's own objects so that SGLang's code calls it with its own arguments
+(docs/sglang.md).
 
-SGLang's model runner updates weights with `update_weights_from_distributed(names, dtypes,
-shapes, group_name, ...)` (each tensor broadcast from the trainer, rank 0 of the update group)
-and `update_weights_from_tensor(named_tensors, ...)`, answering `(success, message)`; the
-`weight_version` the caller passes is a label published after the fact. `WtxSglangAdapter`
-gives a model runner (or any object with a `model`) the same calls with transaction semantics:
+    adapter = wtx.sglang.install(scheduler, journal_dir=..., coordinator_journal=...,
+                                 group=scheduler.tp_cpu_group)
 
-* one call is one transaction (begun, received, committed on every TP rank), unless
-  `start_update` opened one, in which case calls add to it until `finish_update` (a trainer
-  that sends its weights in buckets);
-* every tensor goes through wtx (`write_source`, or the model's own `load_weights` between
-  reserve and landed with `load="load_weights"`); a tensor named `EXPECTED_VERSION_NAME`
-  carries the version the trainer computed (or pass `expected_version=`);
-* a failure on any rank (an unknown name, the loader raising, the trainer gone mid-send) makes
-  every rank abort: `(False, message)` naming the rank and the cause, and no rank serves;
-* the `weight_version` reported (`adapter.weight_version`, and in the message) is the
-  committed version hash; the caller's label becomes the transaction id;
-* requests that cannot be honoured transactionally are refused, named: `load_format` other
-  than None/"auto" (a packed or direct format would bypass the per-name write),
-  `update_weights_from_disk` (use `wtx load`, or send the tensors).
+`install` (every TP rank, in the scheduler process) opens the rank's participant over the
+served model and replaces, on those objects only, the methods SGLang's update path calls:
 
-Every call is collective over the TP group (all ranks call it with the same arguments, as
-SGLang's scheduler does).
+* ModelRunner.update_weights_from_distributed(names, dtypes, shapes, group_name,
+  load_format=None): the positional call TpModelWorker makes; every tensor is received into a
+  buffer on the model's device in its own dtype (or straight into live memory), one broadcast
+  per tensor from rank 0 of the update group (one uint8 buffer for "flattened_bucket"), and
+  written through wtx. A refused or failed bucket still receives everything the trainer sends,
+  so no trainer blocks. An unknown group raises AssertionError, as SGLang's does;
+* ModelRunner.update_weights_from_tensor(named_tensors, load_format=None): this rank's tensors
+  (LocalSerializedTensor unwrapped with this rank's value) through wtx; "flattened_bucket"
+  too; an unknown format raises NotImplementedError as SGLang's does. The same path is also
+  SGLang's own hook: `--custom-weight-loader wtx.sglang.weight_loader` with
+  load_format="wtx.sglang.weight_loader";
+* ModelRunner.update_weights_from_disk(model_path, load_format, weight_name_filter=None,
+  recapture_cuda_graph=False): refused (SGLang's disk loader writes outside wtx);
+* Scheduler.update_weights_from_distributed / _from_tensor(recv_req): the request's
+  `weight_version` labels the step the bucket belongs to;
+* Scheduler.continue_generation(recv_req): the commit point of the step.
+
+A step is one transaction over every TP rank: its buckets (one SGLang request each, as slime,
+miles and verl send them) join it; nothing commits before continue_generation (or
+adapter.finish_update()); a bucket that fails on any rank aborts the step on every rank at
+once (the failures are exchanged before the bucket answers), answering (False, message naming
+each rank and cause). The serving gate (DESIGN.md): "hold" (default) keeps generation paused
+after an abort (continue_generation leaves it paused, the cache is flushed) until a full step
+commits; "restore" keeps before-images (within rollback_budget_bytes) and an abort puts the
+previous version back, so generation continues on it. adapter.weight_version is the committed
+version hash.
 """
 
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
 
 from . import Aborted, Error, Manifest, Participant
-from .torch_dist import Group
+from .torch_dist import Group, failure_reason, gather_from_ranks
 from .vllm._engine import (EXPECTED_VERSION_NAME, InPlaceReceiver, _UpdateState, _version_of,
                            abort_quietly, decide_update, default_tx, expected_version_tensor,
-                           load_one)
+                           holds, load_one)
 from .vllm._extension import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 
-__all__ = ["WtxSglangAdapter", "EXPECTED_VERSION_NAME", "expected_version_tensor"]
+__all__ = ["WtxSglangAdapter", "EXPECTED_VERSION_NAME", "expected_version_tensor", "install",
+           "weight_loader"]
 
-_DEFAULT_GROUP = object()
+_GATES = ("hold", "restore")
+_ADAPTERS: Dict[int, "WtxSglangAdapter"] = {}  # id(model) -> its adapter (weight_loader)
+
+
+def _wire(t: torch.Tensor, group: Any) -> torch.Tensor:
+    """What a broadcast moves: the tensor itself (NCCL: same count and dtype on both sides),
+    or its bytes where the backend lacks the dtype (gloo: bf16, fp8)."""
+    backend = dist.get_backend(group) if group is not None else dist.get_backend()
+    if backend == "gloo" and t.dtype in (torch.bfloat16,) + tuple(
+            getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)):
+        return t.view(torch.uint8)
+    return t
+
+
+def _dtype(d: Any) -> torch.dtype:
+    if isinstance(d, torch.dtype):
+        return d
+    dt = getattr(torch, str(d), None)
+    if not isinstance(dt, torch.dtype):
+        raise Error("INVALID_ARGUMENT", f"dtypes: '{d}' is not a torch dtype name")
+    return dt
+
+
+def _nbytes(dtype: torch.dtype, shape: Sequence[int]) -> int:
+    return int(torch.Size(list(shape)).numel()) * torch.empty(0, dtype=dtype).element_size()
 
 
 class WtxSglangAdapter(_UpdateState):
-    """SGLang's weight-update calls with wtx transactions (module docstring)."""
+    """SGLang's weight-update calls as wtx transactions (module docstring)."""
 
     _how_to_init = "init_wtx"
 
     def __init__(self, model_runner: Any) -> None:
-        """model_runner: SGLang's ModelRunner, or any object with `model` (and optionally
-        `_model_update_group`: {group_name: process group}, SGLang's own). `update_groups`
-        ({group_name: group or (group, sender's global rank)}) is consulted first."""
+        """model_runner: SGLang's ModelRunner (its `model`, `device`, `tp_rank` and
+        `_model_update_group`), or any object with a `model`."""
         self.runner = model_runner
         self.model = getattr(model_runner, "model", model_runner)
+        self.device = getattr(model_runner, "device", None)
         self.participant: Optional[Participant] = None
         self.group: Optional[Group] = None
         self.weight_version: Optional[str] = None
         self.last_outcome: Optional[Dict[str, Any]] = None
         self.update_groups: Dict[str, Any] = {}
+        self.label: Optional[str] = None  # the step's weight_version (the scheduler sets it)
+        self.autocommit = True  # each call its own transaction unless steps are on
         self._load = "write_source"
+        self._gate = "hold"
         self._tx: Optional[str] = None
+        self._tx_label: Optional[str] = None
         self._failure: Optional[str] = None
         self._expected: Optional[str] = None
-        self._bracketed = False
+        self._explicit = False
+        self._buckets = 0
         self._updates = 0
         self._kind = "full"
-        self._receiver = InPlaceReceiver()  # broadcast full tensors received into live memory
+        self._receiver = InPlaceReceiver()
 
     def init_wtx(self, journal_dir: str, coordinator_journal: Optional[str] = None,
                  group: Any = None, load: str = "write_source",
                  manifest: Optional[Manifest] = None,
                  stacked_params_mapping: Optional[Sequence[Any]] = None,
-                 kernel_identity: str = "", prepare_timeout: float = 30.0) -> Dict[str, Any]:
+                 kernel_identity: str = "", prepare_timeout: float = 30.0,
+                 serving_gate: str = "hold",
+                 rollback_budget_bytes: Optional[int] = None) -> Dict[str, Any]:
         """Opens this rank's participant over the model and joins 2PC over the TP `group`
         (collective). Returns the participant's status."""
         if self.participant is not None:
@@ -78,115 +122,133 @@ class WtxSglangAdapter(_UpdateState):
         if load not in ("write_source", "load_weights"):
             raise Error("INVALID_ARGUMENT", f"init_wtx: load must be write_source or "
                         f"load_weights, not {load!r}")
+        if serving_gate not in _GATES:
+            raise Error("INVALID_ARGUMENT", f"init_wtx: serving_gate must be one of {_GATES}, "
+                        f"not {serving_gate!r}")
         size, rank = dist.get_world_size(group), dist.get_rank(group)
         if manifest is None:
             mapping = (stacked_params_mapping if stacked_params_mapping is not None
                        else getattr(self.model, "stacked_params_mapping",
                                     LLAMA_STACKED_PARAMS_MAPPING))
             manifest = manifest_from_module(self.model, mapping, size, rank)
+        extra: Dict[str, Any] = {}
+        if rollback_budget_bytes is not None:
+            extra["rollback_budget_bytes"] = rollback_budget_bytes
         p = Participant.open(journal_dir, manifest, rank=rank, tensors=self.model,
-                             kernel_identity=kernel_identity)
+                             kernel_identity=kernel_identity, **extra)
         try:
             self.group = Group(p, coordinator_journal, group=group,
                                prepare_timeout=prepare_timeout)
         except BaseException:
             p.close()
             raise
-        self.participant, self._load = p, load
+        self.participant, self._load, self._gate = p, load, serving_gate
+        _ADAPTERS[id(self.model)] = self
         return p.status()
 
     def close(self) -> None:
         """Closes the coordinator (TP rank 0) and the participant. Idempotent."""
         group, p = self.group, self.participant
         self.group = self.participant = None
+        _ADAPTERS.pop(id(self.model), None)
         if group is not None:
             group.close()
         if p is not None:
             p.close()
 
-    # -- explicit brackets (a trainer sending in buckets) ------------------------------------
+    # -- the step ----------------------------------------------------------------------------
 
     def start_update(self, tx: str, kind: str = "full", base: Optional[str] = None,
                      modules: Optional[List[str]] = None, sources: Optional[List[str]] = None,
                      expected_version: Optional[str] = None) -> None:
-        """Begins `tx` on every rank (collective); later update calls add to it."""
+        """Begins step `tx` on every rank (collective); the buckets that follow join it until
+        finish_update (a trainer that can bracket its step)."""
         self._require("start_update")
         self._abort_open()
-        self._begin(tx, kind, base, modules, sources)
+        self._begin(tx, kind, base, modules, sources, label=None)
         self._expected = expected_version
-        self._bracketed = True
+        self._explicit = True
 
     def finish_update(self) -> Tuple[bool, str]:
-        """Commits the open update (collective): (True, "... version V") or (False, why)."""
+        """Commits the open step (collective): (True, "... committed version V") or (False,
+        why); (True, "no update open") when none is."""
         self._require("finish_update")
+        self._explicit = False
         if self._tx is None:
-            return False, "finish_update: no update open (start_update)"
-        self._bracketed = False
+            return True, "wtx: no update open"
         return self._decide()
 
-    # -- SGLang's calls ----------------------------------------------------------------------
+    def serving_state(self) -> Dict[str, Any]:
+        """{"serving", "reason", "version"}: whether this rank may produce tokens (the
+        scheduler hook keeps generation paused while it may not)."""
+        if self.participant is None:
+            return {"serving": True, "reason": None, "version": None}
+        st = self.participant.status()
+        why = holds(st) if self._tx is None else None  # an open step: paused by the trainer
+        return {"serving": why is None, "reason": why, "version": st.get("version")}
+
+    # -- SGLang's ModelRunner calls ---------------------------------------------------------
 
     def update_weights_from_distributed(self, names: List[str], dtypes: List[Any],
                                         shapes: List[Sequence[int]], group_name: str,
-                                        flush_cache: bool = True,
-                                        weight_version: Optional[str] = None,
-                                        load_format: Optional[str] = None,
-                                        expected_version: Optional[str] = None
+                                        load_format: Optional[str] = None
                                         ) -> Tuple[bool, str]:
-        """Receives each tensor by broadcast from rank 0 of the update group `group_name` and
-        loads it through wtx; see the module docstring. Returns (success, message)."""
+        """ModelRunner's call (TpModelWorker passes load_format fifth, positionally); see the
+        module docstring. Returns (success, message)."""
         self._require("update_weights_from_distributed")
-        refused = self._refuse(load_format)
-        if refused:
-            return False, refused
-        if not (len(names) == len(dtypes) == len(shapes)):
-            return False, (f"refused: names, dtypes and shapes differ in length ({len(names)}, "
-                           f"{len(dtypes)}, {len(shapes)})")
-        group = self.update_groups.get(group_name, _DEFAULT_GROUP)
-        if group is _DEFAULT_GROUP:
-            group = getattr(self.runner, "_model_update_group", {}).get(group_name,
-                                                                        _DEFAULT_GROUP)
-        if group is _DEFAULT_GROUP:
-            return False, (f"refused: no update group '{group_name}' "
-                           f"(init_weights_update_group, or adapter.update_groups)")
-        # SGLang's update groups have the trainer at rank 0; adapter.update_groups may name
-        # the sender: {name: (group, global src rank)}.
+        group = self.update_groups.get(group_name)
+        if group is None:
+            groups = getattr(self.runner, "_model_update_group", {}) or {}
+            assert group_name in groups, (
+                f"Group {group_name} not in {list(groups.keys())}. "
+                "Please call `init_weights_update_group` first.")
+            group = groups[group_name]
         group, src = group if isinstance(group, tuple) else (group, _group_src(group))
+        failure = None
         try:
-            dts = [d if isinstance(d, torch.dtype) else getattr(torch, str(d).replace(
-                "torch.", "")) for d in dtypes]
-        except AttributeError as e:
-            return False, f"refused: dtypes: {e}"
+            dts = [_dtype(d) for d in dtypes]
+        except Error as e:
+            failure, dts = e.message, [torch.uint8] * len(names)
+        if not (len(names) == len(dtypes) == len(shapes)):
+            failure = failure or (f"names, dtypes and shapes differ in length ({len(names)}, "
+                                  f"{len(dtypes)}, {len(shapes)})")
 
-        def received() -> Iterable[Tuple[str, Any]]:
+        def received() -> Iterator[Tuple[str, Any]]:
+            if load_format == "flattened_bucket":
+                flat = torch.empty(sum(_nbytes(d, s) for d, s in zip(dts, shapes)),
+                                   dtype=torch.uint8, device=self.device)
+                dist.broadcast(flat, src=src, group=group)
+                at = 0
+                for name, dtype, shape in zip(names, dts, shapes):
+                    n = _nbytes(dtype, shape)
+                    yield name, flat[at:at + n].view(dtype).reshape(list(shape))
+                    at += n
+                return
             for name, dtype, shape in zip(names, dts, shapes):
                 into = self._receive_into(name, dtype, list(shape))
-                t = into if into is not None else torch.empty(list(shape), dtype=dtype)
-                dist.broadcast(t.view(torch.uint8) if t.dtype == torch.bfloat16 else t,
-                               src=src, group=group)
+                t = into if into is not None else torch.empty(list(shape), dtype=dtype,
+                                                              device=self.device)
+                dist.broadcast(_wire(t, group), src=src, group=group)
                 yield name, t
 
-        return self._update(received(), weight_version, expected_version)
+        return self._bucket(received(), failure)
 
-    def update_weights_from_tensor(self, named_tensors: Sequence[Tuple[str, torch.Tensor]],
-                                   load_format: Optional[str] = None,
-                                   flush_cache: bool = True,
-                                   weight_version: Optional[str] = None,
-                                   expected_version: Optional[str] = None) -> Tuple[bool, str]:
-        """Loads `named_tensors` through wtx; see the module docstring."""
+    def update_weights_from_tensor(self, named_tensors: Any,
+                                   load_format: Optional[str] = None) -> Tuple[bool, str]:
+        """ModelRunner's call (named_tensors: this rank's (name, tensor or
+        LocalSerializedTensor) pairs, or a flattened bucket dict)."""
         self._require("update_weights_from_tensor")
-        refused = self._refuse(load_format)
-        if refused:
-            return False, refused
-        return self._update(iter(named_tensors), weight_version, expected_version)
+        if load_format not in (None, "flattened_bucket", "wtx.sglang.weight_loader"):
+            raise NotImplementedError(f"Unknown load_format={load_format}")
+        return self._bucket(self._tensors(named_tensors, load_format), None)
 
     def update_weights_from_disk(self, model_path: str, load_format: Optional[str] = None,
-                                 weight_version: Optional[str] = None) -> Tuple[bool, str]:
+                                 weight_name_filter: Optional[Callable[[str], bool]] = None,
+                                 recapture_cuda_graph: bool = False) -> Tuple[bool, str]:
         """Refused: the engine's disk loader writes the live tensors outside wtx."""
-        return False, ("refused: update_weights_from_disk cannot be honoured transactionally "
+        return False, ("wtx: update_weights_from_disk cannot be honoured transactionally "
                        f"({model_path}: SGLang's loader writes the live tensors outside wtx); "
-                       "load the checkpoint with `wtx load`, or send its tensors with "
-                       "update_weights_from_tensor")
+                       "load the checkpoint with `wtx load`, or send its tensors")
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -194,34 +256,45 @@ class WtxSglangAdapter(_UpdateState):
         if self.participant is None:
             raise Error("INVALID_ARGUMENT", f"{call}: wtx is not initialized (init_wtx)")
 
-    @staticmethod
-    def _refuse(load_format: Optional[str]) -> Optional[str]:
-        if load_format in (None, "auto"):
-            return None
-        return (f"refused: load_format {load_format!r} cannot be honoured transactionally "
-                "(wtx writes each named tensor and accounts for its shards; send plain "
-                "(name, tensor) pairs)")
+    def _tensors(self, named_tensors: Any, load_format: Optional[str]
+                 ) -> Iterator[Tuple[str, Any]]:
+        rank = getattr(self.runner, "tp_rank", self._p.rank)
+        if load_format == "flattened_bucket":
+            flat, meta = named_tensors["flattened_tensor"], named_tensors["metadata"]
+            at = 0
+            for m in meta:
+                name, shape, dtype = (m[0], m[1], m[2]) if isinstance(m, (tuple, list)) else (
+                    m.name, m.shape, m.dtype)
+                n = _nbytes(dtype, shape)
+                yield name, flat[at:at + n].view(dtype).reshape(list(shape))
+                at += n
+            return
+        for name, t in named_tensors:
+            if hasattr(t, "get") and hasattr(t, "values") and not torch.is_tensor(t):
+                t = t.get(rank)  # SGLang's LocalSerializedTensor: this rank's value
+            yield name, (t.to(self.device) if self.device is not None else t)
 
     def _abort_open(self) -> None:
         if self._tx is not None:
             tx, self._tx = self._tx, None
             abort_quietly(self._g, tx)
-        self._failure, self._expected, self._bracketed = None, None, False
+        self._failure, self._expected, self._explicit = None, None, False
 
     def _begin(self, tx: Optional[str], kind: str, base: Optional[str],
-               modules: Optional[List[str]], sources: Optional[List[str]]) -> None:
+               modules: Optional[List[str]], sources: Optional[List[str]],
+               label: Optional[str]) -> None:
         self._updates += 1
-        tx = tx or default_tx("sglang", self._p, self._updates)
-        self._g.begin(tx, kind=kind, base=base, modules=modules, sources=sources)
-        self._tx = tx
-        self._kind = kind
+        tx = tx or (f"sglang-{label}-{self._updates}" if label else
+                    default_tx("sglang", self._p, self._updates))
+        self._g.begin(tx, kind=kind, base=base, modules=modules, sources=sources,
+                      rollback=self._gate == "restore")
+        self._tx, self._tx_label, self._kind, self._buckets = tx, label, kind, 0
         self._receiver.reset()
 
     def _receive_into(self, name: str, dtype: torch.dtype,
                       shape: List[int]) -> Optional[torch.Tensor]:
         """Where a broadcast full tensor is received: straight into live memory where the
-        rank holds it as one contiguous run (wtx.vllm._engine.InPlaceReceiver; writes by name
-        only), else None (a fresh buffer)."""
+        rank holds it as one contiguous run (writes by name only), else None (a buffer)."""
         if (self._failure is not None or self._tx is None or self._kind == "delta" or
                 self._load != "write_source"):
             return None
@@ -231,21 +304,29 @@ class WtxSglangAdapter(_UpdateState):
             self._failure = f"{name}: {type(e).__name__}: {e}"
             return None
 
-    def _update(self, items: Iterable[Tuple[str, Any]], label: Optional[str],
-                expected: Optional[str]) -> Tuple[bool, str]:
-        if not self._bracketed:
-            self._abort_open()
+    def _open_for(self, label: Optional[str]) -> None:
+        """The step this bucket joins: the open one, unless the label names another step
+        (the open one is then committed first); a new one when none is open."""
+        if self._tx is not None and not self._explicit and label != self._tx_label:
+            ok, msg = self._decide()  # the previous step never reached its commit point
+            if not ok:
+                raise Error("E_UPDATE_FAILED", f"the previous step failed to commit: {msg}")
+        if self._tx is None:
+            self._begin(None, "full", None, None, None, label)
+
+    def _bucket(self, items: Iterator[Tuple[str, Any]],
+                failure: Optional[str]) -> Tuple[bool, str]:
+        self._failure = failure
+        if self._failure is None:
             try:
-                self._begin(label, "full", None, None, None)
+                self._open_for(self.label)
             except Error as e:
-                return False, f"begin refused: {e.code}: {e.message}"
-        if expected is not None:
-            self._expected = expected
+                self._failure = f"{e.code}: {e.message}"
         try:
-            for name, value in items:
+            for name, value in items:  # every item is received, written or not (drained)
                 if name == EXPECTED_VERSION_NAME:
                     self._expected = _version_of(value)
-                elif self._failure is None:  # after a failure: drained, not written
+                elif self._failure is None:
                     try:
                         if self._receiver.owns(name):
                             self._receiver.land(self._p, name, value)
@@ -254,34 +335,46 @@ class WtxSglangAdapter(_UpdateState):
                     except Exception as e:
                         self._failure = f"{name}: {type(e).__name__}: {e}"
         except Exception as e:  # the transport itself (the trainer gone)
-            if self._failure is None:
-                self._failure = f"receive: {type(e).__name__}: {e}"
-        if self._bracketed:
-            if self._failure is not None:
-                return False, f"update failed on this rank: {self._failure}"
-            return True, "received"
-        return self._decide()
+            self._failure = self._failure or f"receive: {type(e).__name__}: {e}"
+        failures = gather_from_ranks(self._failure, self._g)
+        self._failure = None
+        if any(failures):
+            return False, self._abort_step(failure_reason(failures))
+        self._buckets += 1
+        if self.autocommit and not self._explicit:
+            return self._decide()
+        return True, (f"wtx: bucket {self._buckets} of step '{self._tx}' received; it commits "
+                      "at continue_generation (or finish_update)")
+
+    def _abort_step(self, reason: str) -> str:
+        tx, self._tx = self._tx, None
+        self._expected, self._explicit = None, False
+        if tx is not None:
+            try:
+                self.last_outcome = dict(self._g.abort(tx), reason=reason)
+            except Error as e:
+                self.last_outcome = {"outcome": "aborted", "reason": reason,
+                                     "abort_error": e.message}
+        return (f"wtx: step '{tx or self.label}' aborted on every rank: {reason}"
+                + ("; the previous version was restored" if self._gate == "restore" else
+                   "; generation stays paused until a full update commits"))
 
     def _decide(self) -> Tuple[bool, str]:
-        tx, failure = self._tx, self._failure
+        tx = self._tx
         assert tx is not None, "callers decide only an update they began"
-        self._tx, self._failure = None, None
+        self._tx = None
         expected, self._expected = self._expected, None
         try:
-            out = decide_update(self._g, tx, failure, expected)
+            out = decide_update(self._g, tx, None, expected)
         except Aborted as e:
             self.last_outcome = e.decision
-            if "reason" in e.decision:  # a rank failed: named with its cause
-                return False, f"transaction '{tx}' aborted: {e.decision['reason']}"
-            missing = sorted({m.get("param", "?") for v in e.decision.get("votes", [])
-                              for m in v.get("missing", [])})
-            return False, (f"transaction '{tx}' aborted: {e}" +
-                           (f"; missing: {', '.join(missing)}" if missing else ""))
+            return False, f"wtx: step '{tx}' aborted: {e.message}"
         except Error as e:
-            return False, f"transaction '{tx}': {e.code}: {e.message}"
+            return False, f"wtx: step '{tx}': {e.code}: {e.message}"
         self.last_outcome = out
-        self.weight_version = out.get("version")
-        return True, f"transaction '{tx}' committed version {self.weight_version}"
+        if out.get("version"):
+            self.weight_version = out.get("version")
+        return True, f"wtx: step '{tx}' committed version {self.weight_version}"
 
 
 def _group_src(group: Any) -> int:
@@ -291,3 +384,68 @@ def _group_src(group: Any) -> int:
     if hasattr(dist, "get_global_rank"):
         return dist.get_global_rank(group, 0)
     return dist.distributed_c10d._get_global_rank(group, 0)
+
+
+def weight_loader(model: Any, named_tensors: List[Tuple[str, torch.Tensor]]) -> None:
+    """SGLang's custom weight loader hook (`--custom-weight-loader wtx.sglang.weight_loader`,
+    load_format="wtx.sglang.weight_loader"): SGLang calls it as loader(model, named_tensors)
+    with this rank's tensors; they go through the model's wtx adapter as one bucket. Raises
+    wtx.Error naming the failure (SGLang's tensor path has no (False, message) answer)."""
+    adapter = _ADAPTERS.get(id(model))
+    if adapter is None:
+        raise Error("INVALID_ARGUMENT", "wtx.sglang.weight_loader: this model has no wtx "
+                    "adapter (wtx.sglang.install)")
+    ok, message = adapter._bucket(iter(named_tensors), None)
+    if not ok:
+        raise Error("E_UPDATE_FAILED", message)
+
+
+def install(scheduler: Any, journal_dir: str, coordinator_journal: Optional[str] = None,
+            group: Any = None, **init_options: Any) -> WtxSglangAdapter:
+    """Installs wtx into one TP rank of SGLang (module docstring): the adapter over
+    scheduler.tp_worker.model_runner, its ModelRunner methods, and the scheduler's update
+    handlers and continue_generation. Collective over the TP `group` (default: the
+    scheduler's tp_cpu_group). Returns the adapter."""
+    runner = scheduler.tp_worker.model_runner
+    adapter = WtxSglangAdapter(runner)
+    adapter.init_wtx(journal_dir, coordinator_journal,
+                     group=group if group is not None else scheduler.tp_cpu_group,
+                     **init_options)
+    adapter.autocommit = False  # steps: committed at continue_generation
+    runner.update_weights_from_distributed = adapter.update_weights_from_distributed
+    runner.update_weights_from_tensor = adapter.update_weights_from_tensor
+    runner.update_weights_from_disk = adapter.update_weights_from_disk
+
+    def labelled(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def run(recv_req: Any) -> Any:
+            adapter.label = getattr(recv_req, "weight_version", None)
+            out = handler(recv_req)
+            if not adapter.serving_state()["serving"]:
+                _hold(scheduler)
+            return out
+        return run
+
+    def continue_generation(recv_req: Any, _original: Any = scheduler.continue_generation) -> Any:
+        if adapter._tx is not None:
+            adapter._explicit = False
+            ok, message = adapter._decide()
+            adapter.last_message = message  # type: ignore[attr-defined]
+        if not adapter.serving_state()["serving"]:
+            _hold(scheduler)  # stays paused: the continue is refused
+            return None
+        return _original(recv_req)
+
+    scheduler.update_weights_from_distributed = labelled(scheduler.update_weights_from_distributed)
+    scheduler.update_weights_from_tensor = labelled(scheduler.update_weights_from_tensor)
+    scheduler.continue_generation = continue_generation
+    scheduler.wtx = adapter
+    return adapter
+
+
+def _hold(scheduler: Any) -> None:
+    """The rank's bytes may be mixed: generation stays paused and the cache built on other
+    weights is dropped."""
+    scheduler._engine_paused = True
+    flush = getattr(scheduler, "flush_cache", None)
+    if flush is not None:
+        flush()

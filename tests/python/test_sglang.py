@@ -1,174 +1,274 @@
-"""wtx.sglang's adapter against a double of SGLang's model runner (its documented calls:
-update_weights_from_distributed / _from_tensor / _from_disk answering (success, message)),
-2 engine processes (TP=2 tiny Llama, world ranks 0 and 1) and a trainer (world rank 2) over
-gloo. The trainer drives each call on both engine ranks (as SGLang's scheduler does) and
-broadcasts the tensors; every call ends in a commit of exactly the sent bytes (the version the
-trainer computed, reported as weight_version) or in an abort with no rank serving."""
+"""wtx inside SGLang as SGLang's own code runs it (issue 44), against doubles that mirror
+SGLang's source (sglang_double/README.md): requests go through the scheduler's update handlers
+-> TpModelWorker's positional forwarders -> the ModelRunner methods wtx installs, on 2 TP
+ranks (global ranks 1, 2), with a trainer process (global rank 0) that sends its weights in
+buckets as slime, miles and verl do (pause, one request per bucket with the step's
+weight_version and flush_cache=False, continue). Aborts are judged by the live model: a forward
+pass after an abort equals the previous version's output, or generation stays paused."""
 
 import os
+import sys
 
 import torch
 import torch.distributed as dist
 
-import wtx
-import wtx.vllm
-from harness import IDS, run_world
-from tiny_llama import hf_weights, reference_forward
-from vllm_doubles import make_model
-from wtx.sglang import WtxSglangAdapter
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "sglang_double"))
 
-TRAINER = 2
+import wtx  # noqa: E402
+import wtx.sglang  # noqa: E402
+from harness import IDS, run_world  # noqa: E402
+from tiny_llama import hf_weights, reference_forward  # noqa: E402
+from sglang.srt.managers import io_struct as io  # noqa: E402
+
+TP = 2
+ADDRESS = ("127.0.0.1", 29777)
+GROUP = "weight_update_group"
 NAMES = sorted(hf_weights(0))
-GROUP = "wtx-weight-sync"
 
 
-class ModelRunnerDouble:
-    """What the adapter needs of SGLang's ModelRunner: `model` and `_model_update_group`."""
+def _groups():
+    g = {"ctrl": dist.new_group([0, 1, 2]), "update": dist.new_group([0, 1, 2]),
+         "tp": dist.new_group([1, 2])}
+    from sglang.srt.model_executor import model_runner
+    model_runner.GROUPS["%s:%d" % ADDRESS] = g["update"]
+    return g
 
-    def __init__(self, model, update_group):
-        self.model = model
-        self._model_update_group = {}
-        self.update_group = update_group
 
-
-def engine(rank, args):
-    tp = dist.new_group([0, 1])
-    world = dist.new_group([0, 1, 2])
-    model = make_model(rank, tp)
-    model.fail_on = args.get("fail_on", {}).get(rank)
-    a = WtxSglangAdapter(ModelRunnerDouble(model, world))
-    a.update_groups[GROUP] = (world, TRAINER)  # the trainer sends
+def engine(rank, g, args):
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.managers.tp_worker import TpModelWorker
+    from sglang.srt.model_executor.model_runner import ModelRunner
+    from vllm_model import VllmLlama
+    tp_rank = rank - 1
+    model = VllmLlama(TP, tp_rank, g["tp"])
+    scheduler = Scheduler(TpModelWorker(ModelRunner(model, tp_rank), tp_rank), g["tp"])
     d = args["dir"]
-    a.init_wtx(os.path.join(d, f"rank{rank}"), os.path.join(d, "coord"), group=tp,
-               load=args.get("load", "write_source"))
-    everyone = [None] * 3
-    dist.all_gather_object(everyone, a.participant.manifest.to_json())
-    log = []
-    received = []  # per call: sources received straight into live memory, and through a buffer
+    wtx.sglang.install(scheduler, os.path.join(d, f"rank{tp_rank}"), os.path.join(d, "coord"),
+                       load=args.get("load", "write_source"),
+                       serving_gate=args.get("gate", "hold"))
     while True:
         box = [None]
-        try:
-            dist.broadcast_object_list(box, src=TRAINER)
-        except RuntimeError:
-            break
-        method, kw = box[0]
+        dist.broadcast_object_list(box, src=0, group=g["ctrl"])
+        method, arg = box[0]
         if method == "exit":
             break
-        log.append((method, getattr(a, method)(**kw), a.weight_version))
-        received.append((a._receiver.in_place, a._receiver.buffered))
-    return {"log": log, "status": a.participant.status(), "logits": model(IDS),
-            "received": received}
+        try:
+            if method == "__test__":
+                result = ("ok", arg(scheduler, tp_rank))
+            else:
+                result = ("ok", getattr(scheduler, method)(arg))
+        except Exception as e:  # SGLang's event loop would die here: recorded for the test
+            result = ("raised", f"{type(e).__name__}: {e}")
+        dist.all_gather_object([None] * 3, result, group=g["ctrl"])
+    return {"status": scheduler.wtx.participant.status()}
 
 
-def _call(method, **kw):
-    dist.broadcast_object_list([(method, kw)], src=TRAINER)
+class Trainer:
+    def __init__(self, g):
+        self.g = g
+
+    def call(self, method, arg=None, send=()):
+        """One request to every TP rank's scheduler; `send` is broadcast on the update group
+        meanwhile (the trainer's side of update_weights_from_distributed)."""
+        dist.broadcast_object_list([(method, arg)], src=0, group=self.g["ctrl"])
+        for t in send:
+            dist.broadcast(t.contiguous().view(torch.uint8) if t.dtype == torch.bfloat16 else t,
+                           src=0, group=self.g["update"])
+        out = [None] * 3
+        dist.all_gather_object(out, None, group=self.g["ctrl"])
+        return out[1:]
+
+    def bucket(self, w, names, version, load_format=None):
+        req = io.UpdateWeightsFromDistributedReqInput(
+            names=names, dtypes=["bfloat16"] * len(names), shapes=[list(w[n].shape) for n in names],
+            group_name=GROUP, flush_cache=False, weight_version=version, load_format=load_format)
+        if load_format == "flattened_bucket":
+            flat = torch.cat([w[n].contiguous().view(torch.uint8).flatten() for n in names])
+            return self.call("update_weights_from_distributed", req, [flat])
+        return self.call("update_weights_from_distributed", req, [w[n] for n in names])
+
+    def step(self, w, version, buckets=3, fail_bucket=None):
+        """slime's update_weights: pause, buckets, continue. Returns each bucket's answers."""
+        self.call("pause_generation", io.PauseGenerationReqInput(mode="abort"))
+        answers = []
+        chunks = [NAMES[i::buckets] for i in range(buckets)]
+        for i, names in enumerate(chunks):
+            answers.append(self.bucket(w, names, version))
+            if fail_bucket is not None and i == fail_bucket:
+                break  # the trainer stops at the failed bucket (slime raises on it)
+        self.call("continue_generation", io.ContinueGenerationReqInput())
+        return answers
+
+    def exit(self):
+        dist.broadcast_object_list([("exit", None)], src=0, group=self.g["ctrl"])
 
 
-def trainer(args):
-    dist.new_group([0, 1])
-    world = dist.new_group([0, 1, 2])  # the update group: the trainer sends on it
-    everyone = [None] * 3
-    dist.all_gather_object(everyone, None)
-    manifests = [wtx.Manifest.from_json(everyone[r]) for r in (0, 1)]
-    out = []
-    for step in args["steps"]:
-        w = hf_weights(step["seed"])
-        names = [n for n in NAMES if n not in step.get("skip", ())]
-        version = wtx.expected_version(manifests, {n: w[n] for n in NAMES})["version"]
-        sent = list(names)
-        tensors = [w[n] for n in names]
-        if step.get("expect", True):
-            v = "0" * 32 if step.get("bogus") else version
-            sent.append(wtx.vllm.EXPECTED_VERSION_NAME)
-            tensors.append(wtx.vllm.expected_version_tensor(v))
-        if step["how"] == "tensor":
-            _call("update_weights_from_tensor", named_tensors=list(zip(sent, tensors)),
-                  weight_version=step["tx"], **step.get("extra", {}))
-        else:
-            _call("update_weights_from_distributed", names=sent,
-                  dtypes=[str(t.dtype).replace("torch.", "") for t in tensors],
-                  shapes=[list(t.shape) for t in tensors], group_name=GROUP,
-                  weight_version=step["tx"], **step.get("extra", {}))
-            if not step.get("refused"):
-                for i, t in enumerate(tensors):
-                    if step.get("die_after") == i:
-                        os._exit(3)
-                    dist.broadcast(t.contiguous().view(torch.uint8), src=TRAINER, group=world)
-        out.append({"version": version, "ref": reference_forward(w, IDS)})
-    _call("update_weights_from_disk", model_path="/ckpt/step-9")
-    _call("exit")
+def world(target, args):
+    def entry(rank, size, a):
+        g = _groups()
+        if rank == 0:
+            t = Trainer(g)
+            t.call("init_weights_update_group", io.InitWeightsUpdateGroupReqInput(
+                master_address=ADDRESS[0], master_port=ADDRESS[1], rank_offset=1,
+                world_size=3, group_name=GROUP))
+            try:
+                return target(t, a)
+            finally:
+                t.exit()
+        return engine(rank, g, a)
+
+    results, _ = run_world(entry, TP + 1, args, timeout=150)
+    return results
+
+
+def _state(scheduler, tp_rank):
+    st = scheduler.wtx.participant.status()
+    return {"paused": scheduler._engine_paused, "version": st["version"],
+            "active_tx": st["active_tx"], "serving": st["serving"], "dirty": st["dirty"]}
+
+
+def _clear(scheduler, tp_rank):
+    scheduler.tp_worker.model_runner.model.fail_on = None
+
+
+def assert_matches(logits, ref):
+    assert torch.allclose(logits, ref, atol=2e-2, rtol=2e-2), (logits - ref).abs().max()
+
+
+# ------------------------------------------------------------------------------------ cases
+
+class _FailOn:
+    def __init__(self, name):
+        self.name = name
+
+    def __call__(self, scheduler, tp_rank):
+        if tp_rank == 1:
+            scheduler.tp_worker.model_runner.model.fail_on = self.name
+
+
+def _bucketed(t, args):
+    out = {}
+    w = hf_weights(1)
+    t.call("pause_generation", io.PauseGenerationReqInput(mode="retract"))
+    chunks = [NAMES[i::3] for i in range(3)]
+    out["b1"] = t.bucket(w, chunks[0], "7")
+    out["b2"] = t.bucket(w, chunks[1], "7")
+    out["mid"] = t.call("__test__", _state)  # nothing committed before the commit point
+    out["b3"] = t.bucket(w, chunks[2], "7", load_format="flattened_bucket")
+    t.call("continue_generation", io.ContinueGenerationReqInput())
+    out["after"] = t.call("__test__", _state)
+    out["logits"] = t.call("generate", IDS)[0][1]
     return out
 
 
-def deployment(rank, world, args):
-    return trainer(args) if rank == TRAINER else engine(rank, args)
+def test_BucketedStepCommitsAtContinueGenerationAndNotBefore(tmp_path):
+    r = world(_bucketed, {"dir": str(tmp_path)})
+    f = r[0]
+    for answers in (f["b1"], f["b2"], f["b3"]):
+        for kind, reply in answers:
+            assert kind == "ok" and reply.success, reply
+            assert "commits at continue_generation" in reply.message, reply.message
+    for _, st in f["mid"]:
+        assert st["active_tx"] and st["version"] is None, st
+    for _, st in f["after"]:
+        assert st["serving"] and not st["paused"] and st["active_tx"] is None, st
+    assert_matches(f["logits"], reference_forward(hf_weights(1), IDS))
 
 
-def run(tmp_path, steps, **kw):
-    return run_world(deployment, 3, dict(dir=str(tmp_path), steps=steps, **kw))
+def _fail_then_recover(t, args):
+    out = {}
+    out["first"] = t.step(hf_weights(1), "1")
+    out["v1"] = t.call("__test__", _state)
+    t.call("__test__", _FailOn(NAMES[3]))  # in the first bucket
+    out["failed"] = t.step(hf_weights(2), "2", fail_bucket=0)
+    out["held"] = t.call("__test__", _state)
+    out["generate_held"] = t.call("generate", IDS)
+    t.call("__test__", _clear)
+    out["again"] = t.step(hf_weights(3), "3")
+    out["after"] = t.call("__test__", _state)
+    out["logits"] = t.call("generate", IDS)[0][1]
+    return out
 
 
-def test_DistributedAndTensorUpdatesCommitAndReportTheCommittedVersion(tmp_path):
-    steps = [{"tx": "step-1", "seed": 1, "how": "distributed"},
-             {"tx": "step-2", "seed": 2, "how": "tensor"}]
-    results, codes = run(tmp_path, steps)
-    assert set(results) == {0, 1, 2}, codes
-    t = results[TRAINER]
-    for r in (0, 1):
-        log = results[r]["log"]
-        for i in range(2):
-            method, (ok, msg), version = log[i]
-            assert ok, msg
-            assert version == t[i]["version"] and t[i]["version"] in msg
-        assert results[r]["status"]["committed_tx"] == "step-2"  # the label is the tx id
-        # The broadcast: replicated tensors (norms) land straight in live memory; TP slices of
-        # a full tensor through a buffer copied into the reserved views.
-        in_place, buffered = results[r]["received"][0]
-        assert in_place > 0 and buffered > 0
-        assert results[r]["status"]["serving"] is True
-        assert torch.allclose(results[r]["logits"], t[1]["ref"], atol=2e-2, rtol=2e-2)
-        # update_weights_from_disk is refused, naming why; nothing changed.
-        ok, msg = log[2][1]
-        assert not ok and "update_weights_from_disk" in msg and "wtx load" in msg
+def _failed_bucket_answer(answers):
+    last = answers[-1]
+    return [reply for _, reply in last]
 
 
-def test_WrongVersionMissingNameAndRefusedFormatAbortOrRefuse(tmp_path):
-    steps = [{"tx": "s1", "seed": 1, "how": "distributed"},
-             {"tx": "s2", "seed": 2, "how": "distributed", "bogus": True},
-             {"tx": "s3", "seed": 3, "how": "tensor", "expect": False,
-              "skip": ["model.norm.weight"]},
-             {"tx": "s4", "seed": 4, "how": "distributed", "refused": True,
-              "extra": {"load_format": "flattened_bucket"}}]
-    results, codes = run(tmp_path, steps)
-    assert set(results) == {0, 1, 2}, codes
-    for r in (0, 1):
-        log = results[r]["log"]
-        assert log[0][1][0] is True
-        ok, msg = log[1][1]
-        assert not ok and "E_VERSION_MISMATCH" in msg, msg
-        ok, msg = log[2][1]
-        assert not ok and "aborted" in msg and "model.norm.weight" in msg, msg
-        ok, msg = log[3][1]
-        assert not ok and "refused: load_format 'flattened_bucket'" in msg, msg
-        assert results[r]["status"]["serving"] is False  # the last full update aborted
-        assert results[r]["status"]["committed_tx"] == "s1"
+def test_FailedBucketAbortsEveryRankAndGenerationStaysPausedUntilAFullStep(tmp_path):
+    r = world(_fail_then_recover, {"dir": str(tmp_path), "load": "load_weights"})
+    f = r[0]
+    for reply in _failed_bucket_answer(f["failed"]):
+        assert not reply.success, reply  # both ranks answer the failure, naming rank 1
+        assert "rank 1" in reply.message and "cannot load" in reply.message, reply.message
+    for _, st in f["held"]:
+        assert st["paused"] and st["dirty"] and not st["serving"], st
+    assert all(kind == "ok" and logits is None for kind, logits in f["generate_held"])
+    for _, st in f["after"]:
+        assert st["serving"] and not st["paused"], st
+    assert_matches(f["logits"], reference_forward(hf_weights(3), IDS))
 
 
-def test_LoaderRaisingOnOneRankAbortsBothAndTrainerKilledMidSendAborts(tmp_path):
-    steps = [{"tx": "s1", "seed": 1, "how": "distributed"}]
-    results, codes = run(tmp_path, steps, load="load_weights",
-                         fail_on={0: "model.layers.1.mlp.gate_proj.weight"})
-    assert set(results) == {0, 1, 2}, codes
-    for r in (0, 1):
-        ok, msg = results[r]["log"][0][1]
-        assert not ok and "rank 0: model.layers.1.mlp.gate_proj.weight" in msg, msg
-        assert results[r]["status"]["serving"] is False
+def _restore(t, args):
+    out = {}
+    t.step(hf_weights(1), "1")
+    out["before"] = t.call("generate", IDS)[0][1]
+    t.call("__test__", _FailOn(NAMES[0]))  # in the first bucket
+    out["failed"] = t.step(hf_weights(2), "2", fail_bucket=0)
+    out["after"] = t.call("__test__", _state)
+    out["logits"] = t.call("generate", IDS)[0][1]
+    return out
 
-    steps = [{"tx": "s1", "seed": 1, "how": "distributed", "die_after": 4}]
-    results, codes = run(tmp_path / "killed", steps)
-    assert codes[TRAINER] == 3 and set(results) == {0, 1}, codes
-    for r in (0, 1):
-        ok, msg = results[r]["log"][0][1]
-        assert not ok and "aborted" in msg and "receive" in msg, msg
-        assert results[r]["status"]["serving"] is False
-        assert results[r]["status"]["active_tx"] is None
+
+def test_RestoreGateGeneratesFromThePreviousVersionAfterAnAbort(tmp_path):
+    r = world(_restore, {"dir": str(tmp_path), "load": "load_weights", "gate": "restore"})
+    f = r[0]
+    assert all(not reply.success for reply in _failed_bucket_answer(f["failed"]))
+    for _, st in f["after"]:
+        assert st["serving"] and not st["paused"] and not st["dirty"], st
+    assert torch.equal(f["logits"], f["before"])
+
+
+def _call_shapes(t, args):
+    from sglang.srt.model_executor.model_runner import LocalSerializedTensor
+    from sglang.srt.utils import MultiprocessingSerializer
+    out = {}
+    w = hf_weights(4)
+    t.call("pause_generation", io.PauseGenerationReqInput(mode="abort"))
+    # The tensor path as verl sends it: per-rank values wrapped, one payload per TP rank.
+    named = [(n, LocalSerializedTensor(values=[MultiprocessingSerializer.serialize(w[n])] * TP))
+             for n in NAMES]
+    payload = MultiprocessingSerializer.serialize(named, output_str=True)
+    out["tensor"] = t.call("update_weights_from_tensor", io.UpdateWeightsFromTensorReqInput(
+        serialized_named_tensors=[payload] * TP, weight_version="4", flush_cache=False))
+    t.call("continue_generation", io.ContinueGenerationReqInput())
+    out["after"] = t.call("__test__", _state)
+    out["logits"] = t.call("generate", IDS)[0][1]
+    out["disk"] = t.call("update_weights_from_disk", io.UpdateWeightFromDiskReqInput(
+        model_path="/nonexistent", recapture_cuda_graph=True))
+    out["auto"] = t.call("update_weights_from_tensor", io.UpdateWeightsFromTensorReqInput(
+        serialized_named_tensors=[payload] * TP, load_format="auto"))
+    out["no_group"] = t.call("update_weights_from_distributed",
+                             io.UpdateWeightsFromDistributedReqInput(
+                                 names=[], dtypes=[], shapes=[], group_name="nope"))
+    out["end"] = t.call("__test__", _state)
+    return out
+
+
+def test_SglangsOwnCallShapesReachWtx(tmp_path):
+    r = world(_call_shapes, {"dir": str(tmp_path)})
+    f = r[0]
+    assert all(kind == "ok" and reply.success for kind, reply in f["tensor"]), f["tensor"]
+    for _, st in f["after"]:
+        assert st["serving"] and st["version"], st
+    assert_matches(f["logits"], reference_forward(hf_weights(4), IDS))
+    # Disk: refused with SGLang's answer shape (TpModelWorker's keyword reached wtx).
+    assert all(kind == "ok" and not reply.success and "wtx" in reply.message
+               for kind, reply in f["disk"]), f["disk"]
+    # What SGLang raises, wtx raises alike: "auto" on the tensor path, an unknown group.
+    assert all(kind == "raised" and "Unknown load_format=auto" in msg for kind, msg in f["auto"])
+    assert all(kind == "raised" and "AssertionError" in msg and "nope" in msg
+               for kind, msg in f["no_group"])
+    for _, st in f["end"]:
+        assert st["serving"], st
