@@ -3,7 +3,7 @@ straight into engine processes (docs/m2n.md).
 
     plan = wtx.plan_transfer(engine_manifests, "fsdp:2")
     # trainer rank t (K processes):
-    wtx.m2n.send(plan, held, rank=t)        # held: {source: (local tensor, its source box)}
+    wtx.m2n.send(plan, held, rank=t, tx="step-7")  # held: {source: (tensor, its source box)}
     # engine rank n (N processes; `group` a wtx.torch_dist.Group over the engine ranks):
     out = wtx.m2n.receive(plan, group, "step-7")
 
@@ -31,10 +31,10 @@ import torch.distributed as dist
 
 from . import _TORCH_DTYPES as _DTYPE_NAMES
 from . import _fill_reserved, _whole_view
-from ._wtx import Error, TransferPlan, piece_digest
+from ._wtx import Aborted, Error, TransferPlan, piece_digest
 from .torch_dist import Group, decide_update
 
-__all__ = ["receive", "send"]
+__all__ = ["plan_id", "receive", "send"]
 
 _OK = 1
 _FAILED = 0
@@ -95,6 +95,21 @@ def _pair_digest(pieces: Sequence[Piece]) -> bytes:
     return h.digest()
 
 
+def plan_id(plan: TransferPlan) -> str:
+    """A short hash of what identifies a plan (its trainer spec, rank counts, piece count and
+    bytes per engine rank): carried by every header with the transaction id, so a message of
+    another plan or transaction is recognized as such (the pair digest then covers the exact
+    pieces between two ranks)."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(repr((plan.trainer_spec, plan.trainer_ranks, plan.engine_ranks, len(plan),
+                   plan.total_bytes, list(plan.bytes_per_engine))).encode())
+    return h.hexdigest()
+
+
+def _id_bytes(tx: str, plan: str) -> bytes:
+    return f"{tx}\n{plan}".encode()
+
+
 def _box_str(box: Box) -> str:
     return "[" + ", ".join(f"[{b}, {e}]" for b, e in box) + "]"
 
@@ -143,7 +158,7 @@ def _delta_of(new: torch.Tensor, old: torch.Tensor, box: Box,
 
 
 def send(plan: TransferPlan, held: Mapping[str, Tuple[torch.Tensor, Box]], *, rank: int,
-         base: Optional[Mapping[str, torch.Tensor]] = None,
+         tx: str, base: Optional[Mapping[str, torch.Tensor]] = None,
          trainer_ranks: Optional[Sequence[int]] = None,
          engine_ranks: Optional[Sequence[int]] = None) -> Dict[str, Any]:
     """Sends every piece `plan` gives trainer rank `rank` to its engine rank (one call per
@@ -151,6 +166,10 @@ def send(plan: TransferPlan, held: Mapping[str, Tuple[torch.Tensor, Box]], *, ra
 
     held: for each source this rank holds, (tensor, box): the tensor and the box of the source
     it is (source coordinates, [[lo, hi], ...]), e.g. FSDP rows [r*c, (r+1)*c).
+    tx: the transaction the engine ranks receive it as (receive's `tx`): every message carries
+    it and the plan's id (plan_id), so an engine rank refuses, naming it, a message of another
+    transaction (a second send of the same pieces) or another plan, and drains it. Every engine
+    rank gets a header from every trainer rank, one with no pieces included.
     Each piece is sliced from its tensor, converted to the live dtype, digested and sent. When a
     piece cannot be produced (a source or box this rank does not hold), nothing is sent: every
     engine rank it owes pieces gets a failed header naming the cause, and wtx.Error is raised
@@ -190,18 +209,23 @@ def send(plan: TransferPlan, held: Mapping[str, Tuple[torch.Tensor, Box]], *, ra
     works = []
     sent = 0
     wire = _wire_device()
-    for n, pieces in sorted(by_engine.items()):
+    ident = _id_bytes(tx, plan_id(plan))
+    for n in range(plan.engine_ranks):
+        pieces = by_engine.get(n, [])
         dst = engines[n]
         try:
             if failure is not None:
-                msg = torch.frombuffer(bytearray(failure.encode()), dtype=torch.uint8)
-                dist.send(torch.tensor([_FAILED, msg.numel(), mode], dtype=torch.int64).to(wire),
-                          dst)
-                dist.send(msg.to(wire), dst)
+                msg = failure.encode()
+                _send_frame([_FAILED, len(msg), mode], ident, dst, wire)
+                dist.send(_bytes_tensor(msg).to(wire), dst)
                 continue
-            digests = _pair_digest(pieces) + b"".join(_host_digest(t) for t in tensors[n])
-            dist.send(torch.tensor([_OK, len(pieces), mode], dtype=torch.int64).to(wire), dst)
-            dist.send(torch.frombuffer(bytearray(digests), dtype=torch.uint8).to(wire), dst)
+            _send_frame([_OK, len(pieces), mode], ident, dst, wire)
+            digests = _pair_digest(pieces) + b"".join(_host_digest(t) for t in tensors.get(n, []))
+            dist.send(_bytes_tensor(digests).to(wire), dst)
+            if not pieces:
+                continue
+            sizes = [v for t in tensors.get(n, []) for v in (t.numel(), t.element_size())]
+            dist.send(torch.tensor(sizes, dtype=torch.int64).to(wire), dst)
             if base is None:
                 out = tensors[n]
             else:  # the element counts, then each piece's indices and values
@@ -225,6 +249,86 @@ def send(plan: TransferPlan, held: Mapping[str, Tuple[torch.Tensor, Box]], *, ra
     return {"pieces": sum(len(p) for p in by_engine.values()), "bytes": sent}
 
 
+def _bytes_tensor(raw: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(
+        0, dtype=torch.uint8)
+
+
+def _send_frame(header: List[int], ident: bytes, dst: int, wire: torch.device) -> None:
+    """A header: [status, count, mode, id length], then the id (transaction and plan)."""
+    dist.send(torch.tensor(header + [len(ident)], dtype=torch.int64).to(wire), dst)
+    dist.send(_bytes_tensor(ident).to(wire), dst)
+
+
+def _recv_bytes(n: int, src: int, wire: torch.device) -> bytes:
+    t = torch.empty(n, dtype=torch.uint8, device=wire)
+    if n:
+        dist.recv(t, src)
+    return bytes(t.cpu().tolist())
+
+
+_MAX_STALE = 8  # stale messages one receive refuses from a sender before giving up on it
+
+
+def _next_header(t: int, src: int, ident: Tuple[str, str], mode: int, wire: torch.device,
+                 stats: Dict[str, Any]) -> Any:
+    """The header trainer rank t sent for this transaction: (count, mode, digests, delta
+    counts, sizes), or a failure message. A message of another transaction of this plan (a trainer
+    that sent twice) is refused, named in stats["refused"], drained, and the next one read; one
+    of another plan is drained and is a failure naming it."""
+    for _ in range(_MAX_STALE + 1):
+        header = torch.zeros(4, dtype=torch.int64, device=wire)
+        dist.recv(header, src)
+        status, count, sent_mode, id_len = (int(v) for v in header.cpu())
+        their_tx, _, their_plan = _recv_bytes(id_len, src, wire).decode(
+            errors="replace").partition("\n")
+        if status != _OK:
+            msg = _recv_bytes(count, src, wire).decode(errors="replace")
+            if their_tx == ident[0]:
+                return msg
+            stats["refused"].append(f"trainer rank {t}: a failed send of transaction "
+                                    f"'{their_tx}' ({msg})")
+            continue
+        raw = _recv_bytes((count + 1) * _DIGEST_BYTES, src, wire)
+        sizes = _recv_ints(2 * count, src, wire)
+        delta_counts = _recv_ints(count, src, wire) if sent_mode == _DELTA and count else None
+        got = (count, sent_mode, raw, delta_counts, sizes)
+        if their_tx == ident[0] and their_plan == ident[1]:
+            return got
+        _drain(src, got, wire)
+        what = f"transaction '{their_tx}' of plan {their_plan}"
+        if their_plan != ident[1]:
+            return (f"trainer rank {t} sent {what}, this rank runs transaction '{ident[0]}' of "
+                    f"plan {ident[1]}: another plan (drained, refused)")
+        stats["refused"].append(f"trainer rank {t}: {count} piece(s) of {what}, while this is "
+                                f"'{ident[0]}' (a second send; drained, refused)")
+    return (f"trainer rank {t} sent more than {_MAX_STALE} messages of other transactions; "
+            "refused")
+
+
+def _recv_ints(n: int, src: int, wire: torch.device) -> List[int]:
+    t = torch.empty(n, dtype=torch.int64, device=wire)
+    if n:
+        dist.recv(t, src)
+    return [int(v) for v in t.cpu()]
+
+
+def _drain(src: int, got: Any, wire: torch.device) -> None:
+    """Receives and drops the pieces a refused message carries (so its sender completes)."""
+    count, sent_mode, _, delta_counts, sizes = got
+    if not count:
+        return
+    for i in range(count):
+        numel, esize = sizes[2 * i], sizes[2 * i + 1]
+        if sent_mode == _DELTA:
+            k = delta_counts[i] if delta_counts else 0
+            if k:
+                dist.recv(torch.empty(k, dtype=torch.int64, device=wire), src)
+                dist.recv(torch.empty(k * esize, dtype=torch.uint8, device=wire), src)
+        else:
+            dist.recv(torch.empty(numel * esize, dtype=torch.uint8, device=wire), src)
+
+
 class _Landing:
     """One piece on the engine side: reserved, received (in place or into a buffer), landed."""
 
@@ -245,7 +349,8 @@ class _Landing:
 
 
 def _receive_pieces(plan: TransferPlan, participant: Any, trainers: List[int],
-                    failure: Optional[str], stats: Dict[str, int], mode: int) -> Optional[str]:
+                    failure: Optional[str], stats: Dict[str, Any], mode: int,
+                    tx: str) -> Optional[str]:
     """Headers, digests, reservations (or patches), the receives and the landings of this
     engine rank. Returns the first failure (`failure` when given), naming the sender; after one,
     whatever the live senders still send is drained into scratch buffers, so that none is left
@@ -260,35 +365,34 @@ def _receive_pieces(plan: TransferPlan, participant: Any, trainers: List[int],
     for piece in plan.pieces(engine=n):
         by_trainer.setdefault(piece[0], []).append(piece)
     live: Dict[int, List[Piece]] = {}  # the senders that will send their pieces
+    drains: List[Tuple[int, Any]] = []  # messages that match no piece of the plan: drained
     counts: Dict[int, List[int]] = {}  # delta senders: the changed elements of each piece
     wire = _wire_device()
-    # Headers first: every digest is recorded (and every piece checked to belong here) before
-    # any byte lands.
-    for t, pieces in sorted(by_trainer.items()):
+    # Headers first, one from every trainer rank: every digest is recorded (and every piece
+    # checked to belong here) before any byte lands.
+    ident = (tx, plan_id(plan))
+    for t in range(plan.trainer_ranks):
+        pieces = by_trainer.get(t, [])
         try:
-            header = torch.zeros(3, dtype=torch.int64, device=wire)
-            dist.recv(header, trainers[t])
-            status, count, sent_mode = (int(v) for v in header.cpu())
-            if status != _OK:
-                msg = torch.empty(count, dtype=torch.uint8, device=wire)
-                dist.recv(msg, trainers[t])
-                failure = failure or bytes(msg.cpu().tolist()).decode(errors="replace")
-                continue
-            digests = torch.empty((count + 1) * _DIGEST_BYTES, dtype=torch.uint8, device=wire)
-            dist.recv(digests, trainers[t])
-            if sent_mode == _DELTA:
-                c = torch.empty(count, dtype=torch.int64, device=wire)
-                dist.recv(c, trainers[t])
-                counts[t] = [int(v) for v in c.cpu()]
+            got = _next_header(t, trainers[t], ident, mode, wire, stats)
         except RuntimeError as e:
             failure = failure or f"trainer rank {t}: no header ({e})"
             continue
+        if isinstance(got, str):  # a failed header, or a message of another plan (drained)
+            failure = failure or got
+            continue
+        count, sent_mode, raw, delta_counts, _ = got
         live[t] = pieces
-        raw = bytes(digests.cpu().tolist())
-        if count != len(pieces) or raw[:_DIGEST_BYTES] != _pair_digest(pieces):
-            failure = failure or (f"trainer rank {t} sends {count} pieces, the plan "
-                                  f"{len(pieces)}, or other boxes: it runs another plan")
-            live[t] = []  # what it sends cannot be matched to the plan; it fails at its end
+        if delta_counts is not None:
+            counts[t] = delta_counts
+        if raw[:_DIGEST_BYTES] != _pair_digest(pieces):
+            failure = failure or (
+                f"trainer rank {t} sends {count} piece(s) to this rank, the plan {len(pieces)}"
+                if count != len(pieces) else
+                f"trainer rank {t}'s pieces for this rank are not this plan's (other boxes: "
+                "another plan or engine layout)")
+            live[t] = []  # what it sent cannot be matched to the plan; drained below
+            drains.append((t, got))
             continue
         raw = raw[_DIGEST_BYTES:]
         if sent_mode != mode:
@@ -302,6 +406,8 @@ def _receive_pieces(plan: TransferPlan, participant: Any, trainers: List[int],
                                          raw[i * _DIGEST_BYTES:(i + 1) * _DIGEST_BYTES].hex())
             except Error as e:
                 failure = e.message
+    for t, got in drains:
+        _drain(trainers[t], got, wire)
     landings: List[Tuple[int, Optional[_Landing], Any]] = []
     patches: List[Tuple[int, str, Box, torch.Tensor, torch.Tensor, List[Any]]] = []
     for t, pieces in sorted(live.items()):
@@ -393,7 +499,14 @@ def receive(plan: TransferPlan, group: Group, tx: str, *, kind: str = "full",
         group.begin(tx, kind="delta", base=base, sources=sorted(plan.sources), rollback=rollback)
     else:
         group.begin(tx, kind="full", rollback=rollback)
-    stats = {"pieces": 0, "bytes": 0, "in_place": 0, "buffered": 0}
+    stats: Dict[str, Any] = {"pieces": 0, "bytes": 0, "in_place": 0, "buffered": 0,
+                             "refused": []}
     failure = _receive_pieces(plan, participant, trainers, failure, stats,
-                              _DELTA if kind == "delta" else _FULL)
-    return dict(decide_update(group, tx, failure, expect_version), m2n=stats)
+                              _DELTA if kind == "delta" else _FULL, tx)
+    try:
+        return dict(decide_update(group, tx, failure, expect_version), m2n=stats)
+    except RuntimeError as e:  # the engine group itself broke: a rank is gone
+        reason = (f"engine rank {participant.rank}: another engine rank of the group is gone "
+                  f"({e})")
+        raise Aborted(tx, {"outcome": "aborted", "reason": reason, "m2n": stats,
+                           "error": {"code": "E_CRASHED", "message": reason}}) from None

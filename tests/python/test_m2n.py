@@ -107,7 +107,9 @@ def _trainer(rank, args, plan, sources):
         dist.isend = dying
     engines = args.get("engine_ranks")
     try:
-        out = {"sent": wtx.m2n.send(plan, held, rank=rank, engine_ranks=engines)}
+        out = {"sent": wtx.m2n.send(plan, held, rank=rank, tx="tx1", engine_ranks=engines)}
+        if args.get("send_twice"):  # a trainer bug: the same pieces again, for no transaction
+            out["again"] = wtx.m2n.send(plan, held, rank=rank, tx="tx1", engine_ranks=engines)
     except wtx.Error as e:
         return {"error": e.message}
     if args.get("delta"):
@@ -116,7 +118,8 @@ def _trainer(rank, args, plan, sources):
         if args.get("stale_base") == rank:  # believes the engine already has one new tensor
             name = sorted(base)[0]
             base[name] = new[name][0]
-        out["delta"] = wtx.m2n.send(plan, new, rank=rank, base=base, engine_ranks=engines)
+        out["delta"] = wtx.m2n.send(plan, new, rank=rank, tx="tx2", base=base,
+                                    engine_ranks=engines)
     return out
 
 
@@ -255,7 +258,8 @@ def test_PiecesSentToTheWrongRankAreRefusedBeforeAnyByteLands(tmp_path):
         return body(rank, world, a)
     res, _ = run_world(swapped, 4, args)
     blob = _aborted([res[2], res[3]])
-    assert "sent to the wrong rank" in blob or "it runs another plan" in blob, blob
+    assert ("sent to the wrong rank" in blob or "to this rank, the plan" in blob
+            or "are not this plan" in blob), blob
     for e in (res[2], res[3]):
         assert not e["status"]["dirty"] or e["status"]["version"] is None
 
@@ -339,3 +343,99 @@ def test_DeltaOnABaseTheEngineDoesNotHoldAbortsOnTheDigest(tmp_path):
     _, engines, _ = _run(tmp_path, 2, model="tiny-llama", trainer="fsdp:2", tp=2, delta=True,
                          stale_base=1)
     _aborted(engines, "E_VERSION_MISMATCH", ["from trainer rank 1: landed digest"])
+
+
+# ------------------------------------------------------------------- issue 45, 2: binding
+
+def _twice_body(rank, world, args):
+    """A trainer that sends its pieces twice for tx1: the engines' tx1 commits, the extra
+    message is refused at their next receive (tx2, which commits what was sent for tx2)."""
+    k = args["k"]
+    group = dist.new_group(list(range(k, world)))
+    manifests = _engine_manifests(args)
+    plan = _plan(args, manifests)
+    s1, s2 = _sources(manifests, seed=7), _sources(manifests, seed=8)
+    if rank < k:
+        held1, held2 = _held(args, rank, s1), _held(args, rank, s2)
+        wtx.m2n.send(plan, held1, rank=rank, tx="tx1")
+        wtx.m2n.send(plan, held1, rank=rank, tx="tx1")  # the bug: sent again
+        wtx.m2n.send(plan, held2, rank=rank, tx="tx2")
+        return {}
+    n = rank - k
+    m = manifests[n]
+    tensors = {p["name"]: torch.zeros(p["shape"], dtype=torch.bfloat16) for p in m.params}
+    p = wtx.Participant.open(os.path.join(args["dir"], f"rank{n}"), m, rank=n, tensors=tensors)
+    g = Group(p, os.path.join(args["dir"], "coord"), group=group)
+    first = wtx.m2n.receive(plan, g, "tx1")
+    second = wtx.m2n.receive(plan, g, "tx2")
+    return {"first": first, "second": second,
+            "v1": wtx.expected_version(manifests, s1)["version"],
+            "v2": wtx.expected_version(manifests, s2)["version"]}
+
+
+def test_SecondSendOfATransactionIsRefusedNamingItAndTheNextTransactionCommitsItsOwn(tmp_path):
+    args = dict(dir=str(tmp_path), k=2, model="tiny-llama", trainer="fsdp:2", tp=2)
+    res, codes = run_world(_twice_body, 4, args)
+    for e in (2, 3):
+        r = res[e]
+        assert r["first"]["version"] == r["v1"], r
+        assert r["second"]["version"] == r["v2"], r  # not the re-sent tx1 bytes
+        refused = r["second"]["m2n"]["refused"]
+        assert refused and all("'tx1'" in x and "a second send" in x for x in refused), refused
+
+
+def _layout_body(rank, world, args):
+    """Trainers planned for TP 4 while the engines run TP 2 (the same ranks count only
+    because the trainers run the plan of another layout): refused at the first header."""
+    k = args["k"]
+    group = dist.new_group(list(range(k, world)))
+    manifests = _engine_manifests(args)
+    plan = _plan(args, manifests)
+    if rank < k:
+        other = [wtx.Manifest.from_hf_config(_config(args["model"]), tp=2, rank=r, dtype="f32")
+                 for r in range(2)]
+        wrong = wtx.plan_transfer(other, args["trainer"], hf_config=_config(args["model"]))
+        sources = _sources(manifests, seed=7)
+        held = {n: (t.to(torch.float32), b) for n, (t, b) in _held(args, rank, sources).items()}
+        try:
+            wtx.m2n.send(wrong, held, rank=rank, tx="tx1")
+        except wtx.Error as e:
+            return {"error": e.message}
+        return {}
+    n = rank - k
+    m = manifests[n]
+    tensors = {p["name"]: torch.zeros(p["shape"], dtype=torch.bfloat16) for p in m.params}
+    p = wtx.Participant.open(os.path.join(args["dir"], f"rank{n}"), m, rank=n, tensors=tensors)
+    g = Group(p, os.path.join(args["dir"], "coord"), group=group)
+    try:
+        wtx.m2n.receive(plan, g, "tx1")
+    except wtx.Aborted as e:
+        return {"aborted": e.decision}
+    return {"committed": True}
+
+
+def test_TrainersOnAnotherPlanAreRefusedAtTheFirstHeaderNamingIt(tmp_path):
+    args = dict(dir=str(tmp_path), k=2, model="tiny-llama", trainer="fsdp:2", tp=2)
+    res, codes = run_world(_layout_body, 4, args, timeout=60)
+    for e in (2, 3):
+        reason = res[e]["aborted"]["reason"]
+        assert "another plan" in reason and "'tx1'" in reason, reason
+
+
+def _engine_dies_body(rank, world, args):
+    if rank == 3:  # engine rank 1 dies as its receive begins
+        def dying(*a, **k):
+            os._exit(9)
+        wtx.m2n._next_header = dying
+    return body(rank, world, args)
+
+
+def test_EngineRankDyingMidReceiveAbortsTheSurvivorsNamingTheCrash(tmp_path):
+    args = dict(model="tiny-llama", trainer="fsdp:2", tp=2, dir=str(tmp_path), k=2)
+    res, codes = run_world(_engine_dies_body, 4, dict(args, k=2), timeout=90)
+    assert codes.get(3) == 9, codes
+    survivor = res[2]
+    assert "aborted" in survivor, survivor
+    error = survivor["aborted"]["error"]
+    assert error["code"] in ("E_CRASHED", "E_UPDATE_FAILED"), error
+    assert not survivor["status"]["serving"]

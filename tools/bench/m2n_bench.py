@@ -73,8 +73,11 @@ def trainer(rank, args, shapes, plan, trainers, bcast):
         held[name] = (torch.randn([hi - lo] + shape[1:], generator=g).to(torch.bfloat16),
                       [[lo, hi]] + [[0, d] for d in shape[1:]])
 
+    sends = [0]
+
     def m2n():
-        wtx.m2n.send(plan, held, rank=rank)
+        sends[0] += 1
+        wtx.m2n.send(plan, held, rank=rank, tx=f"m2n-{sends[0]}")
 
     def gather():
         for name, shape in shapes.items():
@@ -101,9 +104,11 @@ def engine(n, args, ms, plan, engines, bcast, workdir):
     shapes = source_shapes(ms)
     count = [0]
 
+    rounds = [0]  # the m2n rounds alone: the trainers count them alike (the transaction id)
+
     def m2n():
-        count[0] += 1
-        wtx.m2n.receive(plan, g, f"m2n-{count[0]}")
+        rounds[0] += 1
+        wtx.m2n.receive(plan, g, f"m2n-{rounds[0]}")
 
     def gather():
         count[0] += 1
