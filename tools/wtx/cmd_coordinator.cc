@@ -149,28 +149,52 @@ int RunCoordinator(const CoordinatorArgs& a) {
   auto opened = OpenCoordinatorWithHooks(co, &t, hooks);
   // Taking over during an etcd election: the new lease cannot be renewed for a moment (Leads()
   // false) and the log may not answer. Retried while the leadership has not ended, for up to
-  // two lease TTLs and a second; a leadership found ended is a real loss (status 4, as a
-  // deposed leader).
-  const auto retry_until =
-      std::chrono::steady_clock::now() + 2 * milliseconds(a.lease_ttl_ms) + milliseconds(1000);
-  bool said = false;
-  while (!opened.ok() && leadership && !leadership->Ended() &&
-         (opened.status().code() == ErrorCode::kStaleCoordinator ||
-          opened.status().code() == ErrorCode::kDecisionLogUnavailable) &&
-         std::chrono::steady_clock::now() < retry_until) {
-    if (!said) {
-      net::LogLine("coordinator", "cannot start on the leadership yet (" +
-                                      opened.status().ToString() + "); retrying");
-      said = true;
+  // two lease TTLs and a second. A leadership found ended is a loss only when another
+  // coordinator leads now (status 4, as a deposed leader); a lease the election let lapse with
+  // nobody else leading is taken again (issue 45: a standby never exits for a leader that does
+  // not exist).
+  for (int reacquired = 0;; ++reacquired) {
+    const auto retry_until =
+        std::chrono::steady_clock::now() + 2 * milliseconds(a.lease_ttl_ms) + milliseconds(1000);
+    bool said = false;
+    while (!opened.ok() && leadership && !leadership->Ended() &&
+           (opened.status().code() == ErrorCode::kStaleCoordinator ||
+            opened.status().code() == ErrorCode::kDecisionLogUnavailable) &&
+           std::chrono::steady_clock::now() < retry_until) {
+      if (!said) {
+        net::LogLine("coordinator", "cannot start on the leadership yet (" +
+                                        opened.status().ToString() + "); retrying");
+        said = true;
+      }
+      std::this_thread::sleep_for(milliseconds(100));
+      opened = OpenCoordinatorWithHooks(co, &t, hooks);
     }
-    std::this_thread::sleep_for(milliseconds(100));
+    if (opened.ok() || !leadership || !leadership->Ended()) break;
+    auto who = log.value()->CurrentLeader();
+    const bool other_leads = who.ok() && who.value() && who.value()->second != holder;
+    if (other_leads || reacquired >= 3) {
+      net::PrintReadyLine({{"ready", false}, {"error", net::StatusToJson(opened.status())}});
+      net::LogLine("coordinator",
+                   "lost the leadership of " + log.value()->Describe() + " while taking over (" +
+                       (other_leads ? "'" + who.value()->second + "' leads"
+                                    : std::string("it could not be kept")) +
+                       "); exiting");
+      return kExitUnreachable;
+    }
+    net::LogLine("coordinator", "the leadership of " + log.value()->Describe() +
+                                    " lapsed while taking over and nobody else leads (" +
+                                    (who.ok() ? "no holder" : who.status().ToString()) +
+                                    "); taking it again");
+    auto lead = log.value()->NewLeadership(holder, milliseconds(a.lease_ttl_ms));
+    if (!lead.ok()) return Fail(lead.status());
+    leadership = std::move(lead).value();
+    co.leadership = leadership;
+    auto epoch = leadership->Acquire(
+        a.standby ? milliseconds(kMaxTimeoutMs) : 2 * milliseconds(a.lease_ttl_ms));
+    if (!epoch.ok()) return Fail(epoch.status());
+    net::LogLine("coordinator", "leads " + log.value()->Describe() + " with epoch " +
+                                    std::to_string(epoch.value()));
     opened = OpenCoordinatorWithHooks(co, &t, hooks);
-  }
-  if (!opened.ok() && leadership && leadership->Ended()) {
-    net::PrintReadyLine({{"ready", false}, {"error", net::StatusToJson(opened.status())}});
-    net::LogLine("coordinator", "lost the leadership of " + log.value()->Describe() +
-                                    " while taking over (another coordinator leads); exiting");
-    return kExitUnreachable;
   }
   if (!opened.ok()) return Fail(opened.status());
   Coordinator* c = opened.value().get();
