@@ -174,11 +174,11 @@ int RunCoordinator(const CoordinatorArgs& a) {
     const bool other_leads = who.ok() && who.value() && who.value()->second != holder;
     if (other_leads || reacquired >= 3) {
       net::PrintReadyLine({{"ready", false}, {"error", net::StatusToJson(opened.status())}});
-      net::LogLine("coordinator",
-                   "lost the leadership of " + log.value()->Describe() + " while taking over (" +
-                       (other_leads ? "'" + who.value()->second + "' leads"
-                                    : std::string("it could not be kept")) +
-                       "); exiting");
+      net::LogLine("coordinator", "lost the leadership of " + log.value()->Describe() +
+                                      " while taking over (" +
+                                      (other_leads ? "'" + who.value()->second + "' leads"
+                                                   : std::string("it could not be kept")) +
+                                      "); exiting");
       return kExitUnreachable;
     }
     net::LogLine("coordinator", "the leadership of " + log.value()->Describe() +
@@ -189,8 +189,8 @@ int RunCoordinator(const CoordinatorArgs& a) {
     if (!lead.ok()) return Fail(lead.status());
     leadership = std::move(lead).value();
     co.leadership = leadership;
-    auto epoch = leadership->Acquire(
-        a.standby ? milliseconds(kMaxTimeoutMs) : 2 * milliseconds(a.lease_ttl_ms));
+    auto epoch = leadership->Acquire(a.standby ? milliseconds(kMaxTimeoutMs)
+                                               : 2 * milliseconds(a.lease_ttl_ms));
     if (!epoch.ok()) return Fail(epoch.status());
     net::LogLine("coordinator", "leads " + log.value()->Describe() + " with epoch " +
                                     std::to_string(epoch.value()));
