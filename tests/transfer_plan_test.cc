@@ -221,6 +221,9 @@ TEST_CASE("PlanJsonRoundTripsAndMalformedPlansAreRefusedNamingTheField", "[plan]
   std::unique_ptr<TrainerSharding> t;
   const TransferPlan plan = Plan("fsdp:2", config, engine, &t);
   const json j = plan.ToJson();
+  // The text written without a document in between (wtx plan --json, Python's to_json) parses
+  // to exactly the same JSON.
+  CHECK(json::parse(plan.ToJsonText()) == j);
   auto back = PlanFromJson(j);
   REQUIRE(back.ok());
   CHECK(back->ToJson() == j);

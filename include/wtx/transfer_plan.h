@@ -50,6 +50,12 @@ class TrainerSharding {
   // intersects `region`, in rank order. The boxes of one rank are disjoint.
   virtual void ForEachHolder(std::string_view source, const Shape& shape, const Box& region,
                              const std::function<void(int, const Box&)>& fn) const = 0;
+  // The same boxes, starting at the first rank >= `first` and wrapping around to the ranks
+  // before it (the rotation that spreads a replicated tensor's senders), until fn returns
+  // false (the planner stops once the region is covered: one holder of a tensor replicated
+  // over hundreds of ranks is asked, not all). The default rotates ForEachHolder's answer.
+  virtual void ForEachHolderFrom(std::string_view source, const Shape& shape, const Box& region,
+                                 int first, const std::function<bool(int, const Box&)>& fn) const;
   // Checks the sharding against the sources the engine holds (`shape_of(name)`: the source's
   // shape, or null when no engine rank holds it): OK, or kInvalidArgument naming the trainer
   // rank, source and box that do not fit.
@@ -119,6 +125,10 @@ struct TransferPlan {
   // The plan as JSON (docs/m2n.md, "Plan format"); PlanFromJson reads it back, refusing
   // anything malformed naming the field (and the piece index).
   nlohmann::json ToJson() const;
+  // The same JSON as text, written straight from the plan without a JSON document in between:
+  // what `wtx plan --json/--out` and Python's to_json() write (a plan of millions of pieces
+  // costs its text and nothing more). Parses to exactly ToJson().
+  std::string ToJsonText() const;
 };
 
 Result<TransferPlan> PlanFromJson(const nlohmann::json& j);

@@ -105,7 +105,7 @@ wtx.plan_transfer or TransferPlan.from_json; immutable.)")
           "Reads a plan written by to_json or `wtx plan --json`; wtx.Error naming the field "
           "otherwise.")
       .def(
-          "to_json", [](const PyTransferPlan& self) { return self.plan->ToJson().dump(); },
+          "to_json", [](const PyTransferPlan& self) { return self.plan->ToJsonText(); },
           "The plan as JSON text (docs/m2n.md, 'Plan format').")
       .def_property_readonly("trainer_spec",
                              [](const PyTransferPlan& self) { return self.plan->trainer_spec; })

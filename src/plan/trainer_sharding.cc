@@ -52,13 +52,30 @@ class Indexed : public TrainerSharding {
       if (Overlaps(box, region)) fn(rank, box);
     }
   }
+  void ForEachHolderFrom(std::string_view source, const Shape&, const Box& region, int first,
+                         const std::function<bool(int, const Box&)>& fn) const override {
+    auto it = index_.find(source);
+    if (it == index_.end()) return;
+    const auto& held = it->second;  // in rank order (Add keeps it so)
+    const size_t start =
+        static_cast<size_t>(std::lower_bound(held.begin(), held.end(), first,
+                                             [](const auto& h, int r) { return h.first < r; }) -
+                            held.begin());
+    for (size_t i = 0; i < held.size(); ++i) {
+      const auto& [rank, box] = held[(start + i) % held.size()];
+      if (Overlaps(box, region) && !fn(rank, box)) return;
+    }
+  }
   void Add(int rank, std::string_view source, Box box) {
     auto& v = index_[std::string(source)];
-    // Identical boxes of one rank (a source feeding two shards the same way) count once.
-    for (const auto& [r, b] : v) {
-      if (r == rank && b == box) return;
+    // Kept in rank order (ForEachHolderFrom's binary search); identical boxes of one rank (a
+    // source feeding two shards the same way) count once.
+    auto at = std::lower_bound(v.begin(), v.end(), rank,
+                               [](const auto& h, int r) { return h.first < r; });
+    for (; at != v.end() && at->first == rank; ++at) {
+      if (at->second == box) return;
     }
-    v.emplace_back(rank, std::move(box));
+    v.insert(at, {rank, std::move(box)});
   }
 
  protected:

@@ -147,6 +147,22 @@ std::vector<int64_t> TransferPlan::BytesPerTrainer() const { return BytesByRank(
 
 std::vector<int64_t> TransferPlan::BytesPerEngine() const { return BytesByRank().per_engine; }
 
+void TrainerSharding::ForEachHolderFrom(std::string_view source, const Shape& shape,
+                                        const Box& region, int first,
+                                        const std::function<bool(int, const Box&)>& fn) const {
+  std::vector<std::pair<int, Box>> holders;
+  ForEachHolder(source, shape, region,
+                [&](int r, const Box& held) { holders.emplace_back(r, held); });
+  const size_t start =
+      static_cast<size_t>(std::find_if(holders.begin(), holders.end(),
+                                       [&](const auto& h) { return h.first >= first; }) -
+                          holders.begin());
+  for (size_t i = 0; i < holders.size(); ++i) {
+    const auto& [r, held] = holders[(start + i) % holders.size()];
+    if (!fn(r, held)) return;
+  }
+}
+
 std::string EngineLayoutDigest(const Manifest& m) {
   Hasher128 h;
   h.Str("wtx-engine-layout-v1");
@@ -214,24 +230,16 @@ Status PlanEngineRank(const TrainerSharding& trainer, const Manifest& m, size_t 
     }
   }
   const int first = static_cast<int>(n % static_cast<size_t>(trainer.ranks()));
-  std::vector<std::pair<int, FlatBox>> holders;
   std::vector<FlatBox> remaining, next;
   for (const auto& [src, boxes] : need) {
     const PlannedSource& ps = sources[src];
     for (const Box& b : boxes) {
-      holders.clear();
-      trainer.ForEachHolder(ps.name, ps.shape, b,
-                            [&](int r, const Box& held) { holders.emplace_back(r, ToFlat(held)); });
-      // Holders from rank `first` on, then the ones before it (they come in rank order): a
-      // replicated tensor's senders rotate with the engine rank.
-      const size_t start =
-          static_cast<size_t>(std::find_if(holders.begin(), holders.end(),
-                                           [&](const auto& h) { return h.first >= first; }) -
-                              holders.begin());
       remaining.assign(1, ToFlat(b));
       FlatBox piece;
-      for (size_t i = 0; i < holders.size() && !remaining.empty(); ++i) {
-        const auto& [r, held] = holders[(start + i) % holders.size()];
+      // Holders from rank `first` on, then the ones before it: a replicated tensor's senders
+      // rotate with the engine rank. Asked until the box is covered.
+      trainer.ForEachHolderFrom(ps.name, ps.shape, b, first, [&](int r, const Box& held_box) {
+        const FlatBox held = ToFlat(held_box);
         next.clear();
         for (const FlatBox& rest : remaining) {
           if (!IntersectFlat(rest, held, &piece)) {
@@ -246,7 +254,8 @@ Status PlanEngineRank(const TrainerSharding& trainer, const Manifest& m, size_t 
           SubtractFlat(rest, held, &next);
         }
         remaining.swap(next);
-      }
+        return !remaining.empty();
+      });
       if (!remaining.empty()) {
         return Status::InvalidArgument("transfer plan: no trainer rank of '" + trainer.spec() +
                                        "' holds source '" + ps.name + "' box " +

@@ -1,5 +1,9 @@
 // The JSON form of a transfer plan (docs/m2n.md, "Plan format"): one encode, one decode that
 // checks every field, index and box, naming it.
+#include <charconv>
+#include <string>
+#include <string_view>
+
 #include <nlohmann/json.hpp>
 
 #include "src/manifest/box_json.h"
@@ -54,6 +58,72 @@ json TransferPlan::ToJson() const {
           {"sources", srcs},
           {"pieces", ps},
           {"bytes", TotalBytes()}};
+}
+
+std::string TransferPlan::ToJsonText() const {
+  std::string out;
+  out.reserve(256 + sources.size() * 96 + pieces.size() * 48);
+  auto text = [&](std::string_view s) { out += json(s).dump(); };
+  auto num = [&](int64_t v) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+    out.append(buf, r.ptr);
+  };
+  out += "{\"format\":";
+  text(kPlanFormat);
+  out += ",\"trainer\":";
+  text(trainer_spec);
+  out += ",\"trainer_ranks\":";
+  num(trainer_ranks);
+  out += ",\"engine_ranks\":";
+  num(engine_ranks);
+  out += ",\"engines\":[";
+  for (int n = 0; n < engine_ranks; ++n) {
+    out += n ? ",{\"fingerprint\":" : "{\"fingerprint\":";
+    text(engine_fingerprints[n]);
+    out += ",\"layout\":";
+    text(engine_layouts[n]);
+    out += '}';
+  }
+  out += "],\"sources\":[";
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const PlannedSource& s = sources[i];
+    out += i ? ",{\"name\":" : "{\"name\":";
+    text(s.name);
+    out += ",\"shape\":[";
+    for (size_t d = 0; d < s.shape.size(); ++d) {
+      if (d) out += ',';
+      num(s.shape[d]);
+    }
+    out += "],\"dtype\":";
+    text(DTypeName(s.dtype));
+    out += '}';
+  }
+  out += "],\"pieces\":[";
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const PlannedPiece& p = pieces[i];
+    out += i ? ",[" : "[";
+    num(p.trainer);
+    out += ',';
+    num(p.engine);
+    out += ',';
+    num(p.source);
+    out += ",[";
+    const size_t rank = sources[p.source].shape.size();
+    for (size_t d = 0; d < rank; ++d) {
+      const Range& r = ranges[p.first_range + d];
+      out += d ? ",[" : "[";
+      num(r.begin);
+      out += ',';
+      num(r.end);
+      out += ']';
+    }
+    out += "]]";
+  }
+  out += "],\"bytes\":";
+  num(TotalBytes());
+  out += '}';
+  return out;
 }
 
 Result<TransferPlan> PlanFromJson(const json& j) {

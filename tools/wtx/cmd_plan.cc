@@ -79,13 +79,13 @@ int RunPlan(const PlanArgs& a) {
   const double plan_ms = PlanMillisSince(t1);
   if (!plan.ok()) return PlanFail(plan.status().message());
   if (!a.out.empty()) {
-    const std::string text = plan->ToJson().dump();
+    const std::string text = plan->ToJsonText();
     const std::string_view chunks[] = {text, "\n"};
     Status written = WriteRegularFile(a.out, "--out", chunks);
     if (!written.ok()) return PlanFail(written.message());
   }
   if (a.json) {
-    std::cout << plan->ToJson().dump() << "\n";
+    std::cout << plan->ToJsonText() << "\n";
     return kExitOk;
   }
   const TransferPlan::Sizes sizes = plan->BytesByRank();
