@@ -16,7 +16,11 @@ interleaved and the order rotating, one full update of every source by each arm:
     buffer and written by name (copy and hash in one pass), as through an inner engine without
     a destination hook (vLLM's own);
   * wtx+expect: the same, with the trainer computing the expected version of what it sends
-    (a hash of every byte, on the trainer) and shipping it.
+    (a hash of every byte, on the trainer) and shipping it;
+  * physical: the limit of this transport: each source broadcast straight into the live
+    parameter it feeds (into a buffer and copied only where it is not one contiguous run), no
+    loader, no bookkeeping. Every arm is also reported against it (physical / arm: 1.0 is the
+    limit).
 
 The time of a round runs on the trainer from its first send to the engine's answer that the
 update is in (committed, for the wtx arms). Figures (min and median over rounds): the ratio
@@ -49,7 +53,7 @@ DEFAULT_MODEL = os.path.join(HERE, "..", "..", "tests", "conformance", "models",
                              "config.json")
 ENGINE, TRAINER = 0, 1
 THREADS = int(os.environ.get("WTX_BENCH_THREADS", "0"))  # the participant's data-path threads
-ARMS = ("inner", "wtx", "wtx-copy", "wtx+expect")
+ARMS = ("physical", "inner", "wtx", "wtx-copy", "wtx+expect")
 
 
 def sources_of(manifest):
@@ -75,6 +79,21 @@ def engine(manifest, work, tp_group):
     inner.init_transfer_engine(inner.parse_init_info({"src": TRAINER}))
 
     @torch.no_grad()
+    def physical(info):  # each source straight into the live parameter it feeds
+        for name, dtype, shape in zip(info["names"], info["dtype_names"], info["shapes"]):
+            parts = srcs[name][1]
+            whole = [[0, d] for d in shape]
+            into = None
+            if len(parts) == 1 and [list(r) for r in parts[0][2]] == whole:
+                view = params[parts[0][0]][_slices(parts[0][1])]
+                into = view if view.is_contiguous() else None
+            t = into if into is not None else torch.empty(shape, dtype=getattr(torch, dtype))
+            dist.broadcast(t.view(torch.uint8), src=TRAINER)
+            if into is None:
+                for param, box, sbox in parts:
+                    params[param][_slices(box)].copy_(t[_slices(sbox)])
+
+    @torch.no_grad()
     def plain_loader(weights):  # what an engine's own loader does, without wtx
         for name, t in weights:
             for param, box, sbox in srcs[name][1]:
@@ -95,7 +114,11 @@ def engine(manifest, work, tp_group):
         if arm == "exit":
             break
         t0 = time.perf_counter()
-        if arm == "inner":
+        if arm == "physical":
+            physical(info)
+            ok = True
+            phases = {"receive": time.perf_counter() - t0}
+        elif arm == "inner":
             inner.receive_weights(inner.parse_update_info(info), plain_loader)
             ok = True
             phases = {"receive": time.perf_counter() - t0}
@@ -126,7 +149,7 @@ def trainer(manifest, rounds):
             expect = arm == "wtx+expect"
             info = wtx.vllm.trainer_update_info(items, tx=f"bench-{n}", kind="full",
                                                 expect_version=expect)
-            if arm == "inner":
+            if arm in ("inner", "physical"):
                 info.pop("wtx")
             dist.barrier()
             t0 = time.perf_counter()
@@ -188,6 +211,11 @@ def main():
                                  "median": round(statistics.median(ratio("wtx-copy")), 3)},
            "inner_vs_wtx_expect": {"min": round(min(ratio("wtx+expect")), 3),
                                    "median": round(statistics.median(ratio("wtx+expect")), 3)}}
+    # Every arm against the physical limit (physical / arm; 1.0: as fast as the limit).
+    limit = lambda arm: [p / w for p, w in zip(times["physical"], times[arm])]  # noqa: E731
+    out["physical_vs"] = {arm: {"min": round(min(limit(arm)), 3),
+                                "median": round(statistics.median(limit(arm)), 3)}
+                          for arm in ARMS if arm != "physical"}
     if a.json:
         print(json.dumps(out))
     else:
