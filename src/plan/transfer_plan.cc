@@ -231,7 +231,8 @@ Status PlanEngineRank(const TrainerSharding& trainer, const Manifest& m, size_t 
   }
   const int first = static_cast<int>(n % static_cast<size_t>(trainer.ranks()));
   std::vector<FlatBox> remaining, next;
-  for (const auto& [src, boxes] : need) {
+  for (const auto& [source_index, boxes] : need) {
+    const uint32_t src = source_index;  // a structured binding cannot be captured (clang 14)
     const PlannedSource& ps = sources[src];
     for (const Box& b : boxes) {
       remaining.assign(1, ToFlat(b));
