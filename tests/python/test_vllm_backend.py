@@ -458,3 +458,16 @@ def test_InPlaceReceiveOfAShapeThatDiffersFromTheManifestAbortsNamingIt(tmp_path
     r = res[0]
     assert r["out"]["outcome"] == "aborted" and name in r["error"], r
     assert not r["status"]["serving"]
+
+
+def test_PerWorkerListPayloadGivesEachRankItsOwnEntry():
+    """vLLM main's update payload may be a list with one dict per worker (rank r takes entry
+    r; a single entry is everyone's); a list of another length is refused naming both."""
+    from wtx.vllm._engine import _rank_payload
+    a, b = {"names": ["a"]}, {"names": ["b"]}
+    assert _rank_payload([a, b], 1, 2) is b and _rank_payload([a, b], 0, 2) is a
+    assert _rank_payload([a], 1, 2) is a and _rank_payload(a, 1, 2) is a
+    with pytest.raises(wtx.vllm.InvalidInfo) as e:
+        _rank_payload([a, b, a], 0, 2)
+    assert "3 per-worker payloads for 2 ranks" in e.value.message
+    assert isinstance(e.value, ValueError)
