@@ -353,9 +353,9 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
                         "start_weight_update/finish_weight_update): wtx could begin an update "
                         "there but never commit it; upgrade vLLM to 0.25 or later (main)")
         vllm_config, device, model = args[0], args[1], args[2]
-        if _ENGINE_BASE is not object:
+        if _ENGINE_BASE is not object and vllm_config is not None:
             super().__init__(config, vllm_config, device, model)  # type: ignore[call-arg]
-        else:  # no vLLM: the same attributes as its base class sets
+        else:  # no vLLM (or no vLLM config): the same attributes as its base class sets
             self.config = config
             self.vllm_config = vllm_config
             self.parallel_config = getattr(vllm_config, "parallel_config", None)
@@ -387,6 +387,7 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
         self._buffers: Optional[Dict[str, torch.Tensor]] = None
         self._rank = 0
         self._size = 1
+        self._reloading = False  # the inner's start ran (vLLM's layerwise reload) until finish
 
     # vLLM's base keeps these; without vLLM the engine has its own.
     if _ENGINE_BASE is object:
@@ -633,12 +634,9 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
         (collective). Returns the outcome ("noop" for an empty round: weight_version stays);
         raises wtx.Aborted on every rank when any rank failed or the commit aborted."""
         self._require_init("finish_weight_update")
-        if getattr(self, "_reloading", False):
-            self._reloading = False
-            try:
-                self._inner.finish_weight_update()
-            except BaseException as e:
-                self._fail(e)
+        ended = self._end_reload()
+        if ended is not None:
+            self._fail(ended)
         if self._failure is None:
             try:
                 self._check_parameter_objects()
@@ -782,15 +780,22 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
         self._after_abort()
         raise Aborted(tx or "(not begun)", decision)
 
+    def _end_reload(self) -> Optional[BaseException]:
+        """The inner's finish, once per start (vLLM's finalize_layerwise_reload: the served
+        model has its own parameters back, processed); what it raised, if anything."""
+        if not self._reloading:
+            return None
+        self._reloading = False
+        try:
+            self._inner.finish_weight_update()
+        except BaseException as e:
+            return e
+        return None
+
     def _finish_reload_quietly(self) -> None:
-        """An update that ends early still ends the inner's reload, so the served model has its
-        own parameters back (vLLM's layerwise reload leaves meta placeholders otherwise)."""
-        if getattr(self, "_reloading", False):
-            self._reloading = False
-            try:
-                self._inner.finish_weight_update()
-            except BaseException:
-                pass
+        """An update that ends early still ends the inner's reload (vLLM's layerwise reload
+        leaves meta placeholders on the modules otherwise); its error is the abort's to name."""
+        self._end_reload()
 
     def _after_abort(self) -> None:
         """After an abort: with the restore gate, the engine's derived buffers go back too (the

@@ -159,33 +159,23 @@ def _hook_engine_core(core_cls: Any) -> None:
             logger.debug("wtx_serving_state: %s", e)
             return []
 
-    def resume(original: Callable[..., Any]) -> Callable[..., Any]:
-        def resume_scheduler(self: Any, *args: Any, **kwargs: Any) -> Any:
-            held = _holding(states(self))
-            if held:
-                raise RuntimeError(_held_message("generation stays paused", held))
-            return original(self, *args, **kwargs)
-        return resume_scheduler
+    def refused_while_held(what: Callable[..., str]
+                           ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """A wrapper of an EngineCore method that raises, naming each rank and why, while any
+        rank holds; `what(*args)` says what was refused."""
+        def make(original: Callable[..., Any]) -> Callable[..., Any]:
+            def refusing(self: Any, *args: Any, **kwargs: Any) -> Any:
+                held = _holding(states(self))
+                if held:
+                    raise RuntimeError(_held_message(what(*args), held))
+                return original(self, *args, **kwargs)
+            return refusing
+        return make
 
-    def set_version(original: Callable[..., Any]) -> Callable[..., Any]:
-        def set_weight_version(self: Any, version: str, *args: Any, **kwargs: Any) -> Any:
-            held = _holding(states(self))
-            if held:
-                raise RuntimeError(_held_message(f"weight version '{version}' refused", held))
-            return original(self, version, *args, **kwargs)
-        return set_weight_version
-
-    def get_version(original: Callable[..., Any]) -> Callable[..., Any]:
-        def get_weight_version(self: Any, *args: Any, **kwargs: Any) -> Any:
-            held = _holding(states(self))
-            if held:
-                raise RuntimeError(_held_message("not ready", held))
-            return original(self, *args, **kwargs)
-        return get_weight_version
-
-    _wrap(core_cls, "resume_scheduler", resume)
-    _wrap(core_cls, "set_weight_version", set_version)
-    _wrap(core_cls, "get_weight_version", get_version)
+    _wrap(core_cls, "resume_scheduler", refused_while_held(lambda *a: "generation stays paused"))
+    _wrap(core_cls, "set_weight_version",
+          refused_while_held(lambda version="", *a: f"weight version '{version}' refused"))
+    _wrap(core_cls, "get_weight_version", refused_while_held(lambda *a: "not ready"))
 
 
 def install_hooks() -> None:
