@@ -49,7 +49,7 @@ from .vllm._engine import (EXPECTED_VERSION_NAME, InPlaceReceiver, _UpdateState,
 from .vllm._extension import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 
 __all__ = ["WtxSglangAdapter", "EXPECTED_VERSION_NAME", "expected_version_tensor", "install",
-           "weight_loader"]
+           "plugin", "weight_loader"]
 
 _GATES = ("hold", "restore")
 _ADAPTERS: Dict[int, "WtxSglangAdapter"] = {}  # id(model) -> its adapter (weight_loader)
@@ -449,3 +449,42 @@ def _hold(scheduler: Any) -> None:
     flush = getattr(scheduler, "flush_cache", None)
     if flush is not None:
         flush()
+
+
+def plugin() -> None:
+    """SGLang's general plugin (the `sglang.srt.plugins` entry point `wtx`, run in every SGLang
+    process before it builds a Scheduler): when $WTX_SGLANG_JOURNAL_DIR is set, every Scheduler
+    built in this process installs wtx into itself once constructed (install(), its TP rank's
+    journal "$WTX_SGLANG_JOURNAL_DIR/rank{tp_rank}", the coordinator's
+    $WTX_SGLANG_COORDINATOR_JOURNAL (default "$WTX_SGLANG_JOURNAL_DIR/coordinator"), the gate
+    $WTX_SGLANG_SERVING_GATE (hold|restore), $WTX_SGLANG_ROLLBACK_BUDGET_BYTES). Without the
+    variable it does nothing. Idempotent."""
+    import os
+    journal = os.environ.get("WTX_SGLANG_JOURNAL_DIR") or ""
+    if not journal:
+        return
+    try:
+        from sglang.srt.managers import scheduler as scheduler_module
+    except Exception as e:  # not a process that can build a Scheduler
+        raise Error("E_UNAVAILABLE", f"wtx.sglang.plugin: SGLang's scheduler is not importable "
+                    f"({e})") from None
+    cls = scheduler_module.Scheduler
+    original = cls.__init__
+    if getattr(original, "__wtx_hook__", False):
+        return
+    options: Dict[str, Any] = {"serving_gate": os.environ.get("WTX_SGLANG_SERVING_GATE", "hold")}
+    if os.environ.get("WTX_SGLANG_ROLLBACK_BUDGET_BYTES"):
+        options["rollback_budget_bytes"] = int(os.environ["WTX_SGLANG_ROLLBACK_BUDGET_BYTES"])
+    coordinator = os.environ.get("WTX_SGLANG_COORDINATOR_JOURNAL",
+                                 os.path.join(journal, "coordinator"))
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        rank = getattr(self, "tp_rank", None)
+        if rank is None:
+            rank = dist.get_rank(self.tp_cpu_group)
+        install(self, os.path.join(journal, f"rank{rank}"), coordinator, **options)
+
+    __init__.__wtx_hook__ = True  # type: ignore[attr-defined]
+    __init__.__doc__ = original.__doc__
+    cls.__init__ = __init__  # type: ignore[assignment]

@@ -15,6 +15,8 @@ assert points[0].value == "wtx.vllm:register", points[0]
 assert points[0].dist is not None and points[0].dist.name == "wtx", points[0].dist
 print("entry point", points[0].value, "of", distribution("wtx").metadata["Name"],
       distribution("wtx").version)
+sglang = [e for e in entry_points(group="sglang.srt.plugins") if e.name == "wtx"]
+assert sglang and sglang[0].value == "wtx.sglang:plugin", sglang  # SGLang's plugin group
 
 from vllm.plugins import load_general_plugins  # noqa: E402  (vLLM's double)
 

@@ -9,6 +9,7 @@ pass after an abort equals the previous version's output, or generation stays pa
 import os
 import sys
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -42,11 +43,20 @@ def engine(rank, g, args):
     from vllm_model import VllmLlama
     tp_rank = rank - 1
     model = VllmLlama(TP, tp_rank, g["tp"])
-    scheduler = Scheduler(TpModelWorker(ModelRunner(model, tp_rank), tp_rank), g["tp"])
+    worker = TpModelWorker(ModelRunner(model, tp_rank), tp_rank)
     d = args["dir"]
-    wtx.sglang.install(scheduler, os.path.join(d, f"rank{tp_rank}"), os.path.join(d, "coord"),
-                       load=args.get("load", "write_source"),
-                       serving_gate=args.get("gate", "hold"))
+    if args.get("plugin"):
+        # As SGLang starts a scheduler process: its plugins (wtx's entry point, configured by
+        # the environment) load first, then the Scheduler is built, and installs wtx.
+        from sglang.srt.managers.scheduler import run_scheduler_process
+        sys.path.insert(0, args["plugin"])
+        os.environ["WTX_SGLANG_JOURNAL_DIR"] = d
+        scheduler = run_scheduler_process(worker, g["tp"])
+    else:
+        scheduler = Scheduler(worker, g["tp"])
+        wtx.sglang.install(scheduler, os.path.join(d, f"rank{tp_rank}"),
+                           os.path.join(d, "coord"), load=args.get("load", "write_source"),
+                           serving_gate=args.get("gate", "hold"))
     while True:
         box = [None]
         dist.broadcast_object_list(box, src=0, group=g["ctrl"])
@@ -162,8 +172,13 @@ def _bucketed(t, args):
     return out
 
 
-def test_BucketedStepCommitsAtContinueGenerationAndNotBefore(tmp_path):
-    r = world(_bucketed, {"dir": str(tmp_path)})
+@pytest.mark.parametrize("through", ["install", "plugin"])
+def test_BucketedStepCommitsAtContinueGenerationAndNotBefore(tmp_path, through):
+    args = {"dir": str(tmp_path)}
+    if through == "plugin":  # SGLang's own plugin loading finds wtx's entry point
+        from vllm_world import plugin_path
+        args["plugin"] = plugin_path("sglang.srt.plugins")
+    r = world(_bucketed, args)
     f = r[0]
     for answers in (f["b1"], f["b2"], f["b3"]):
         for kind, reply in answers:

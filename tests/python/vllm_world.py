@@ -33,20 +33,20 @@ sys.path.insert(0, os.path.join(HERE, "vllm_double"))
 UPDATE_GROUP_ADDRESS = ("127.0.0.1", 29555)  # the key of the gloo stand-in for NCCL's group
 
 
-def plugin_path() -> str:
-    """A folder holding a distribution whose entry points are wtx's (from pyproject.toml)."""
+def plugin_path(group: str = "vllm.general_plugins") -> str:
+    """A folder holding a distribution whose entry points of `group` are the ones
+    pyproject.toml declares for wtx (parsed from it, so they cannot drift)."""
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
         project = tomllib.load(f)["project"]
-    points = project.get("entry-points", {}).get("vllm.general_plugins")
-    assert points, "pyproject.toml declares no vllm.general_plugins entry point"
+    points = project.get("entry-points", {}).get(group)
+    assert points, f"pyproject.toml declares no {group} entry point"
     folder = tempfile.mkdtemp(prefix="wtx-plugin-")
     info = os.path.join(folder, "wtx_entry_points-0.1.0.dist-info")
     os.makedirs(info)
     with open(os.path.join(info, "METADATA"), "w") as f:
         f.write("Metadata-Version: 2.1\nName: wtx-entry-points\nVersion: 0.1.0\n")
     with open(os.path.join(info, "entry_points.txt"), "w") as f:
-        f.write("[vllm.general_plugins]\n" +
-                "".join(f"{k} = {v}\n" for k, v in points.items()))
+        f.write(f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in points.items()))
     return folder
 
 

@@ -19,6 +19,7 @@ class Scheduler:
     def __init__(self, tp_worker: Any, tp_cpu_group: Any) -> None:
         self.tp_worker = tp_worker
         self.tp_cpu_group = tp_cpu_group
+        self.tp_rank = tp_worker.tp_rank
         self._engine_paused = False
         self.running = 0  # requests in the running batch
         self.cache_flushes = 0
@@ -75,3 +76,12 @@ class Scheduler:
             self.flush_cache_after_weight_update(recv_req)
         dist.barrier(group=self.tp_cpu_group)
         return ReqOutput(success, message)
+
+
+def run_scheduler_process(tp_worker: Any, tp_cpu_group: Any) -> Scheduler:
+    """Double of run_scheduler_process (scheduler.py 3986-4060): plugins are loaded first (so
+    hooks can override the Scheduler and its dependencies), then the Scheduler is built (the
+    event loop is the test's)."""
+    from sglang.srt.plugins import load_plugins
+    load_plugins()
+    return Scheduler(tp_worker, tp_cpu_group)
