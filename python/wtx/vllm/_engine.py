@@ -1,39 +1,30 @@
 """wtx as a vLLM weight-transfer backend: every update a transaction over the TP group.
 
-vLLM (about v0.25 on) loads weight-transfer engines by name from `WeightTransferEngineFactory`
-(`--weight-transfer-config '{"backend": "wtx"}'`) and drives them through four phases on every
-worker: `init_transfer_engine(init_info)`, `start_weight_update()`, `update_weights(update_info)`
-(one or more times; it parses the dict and calls `receive_weights`), `finish_weight_update()`;
-`shutdown()` at the end; the trainer calls the static `trainer_send_weights(iterator,
-trainer_args)`. `WtxWeightTransferEngine` implements that contract around an *inner* engine
-(vLLM's "nccl", "ipc", "sparse_nccl", or any registered name) that moves the bytes:
+vLLM (0.25 on) builds weight-transfer engines by name from `WeightTransferEngineFactory`
+(`--weight-transfer-config '{"backend": "wtx"}'`; wtx registers itself through its
+`vllm.general_plugins` entry point, _plugin.py) as `(config, vllm_config, device, model)`, and
+its Worker drives them: `init_transfer_engine(init_info)`, `start_weight_update()`,
+`update_weights(update_info)` (once per chunk), `finish_weight_update()`, `shutdown()`.
+`WtxWeightTransferEngine` implements that contract around an *inner* engine (vLLM's "nccl",
+"ipc", "sparse_nccl", wtx's "torch_broadcast", or any registered name) that moves the bytes:
 
-* init: the inner engine is built and initialized; this rank's wtx participant opens over the
-  model itself (identity checked at every phase), and 2PC joins the TP process group
-  (`wtx.torch_dist.Group`; its rank 0 runs the coordinator);
-* start: a transaction left open by a failed update is aborted (collective), and the next
-  `update_weights` begins the new one on every TP rank, with the tx id and kind of its
-  update_info (`update_info["wtx"]`: tx, kind, base, modules, sources, rollback);
-* receive: the inner engine receives; every (name, tensor) it would load goes through wtx
-  instead: written by source name (`write_source`: TP slices, fused q/k/v and gate/up parts) or,
-  with `load: "load_weights"`, loaded by the model's own `load_weights` bracketed by
-  reserve/landed of exactly the shards that name feeds (quantized and packed loaders keep
-  working; coverage stays element-exact). `(name, (indices, values))` items are sparse patches;
-* finish: the model's post-load processing and the refreshes of stale derived state run, then
-  prepare and the all-ranks commit; `weight_version` is the committed version hash. A rank
-  that failed anywhere in the update makes every rank abort (the failure flags are exchanged
-  first) and raises `wtx.Aborted`; the rank does not serve until a full update commits.
+* init: the inner engine is built over the served model (so vLLM's layerwise reload and
+  post-load processing run there) and initialized; this rank's participant opens over the
+  model's Parameter objects; 2PC joins the TP process group (its rank 0 runs the coordinator);
+* start: the inner's start (vLLM's initialize_layerwise_reload); an update still open is
+  refused; the transaction begins at the first chunk (`update_info["wtx"]` may set tx, kind,
+  base, modules, sources, rollback, verify, expect_version);
+* update_weights: while the inner receives, the served model's load_weights goes through wtx
+  (reserve, the model's own loader, landed; or wtx's direct writes for torch_broadcast, in
+  place where it can); sparse_nccl's runtime-name patches become wtx patches. Every rank's
+  failure of the chunk reaches every rank: any aborts the update everywhere (wtx.Aborted);
+* finish: the inner's finish (finalize_layerwise_reload), the refresh of derived state the
+  processing recomputed, then prepare and the all-ranks commit; an empty round is a no-op.
 
-The trainer's `trainer_send_weights` computes the version the update must commit from the
-weights it sends and the engine ranks' manifests (`trainer_args["manifests"]`) and sends it
-after the weights as one more tensor (`EXPECTED_VERSION_NAME`, which `trainer_update_info`
-lists): a commit of anything else aborts with E_VERSION_MISMATCH.
-
-Contracts accepted: the newest engine constructor `(config, vllm_config, device, model)` and
-the older `(config, parallel_config)`; `receive_weights(update_info)` (the engine loads into
-its model) and the older `receive_weights(update_info, load_weights)`. Importing this module
-does not import vLLM; without it the engine subclasses `object` and works against any object of
-the same shape.
+The serving gate (hold or restore, init_info.serving_gate) and vLLM-side hooks: _plugin.py. The
+trainer side on vLLM main: _trainer.py; the older static `trainer_send_weights` remains for
+inners that have one. Importing this module does not import vLLM; without it the engine
+subclasses `object` and works against any object of the same shape.
 """
 
 import contextlib
