@@ -52,6 +52,7 @@ __all__ = ["WtxSglangAdapter", "EXPECTED_VERSION_NAME", "expected_version_tensor
            "plugin", "weight_loader"]
 
 _GATES = ("hold", "restore")
+STATUS_ACTION = "wtx_status"  # the check_weights action answering each rank's wtx state
 _ADAPTERS: Dict[int, "WtxSglangAdapter"] = {}  # id(model) -> its adapter (weight_loader)
 
 
@@ -415,6 +416,19 @@ def install(scheduler: Any, journal_dir: str, coordinator_journal: Optional[str]
     runner.update_weights_from_distributed = adapter.update_weights_from_distributed
     runner.update_weights_from_tensor = adapter.update_weights_from_tensor
     runner.update_weights_from_disk = adapter.update_weights_from_disk
+    original_check = getattr(runner, "check_weights", None)
+
+    def check_weights(action: str, *args: Any, **kwargs: Any) -> Any:
+        """SGLang's check_weights request, plus the action "wtx_status" (what the tokenizer
+        process asks before it publishes a step's weight_version)."""
+        if action == STATUS_ACTION:
+            return dict(adapter.serving_state(), open_step=adapter._tx,
+                        committed_version=adapter.weight_version)
+        if original_check is None:
+            raise NotImplementedError(f"check_weights: unknown action {action!r}")
+        return original_check(action, *args, **kwargs)
+
+    runner.check_weights = check_weights
 
     def labelled(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
         def run(recv_req: Any) -> Any:
@@ -457,17 +471,19 @@ def plugin() -> None:
     built in this process installs wtx into itself once constructed (install(), its TP rank's
     journal "$WTX_SGLANG_JOURNAL_DIR/rank{tp_rank}", the coordinator's
     $WTX_SGLANG_COORDINATOR_JOURNAL (default "$WTX_SGLANG_JOURNAL_DIR/coordinator"), the gate
-    $WTX_SGLANG_SERVING_GATE (hold|restore), $WTX_SGLANG_ROLLBACK_BUDGET_BYTES). Without the
+    $WTX_SGLANG_SERVING_GATE (hold|restore), $WTX_SGLANG_ROLLBACK_BUDGET_BYTES); in the tokenizer
+    process, a request's weight_version is published only at the step's commit point
+    (continue_generation), once every rank serves the version wtx committed. Without the
     variable it does nothing. Idempotent."""
     import os
     journal = os.environ.get("WTX_SGLANG_JOURNAL_DIR") or ""
     if not journal:
         return
+    _hook_tokenizer_manager()
     try:
         from sglang.srt.managers import scheduler as scheduler_module
-    except Exception as e:  # not a process that can build a Scheduler
-        raise Error("E_UNAVAILABLE", f"wtx.sglang.plugin: SGLang's scheduler is not importable "
-                    f"({e})") from None
+    except Exception:  # a process that builds no Scheduler (the tokenizer's)
+        return
     cls = scheduler_module.Scheduler
     original = cls.__init__
     if getattr(original, "__wtx_hook__", False):
@@ -488,3 +504,38 @@ def plugin() -> None:
     __init__.__wtx_hook__ = True  # type: ignore[attr-defined]
     __init__.__doc__ = original.__doc__
     cls.__init__ = __init__  # type: ignore[assignment]
+
+
+def _hook_tokenizer_manager() -> None:
+    """In the tokenizer process: a request's weight_version is published only at the step's
+    commit point, and only when every rank serves the version wtx committed (SGLang publishes it
+    after every successful request, each bucket of a step included)."""
+    try:
+        from sglang.srt.managers import tokenizer_manager as tm_module
+        from sglang.srt.managers.io_struct import CheckWeightsReqInput
+    except Exception:  # a process without SGLang's tokenizer manager
+        return
+    cls = tm_module.TokenizerManager
+    publish = cls._update_weight_version_if_provided
+    if getattr(publish, "__wtx_hook__", False):
+        return
+    resume = cls.continue_generation
+
+    def _update_weight_version_if_provided(self: Any, weight_version: Optional[str]) -> None:
+        if weight_version is not None:
+            self._wtx_pending_version = weight_version  # published at the commit point
+
+    async def continue_generation(self: Any, obj: Any, *args: Any, **kwargs: Any) -> Any:
+        out: Any = await resume(self, obj, *args, **kwargs)  # type: ignore[func-returns-value]
+        label = getattr(self, "_wtx_pending_version", None)
+        self._wtx_pending_version = None
+        if label is not None:
+            ok, _, ranks = await self.check_weights(CheckWeightsReqInput(action=STATUS_ACTION))
+            if ok and ranks and all(r and r.get("serving") and not r.get("open_step")
+                                    for r in ranks):
+                publish(self, label)
+        return out
+
+    _update_weight_version_if_provided.__wtx_hook__ = True  # type: ignore[attr-defined]
+    setattr(cls, "_update_weight_version_if_provided", _update_weight_version_if_provided)
+    setattr(cls, "continue_generation", continue_generation)

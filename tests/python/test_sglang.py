@@ -77,11 +77,19 @@ def engine(rank, g, args):
 class Trainer:
     def __init__(self, g):
         self.g = g
+        self.pending = []  # tensors the next request's broadcast carries (through the tokenizer)
+
+    def tokenizer(self):
+        """SGLang's TokenizerManager in front of the schedulers (this process plays it)."""
+        from sglang.srt.managers.tokenizer_manager import TokenizerManager
+        return TokenizerManager(lambda method, req: [
+            reply for _, reply in self.call(method, req)])
 
     def call(self, method, arg=None, send=()):
         """One request to every TP rank's scheduler; `send` is broadcast on the update group
         meanwhile (the trainer's side of update_weights_from_distributed)."""
         dist.broadcast_object_list([(method, arg)], src=0, group=self.g["ctrl"])
+        send, self.pending = list(send) + self.pending, []
         for t in send:
             dist.broadcast(t.contiguous().view(torch.uint8) if t.dtype == torch.bfloat16 else t,
                            src=0, group=self.g["update"])
@@ -155,6 +163,46 @@ class _FailOn:
     def __call__(self, scheduler, tp_rank):
         if tp_rank == 1:
             scheduler.tp_worker.model_runner.model.fail_on = self.name
+
+
+def _bucketed_through_the_tokenizer(t, args):
+    """As an SGLang server runs it: the tokenizer process loaded its plugins too, so the
+    step's weight_version is published at the commit point only."""
+    import asyncio
+    from sglang.srt.plugins import load_plugins
+    sys.path.insert(0, args["plugin"])
+    os.environ["WTX_SGLANG_JOURNAL_DIR"] = args["dir"]
+    load_plugins()
+    tm = t.tokenizer()
+    w = hf_weights(1)
+    out = {"versions": []}
+    asyncio.run(tm.pause_generation(io.PauseGenerationReqInput(mode="abort")))
+    for names in [NAMES[i::3] for i in range(3)]:
+        req = io.UpdateWeightsFromDistributedReqInput(
+            names=names, dtypes=["bfloat16"] * len(names),
+            shapes=[list(w[n].shape) for n in names], group_name=GROUP, flush_cache=False,
+            weight_version="7")
+        t.pending = [w[n] for n in names]
+        out.setdefault("replies", []).append(asyncio.run(tm.update_weights_from_distributed(req)))
+        out["versions"].append(tm.server_args.weight_version)
+    asyncio.run(tm.continue_generation(io.ContinueGenerationReqInput()))
+    out["published"] = tm.server_args.weight_version
+    out["after"] = t.call("__test__", _state)
+    out["logits"] = t.call("generate", IDS)[0][1]
+    return out
+
+
+def test_WeightVersionIsPublishedAtTheCommitPointOnly(tmp_path):
+    from vllm_world import plugin_path
+    r = world(_bucketed_through_the_tokenizer,
+              {"dir": str(tmp_path), "plugin": plugin_path("sglang.srt.plugins")})
+    f = r[0]
+    assert all(ok for ok, _ in f["replies"]), f["replies"]
+    assert f["versions"] == ["default"] * 3, f["versions"]  # not after each bucket
+    assert f["published"] == "7"
+    for _, st in f["after"]:
+        assert st["serving"] and not st["paused"], st
+    assert_matches(f["logits"], reference_forward(hf_weights(1), IDS))
 
 
 def _bucketed(t, args):

@@ -69,6 +69,18 @@ class ContinueGenerationReqInput:  # 1382-1389
 
 
 @dataclass
+class CheckWeightsReqInput:  # 1641-1644
+    action: str
+
+
+@dataclass
+class CheckWeightsReqOutput:  # 1646-1650
+    success: bool
+    message: str
+    payload: Optional[Any] = None
+
+
+@dataclass
 class ReqOutput:
     """UpdateWeights*ReqOutput / InitWeightsUpdateGroupReqOutput: (success, message)."""
     success: bool

@@ -11,7 +11,7 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from sglang.srt.managers.io_struct import (ContinueGenerationReqInput,
+from sglang.srt.managers.io_struct import (CheckWeightsReqOutput, ContinueGenerationReqInput,
                                            PauseGenerationReqInput, ReqOutput)
 
 
@@ -53,6 +53,13 @@ class Scheduler:
         if recv_req.flush_cache:
             flush_cache_success = self.flush_cache(empty_cache=recv_req.torch_empty_cache)
             assert flush_cache_success, "Cache flush failed after updating weights"
+
+    def check_weights(self, recv_req: Any) -> CheckWeightsReqOutput:  # mixin 188-197
+        try:
+            payload = self.tp_worker.model_runner.check_weights(action=recv_req.action)
+            return CheckWeightsReqOutput(success=True, message="Success.", payload=payload)
+        except Exception as e:
+            return CheckWeightsReqOutput(success=False, message=f"{e}")
 
     def init_weights_update_group(self, recv_req: Any) -> ReqOutput:
         success, message = self.tp_worker.init_weights_update_group(recv_req)

@@ -143,6 +143,9 @@ class ModelRunner:
             raise NotImplementedError(f"Unknown load_format={load_format}")
         return True, "Success"
 
+    def check_weights(self, action: str) -> Any:  # 3574-3575 (the weight checker's actions)
+        raise ValueError(f"Unsupported check_weights action: {action}")
+
     def update_weights_from_disk(self, model_path: str, load_format: str,
                                  weight_name_filter: Optional[Callable[[str], bool]] = None,
                                  recapture_cuda_graph: bool = False) -> Tuple[bool, str]:
