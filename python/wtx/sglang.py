@@ -337,7 +337,11 @@ class WtxSglangAdapter(_UpdateState):
                         self._failure = f"{name}: {type(e).__name__}: {e}"
         except Exception as e:  # the transport itself (the trainer gone)
             self._failure = self._failure or f"receive: {type(e).__name__}: {e}"
-        failures = gather_from_ranks(self._failure, self._g)
+        try:
+            failures = gather_from_ranks(self._failure, self._g)
+        except RuntimeError as e:  # a rank of the TP group is gone: nothing can commit
+            self._failure, self._tx = None, None
+            return False, f"wtx: step '{self.label}' cannot commit: a TP rank is gone ({e})"
         self._failure = None
         if any(failures):
             return False, self._abort_step(failure_reason(failures))
@@ -356,8 +360,9 @@ class WtxSglangAdapter(_UpdateState):
             except Error as e:
                 self.last_outcome = {"outcome": "aborted", "reason": reason,
                                      "abort_error": e.message}
+        restored = self.participant is not None and holds(self.participant.status()) is None
         return (f"wtx: step '{tx or self.label}' aborted on every rank: {reason}"
-                + ("; the previous version was restored" if self._gate == "restore" else
+                + ("; the previous version serves on" if restored else
                    "; generation stays paused until a full update commits"))
 
     def _decide(self) -> Tuple[bool, str]:
