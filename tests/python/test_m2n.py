@@ -131,12 +131,18 @@ def _changed(t):
     return out
 
 
-def _engine(n, args, plan, manifests, sources, group):
+def _engine_rank(n, args, manifests, group):
+    """Engine rank n: its live tensors (zeroed; the caller keeps them alive, as an engine its
+    parameters), its participant over them, and the engine ranks' 2PC group."""
     m = manifests[n]
     tensors = {p["name"]: torch.zeros(p["shape"], dtype=torch.bfloat16) for p in m.params}
     p = wtx.Participant.open(os.path.join(args["dir"], f"rank{n}"), m, rank=n, tensors=tensors,
                              kernel_identity="k")
-    g = Group(p, os.path.join(args["dir"], "coord"), group=group)
+    return tensors, p, Group(p, os.path.join(args["dir"], "coord"), group=group)
+
+
+def _engine(n, args, plan, manifests, sources, group):
+    live, p, g = _engine_rank(n, args, manifests, group)
     expected = wtx.expected_version(manifests, sources)["version"]
     try:
         out = wtx.m2n.receive(plan, g, "tx1", engine_ranks=args.get("engine_ranks"))
@@ -361,11 +367,7 @@ def _twice_body(rank, world, args):
         wtx.m2n.send(plan, held1, rank=rank, tx="tx1")  # the bug: sent again
         wtx.m2n.send(plan, held2, rank=rank, tx="tx2")
         return {}
-    n = rank - k
-    m = manifests[n]
-    tensors = {p["name"]: torch.zeros(p["shape"], dtype=torch.bfloat16) for p in m.params}
-    p = wtx.Participant.open(os.path.join(args["dir"], f"rank{n}"), m, rank=n, tensors=tensors)
-    g = Group(p, os.path.join(args["dir"], "coord"), group=group)
+    live, _, g = _engine_rank(rank - k, args, manifests, group)
     first = wtx.m2n.receive(plan, g, "tx1")
     second = wtx.m2n.receive(plan, g, "tx2")
     return {"first": first, "second": second,
@@ -385,8 +387,8 @@ def test_SecondSendOfATransactionIsRefusedNamingItAndTheNextTransactionCommitsIt
 
 
 def _layout_body(rank, world, args):
-    """Trainers planned for TP 4 while the engines run TP 2 (the same ranks count only
-    because the trainers run the plan of another layout): refused at the first header."""
+    """Trainers running the plan of another layout (the same ranks, live dtype f32) while the
+    engines run bf16: refused at the first header."""
     k = args["k"]
     group = dist.new_group(list(range(k, world)))
     manifests = _engine_manifests(args)
@@ -402,11 +404,7 @@ def _layout_body(rank, world, args):
         except wtx.Error as e:
             return {"error": e.message}
         return {}
-    n = rank - k
-    m = manifests[n]
-    tensors = {p["name"]: torch.zeros(p["shape"], dtype=torch.bfloat16) for p in m.params}
-    p = wtx.Participant.open(os.path.join(args["dir"], f"rank{n}"), m, rank=n, tensors=tensors)
-    g = Group(p, os.path.join(args["dir"], "coord"), group=group)
+    live, _, g = _engine_rank(rank - k, args, manifests, group)
     try:
         wtx.m2n.receive(plan, g, "tx1")
     except wtx.Aborted as e:

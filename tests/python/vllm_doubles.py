@@ -11,7 +11,7 @@ source; the full worker / engine core / HTTP stack as vLLM runs it is in vllm_wo
   `receive_weights(update_info, load_weights)`) and `BroadcastEngineV2` (the newest:
   `__init__(config, vllm_config, device, model)`, `receive_weights(update_info)` loading into
   `self.model`); wtx's own TorchBroadcastEngine (dense and sparse) is registered as "sparse".
-* `LoaderLlama`: the tiny Llama with a model-owned `load_weights` (vLLM's stacked mapping and
+* `LoaderLlama` (vllm_model.VllmLlama): the tiny Llama with a model-owned `load_weights` (vLLM's stacked mapping and
   TP slicing), for the backend's "load_weights" mode.
 * `VllmWorkerDouble`: what a vLLM worker does with the engine: builds it through the factory
   and calls the four phases.
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from tiny_llama import CONFIG, TpLlama
-from wtx.vllm import (LLAMA_STACKED_PARAMS_MAPPING, TorchBroadcastEngine,
-                      WtxWeightTransferEngine)
+from tiny_llama import CONFIG
+from vllm_model import VllmLlama
+from wtx.vllm import TorchBroadcastEngine, WtxWeightTransferEngine
 
 
 # ------------------------------------------------------------------------------ the factory
@@ -138,46 +138,9 @@ class BroadcastEngineV2(BroadcastEngine):
 
 # ------------------------------------------------------------------------------- the model
 
-class LoaderLlama(TpLlama):
-    """TpLlama with vLLM's model-owned loader: HF names through the stacked mapping, sliced to
-    this TP rank. `fail_on`: a name whose load raises (a broken loader)."""
-
-    fail_on = None
-
-    stacked_params_mapping = LLAMA_STACKED_PARAMS_MAPPING
-
-    @torch.no_grad()
-    def load_weights(self, weights):
-        c, tp, r = self.c, self.tp_size, self.tp_rank
-        params = dict(self.named_parameters())
-        loaded = set()
-        for name, w in weights:
-            if name == self.fail_on:
-                raise RuntimeError(f"the model's loader cannot load {name}")
-            for fused, part, sid in LLAMA_STACKED_PARAMS_MAPPING:
-                if part in name:
-                    dst = params[name.replace(part, fused)]
-                    if fused == ".qkv_proj":
-                        q, kv = c["heads"] * c["head"] // tp, c["kv_heads"] * c["head"] // tp
-                        off = {"q": 0, "k": q, "v": q + kv}[sid]
-                        n = q if sid == "q" else kv
-                        dst[off:off + n].copy_(w[r * n:(r + 1) * n])
-                    else:
-                        n = c["inter"] // tp
-                        dst[sid * n:(sid + 1) * n].copy_(w[r * n:(r + 1) * n])
-                    break
-            else:
-                dst = params[name]
-                if name.endswith(("o_proj.weight", "down_proj.weight")):
-                    n = dst.shape[1]
-                    dst.copy_(w[:, r * n:(r + 1) * n])
-                elif name.endswith(("embed_tokens.weight", "lm_head.weight")):
-                    n = dst.shape[0]
-                    dst.copy_(w[r * n:(r + 1) * n])
-                else:
-                    dst.copy_(w)
-            loaded.add(name)
-        return loaded
+# vLLM's model-owned loader (HF names through the stacked mapping, each parameter's
+# weight_loader slicing to this TP rank; `fail_on`: a name whose load raises): vllm_model.py.
+LoaderLlama = VllmLlama
 
 
 def make_model(tp_rank, group):
