@@ -316,8 +316,6 @@ def _recv_ints(n: int, src: int, wire: torch.device) -> List[int]:
 def _drain(src: int, got: Any, wire: torch.device) -> None:
     """Receives and drops the pieces a refused message carries (so its sender completes)."""
     count, sent_mode, _, delta_counts, sizes = got
-    if not count:
-        return
     for i in range(count):
         numel, esize = sizes[2 * i], sizes[2 * i + 1]
         if sent_mode == _DELTA:
