@@ -57,7 +57,8 @@ def _scales_fresh(worker, tp_rank):
     return worker.model_runner.model.scales_fresh()
 
 
-def _trainer_engine(front, args, manifests, source, gate="hold", prefix="step", tp=TP):
+def _trainer_engine(front, args, manifests, source, gate="hold", prefix="step", tp=TP,
+                    packed=True, **wire):
     from vllm.distributed.weight_transfer.base import WeightTransferInitInfo  # noqa: F401
     from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
     from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
@@ -65,7 +66,8 @@ def _trainer_engine(front, args, manifests, source, gate="hold", prefix="step", 
     info = wtx.vllm.WtxTrainerInitInfo(
         inner="nccl",
         inner_init_info={"master_address": UPDATE_GROUP_ADDRESS[0],
-                         "master_port": UPDATE_GROUP_ADDRESS[1], "world_size": tp + 1},
+                         "master_port": UPDATE_GROUP_ADDRESS[1], "world_size": tp + 1,
+                         "packed": packed, **wire},
         engine_init_info={"journal_dir": os.path.join(d, "rank{rank}"),
                           "coordinator_journal": os.path.join(d, "coord"),
                           "serving_gate": gate},
@@ -78,7 +80,7 @@ def _manifests(front):
     return front.to_workers(_manifest_json)
 
 
-def world(target, args, tp=TP):
+def world(target, args, tp=TP, reload_mode="layerwise", model=make_model):
     plugins = plugin_path()
 
     def entry(rank, size, a):
@@ -89,7 +91,7 @@ def world(target, args, tp=TP):
                 return target(front, a)
             finally:
                 front.close()
-        return worker_main(rank, tp, g, make_model, plugins)
+        return worker_main(rank, tp, g, model, plugins, reload_mode)
 
     results, _ = run_world(entry, tp + 1, args, timeout=150)
     return results
@@ -169,6 +171,17 @@ def test_RankFailingAloneAbortsEveryRankHoldsAndTheNextFullUpdateServes(tmp_path
         assert r[rank]["lora_resets"] == 2  # two finishes that returned
 
 
+def _aborted_restore_round(front, args, source, out, forward_key, packed=True):
+    """A restore-gate update that aborts: its error, the resume's answer, the next forward."""
+    engine = _trainer_engine(front, args, None, source, gate="restore", prefix="bad",
+                             packed=packed)
+    with pytest.raises(Exception) as failed:
+        engine.send_weights()
+    out["failure"] = str(failed.value)
+    out["resume"] = _post(front, "resume")
+    out[forward_key] = _forward(front)
+
+
 def _restore(front, args):
     out = {}
     w1, w2 = hf_weights(1), hf_weights(2)
@@ -176,12 +189,7 @@ def _restore(front, args):
     out["before"] = _forward(front)
     out["scales_before"] = front.to_workers(_scales)
     front.to_workers(_FailOnce("model.layers.0.self_attn.o_proj.weight", {0}))
-    engine = _trainer_engine(front, args, None, Source(w2), gate="restore", prefix="bad")
-    with pytest.raises(Exception) as failed:
-        engine.send_weights()
-    out["failure"] = str(failed.value)
-    out["resume"] = _post(front, "resume")
-    out["after"] = _forward(front)
+    _aborted_restore_round(front, args, Source(w2), out, "after")
     out["scales_after"] = front.to_workers(_scales)
     return out
 
@@ -304,10 +312,103 @@ def test_TrainerEngineCommitsTheExpectedVersionWithPostLoadProcessingOnTheServed
     assert r[1]["weight_version"] == f["version"] == r[2]["weight_version"]
 
 
+# ------------------------------------- layerwise reload of parameters over a hash chunk
+
+# Parameters of 64 KiB and more per rank: a source's loads cover whole hash chunks (64 KiB),
+# which wtx hashes when they land; vLLM's layerwise reload writes a layer's bytes into the live
+# storage only once the layer is complete, so a landing at load time would hash the old bytes.
+BIG = dict(vocab=512, hidden=256, heads=8, kv_heads=4, head=32, inter=512, layers=2)
+
+
+def make_big_model(tp, tp_rank, group):
+    from vllm_model import VllmLlama
+    return VllmLlama(tp, tp_rank, group, config=BIG)
+
+
+def _verify(worker, tp_rank):
+    return worker.weight_transfer_engine.participant.verify()
+
+
+def _layerwise_big(front, args):
+    out = {}
+    # Packed in chunks of about 256 KiB: each chunk's tensors reach the loader together.
+    _trainer_engine(front, args, None, Source(hf_weights(1, config=BIG)),
+                    packed_buffer_size_bytes=256 * 1024).send_weights()
+    out["verify_first"] = front.to_workers(_verify)
+    manifests = _manifests(front)
+    w2 = hf_weights(2, config=BIG)
+    _trainer_engine(front, args, manifests, Source(w2), prefix="exp").send_weights()
+    out["version"] = wtx.expected_version([wtx.Manifest.from_json(m) for m in manifests],
+                                          w2)["version"]
+    out["verify_second"] = front.to_workers(_verify)
+    out["after"] = _forward(front)
+    out["scales_fresh"] = front.to_workers(_scales_fresh)
+    return out
+
+
+def test_LayerwiseReloadOfParametersOverAHashChunkCommitsTheBytesTheLayerServes(tmp_path):
+    r = world(_layerwise_big, {"dir": str(tmp_path)}, model=make_big_model)
+    f = r[0]
+    for report in f["verify_first"] + f["verify_second"]:  # the live bytes are the version's
+        assert report["ok"] and report["chunks_differing"] == 0, report
+    assert_matches(f["after"], reference_forward(hf_weights(2, config=BIG), IDS, config=BIG))
+    assert all(f["scales_fresh"])
+    assert r[1]["weight_version"] == f["version"] == r[2]["weight_version"]
+
+
+# ------------------------------------------------------------ reload_mode "direct", TP 2
+
+def _received(worker, tp_rank):
+    eng = worker.weight_transfer_engine
+    return {"in_place": eng.received_in_place, "reserved": eng.received_reserved}
+
+
+def _direct(front, args):
+    out = {}
+    w1, w2, w3 = hf_weights(1), hf_weights(2), hf_weights(3)
+    # Unpacked (one broadcast per tensor): wtx receives in place.
+    _trainer_engine(front, args, None, Source(w1), gate="restore", packed=False).send_weights()
+    out["received"] = front.to_workers(_received)
+    out["after_first"] = _forward(front)
+    # The last source of the round is malformed (one row short): every other source already
+    # landed in the live parameters when the model's loader refuses it on every rank. vLLM
+    # alone would serve those mixed bytes ("a failed direct update leaves the weights
+    # undefined"); wtx restores the previous version from its before-images.
+    bad = "model.layers.1.mlp.down_proj.weight"
+    w2 = {k: v for k, v in w2.items() if k != bad} | {bad: w2[bad][:-1].clone()}
+    _aborted_restore_round(front, args, Source(w2), out, "after_abort", packed=False)
+    # Packed (main's default: several tensors per broadcast): the inner's own receive, loaded
+    # through the model's loader; it commits alike.
+    _trainer_engine(front, args, None, Source(w3), gate="restore",
+                    prefix="again").send_weights()
+    out["received_packed"] = front.to_workers(_received)
+    out["after_third"] = _forward(front)
+    return out
+
+
+def test_DirectReloadReceivesInPlaceThroughVllmsNcclEngineAndRestoresAFailedRound(tmp_path):
+    r = world(_direct, {"dir": str(tmp_path)}, reload_mode="direct")
+    front = r[0]
+    sources = len(hf_weights(1))
+    for got in front["received"]:  # per worker: every source through wtx's in-place receive
+        # Replicated sources (the norms) land in place; TP-split ones are reserved, received
+        # into one buffer and copied into this rank's parts.
+        assert got["in_place"] > 0 and got["in_place"] + got["reserved"] == sources, got
+    assert_matches(front["after_first"], reference_forward(hf_weights(1), IDS))
+    assert "down_proj" in front["failure"], front["failure"]
+    assert front["resume"] == (200, {"status": "resumed"})
+    assert torch.equal(front["after_abort"], front["after_first"])  # bit for bit
+    assert all(got == {"in_place": 0, "reserved": 0} for got in front["received_packed"])
+    assert_matches(front["after_third"], reference_forward(hf_weights(3), IDS))
+    for rank in (1, 2):
+        st = r[rank]["status"]
+        assert st["serving"] and not st["dirty"] and st["committed_tx"].startswith("again"), st
+
+
 # ------------------------------------------------------------------------- sparse, TP 1
 
 def _sparse(front, args):
-    from vllm.distributed.weight_transfer.nccl_engine import GROUPS
+    from vllm.distributed.weight_transfer.nccl_engine import _group_of
     from vllm.distributed.weight_transfer.sparse_nccl_engine import (
         SparseNCCLWeightTransferEngine, SparseWeightPatch)
     from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
@@ -338,7 +439,7 @@ def _sparse(front, args):
     t = threading.Thread(target=client.update_weights, args=(info,))
     t.start()
     SparseNCCLWeightTransferEngine.trainer_send_weights(
-        patches, {"group": GROUPS["%s:%d" % UPDATE_GROUP_ADDRESS]})
+        patches, {"group": _group_of(*UPDATE_GROUP_ADDRESS)})
     t.join()
     client.finish_weight_update()
     # What the patches mean in checkpoint coordinates: k_proj row 0 (qkv row 32) and o_proj.

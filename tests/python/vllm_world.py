@@ -101,7 +101,7 @@ def vllm_config(tp: int, backend: str = "wtx", reload_mode: str = "layerwise") -
 
 
 def worker_main(rank: int, tp: int, g: Dict[str, Any], make_model: Any,
-                plugins: str) -> Dict[str, Any]:
+                plugins: str, reload_mode: str = "layerwise") -> Dict[str, Any]:
     """A vLLM worker process: plugins, the worker, then the relayed calls until "exit"."""
     sys.path.insert(0, plugins)
     from vllm.distributed.parallel_state import init_tp_group
@@ -111,7 +111,7 @@ def worker_main(rank: int, tp: int, g: Dict[str, Any], make_model: Any,
     tp_rank = rank - 1
     model = make_model(tp, tp_rank, g["tp"])
     wrapper = WorkerWrapperBase()
-    wrapper.init_worker({"vllm_config": vllm_config(tp),
+    wrapper.init_worker({"vllm_config": vllm_config(tp, reload_mode=reload_mode),
                          "model_runner": ModelRunnerDouble(model)})
     worker = wrapper.worker
     assert worker is not None

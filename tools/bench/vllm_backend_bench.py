@@ -21,11 +21,21 @@ interleaved and the order rotating, one full update of every source by each arm:
     parameter it feeds (into a buffer and copied only where it is not one contiguous run), no
     loader, no bookkeeping. Every arm is also reported against it (physical / arm: 1.0 is the
     limit).
+  * vllm-nccl: vLLM's own NCCL engine alone (NCCLWeightTransferEngine with reload_mode
+    "direct": a fresh buffer per tensor, broadcast from rank 0 of its communicator, the model's
+    loader copies it into the live parameters), driven as vLLM's worker drives it (start,
+    receive, finish);
+  * wtx-vllm-nccl: the same engine as the wtx backend's inner, the same trainer broadcasts:
+    wtx receives in place over that engine's own communicator (wtx/vllm/_direct.py), every
+    source reserved, landed, hashed and committed.
+
+vLLM cannot be installed here: the last two arms run vLLM's engine as the double in
+tests/python/vllm_double mirrors it (its communicator over gloo), put first on sys.path.
 
 The time of a round runs on the trainer from its first send to the engine's answer that the
 update is in (committed, for the wtx arms). Figures (min and median over rounds): the ratio
-inner / wtx (1.0: the transaction costs nothing over the transport; the issue's goal: >= 0.95)
-and inner / wtx+expect.
+inner / wtx (1.0: the transaction costs nothing over the transport; the issue's goal: >= 0.95),
+inner / wtx+expect, and vllm-nccl / wtx-vllm-nccl (the same goal through vLLM's own engine).
 
     PYTHONPATH=build/python /usr/bin/python3 tools/bench/vllm_backend_bench.py \\
         [--model tests/conformance/models/qwen2.5-0.5b/config.json] [--rounds 5] [--json]
@@ -40,20 +50,26 @@ import statistics
 import sys
 import tempfile
 import time
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-import wtx
-import wtx.vllm
-
 HERE = os.path.dirname(os.path.abspath(__file__))
+# vLLM's weight-transfer code as the tests' double mirrors it; first, so that wtx.vllm's
+# engine subclasses its base class as it does under vLLM.
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "python", "vllm_double"))
+
+import wtx  # noqa: E402
+import wtx.vllm  # noqa: E402
 DEFAULT_MODEL = os.path.join(HERE, "..", "..", "tests", "conformance", "models", "qwen2.5-0.5b",
                              "config.json")
-ENGINE, TRAINER = 0, 1
+TRAINER, ENGINE = 0, 1  # the trainer is rank 0 of vLLM's NCCL group, as vLLM has it
 THREADS = int(os.environ.get("WTX_BENCH_THREADS", "0"))  # the participant's data-path threads
-ARMS = ("physical", "inner", "wtx", "wtx-copy", "wtx+expect")
+ARMS = ("physical", "inner", "wtx", "wtx-copy", "wtx+expect", "vllm-nccl", "wtx-vllm-nccl")
+NCCL_ADDRESS = ("127.0.0.1", 29611)  # the key of vLLM's (gloo) update group in the double
+VLLM_ARMS = ("vllm-nccl", "wtx-vllm-nccl")
 
 
 def sources_of(manifest):
@@ -99,20 +115,43 @@ def engine(manifest, work, tp_group):
             for param, box, sbox in srcs[name][1]:
                 params[param][_slices(box)].copy_(t[_slices(sbox)])
 
-    eng = wtx.vllm.WtxWeightTransferEngine({"inner": "torch_broadcast"}, None,
-                                           torch.device("cpu"), model)
+    from vllm.config import WeightTransferConfig
+    from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
+
+    # The served model's own loader (vLLM's load_weights): the copies plain_loader makes.
+    model.__class__ = type("ServedModel", (type(model),),
+                           {"load_weights": lambda self, weights: plain_loader(weights)})
+    vllm_config = SimpleNamespace(
+        parallel_config=SimpleNamespace(world_size=1, rank=0, data_parallel_index=0),
+        model_config=SimpleNamespace(dtype=torch.bfloat16), speculative_config=None)
+    nccl_init = {"master_address": NCCL_ADDRESS[0], "master_port": NCCL_ADDRESS[1],
+                 "rank_offset": 1, "world_size": 2}
+    vllm_alone = NCCLWeightTransferEngine(
+        WeightTransferConfig(backend="nccl", reload_mode="direct"), vllm_config,
+        torch.device("cpu"), model)
+    vllm_alone.init_transfer_engine(vllm_alone.parse_init_info(nccl_init))
+
+    eng = wtx.vllm.WtxWeightTransferEngine(
+        WeightTransferConfig(backend="wtx", reload_mode="direct"), vllm_config,
+        torch.device("cpu"), model)
     eng.process_group = tp_group
-    eng.init_transfer_engine({"journal_dir": os.path.join(work, "rank0"),
-                              "coordinator_journal": os.path.join(work, "coord"),
-                              "manifest": manifest.to_json(), "threads": THREADS,
-                              "inner": "torch_broadcast", "inner_init_info": {"src": TRAINER}})
+    init = {"journal_dir": os.path.join(work, "rank0"),
+            "coordinator_journal": os.path.join(work, "coord"),
+            "manifest": manifest.to_json(), "threads": THREADS}
+    inners = {"torch_broadcast": {"src": TRAINER}, "nccl": nccl_init}
+    current = "torch_broadcast"
+    eng.init_transfer_engine(dict(init, inner=current, inner_init_info=inners[current]))
     while True:
-        dist.barrier()  # the round starts on both sides together
         box = [None]
         dist.broadcast_object_list(box, src=TRAINER)
         arm, info = box[0]
         if arm == "exit":
             break
+        want = "nccl" if arm == "wtx-vllm-nccl" else "torch_broadcast"
+        if arm != "vllm-nccl" and want != current:  # outside the timed round
+            current = want
+            eng.init_transfer_engine(dict(init, inner=current, inner_init_info=inners[current]))
+        dist.barrier()  # the round starts on both sides together
         t0 = time.perf_counter()
         if arm == "physical":
             physical(info)
@@ -120,6 +159,12 @@ def engine(manifest, work, tp_group):
             phases = {"receive": time.perf_counter() - t0}
         elif arm == "inner":
             inner.receive_weights(inner.parse_update_info(info), plain_loader)
+            ok = True
+            phases = {"receive": time.perf_counter() - t0}
+        elif arm == "vllm-nccl":  # as vLLM's worker drives its own engine
+            vllm_alone.start_weight_update()
+            vllm_alone.receive_weights(vllm_alone.parse_update_info(info))
+            vllm_alone.finish_weight_update()
             ok = True
             phases = {"receive": time.perf_counter() - t0}
         else:
@@ -137,6 +182,8 @@ def engine(manifest, work, tp_group):
 
 
 def trainer(manifest, rounds):
+    from vllm.distributed.weight_transfer.nccl_engine import _group_of
+    nccl = _group_of(*NCCL_ADDRESS)  # vLLM's trainer-side communicator (rank 0 of it)
     g = torch.Generator().manual_seed(1)
     items = [(n, torch.randn(shape, generator=g).to(torch.bfloat16))
              for n, (shape, _) in sorted(sources_of(manifest).items())]
@@ -149,15 +196,19 @@ def trainer(manifest, rounds):
             expect = arm == "wtx+expect"
             info = wtx.vllm.trainer_update_info(items, tx=f"bench-{n}", kind="full",
                                                 expect_version=expect)
-            if arm in ("inner", "physical"):
+            if arm in ("inner", "physical", "vllm-nccl"):
                 info.pop("wtx")
+            dist.broadcast_object_list([(arm, info)], src=TRAINER)
             dist.barrier()
             t0 = time.perf_counter()
-            dist.broadcast_object_list([(arm, info)], src=TRAINER)
-            args = {"inner": "torch_broadcast", "inner_args": {"src": TRAINER}}
-            if expect:
-                args["manifests"] = [manifest]
-            wtx.vllm.WtxWeightTransferEngine.trainer_send_weights(iter(items), args)
+            if arm in VLLM_ARMS:  # vLLM's trainer side: one broadcast per tensor from rank 0
+                for _, t in items:
+                    nccl.broadcast(t, src=0, stream=None)
+            else:
+                args = {"inner": "torch_broadcast", "inner_args": {"src": TRAINER}}
+                if expect:
+                    args["manifests"] = [manifest]
+                wtx.vllm.WtxWeightTransferEngine.trainer_send_weights(iter(items), args)
             box = [None]
             dist.broadcast_object_list(box, src=ENGINE)
             dt = time.perf_counter() - t0
@@ -165,7 +216,6 @@ def trainer(manifest, rounds):
                 raise RuntimeError(f"round {r} {arm}: the update did not commit")
             if r > 0:
                 times[arm].append(dt)
-    dist.barrier()
     dist.broadcast_object_list([("exit", None)], src=TRAINER)
     return times
 
@@ -175,6 +225,8 @@ def process(rank, port, model_path, rounds, work, q):
                             world_size=2, timeout=datetime.timedelta(seconds=600))
     manifest = wtx.Manifest.from_hf_config(model_path, tp=1, rank=0, dtype="bf16")
     tp_group = dist.new_group([ENGINE])  # collective: both processes create it
+    from vllm.distributed.weight_transfer import nccl_engine
+    nccl_engine.GROUPS["%s:%d" % NCCL_ADDRESS] = dist.new_group([TRAINER, ENGINE])
     if rank == ENGINE:
         engine(manifest, work, tp_group)
     else:
@@ -211,6 +263,9 @@ def main():
                                  "median": round(statistics.median(ratio("wtx-copy")), 3)},
            "inner_vs_wtx_expect": {"min": round(min(ratio("wtx+expect")), 3),
                                    "median": round(statistics.median(ratio("wtx+expect")), 3)}}
+    vllm = [i / w for i, w in zip(times["vllm-nccl"], times["wtx-vllm-nccl"])]
+    out["vllm_nccl_vs_wtx_vllm_nccl"] = {"min": round(min(vllm), 3),
+                                         "median": round(statistics.median(vllm), 3)}
     # Every arm against the physical limit (physical / arm; 1.0: as fast as the limit).
     limit = lambda arm: [p / w for p, w in zip(times["physical"], times[arm])]  # noqa: E731
     out["physical_vs"] = {arm: {"min": round(min(limit(arm)), 3),

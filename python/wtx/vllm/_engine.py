@@ -16,8 +16,10 @@ its Worker drives them: `init_transfer_engine(init_info)`, `start_weight_update(
   base, modules, sources, rollback, verify, expect_version);
 * update_weights: while the inner receives, the served model's load_weights goes through wtx
   (reserve, the model's own loader, landed; or wtx's direct writes for torch_broadcast, in
-  place where it can); sparse_nccl's runtime-name patches become wtx patches. Every rank's
-  failure of the chunk reaches every rank: any aborts the update everywhere (wtx.Aborted);
+  place where it can; vLLM's nccl engine with reload_mode "direct" receives in place through
+  its own communicator, _direct.py); sparse_nccl's runtime-name patches become wtx patches.
+  Every rank's failure of the chunk reaches every rank: any aborts the update everywhere
+  (wtx.Aborted);
 * finish: the inner's finish (finalize_layerwise_reload), the refresh of derived state the
   processing recomputed, then prepare and the all-ranks commit; an empty round is a no-op.
 
@@ -43,6 +45,7 @@ from .. import (Aborted, Error, Manifest, Participant, _fill_reserved, _whole_vi
                expected_version)
 from ..torch_dist import Group, abort_quietly, decide_update, failure_reason, gather_from_ranks
 from ._broadcast import TorchBroadcastEngine
+from ._direct import receive_direct, speaks_vllm_nccl
 from ._extension import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 
 EXPECTED_VERSION_NAME = "__wtx__.expected_version"
@@ -379,6 +382,9 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
         self._rank = 0
         self._size = 1
         self._reloading = False  # the inner's start ran (vLLM's layerwise reload) until finish
+        # Sources reserved and loaded through the model's loader inside the inner's reload
+        # window: landed once the inner's finish has written them (_land_deferred).
+        self._deferred: List[str] = []
 
     # vLLM's base keeps these; without vLLM the engine has its own.
     if _ENGINE_BASE is object:
@@ -564,6 +570,7 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
         self._failure = None
         self._ended = None
         self._expected = None
+        self._deferred = []
         self._check_parameter_objects()
         self._buffers = None
         if self._init is not None and self._init.serving_gate == "restore":
@@ -606,7 +613,10 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
                 # sends, so a collective send completes and no trainer is left blocked.
                 self._fail(e)
             try:
-                if self._inner_takes_loader:
+                if self._receiver.enabled and speaks_vllm_nccl(self._inner, update_info.inner):
+                    # vLLM's NCCL engine in direct mode: its wire, received in place.
+                    receive_direct(self._inner, update_info.inner, self._destination, self._load)
+                elif self._inner_takes_loader:
                     self._inner.receive_weights(update_info.inner, self._load)
                 else:
                     with self._loads_through_wtx():
@@ -631,6 +641,7 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
         if self._failure is None:
             try:
                 self._check_parameter_objects()
+                self._land_deferred()
                 self._refresh_stale()
             except BaseException as e:
                 self._fail(e)
@@ -740,6 +751,12 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
         if self._failure is None:
             self._failure = _describe(e)
 
+    def _fail_on(self, name: str, e: BaseException) -> None:
+        """A failure of source `name`, named (a model's loader rarely says which tensor)."""
+        if self._failure is None:
+            what = _describe(e)
+            self._failure = what if name in what else f"{name}: {what}"
+
     def _exchange_failures(self, phase: str, failure: Optional[str]) -> None:
         """Every rank's failure of `phase` reaches every rank (collective); any aborts the open
         update everywhere and raises wtx.Aborted naming each rank and cause. A rank that is
@@ -782,6 +799,19 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
         except BaseException as e:
             return e
         return None
+
+    def _land_deferred(self) -> None:
+        """Lands what the model's loader took inside the inner's reload window, now that the
+        inner's finish has written it: vLLM's layerwise reload buffers each load and writes a
+        layer's processed bytes into the live storage only when the layer completes (or at
+        finalize), so a landing at load time would hash bytes that are not yet there."""
+        deferred, self._deferred = self._deferred, []
+        for name in deferred:
+            try:
+                self._p.landed_source(name)
+            except BaseException as e:
+                self._fail_on(name, e)  # named; finish aborts the update
+                raise
 
     def _finish_reload_quietly(self) -> None:
         """An update that ends early still ends the inner's reload (vLLM's layerwise reload
@@ -919,8 +949,9 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
     @property
     def receive_in_place(self) -> bool:
         """Whether full tensors are received straight into live memory where the inner
-        transport offers a destination hook (torch_broadcast); False: written by name
-        (received into the transport's buffer, then copied and hashed in one pass)."""
+        transport offers a destination hook (torch_broadcast) or wtx speaks its wire (vLLM's
+        nccl engine with reload_mode "direct", _direct.py); False: received into the
+        transport's buffer, then written by name or loaded by the model's loader."""
         return self._receiver.enabled
 
     @receive_in_place.setter
@@ -963,7 +994,7 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
                 try:
                     self._receiver.land(p, name, value)
                 except BaseException as e:
-                    self._fail(e)
+                    self._fail_on(name, e)
                     continue
             elif self._mode == "write_source" and not isinstance(value, (tuple, list)):
                 # Written on the writer thread while the transport receives the next tensor
@@ -971,9 +1002,14 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
                 self._writes.submit(functools.partial(p.write_source, name, value))
             else:
                 try:
-                    load_one(p, self._model_load or self.model, self._mode, name, value)
+                    if (self._reloading and self._mode == "load_weights"
+                            and not isinstance(value, (tuple, list))):
+                        if reserve_and_load(p, self._model_load or self.model, name, value):
+                            self._deferred.append(name)  # landed after the inner's finish
+                    else:
+                        load_one(p, self._model_load or self.model, self._mode, name, value)
                 except BaseException as e:
-                    self._fail(e)
+                    self._fail_on(name, e)
                     continue
             loaded.add(name)
         return loaded
@@ -1122,6 +1158,17 @@ class _Pipeline:
                     self._cv.notify_all()
 
 
+def reserve_and_load(p: Participant, model: Any, name: str, value: Any) -> bool:
+    """Reserves every shard of source `name` this rank holds, then hands it to the model's own
+    `load_weights`; whether anything was reserved (landed_source is the caller's, once the
+    bytes are in the live storage)."""
+    if not p.reserve_source(name):
+        return False
+    loader = model.load_weights if hasattr(model, "load_weights") else model
+    loader([(name, value)])
+    return True
+
+
 def load_one(p: Participant, model: Any, mode: str, name: str, value: Any) -> None:
     """One received item through wtx: a sparse patch `(indices, values)` (flat indices into the
     source), else the full source tensor written by name ("write_source") or loaded by the
@@ -1131,9 +1178,7 @@ def load_one(p: Participant, model: Any, mode: str, name: str, value: Any) -> No
         p.patch(name, indices, values)
     elif mode == "write_source":
         p.write_source(name, value)
-    elif p.reserve_source(name):
-        loader = model.load_weights if hasattr(model, "load_weights") else model
-        loader([(name, value)])
+    elif reserve_and_load(p, model, name, value):
         p.landed_source(name)
 
 

@@ -4,10 +4,11 @@
 refuses TP/PP > 1; draft updates unsupported. NCCL is gloo (nccl_engine.GROUPS)."""
 
 from dataclasses import dataclass
-from typing import Any, List
+from typing import Any, List, Optional
 
 import torch
 
+from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
 from vllm.distributed.weight_transfer.base import WeightTransferEngine, WeightTransferUpdateInfo
 from vllm.distributed.weight_transfer.nccl_engine import (NCCLWeightTransferInitInfo,
                                                           _broadcast, _group_of)
@@ -45,7 +46,7 @@ class SparseNCCLWeightTransferEngine(WeightTransferEngine):
 
     def __init__(self, config: Any, vllm_config: Any, device: Any, model: Any) -> None:
         super().__init__(config, vllm_config, device, model)
-        self.model_update_group = None
+        self.model_update_group: Optional[PyNcclCommunicator] = None
 
     def init_transfer_engine(self, init_info: NCCLWeightTransferInitInfo) -> None:
         self.model_update_group = _group_of(init_info.master_address, init_info.master_port)
@@ -62,6 +63,7 @@ class SparseNCCLWeightTransferEngine(WeightTransferEngine):
                                        update_info.num_updates_list):
             indices = torch.empty(n, dtype=torch.int32, device=self.device)
             values = torch.empty(n, dtype=getattr(torch, dtype_name), device=self.device)
+            assert self.model_update_group is not None
             _broadcast(indices, self.model_update_group)
             _broadcast(values, self.model_update_group)
             self._apply_patch(SparseWeightPatch(name, indices, values))
