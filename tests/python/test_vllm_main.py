@@ -463,6 +463,50 @@ def test_SparseNcclPatchesInRuntimeNamesCommitAsWtxDeltaPatches(tmp_path):
     assert st["serving"] and st["committed_tx"].startswith("vllm-"), st
 
 
+# ------------------------------------------------------------- a worker without the gate
+
+def test_EngineBuiltWithoutTheServingGateHookRefusesToInitialize(tmp_path):
+    """wtx registered by hand in a worker (not through wtx.vllm.register(), so the gate's hook
+    is not on vLLM's Worker.execute_model): init_transfer_engine refuses before anything opens,
+    naming the missing hook; once the hooks are in, the same call gets past the check."""
+    import subprocess
+    import sys
+    code = (
+        "import os, sys, torch\n"
+        "from types import SimpleNamespace\n"
+        "import vllm_world\n"  # puts the doubles first on sys.path
+        "from vllm.config import WeightTransferConfig\n"
+        "from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory\n"
+        "import wtx, wtx.vllm\n"
+        "torch.distributed.init_process_group('gloo', rank=0, world_size=1, "
+        "init_method='file://' + sys.argv[1] + '/pg')\n"
+        "WeightTransferEngineFactory.register_engine('wtx', 'wtx.vllm', "
+        "'WtxWeightTransferEngine')\n"
+        "eng = WeightTransferEngineFactory.create_engine(WeightTransferConfig(backend='wtx'), "
+        "vllm_world.vllm_config(1), torch.device('cpu'), torch.nn.Linear(2, 2))\n"
+        "info = {'journal_dir': sys.argv[1] + '/j/rank{rank}', "
+        "'coordinator_journal': sys.argv[1] + '/j/coord', 'inner': 'no_such_inner'}\n"
+        "for hooked in (False, True):\n"
+        "    if hooked:\n"
+        "        wtx.vllm.install_hooks()\n"
+        "    try:\n"
+        "        eng.init_transfer_engine(info)\n"
+        "    except wtx.Error as e:\n"
+        "        print(e.code, '|', e.message)\n"
+        "print(os.path.exists(sys.argv[1] + '/j'))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__),
+                                                       os.environ["PYTHONPATH"]]))
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    lines = out.stdout.splitlines()
+    assert len(lines) == 3, out.stdout + out.stderr
+    assert lines[0].startswith("E_UNSUPPORTED |"), lines[0]
+    assert "Worker.execute_model" in lines[0] and "general_plugins" in lines[0], lines[0]
+    # With the hooks in, the same info gets past the gate to its own error (the inner's name).
+    assert "no_such_inner" in lines[1], lines[1]
+    assert lines[2] == "False", lines[2]  # no journal was opened by either call
+
+
 # --------------------------------------------------------------------- the older contract
 
 def test_OlderVllmContractIsRefusedAtRegistrationNamingTheVersion(tmp_path):

@@ -131,6 +131,7 @@ def engine(manifest, work, tp_group):
         torch.device("cpu"), model)
     vllm_alone.init_transfer_engine(vllm_alone.parse_init_info(nccl_init))
 
+    wtx.vllm.install_hooks()  # the serving gate, as the plugin installs it in vLLM's workers
     eng = wtx.vllm.WtxWeightTransferEngine(
         WeightTransferConfig(backend="wtx", reload_mode="direct"), vllm_config,
         torch.device("cpu"), model)

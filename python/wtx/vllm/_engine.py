@@ -477,6 +477,15 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
         if inner_name == "wtx":
             raise InvalidInfo("init_info", type(self).__name__,
                               "init_info.inner: 'wtx' cannot wrap itself")
+        if _ENGINE_BASE is not object and self.vllm_config is not None:
+            # Built by vLLM: without the gate's worker hook, vLLM would generate from whatever
+            # an aborted update left; refused before anything opens.
+            from ._plugin import gate_missing
+            missing = gate_missing()
+            if missing is not None:
+                raise Error("E_UNSUPPORTED", f"init_transfer_engine: {missing}; after an "
+                            "aborted update vLLM would generate from bytes no committed "
+                            "version vouches for")
         if self.model is None:
             raise Error("INVALID_ARGUMENT", "init_transfer_engine: the engine has no model")
         group = self.process_group if self.process_group is not None else _vllm_tp_group()

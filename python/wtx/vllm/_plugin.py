@@ -20,7 +20,8 @@ worker or an engine). It
   - EngineCore.resume_scheduler: refused while any rank holds (generation stays paused);
   - EngineCore.set_weight_version / get_weight_version: a version is set, and read, only while
     every rank serves the version wtx committed (/weight_info answers an error otherwise).
-Hooks whose vLLM module does not import (an older layout, the API process) are skipped.
+Hooks whose vLLM module does not import (an older layout, the API process) are skipped; the
+engine itself refuses to initialize where the worker hook is missing (gate_missing()).
 """
 
 import functools
@@ -176,6 +177,21 @@ def _hook_engine_core(core_cls: Any) -> None:
     _wrap(core_cls, "set_weight_version",
           refused_while_held(lambda version="", *a: f"weight version '{version}' refused"))
     _wrap(core_cls, "get_weight_version", refused_while_held(lambda *a: "not ready"))
+
+
+def gate_missing() -> Optional[str]:
+    """Why vLLM's worker in this process could generate on a rank that holds (the serving
+    gate's worker hook is not on vLLM's Worker.execute_model), or None when it is in."""
+    worker = _vllm_module("vllm.v1.worker.gpu_worker")
+    cls = getattr(worker, "Worker", None)
+    if cls is None:
+        return ("vLLM's Worker (vllm.v1.worker.gpu_worker) is not importable, so the serving "
+                "gate cannot refuse its execute_model")
+    if not getattr(getattr(cls, "execute_model", None), _HOOKED, False):
+        return ("the serving gate is not hooked into vLLM's Worker.execute_model in this "
+                "process (wtx.vllm.register() did not run here: register wtx through its "
+                "vllm.general_plugins entry point, and keep 'wtx' in $VLLM_PLUGINS if set)")
+    return None
 
 
 def install_hooks() -> None:
