@@ -11,8 +11,8 @@ import os
 
 import pytest
 import torch
-from vllm_world import (UPDATE_GROUP_ADDRESS, Front, Source, groups, plugin_path,  # first:
-                        worker_main)  # puts vLLM's doubles where `import vllm` finds them
+from vllm_world import (UPDATE_GROUP_ADDRESS, Front, Layout, Source, groups,  # first: puts
+                        plugin_path, worker_main)  # vLLM's doubles where `import vllm` finds them
 
 import wtx
 import wtx.vllm
@@ -58,7 +58,7 @@ def _scales_fresh(worker, tp_rank):
 
 
 def _trainer_engine(front, args, manifests, source, gate="hold", prefix="step", tp=TP,
-                    packed=True, **wire):
+                    packed=True, journal="rank{rank}", coordinator="coord", **wire):
     from vllm.distributed.weight_transfer.base import WeightTransferInitInfo  # noqa: F401
     from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
     from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
@@ -68,8 +68,8 @@ def _trainer_engine(front, args, manifests, source, gate="hold", prefix="step", 
         inner_init_info={"master_address": UPDATE_GROUP_ADDRESS[0],
                          "master_port": UPDATE_GROUP_ADDRESS[1], "world_size": tp + 1,
                          "packed": packed, **wire},
-        engine_init_info={"journal_dir": os.path.join(d, "rank{rank}"),
-                          "coordinator_journal": os.path.join(d, "coord"),
+        engine_init_info={"journal_dir": os.path.join(d, journal),
+                          "coordinator_journal": os.path.join(d, coordinator),
                           "serving_gate": gate},
         manifests=manifests, tx_prefix=prefix, rank=0)
     return WeightTransferTrainerFactory.trainer_init(
@@ -80,11 +80,12 @@ def _manifests(front):
     return front.to_workers(_manifest_json)
 
 
-def world(target, args, tp=TP, reload_mode="layerwise", model=make_model):
+def world(target, args, tp=TP, reload_mode="layerwise", model=make_model, layout=None):
     plugins = plugin_path()
+    layout = layout or Layout(tp)
 
     def entry(rank, size, a):
-        g = groups(tp)
+        g = groups(tp, layout)
         if rank == 0:
             front = Front(tp, g, plugins)
             try:
@@ -93,7 +94,7 @@ def world(target, args, tp=TP, reload_mode="layerwise", model=make_model):
                 front.close()
         return worker_main(rank, tp, g, model, plugins, reload_mode)
 
-    results, _ = run_world(entry, tp + 1, args, timeout=150)
+    results, _ = run_world(entry, layout.workers + 1, args, timeout=150)
     return results
 
 
@@ -461,6 +462,101 @@ def test_SparseNcclPatchesInRuntimeNamesCommitAsWtxDeltaPatches(tmp_path):
     assert f["states"][0]["serving"], f["states"]
     st = r[1]["status"]
     assert st["serving"] and st["committed_tx"].startswith("vllm-"), st
+
+
+# ------------------------------------------------- data-parallel replicas, pipeline stages
+
+class _FailOnStage:
+    """The loader of `name` fails on the worker whose rank in its replica is `rank`."""
+
+    def __init__(self, name, rank):
+        self.name, self.rank = name, rank
+
+    def __call__(self, worker, tp_rank):
+        if worker.vllm_config.parallel_config.rank == self.rank:
+            worker.model_runner.model.fail_on = self.name
+
+
+def _each_forward(worker, tp_rank):
+    """This worker's forward pass (TP 1 here), or why the gate refused it."""
+    try:
+        return worker.execute_model(IDS)
+    except RuntimeError as e:
+        return str(e)
+
+
+def _replicas(front, args):
+    out = {}
+    # One journal per replica is required: the same paths are refused, naming the field.
+    with pytest.raises(Exception) as shared:
+        _trainer_engine(front, args, None, Source(hf_weights(1)), tp=2)
+    out["shared"] = str(shared.value)
+    engine = _trainer_engine(front, args, None, Source(hf_weights(1)), tp=2,
+                             journal="dp{dp_rank}/rank{rank}", coordinator="dp{dp_rank}/coord")
+    engine.send_weights()
+    out["forward"] = front.to_workers(_each_forward)
+    return out
+
+
+def test_DataParallelReplicasCommitEachInItsOwnJournalsToTheSameVersion(tmp_path):
+    r = world(_replicas, {"dir": str(tmp_path)}, tp=1, layout=Layout(tp=1, dp=2))
+    f = r[0]
+    assert "journal_dir" in f["shared"] and "{dp_rank}" in f["shared"], f["shared"]
+    for logits in f["forward"]:
+        assert_matches(logits, reference_forward(hf_weights(1), IDS))
+    # Each replica its own transaction and journals; the same bytes, the same version.
+    assert r[1]["weight_version"] == r[2]["weight_version"] is not None
+    assert sorted(os.listdir(tmp_path)) == ["dp0", "dp1"]
+    for d in ("dp0", "dp1"):
+        assert sorted(os.listdir(tmp_path / d)) == ["coord", "rank0"]
+
+
+def _stages(front, args):
+    out = {}
+    _trainer_engine(front, args, None, Source(hf_weights(1)), tp=2).send_weights()
+    out["first"] = front.to_workers(_each_forward)
+    # The loader fails on the second stage alone: the first stage aborts too.
+    front.to_workers(_FailOnStage("model.layers.1.mlp.down_proj.weight", 1))
+    with pytest.raises(Exception) as failed:
+        _trainer_engine(front, args, None, Source(hf_weights(2)), tp=2,
+                        prefix="bad").send_weights()
+    out["failure"] = str(failed.value)
+    out["held"] = front.to_workers(_each_forward)
+    front.to_workers(_clear_failures)
+    _trainer_engine(front, args, None, Source(hf_weights(3)), tp=2,
+                    prefix="again").send_weights()
+    out["third"] = front.to_workers(_each_forward)
+    return out
+
+
+def test_PipelineStagesCommitOrAbortTogether(tmp_path):
+    r = world(_stages, {"dir": str(tmp_path)}, tp=1, layout=Layout(tp=1, pp=2))
+    f = r[0]
+    for logits in f["first"]:
+        assert_matches(logits, reference_forward(hf_weights(1), IDS))
+    # One transaction over both stages (vLLM's world group): stage 1's failure aborts stage 0.
+    assert "rank 1" in f["failure"] and "cannot load" in f["failure"], f["failure"]
+    for refused in f["held"]:
+        assert isinstance(refused, str) and "execute_model refused" in refused, refused
+    for logits in f["third"]:
+        assert_matches(logits, reference_forward(hf_weights(3), IDS))
+    assert r[1]["weight_version"] == r[2]["weight_version"] is not None
+    assert r[1]["status"]["committed_tx"] == r[2]["status"]["committed_tx"]
+
+
+def _replicas_of_stages(front, args):
+    with pytest.raises(Exception) as refused:
+        _trainer_engine(front, args, None, Source(hf_weights(1)), tp=4,
+                        journal="dp{dp_rank}/rank{rank}", coordinator="dp{dp_rank}/coord")
+    return str(refused.value)
+
+
+def test_ReplicasOfSeveralStagesAreRefusedNamingTheLayout(tmp_path):
+    r = world(_replicas_of_stages, {"dir": str(tmp_path)}, tp=1,
+              layout=Layout(tp=1, dp=2, pp=2))
+    assert "E_UNSUPPORTED" in r[0] and "pipeline_parallel_size 2" in r[0], r[0]
+    assert "data_parallel_size 2" in r[0], r[0]
+    assert not os.listdir(tmp_path)  # refused before any journal opened
 
 
 # ------------------------------------------------------------- a worker without the gate

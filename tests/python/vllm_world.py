@@ -80,23 +80,53 @@ class Executor:
             dist.broadcast_object_list([("exit", (), {})], src=0, group=self.ctrl)
 
 
-def groups(tp: int) -> Dict[str, Any]:
-    """Every process makes the same groups, in the same order."""
-    world = tp + 1
+class Layout:
+    """vLLM's parallel layout of the workers: dp replicas of pp stages of tp ranks. Worker w
+    (global rank w + 1) is replica w // (pp * tp), stage (w // tp) % pp, TP rank w % tp."""
+
+    def __init__(self, tp: int, dp: int = 1, pp: int = 1) -> None:
+        self.tp, self.dp, self.pp = tp, dp, pp
+        self.workers = tp * dp * pp
+
+    def of(self, worker: int) -> Dict[str, int]:
+        """dp index, pp index, tp rank, and rank within its replica (vLLM's
+        parallel_config.rank) of worker `worker` (0-based)."""
+        tp, pp = self.tp, self.pp
+        return {"dp": worker // (pp * tp), "pp": (worker // tp) % pp, "tp": worker % tp,
+                "rank": worker % (pp * tp)}
+
+    def tp_groups(self) -> List[List[int]]:
+        return [[1 + first + t for t in range(self.tp)]
+                for first in range(0, self.workers, self.tp)]
+
+
+def groups(tp: int, layout: Optional[Layout] = None) -> Dict[str, Any]:
+    """Every process makes the same groups, in the same order: control and update groups of
+    every process, every TP group (g["tp"]: the list) and the workers' world group."""
+    layout = layout or Layout(tp)
+    world = layout.workers + 1
     g = {"ctrl": dist.new_group(list(range(world))),
          "update": dist.new_group(list(range(world))),
-         "tp": dist.new_group(list(range(1, world)))}
+         "tp_groups": [dist.new_group(ranks) for ranks in layout.tp_groups()],
+         "workers": dist.new_group(list(range(1, world))), "layout": layout}
+    g["tp"] = g["tp_groups"][0] if len(g["tp_groups"]) == 1 else None
     from vllm.distributed.weight_transfer import nccl_engine
     nccl_engine.GROUPS["%s:%d" % UPDATE_GROUP_ADDRESS] = g["update"]
     return g
 
 
-def vllm_config(tp: int, backend: str = "wtx", reload_mode: str = "layerwise") -> Any:
+def vllm_config(tp: int, backend: str = "wtx", reload_mode: str = "layerwise",
+                layout: Optional[Layout] = None, worker: int = 0) -> Any:
     from types import SimpleNamespace
     from vllm.config import WeightTransferConfig
+    layout = layout or Layout(tp)
+    at = layout.of(worker)
     return SimpleNamespace(
         weight_transfer_config=WeightTransferConfig(backend=backend, reload_mode=reload_mode),
-        parallel_config=SimpleNamespace(world_size=tp, rank=0, data_parallel_index=0),
+        parallel_config=SimpleNamespace(
+            world_size=layout.tp * layout.pp, rank=at["rank"], tensor_parallel_size=layout.tp,
+            pipeline_parallel_size=layout.pp, data_parallel_size=layout.dp,
+            data_parallel_index=at["dp"]),
         model_config=SimpleNamespace(dtype=torch.bfloat16), speculative_config=None)
 
 
@@ -104,14 +134,18 @@ def worker_main(rank: int, tp: int, g: Dict[str, Any], make_model: Any,
                 plugins: str, reload_mode: str = "layerwise") -> Dict[str, Any]:
     """A vLLM worker process: plugins, the worker, then the relayed calls until "exit"."""
     sys.path.insert(0, plugins)
-    from vllm.distributed.parallel_state import init_tp_group
+    from vllm.distributed.parallel_state import init_tp_group, init_world_group
     from vllm.v1.worker.gpu_worker import ModelRunnerDouble
     from vllm.v1.worker.worker_base import WorkerWrapperBase
-    init_tp_group(g["tp"])
-    tp_rank = rank - 1
-    model = make_model(tp, tp_rank, g["tp"])
+    layout: Layout = g["layout"]
+    tp_group = g["tp_groups"][(rank - 1) // layout.tp]
+    init_tp_group(tp_group)
+    init_world_group(g["workers"])
+    tp_rank = layout.of(rank - 1)["tp"]
+    model = make_model(layout.tp, tp_rank, tp_group)
     wrapper = WorkerWrapperBase()
-    wrapper.init_worker({"vllm_config": vllm_config(tp, reload_mode=reload_mode),
+    wrapper.init_worker({"vllm_config": vllm_config(tp, reload_mode=reload_mode, layout=layout,
+                                                    worker=rank - 1),
                          "model_runner": ModelRunnerDouble(model)})
     worker = wrapper.worker
     assert worker is not None
@@ -131,7 +165,7 @@ def worker_main(rank: int, tp: int, g: Dict[str, Any], make_model: Any,
             except Exception as e:
                 result = ("error", f"{type(e).__name__}: {e}")
         log.append((method, result[0]))
-        dist.all_gather_object([None] * (tp + 1), result, group=g["ctrl"])
+        dist.all_gather_object([None] * (layout.workers + 1), result, group=g["ctrl"])
     engine = worker.weight_transfer_engine
     status = engine.participant.status() if engine.participant is not None else None
     return {"log": log, "status": status, "active": worker._weight_update_active,
@@ -147,7 +181,7 @@ class Front:
         from vllm.entrypoints.rlhf_routes import RlhfRoutes
         from vllm.v1.engine.async_llm import AsyncLLM
         from vllm.v1.engine.core import EngineCore
-        self.executor = Executor(g["ctrl"], tp)
+        self.executor = Executor(g["ctrl"], g["layout"].workers)
         self.core = EngineCore(self.executor)  # loads the general plugins first
         self.llm = AsyncLLM(self.core)
         self.routes = RlhfRoutes(self.llm)

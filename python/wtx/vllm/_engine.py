@@ -47,6 +47,7 @@ from ..torch_dist import Group, abort_quietly, decide_update, failure_reason, ga
 from ._broadcast import TorchBroadcastEngine
 from ._direct import receive_direct, speaks_vllm_nccl
 from ._extension import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
+from ._placement import commit_group, journal_path, placement_of, tp_group
 
 EXPECTED_VERSION_NAME = "__wtx__.expected_version"
 _VERSION_BYTES = 128
@@ -140,8 +141,11 @@ _GATES = ("hold", "restore")
 class WtxInitInfo:
     """init_info of the "wtx" backend (a dict through vLLM's API; unknown keys raise).
 
-    journal_dir: this rank's journal ("{rank}" is replaced by the TP rank).
-    coordinator_journal: the coordinator's journal, used on TP rank 0.
+    journal_dir: this rank's journal ("{rank}" is replaced by the rank in the group a
+      transaction spans: the TP rank, or the rank across TP x PP with pipeline stages;
+      "{dp_rank}", required with several data-parallel replicas, by the replica's index).
+    coordinator_journal: the coordinator's journal, used on rank 0 of that group ("{dp_rank}"
+      as above).
     inner / inner_init_info: the transport that moves the bytes ("nccl", "ipc", "sparse_nccl",
       "torch_broadcast" or any registered name) and its own init_info. (vLLM's
       --weight-transfer-config forbids extra fields: the inner is named here.)
@@ -488,9 +492,17 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
                             "version vouches for")
         if self.model is None:
             raise Error("INVALID_ARGUMENT", "init_transfer_engine: the engine has no model")
-        group = self.process_group if self.process_group is not None else _vllm_tp_group()
-        tp_size, tp_rank = dist.get_world_size(group), dist.get_rank(group)
-        self._rank, self._size = tp_rank, tp_size
+        place = placement_of(self.parallel_config)
+        if self.process_group is not None:
+            tp, group = self.process_group, self.process_group
+        else:
+            tp, group = tp_group(), commit_group(place)
+        tp_size, tp_rank = dist.get_world_size(tp), dist.get_rank(tp)
+        self._rank, self._size = dist.get_rank(group), dist.get_world_size(group)
+        journal_dir = journal_path(info.journal_dir, "journal_dir", self._rank, place)
+        coordinator_journal = (journal_path(info.coordinator_journal, "coordinator_journal",
+                                            self._rank, place)
+                               if info.coordinator_journal else info.coordinator_journal)
         inner, inner_init = self._build_inner(inner_name, info)
         if info.manifest is not None:
             manifest = Manifest.from_json(info.manifest)
@@ -508,14 +520,13 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
         extra: Dict[str, Any] = {}
         if info.rollback_budget_bytes is not None:
             extra["rollback_budget_bytes"] = info.rollback_budget_bytes
-        participant = Participant.open(info.journal_dir.replace("{rank}", str(tp_rank)),
-                                       manifest, rank=tp_rank,
+        participant = Participant.open(journal_dir, manifest, rank=self._rank,
                                        tensors=pinned if len(pinned) == len(names)
                                        else self.model,
                                        kernel_identity=info.kernel_identity,
                                        threads=info.threads, **extra)
         try:
-            self.group = Group(participant, info.coordinator_journal, group=group,
+            self.group = Group(participant, coordinator_journal, group=group,
                                prepare_timeout=info.prepare_timeout)
             inner.init_transfer_engine(inner_init)
         except BaseException:
@@ -1189,14 +1200,6 @@ def load_one(p: Participant, model: Any, mode: str, name: str, value: Any) -> No
         p.write_source(name, value)
     elif reserve_and_load(p, model, name, value):
         p.landed_source(name)
-
-
-def _vllm_tp_group() -> Any:
-    try:
-        from vllm.distributed.parallel_state import get_tp_group
-        return get_tp_group().cpu_group
-    except Exception:
-        return None  # the default group
 
 
 register_inner("torch_broadcast", TorchBroadcastEngine)

@@ -1,6 +1,7 @@
-"""Double of vllm/distributed/parallel_state.py's get_tp_group(): the worker's tensor-parallel
-group coordinator, whose `cpu_group` is a gloo group of the TP ranks. The tests set it as vLLM's
-worker initialization does (init_tp_group)."""
+"""Double of vllm/distributed/parallel_state.py's group accessors: get_tp_group() (the worker's
+tensor-parallel group coordinator) and get_world_group() (every worker of the torch world:
+with one data-parallel replica, its TP x PP ranks), each with a `cpu_group`, a gloo group.
+The tests set them as vLLM's worker initialization does (init_tp_group, init_world_group)."""
 
 from typing import Any, Optional
 
@@ -11,6 +12,7 @@ class GroupCoordinator:
 
 
 _TP: Optional[GroupCoordinator] = None
+_WORLD: Optional[GroupCoordinator] = None
 
 
 def init_tp_group(cpu_group: Any) -> None:
@@ -18,6 +20,16 @@ def init_tp_group(cpu_group: Any) -> None:
     _TP = GroupCoordinator(cpu_group)
 
 
+def init_world_group(cpu_group: Any) -> None:
+    global _WORLD
+    _WORLD = GroupCoordinator(cpu_group)
+
+
 def get_tp_group() -> GroupCoordinator:
     assert _TP is not None, "tensor model parallel group is not initialized"
     return _TP
+
+
+def get_world_group() -> GroupCoordinator:
+    assert _WORLD is not None, "world group is not initialized"
+    return _WORLD
