@@ -1,4 +1,5 @@
-"""wtx for SGLang: its weight-update path as wtx transactions over the TP group, installed
+"""wtx for SGLang: its weight-update path as wtx transactions over the TP group (every pipeline
+stage's ranks with several: commit_group), installed
 into SGLang's own objects so that SGLang's code calls it with its own arguments
 (docs/sglang.md).
 
@@ -48,7 +49,8 @@ from .vllm._engine import (EXPECTED_VERSION_NAME, InPlaceReceiver, _UpdateState,
                            holds, load_one)
 from .vllm._extension import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 
-__all__ = ["WtxSglangAdapter", "EXPECTED_VERSION_NAME", "expected_version_tensor", "install",
+__all__ = ["WtxSglangAdapter", "EXPECTED_VERSION_NAME", "commit_group", "expected_version_tensor",
+           "install",
            "plugin", "weight_loader"]
 
 _GATES = ("hold", "restore")
@@ -116,8 +118,9 @@ class WtxSglangAdapter(_UpdateState):
                  kernel_identity: str = "", prepare_timeout: float = 30.0,
                  serving_gate: str = "hold",
                  rollback_budget_bytes: Optional[int] = None) -> Dict[str, Any]:
-        """Opens this rank's participant over the model and joins 2PC over the TP `group`
-        (collective). Returns the participant's status."""
+        """Opens this rank's participant over the model (its manifest sharded by the runner's
+        TP size and rank) and joins 2PC over `group` (collective; the TP group, or every
+        pipeline stage's ranks). Returns the participant's status."""
         if self.participant is not None:
             raise Error("INVALID_ARGUMENT", "init_wtx: already initialized (close() first)")
         if load not in ("write_source", "load_weights"):
@@ -126,12 +129,17 @@ class WtxSglangAdapter(_UpdateState):
         if serving_gate not in _GATES:
             raise Error("INVALID_ARGUMENT", f"init_wtx: serving_gate must be one of {_GATES}, "
                         f"not {serving_gate!r}")
-        size, rank = dist.get_world_size(group), dist.get_rank(group)
+        rank = dist.get_rank(group)
         if manifest is None:
             mapping = (stacked_params_mapping if stacked_params_mapping is not None
                        else getattr(self.model, "stacked_params_mapping",
                                     LLAMA_STACKED_PARAMS_MAPPING))
-            manifest = manifest_from_module(self.model, mapping, size, rank)
+            # Sharded by tensor parallelism only: the runner's TP size and rank (the group may
+            # span pipeline stages too); without them, the group's.
+            tp_size = getattr(self.runner, "tp_size", None) or dist.get_world_size(group)
+            tp_rank = getattr(self.runner, "tp_rank", None)
+            manifest = manifest_from_module(self.model, mapping, tp_size,
+                                            rank if tp_rank is None else tp_rank)
         extra: Dict[str, Any] = {}
         if rollback_budget_bytes is not None:
             extra["rollback_budget_bytes"] = rollback_budget_bytes
@@ -406,16 +414,28 @@ def weight_loader(model: Any, named_tensors: List[Tuple[str, torch.Tensor]]) -> 
         raise Error("E_UPDATE_FAILED", message)
 
 
+def commit_group(scheduler: Any) -> Any:
+    """The CPU group a step of this scheduler's rank spans: every rank serving one copy of the
+    model. Its TP group (scheduler.tp_cpu_group) with one pipeline stage; with several, SGLang's
+    world group of TP x PP ranks (one stage committing while another aborts would serve two
+    versions). Each data-parallel replica is its own server world, so its own group."""
+    runner = scheduler.tp_worker.model_runner
+    if int(getattr(runner, "pp_size", 1) or 1) == 1:
+        return scheduler.tp_cpu_group
+    from sglang.srt.distributed.parallel_state import get_world_group
+    return get_world_group().cpu_group
+
+
 def install(scheduler: Any, journal_dir: str, coordinator_journal: Optional[str] = None,
             group: Any = None, **init_options: Any) -> WtxSglangAdapter:
-    """Installs wtx into one TP rank of SGLang (module docstring): the adapter over
+    """Installs wtx into one rank of SGLang (module docstring): the adapter over
     scheduler.tp_worker.model_runner, its ModelRunner methods, and the scheduler's update
-    handlers and continue_generation. Collective over the TP `group` (default: the
-    scheduler's tp_cpu_group). Returns the adapter."""
+    handlers and continue_generation. Collective over `group` (default: commit_group(): the
+    TP group, or every pipeline stage's ranks). Returns the adapter."""
     runner = scheduler.tp_worker.model_runner
     adapter = WtxSglangAdapter(runner)
     adapter.init_wtx(journal_dir, coordinator_journal,
-                     group=group if group is not None else scheduler.tp_cpu_group,
+                     group=group if group is not None else commit_group(scheduler),
                      **init_options)
     adapter.autocommit = False  # steps: committed at continue_generation
     runner.update_weights_from_distributed = adapter.update_weights_from_distributed
@@ -473,9 +493,12 @@ def _hold(scheduler: Any) -> None:
 def plugin() -> None:
     """SGLang's general plugin (the `sglang.srt.plugins` entry point `wtx`, run in every SGLang
     process before it builds a Scheduler): when $WTX_SGLANG_JOURNAL_DIR is set, every Scheduler
-    built in this process installs wtx into itself once constructed (install(), its TP rank's
-    journal "$WTX_SGLANG_JOURNAL_DIR/rank{tp_rank}", the coordinator's
-    $WTX_SGLANG_COORDINATOR_JOURNAL (default "$WTX_SGLANG_JOURNAL_DIR/coordinator"), the gate
+    built in this process installs wtx into itself once constructed (install() over
+    commit_group(), its rank's journal "$WTX_SGLANG_JOURNAL_DIR/rank{rank}" (the rank in that
+    group; under "dp{dp_rank}/" for a data-parallel replica), the coordinator's
+    $WTX_SGLANG_COORDINATOR_JOURNAL ("{dp_rank}" replaced; default "coordinator" beside the
+    ranks' journals), how tensors land $WTX_SGLANG_LOAD (write_source|load_weights: the
+    model's own loader), the gate
     $WTX_SGLANG_SERVING_GATE (hold|restore), $WTX_SGLANG_ROLLBACK_BUDGET_BYTES); in the tokenizer
     process, a request's weight_version is published only at the step's commit point
     (continue_generation), once every rank serves the version wtx committed. Without the
@@ -493,18 +516,22 @@ def plugin() -> None:
     original = cls.__init__
     if getattr(original, "__wtx_hook__", False):
         return
-    options: Dict[str, Any] = {"serving_gate": os.environ.get("WTX_SGLANG_SERVING_GATE", "hold")}
+    options: Dict[str, Any] = {"serving_gate": os.environ.get("WTX_SGLANG_SERVING_GATE", "hold"),
+                               "load": os.environ.get("WTX_SGLANG_LOAD", "write_source")}
     if os.environ.get("WTX_SGLANG_ROLLBACK_BUDGET_BYTES"):
         options["rollback_budget_bytes"] = int(os.environ["WTX_SGLANG_ROLLBACK_BUDGET_BYTES"])
-    coordinator = os.environ.get("WTX_SGLANG_COORDINATOR_JOURNAL",
-                                 os.path.join(journal, "coordinator"))
+    coordinator = os.environ.get("WTX_SGLANG_COORDINATOR_JOURNAL", "")
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        rank = getattr(self, "tp_rank", None)
-        if rank is None:
-            rank = dist.get_rank(self.tp_cpu_group)
-        install(self, os.path.join(journal, f"rank{rank}"), coordinator, **options)
+        group = commit_group(self)
+        dp = getattr(self.tp_worker.model_runner, "dp_rank", None)
+        # A data-parallel replica's journals under dp{i}/ (each replica commits on its own).
+        base = journal if dp is None else os.path.join(journal, f"dp{dp}")
+        where = (coordinator.replace("{dp_rank}", str(dp or 0)) if coordinator
+                 else os.path.join(base, "coordinator"))
+        install(self, os.path.join(base, f"rank{dist.get_rank(group)}"), where, group=group,
+                **options)
 
     __init__.__wtx_hook__ = True  # type: ignore[attr-defined]
     __init__.__doc__ = original.__doc__

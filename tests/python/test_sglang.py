@@ -30,7 +30,8 @@ NAMES = sorted(hf_weights(0))
 
 def _groups():
     g = {"ctrl": dist.new_group([0, 1, 2]), "update": dist.new_group([0, 1, 2]),
-         "tp": dist.new_group([1, 2])}
+         "tp": dist.new_group([1, 2]),
+         "stages": [dist.new_group([1]), dist.new_group([2])]}  # TP 1 per stage (args "pp")
     from sglang.srt.model_executor import model_runner
     model_runner.GROUPS["%s:%d" % ADDRESS] = g["update"]
     return g
@@ -41,9 +42,16 @@ def engine(rank, g, args):
     from sglang.srt.managers.tp_worker import TpModelWorker
     from sglang.srt.model_executor.model_runner import ModelRunner
     from vllm_model import VllmLlama
-    tp_rank = rank - 1
-    model = VllmLlama(TP, tp_rank, g["tp"])
-    worker = TpModelWorker(ModelRunner(model, tp_rank), tp_rank)
+    if args.get("pp"):  # two pipeline stages of TP 1 (each holds the tiny model whole)
+        from sglang.srt.distributed.parallel_state import init_world_group
+        init_world_group(g["tp"])  # the server's world: both stages
+        tp_group, tp_rank = g["stages"][rank - 1], 0
+        runner = ModelRunner(VllmLlama(1, 0, tp_group), 0, tp_size=1, pp_rank=rank - 1,
+                             pp_size=2)
+    else:
+        tp_group, tp_rank = g["tp"], rank - 1
+        runner = ModelRunner(VllmLlama(TP, tp_rank, tp_group), tp_rank, tp_size=TP)
+    worker = TpModelWorker(runner, tp_rank)
     d = args["dir"]
     if args.get("plugin"):
         # As SGLang starts a scheduler process: its plugins (wtx's entry point, configured by
@@ -51,9 +59,10 @@ def engine(rank, g, args):
         from sglang.srt.managers.scheduler import run_scheduler_process
         sys.path.insert(0, args["plugin"])
         os.environ["WTX_SGLANG_JOURNAL_DIR"] = d
-        scheduler = run_scheduler_process(worker, g["tp"])
+        os.environ["WTX_SGLANG_LOAD"] = args.get("load", "write_source")
+        scheduler = run_scheduler_process(worker, tp_group)
     else:
-        scheduler = Scheduler(worker, g["tp"])
+        scheduler = Scheduler(worker, tp_group)
         wtx.sglang.install(scheduler, os.path.join(d, f"rank{tp_rank}"),
                            os.path.join(d, "coord"), load=args.get("load", "write_source"),
                            serving_gate=args.get("gate", "hold"))
@@ -271,6 +280,47 @@ def test_FailedBucketAbortsEveryRankAndGenerationStaysPausedUntilAFullStep(tmp_p
     for _, st in f["after"]:
         assert st["serving"] and not st["paused"], st
     assert_matches(f["logits"], reference_forward(hf_weights(3), IDS))
+
+
+class _FailOnStage:
+    def __init__(self, name, stage):
+        self.name, self.stage = name, stage
+
+    def __call__(self, scheduler, tp_rank):
+        runner = scheduler.tp_worker.model_runner
+        if runner.pp_rank == self.stage:
+            runner.model.fail_on = self.name
+
+
+def _stages(t, args):
+    out = {}
+    t.step(hf_weights(1), "1")
+    t.call("__test__", _FailOnStage(NAMES[3], 1))  # in the first bucket, the second stage
+    out["failed"] = t.step(hf_weights(2), "2", fail_bucket=0)
+    out["held"] = t.call("__test__", _state)
+    t.call("__test__", _clear)
+    t.step(hf_weights(3), "3")
+    out["after"] = t.call("__test__", _state)
+    out["logits"] = t.call("generate", IDS)
+    return out
+
+
+def test_PipelineStagesCommitOrAbortTogether(tmp_path):
+    """Two pipeline stages (installed by SGLang's plugin loading): one step spans both, so a
+    bucket failing on the second stage aborts the first too; the next full step serves."""
+    from vllm_world import plugin_path
+    r = world(_stages, {"dir": str(tmp_path), "load": "load_weights", "pp": 2,
+                        "plugin": plugin_path("sglang.srt.plugins")})
+    f = r[0]
+    for reply in _failed_bucket_answer(f["failed"]):
+        assert not reply.success and "rank 1" in reply.message, reply
+    for _, st in f["held"]:
+        assert st["paused"] and not st["serving"], st  # the first stage holds too
+    versions = {st["version"] for _, st in f["after"]}
+    assert len(versions) == 1 and None not in versions, f["after"]
+    for _, logits in f["logits"]:
+        assert_matches(logits, reference_forward(hf_weights(3), IDS))
+    assert sorted(os.listdir(tmp_path)) == ["coordinator", "rank0", "rank1"]
 
 
 def _restore(t, args):

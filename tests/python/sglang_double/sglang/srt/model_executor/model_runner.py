@@ -71,9 +71,16 @@ class ServerArgs:
 
 class ModelRunner:
     def __init__(self, model: Any, tp_rank: int, device: Any = "cpu",
-                 server_args: Optional[ServerArgs] = None) -> None:
+                 server_args: Optional[ServerArgs] = None, tp_size: int = 1,
+                 pp_rank: int = 0, pp_size: int = 1, dp_rank: Optional[int] = None) -> None:
+        # The parallel attributes ModelRunner.__init__ keeps (model_runner.py: tp_rank,
+        # tp_size, dp_rank, pp_rank, pp_size from its arguments).
         self.model = model
         self.tp_rank = tp_rank
+        self.tp_size = tp_size
+        self.pp_rank = pp_rank
+        self.pp_size = pp_size
+        self.dp_rank = dp_rank
         self.device = torch.device(device)
         self.server_args = server_args or ServerArgs()
         self._model_update_group: Dict[str, Any] = {}
