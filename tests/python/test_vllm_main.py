@@ -466,14 +466,15 @@ def test_SparseNcclPatchesInRuntimeNamesCommitAsWtxDeltaPatches(tmp_path):
 
 # ------------------------------------------------- data-parallel replicas, pipeline stages
 
-class _FailOnStage:
-    """The loader of `name` fails on the worker whose rank in its replica is `rank`."""
+class _FailWhere:
+    """The loader of `name` fails on the workers whose parallel_config `field` is `value`
+    (rank: the rank within its replica; data_parallel_index: its replica)."""
 
-    def __init__(self, name, rank):
-        self.name, self.rank = name, rank
+    def __init__(self, name, field, value):
+        self.name, self.field, self.value = name, field, value
 
     def __call__(self, worker, tp_rank):
-        if worker.vllm_config.parallel_config.rank == self.rank:
+        if getattr(worker.vllm_config.parallel_config, self.field) == self.value:
             worker.model_runner.model.fail_on = self.name
 
 
@@ -516,7 +517,7 @@ def _stages(front, args):
     _trainer_engine(front, args, None, Source(hf_weights(1)), tp=2).send_weights()
     out["first"] = front.to_workers(_each_forward)
     # The loader fails on the second stage alone: the first stage aborts too.
-    front.to_workers(_FailOnStage("model.layers.1.mlp.down_proj.weight", 1))
+    front.to_workers(_FailWhere("model.layers.1.mlp.down_proj.weight", "rank", 1))
     with pytest.raises(Exception) as failed:
         _trainer_engine(front, args, None, Source(hf_weights(2)), tp=2,
                         prefix="bad").send_weights()
@@ -542,6 +543,31 @@ def test_PipelineStagesCommitOrAbortTogether(tmp_path):
         assert_matches(logits, reference_forward(hf_weights(3), IDS))
     assert r[1]["weight_version"] == r[2]["weight_version"] is not None
     assert r[1]["status"]["committed_tx"] == r[2]["status"]["committed_tx"]
+
+
+def _experts_over_replicas(front, args):
+    out = {}
+    # One transaction over both replicas: the group's ranks name the journals, no {dp_rank}.
+    _trainer_engine(front, args, None, Source(hf_weights(1)), tp=2).send_weights()
+    front.to_workers(_FailWhere("model.layers.1.mlp.down_proj.weight",
+                                "data_parallel_index", 1))
+    with pytest.raises(Exception) as failed:
+        _trainer_engine(front, args, None, Source(hf_weights(2)), tp=2,
+                        prefix="bad").send_weights()
+    out["failure"] = str(failed.value)
+    out["held"] = front.to_workers(_each_forward)
+    return out
+
+
+def test_ExpertParallelReplicasCommitOrAbortTogether(tmp_path):
+    r = world(_experts_over_replicas, {"dir": str(tmp_path)}, tp=1,
+              layout=Layout(tp=1, dp=2, ep=True))
+    f = r[0]
+    assert "rank 1" in f["failure"] and "cannot load" in f["failure"], f["failure"]
+    for refused in f["held"]:  # replica 0 aborted with replica 1
+        assert isinstance(refused, str) and "execute_model refused" in refused, refused
+    assert r[1]["weight_version"] == r[2]["weight_version"] is not None
+    assert sorted(os.listdir(tmp_path)) == ["coord", "rank0", "rank1"]
 
 
 def _replicas_of_stages(front, args):

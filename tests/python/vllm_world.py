@@ -84,8 +84,8 @@ class Layout:
     """vLLM's parallel layout of the workers: dp replicas of pp stages of tp ranks. Worker w
     (global rank w + 1) is replica w // (pp * tp), stage (w // tp) % pp, TP rank w % tp."""
 
-    def __init__(self, tp: int, dp: int = 1, pp: int = 1) -> None:
-        self.tp, self.dp, self.pp = tp, dp, pp
+    def __init__(self, tp: int, dp: int = 1, pp: int = 1, ep: bool = False) -> None:
+        self.tp, self.dp, self.pp, self.ep = tp, dp, pp, ep
         self.workers = tp * dp * pp
 
     def of(self, worker: int) -> Dict[str, int]:
@@ -102,7 +102,8 @@ class Layout:
 
 def groups(tp: int, layout: Optional[Layout] = None) -> Dict[str, Any]:
     """Every process makes the same groups, in the same order: control and update groups of
-    every process, every TP group (g["tp"]: the list) and the workers' world group."""
+    every process, every TP group (g["tp_groups"]; g["tp"] when there is one) and the workers'
+    world group (vLLM's: across data-parallel replicas too)."""
     layout = layout or Layout(tp)
     world = layout.workers + 1
     g = {"ctrl": dist.new_group(list(range(world))),
@@ -126,7 +127,7 @@ def vllm_config(tp: int, backend: str = "wtx", reload_mode: str = "layerwise",
         parallel_config=SimpleNamespace(
             world_size=layout.tp * layout.pp, rank=at["rank"], tensor_parallel_size=layout.tp,
             pipeline_parallel_size=layout.pp, data_parallel_size=layout.dp,
-            data_parallel_index=at["dp"]),
+            data_parallel_index=at["dp"], enable_expert_parallel=layout.ep),
         model_config=SimpleNamespace(dtype=torch.bfloat16), speculative_config=None)
 
 

@@ -1,12 +1,18 @@
 """Where a vLLM worker sits in the parallel layout, and the group its transactions span.
 
-A transaction covers every rank that serves one copy of the model: a data-parallel replica's
-tensor-parallel group and, with pipeline stages, every stage of it (one stage committing while
-another aborts would serve a model made of two versions). vLLM gives a replica's TP group
-(get_tp_group) and, with one replica, its world group of TP x PP ranks (get_world_group); with
-several replicas and several stages no vLLM group spans exactly one replica, so that layout is
-refused. Replicas commit independently, each with its own journals: with more than one, the
-journal paths must carry "{dp_rank}".
+A transaction covers every rank that serves one copy of the model (one part committing while
+another aborts would serve a model made of two versions):
+
+* a data-parallel replica's tensor-parallel group (get_tp_group);
+* with pipeline stages, every stage too: vLLM's world group (get_world_group), which with one
+  replica is its TP x PP ranks;
+* with expert parallelism across replicas (enable_expert_parallel, data_parallel_size > 1) the
+  experts of one copy are spread over every replica, so one transaction spans them all: the
+  world group, which vLLM builds across replicas (world_size_across_dp).
+
+Several replicas of several stages without expert parallelism have no vLLM group spanning
+exactly one replica: refused. Replicas that commit independently have their own journals, so
+their paths must carry "{dp_rank}".
 """
 
 from dataclasses import dataclass
@@ -23,6 +29,12 @@ class Placement:
     dp_size: int = 1
     dp_index: int = 0
     pp_size: int = 1
+    expert_parallel: bool = False
+
+    @property
+    def replicas_commit_together(self) -> bool:
+        """Whether one transaction spans every replica (experts spread over them)."""
+        return self.expert_parallel and self.dp_size > 1
 
 
 def _int(config: Any, *names: str, default: int) -> int:
@@ -40,7 +52,9 @@ def placement_of(parallel_config: Any) -> Placement:
     return Placement(dp_size=max(1, _int(parallel_config, "data_parallel_size", default=1)),
                      dp_index=_int(parallel_config, "data_parallel_index", "data_parallel_rank",
                                    default=0),
-                     pp_size=max(1, _int(parallel_config, "pipeline_parallel_size", default=1)))
+                     pp_size=max(1, _int(parallel_config, "pipeline_parallel_size", default=1)),
+                     expert_parallel=getattr(parallel_config, "enable_expert_parallel",
+                                             False) is True)
 
 
 def _group(getter: str) -> Optional[Any]:
@@ -59,20 +73,24 @@ def tp_group() -> Optional[Any]:
 def commit_group(placement: Placement) -> Optional[Any]:
     """The CPU group a transaction of this worker spans (module docstring). Raises wtx.Error
     E_UNSUPPORTED for several replicas of several stages."""
+    if placement.replicas_commit_together:
+        return _group("get_world_group")
     if placement.pp_size == 1:
         return tp_group()
     if placement.dp_size > 1:
         raise Error("E_UNSUPPORTED", f"init_transfer_engine: pipeline_parallel_size "
                     f"{placement.pp_size} with data_parallel_size {placement.dp_size}: a "
                     "transaction must span every stage of one replica and no vLLM group does "
-                    "(one replica, or one stage per replica, is supported)")
+                    "(one replica, one stage per replica, or expert parallelism across the "
+                    "replicas is supported)")
     return _group("get_world_group")
 
 
 def journal_path(template: str, field: str, rank: int, placement: Placement) -> str:
     """`template` with "{rank}" (the rank in the commit group) and "{dp_rank}" replaced.
     Raises wtx.Error INVALID_ARGUMENT naming `field` when several replicas would share it."""
-    if placement.dp_size > 1 and "{dp_rank}" not in template:
+    if (placement.dp_size > 1 and not placement.replicas_commit_together
+            and "{dp_rank}" not in template):
         raise Error("INVALID_ARGUMENT", f"init_info.{field}: data_parallel_size is "
                     f"{placement.dp_size}, so each replica needs its own journals: put "
                     f"'{{dp_rank}}' in the path (got {template!r})")
