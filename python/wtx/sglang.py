@@ -1,7 +1,6 @@
 """wtx for SGLang: its weight-update path as wtx transactions over the TP group (every pipeline
-stage's ranks with several: commit_group), installed
-into SGLang's own objects so that SGLang's code calls it with its own arguments
-(docs/sglang.md).
+stage's ranks with several: commit_group), installed into SGLang's own objects so that SGLang's
+code calls it with its own arguments (docs/sglang.md).
 
     adapter = wtx.sglang.install(scheduler, journal_dir=..., coordinator_journal=...,
                                  group=scheduler.tp_cpu_group)
@@ -50,8 +49,7 @@ from .vllm._engine import (EXPECTED_VERSION_NAME, InPlaceReceiver, _UpdateState,
 from .vllm._extension import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 
 __all__ = ["WtxSglangAdapter", "EXPECTED_VERSION_NAME", "commit_group", "expected_version_tensor",
-           "install",
-           "plugin", "weight_loader"]
+           "install", "plugin", "weight_loader"]
 
 _GATES = ("hold", "restore")
 STATUS_ACTION = "wtx_status"  # the check_weights action answering each rank's wtx state

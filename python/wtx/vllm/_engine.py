@@ -20,7 +20,8 @@ its Worker drives them: `init_transfer_engine(init_info)`, `start_weight_update(
   its own communicator, _direct.py); sparse_nccl's runtime-name patches become wtx patches.
   Every rank's failure of the chunk reaches every rank: any aborts the update everywhere
   (wtx.Aborted);
-* finish: the inner's finish (finalize_layerwise_reload), the refresh of derived state the
+* finish: the inner's finish (finalize_layerwise_reload), the landings of what the reload
+  wrote (hashed only now that the bytes are there), the refresh of derived state the
   processing recomputed, then prepare and the all-ranks commit; an empty round is a no-op.
 
 The serving gate (hold or restore, init_info.serving_gate) and vLLM-side hooks: _plugin.py. The
