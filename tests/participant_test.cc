@@ -432,6 +432,55 @@ TEST_CASE("ManifestFingerprintMismatchRefusesBegin") {
   CHECK_FALSE(x.ps[0]->status().active_tx);
 }
 
+TEST_CASE("RanksOfDifferentManifestGroupsMayHoldDifferentManifests") {
+  // Pipeline stages: ranks 0 and 2 hold one manifest, rank 1 another; with the groups declared
+  // the begin goes through, and a rank that disagrees with its own group is refused.
+  TempDir dir;
+  auto j = SmallManifestJson();
+  ManifestPtr a = ParseManifest(j).value();
+  j["params"][2]["shape"] = nlohmann::json::array({16});
+  ManifestPtr b = ParseManifest(j).value();
+  InProcTransport t{3};
+  std::vector<std::unique_ptr<Participant>> ps;
+  for (int r = 0; r < 3; ++r) {
+    ParticipantOptions o;
+    o.rank = r;
+    o.journal_dir = dir.sub("rank-" + std::to_string(r));
+    ps.push_back(std::move(Participant::Open(std::move(o), r == 1 ? b : a).value()));
+    t.SetParticipant(r, ps.back().get());
+  }
+  CoordinatorOptions co;
+  co.journal_dir = dir.sub("coordinator");
+  co.manifest_groups = {0, 1, 0};
+  auto c = std::move(Coordinator::Open(co, &t).value());
+  BeginOutcome ok = c->Begin(Req("t1", TxKind::kFull));
+  CHECK(ok.status.ok());
+  REQUIRE(c->Abort("t1").status.ok());
+  // Rank 2 declared with rank 1's group: it disagrees with rank 1, which is named.
+  CoordinatorOptions wrong = co;
+  wrong.journal_dir = dir.sub("coordinator-2");
+  wrong.manifest_groups = {0, 1, 1};
+  auto c2 = std::move(Coordinator::Open(wrong, &t).value());
+  BeginOutcome refused = c2->Begin(Req("t2", TxKind::kFull));
+  CHECK(refused.status.code() == ErrorCode::kManifestMismatch);
+  REQUIRE(refused.errors.size() == 1);
+  CHECK(refused.errors[0].rank == 2);
+  CHECK(refused.errors[0].status.message().find("rank 1's") != std::string::npos);
+}
+
+TEST_CASE("ManifestGroupsOfTheWrongSizeAreRefusedAtOpen") {
+  TempDir dir;
+  InProcTransport t{2};
+  CoordinatorOptions co;
+  co.journal_dir = dir.sub("coordinator");
+  co.manifest_groups = {0, 1, 2};
+  auto c = Coordinator::Open(co, &t);
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().code() == ErrorCode::kInvalidArgument);
+  CHECK(c.status().message().find("manifest_groups has 3 entries for 2 ranks") !=
+        std::string::npos);
+}
+
 TEST_CASE("ManifestMismatchIsReportedAloneWhenARankWouldAlsoRefuseTheBegin") {
   // Describe and CheckBegin go out in one round, but the result is as if the checks followed
   // the comparison: a mismatch is the only error, not rank 0's refusal behind it; once the

@@ -80,6 +80,13 @@ struct CoordinatorOptions {
   // Who this coordinator is, in the leader record and in the decisions it writes (default
   // "coordinator pid N on HOST").
   std::string holder;
+  // Which ranks must hold the same manifest (Manifest::Fingerprint). Empty (the default): every
+  // rank, as tensor-parallel and expert-parallel peers do. Otherwise one entry per rank: a rank
+  // must agree with the first rank of its value, and ranks of different values may hold
+  // different manifests (pipeline stages, each holding its own layers, in one transaction).
+  // Begin refuses a rank that disagrees with kManifestMismatch naming both ranks. A size other
+  // than the number of ranks: Open fails with kInvalidArgument.
+  std::vector<int> manifest_groups;
 };
 
 struct RankError {

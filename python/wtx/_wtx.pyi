@@ -98,13 +98,15 @@ class Coordinator:
     def open(journal_dir: str, *, participants: List[Participant], prepare_timeout: float = ...,
              accept_unverified_journal: bool = ..., test_crash_at: Optional[str] = ...,
              decision_log: Optional[str] = ..., lease_ttl: float = ...,
-             leader_wait: float = ...) -> Coordinator: ...
+             leader_wait: float = ...,
+             manifest_groups: Optional[List[int]] = ...) -> Coordinator: ...
     @staticmethod
     def open_carried(journal_dir: str, *, num_ranks: int,
                      carrier: Callable[[int, bytes, float], bytes], prepare_timeout: float = ...,
                      request_timeout: float = ..., accept_unverified_journal: bool = ...,
                      test_crash_at: Optional[str] = ..., decision_log: Optional[str] = ...,
-                     lease_ttl: float = ..., leader_wait: float = ...) -> Coordinator: ...
+                     lease_ttl: float = ..., leader_wait: float = ...,
+                     manifest_groups: Optional[List[int]] = ...) -> Coordinator: ...
     def begin(self, tx: str, *, kind: str = ..., base: Optional[str] = ...,
               modules: Optional[List[str]] = ..., sources: Optional[List[str]] = ...,
               rollback: bool = ..., verify: str = ...) -> None: ...

@@ -36,17 +36,19 @@ previous version back, so generation continues on it. adapter.weight_version is 
 version hash.
 """
 
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence,
+                    Tuple)
 
 import torch
 import torch.distributed as dist
 
 from . import Aborted, Error, Manifest, Participant
-from .torch_dist import Group, failure_reason, gather_from_ranks
+from .torch_dist import Group, failure_reason, gather_from_ranks, sources_held_elsewhere
 from .vllm._engine import (EXPECTED_VERSION_NAME, InPlaceReceiver, _UpdateState, _version_of,
                            abort_quietly, decide_update, default_tx, expected_version_tensor,
                            holds, load_one)
 from .vllm._extension import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
+from .vllm._placement import gather_stages
 
 __all__ = ["WtxSglangAdapter", "EXPECTED_VERSION_NAME", "commit_group", "expected_version_tensor",
            "install", "plugin", "weight_loader"]
@@ -108,6 +110,8 @@ class WtxSglangAdapter(_UpdateState):
         self._updates = 0
         self._kind = "full"
         self._receiver = InPlaceReceiver()
+        # Sources only other ranks of the group hold (other pipeline stages): dropped here.
+        self._elsewhere: FrozenSet[str] = frozenset()
 
     def init_wtx(self, journal_dir: str, coordinator_journal: Optional[str] = None,
                  group: Any = None, load: str = "write_source",
@@ -144,12 +148,17 @@ class WtxSglangAdapter(_UpdateState):
         p = Participant.open(journal_dir, manifest, rank=rank, tensors=self.model,
                              kernel_identity=kernel_identity, **extra)
         try:
+            extra_coordinator: Dict[str, Any] = {}
+            if int(getattr(self.runner, "pp_size", 1) or 1) > 1:
+                # Pipeline stages hold different layers: one manifest per stage.
+                extra_coordinator["manifest_groups"] = gather_stages(self.runner.pp_rank, group)
             self.group = Group(p, coordinator_journal, group=group,
-                               prepare_timeout=prepare_timeout)
+                               prepare_timeout=prepare_timeout, **extra_coordinator)
         except BaseException:
             p.close()
             raise
         self.participant, self._load, self._gate = p, load, serving_gate
+        self._elsewhere = sources_held_elsewhere(p, self.group)
         _ADAPTERS[id(self.model)] = self
         return p.status()
 
@@ -333,7 +342,7 @@ class WtxSglangAdapter(_UpdateState):
             for name, value in items:  # every item is received, written or not (drained)
                 if name == EXPECTED_VERSION_NAME:
                     self._expected = _version_of(value)
-                elif self._failure is None:
+                elif self._failure is None and name not in self._elsewhere:
                     try:
                         if self._receiver.owns(name):
                             self._receiver.land(self._p, name, value)

@@ -16,7 +16,7 @@ abort. Timeouts are the process group's (`init_process_group(timeout=...)`).
 """
 
 import json
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, FrozenSet, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -217,6 +217,16 @@ def gather_from_ranks(item: Any, group: Group) -> List[Any]:
     out: List[Any] = [None] * group.size
     dist.all_gather_object(out, item, group=group.group)
     return out
+
+
+def sources_held_elsewhere(participant: Any, group: Group) -> FrozenSet[str]:
+    """The sources other ranks of `group` hold and this one does not (collective): a pipeline
+    stage, or an expert-parallel rank, receives every source of the model and keeps only its
+    own, so these are received and dropped; a name no rank holds is still refused, by name."""
+    mine = {s["source"] for q in participant.manifest.params for s in q["shards"]
+            if s.get("source")}
+    everyone = gather_from_ranks(sorted(mine), group)
+    return frozenset(set().union(*(set(names) for names in everyone)) - mine)
 
 
 def failure_reason(failures: List[Optional[str]]) -> str:

@@ -141,6 +141,16 @@ class CoordinatorImpl : public Coordinator {
                                    std::optional<int64_t> prepare_us);
   // Remembers a decision the log holds. REQUIRES: mu_ held.
   void Remember(const LoggedDecision& d);
+  // The rank whose manifest rank `r` must match: the first rank of its manifest group (rank 0
+  // when the options set no groups). Pure.
+  int ManifestPeer(int r) const {
+    const auto& g = options_.manifest_groups;
+    if (g.empty()) return 0;
+    for (int q = 0; q < r; ++q) {
+      if (g[q] == g[r]) return q;
+    }
+    return r;
+  }
   // E_VERSION_MISMATCH when `opts` expects a version the yes votes' digests do not combine to,
   // naming the ranks whose digest differs.
   static Status CheckExpectedVersion(const CommitOptions& opts,
@@ -470,11 +480,13 @@ BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
   collect();
   if (out.errors.empty()) {
     for (int r = 1; r < n; ++r) {
-      if (desc[r].fingerprint != desc[0].fingerprint) {
+      const int peer = ManifestPeer(r);
+      if (desc[r].fingerprint != desc[peer].fingerprint) {
         out.errors.push_back(
             {r, Status(ErrorCode::kManifestMismatch,
                        "rank " + std::to_string(r) + " manifest fingerprint " +
-                           desc[r].fingerprint + " differs from rank 0's " + desc[0].fingerprint)});
+                           desc[r].fingerprint + " differs from rank " + std::to_string(peer) +
+                           "'s " + desc[peer].fingerprint)});
       } else if (desc[r].kernel_identity != desc[0].kernel_identity) {
         out.errors.push_back({r, Status(ErrorCode::kManifestMismatch,
                                         "rank " + std::to_string(r) + " kernel identity '" +
@@ -945,6 +957,12 @@ Result<std::unique_ptr<Coordinator>> OpenCoordinatorWithHooks(const CoordinatorO
         .append(", got ")
         .append(std::to_string(options.fan_out_threads));
     return Status::InvalidArgument(message);
+  }
+  if (!options.manifest_groups.empty() &&
+      options.manifest_groups.size() != static_cast<size_t>(transport->num_ranks())) {
+    return Status::InvalidArgument(
+        "manifest_groups has " + std::to_string(options.manifest_groups.size()) + " entries for " +
+        std::to_string(transport->num_ranks()) + " ranks (one per rank)");
   }
   if (options.decision_log) {
     if (options.lease_ttl.count() < 1) {

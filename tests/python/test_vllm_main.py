@@ -512,10 +512,22 @@ def test_DataParallelReplicasCommitEachInItsOwnJournalsToTheSameVersion(tmp_path
         assert sorted(os.listdir(tmp_path / d)) == ["coord", "rank0"]
 
 
+def make_stage_model(tp, tp_rank, group):
+    """Pipeline stage `parallel_config.rank` of 2 (TP 1): its layer, and the embedding or the
+    final norm and LM head (vLLM's PPMissingLayer elsewhere)."""
+    from vllm_model import VllmLlama, keep_stage
+    from vllm.distributed.parallel_state import get_world_group
+    stage = torch.distributed.get_rank(get_world_group().cpu_group)
+    return keep_stage(VllmLlama(tp, tp_rank, group), stage, 2)
+
+
+def _versions(worker, tp_rank):
+    return worker.weight_transfer_engine.participant.status()["version"]
+
+
 def _stages(front, args):
-    out = {}
-    _trainer_engine(front, args, None, Source(hf_weights(1)), tp=2).send_weights()
-    out["first"] = front.to_workers(_each_forward)
+    out = {"manifests": _manifests_after(front, args, hf_weights(1))}
+    out["first"] = front.to_workers(_versions)
     # The loader fails on the second stage alone: the first stage aborts too.
     front.to_workers(_FailWhere("model.layers.1.mlp.down_proj.weight", "rank", 1))
     with pytest.raises(Exception) as failed:
@@ -526,22 +538,35 @@ def _stages(front, args):
     front.to_workers(_clear_failures)
     _trainer_engine(front, args, None, Source(hf_weights(3)), tp=2,
                     prefix="again").send_weights()
-    out["third"] = front.to_workers(_each_forward)
+    out["third"] = front.to_workers(_versions)
     return out
 
 
+def _manifests_after(front, args, weights):
+    """The first update (every source to both stages; each keeps its own), then the stages'
+    manifests."""
+    _trainer_engine(front, args, None, Source(weights), tp=2).send_weights()
+    return _manifests(front)
+
+
 def test_PipelineStagesCommitOrAbortTogether(tmp_path):
-    r = world(_stages, {"dir": str(tmp_path)}, tp=1, layout=Layout(tp=1, pp=2))
+    r = world(_stages, {"dir": str(tmp_path)}, tp=1, layout=Layout(tp=1, pp=2),
+              model=make_stage_model)
     f = r[0]
-    for logits in f["first"]:
-        assert_matches(logits, reference_forward(hf_weights(1), IDS))
+    manifests = [wtx.Manifest.from_json(m) for m in f["manifests"]]
+    # Each stage holds only its share (the trainer sends every source to both).
+    held = [{s["source"] for q in m.params for s in q["shards"]} for m in manifests]
+    assert held[0] and held[1] and not held[0] & held[1]
+    assert held[0] | held[1] == set(hf_weights(1))
+    # One version over both stages: exactly the bytes sent, each stage its own share.
+    first = wtx.expected_version(manifests, hf_weights(1))["version"]
+    assert f["first"] == [first, first]
     # One transaction over both stages (vLLM's world group): stage 1's failure aborts stage 0.
     assert "rank 1" in f["failure"] and "cannot load" in f["failure"], f["failure"]
     for refused in f["held"]:
         assert isinstance(refused, str) and "execute_model refused" in refused, refused
-    for logits in f["third"]:
-        assert_matches(logits, reference_forward(hf_weights(3), IDS))
-    assert r[1]["weight_version"] == r[2]["weight_version"] is not None
+    third = wtx.expected_version(manifests, hf_weights(3))["version"]
+    assert f["third"] == [third, third]
     assert r[1]["status"]["committed_tx"] == r[2]["status"]["committed_tx"]
 
 

@@ -19,6 +19,36 @@ from tiny_llama import CONFIG, TpLlama
 from wtx.vllm import LLAMA_STACKED_PARAMS_MAPPING
 
 
+class PPMissingLayer(nn.Identity):
+    """vLLM's stand-in for a layer another pipeline stage holds
+    (vllm/model_executor/models/utils.py): no parameters."""
+
+
+def is_pp_missing_parameter(name: str, model: nn.Module) -> bool:
+    """vLLM's check (models/utils.py): `name` lies under a PPMissingLayer of `model`, so its
+    loader skips it."""
+    return any(name.startswith(prefix + ".") for prefix, m in model.named_modules()
+               if isinstance(m, PPMissingLayer))
+
+
+def keep_stage(model: "VllmLlama", stage: int, stages: int) -> "VllmLlama":
+    """`model` as pipeline stage `stage` of `stages` holds it (vLLM's make_layers and
+    PPMissingLayer): its share of the layers, the embedding on the first stage, the final norm
+    and the LM head on the last; the rest become PPMissingLayer. Forward passes are not
+    modelled for a stage (the tests judge its bytes)."""
+    layers = model.model.layers
+    per = len(layers) // stages
+    for i in range(len(layers)):
+        if not stage * per <= i < (stage + 1) * per:
+            layers[i] = PPMissingLayer()
+    if stage != 0:
+        model.model.embed_tokens = PPMissingLayer()
+    if stage != stages - 1:
+        model.model.norm = PPMissingLayer()
+        model.lm_head = PPMissingLayer()
+    return model
+
+
 class RowScaleMethod:
     """A quant_method stand-in: the derived per-row scale of the layer's weight."""
 
@@ -85,6 +115,8 @@ class VllmLlama(TpLlama):
             else:
                 p.weight_loader = default_weight_loader
         for layer in self.model.layers:
+            if isinstance(layer, PPMissingLayer):
+                continue
             o = layer.self_attn.o_proj
             o.quant_method = RowScaleMethod()
             o.register_buffer("weight_scale", torch.zeros(o.weight.shape[0]))
@@ -97,10 +129,14 @@ class VllmLlama(TpLlama):
                 raise RuntimeError(f"the model's loader cannot load {name}")
             for fused, part, sid in LLAMA_STACKED_PARAMS_MAPPING:
                 if part in name:
+                    if is_pp_missing_parameter(name.replace(part, fused), self):
+                        break  # another pipeline stage's
                     param = params[name.replace(part, fused)]
                     param.weight_loader(param, w, sid)
                     break
             else:
+                if is_pp_missing_parameter(name, self):
+                    continue
                 param = params[name]
                 param.weight_loader(param, w)
             loaded.add(name)

@@ -37,18 +37,19 @@ import inspect
 import threading
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 
 from .. import (Aborted, Error, Manifest, Participant, _fill_reserved, _whole_view,
                expected_version)
-from ..torch_dist import Group, abort_quietly, decide_update, failure_reason, gather_from_ranks
+from ..torch_dist import (Group, abort_quietly, decide_update, failure_reason, gather_from_ranks,
+                          sources_held_elsewhere)
 from ._broadcast import TorchBroadcastEngine
 from ._direct import receive_direct, speaks_vllm_nccl
 from ._extension import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
-from ._placement import commit_group, journal_path, placement_of, tp_group
+from ._placement import commit_group, journal_path, manifest_groups, placement_of, tp_group
 
 EXPECTED_VERSION_NAME = "__wtx__.expected_version"
 _VERSION_BYTES = 128
@@ -390,6 +391,9 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
         # Sources reserved and loaded through the model's loader inside the inner's reload
         # window: landed once the inner's finish has written them (_land_deferred).
         self._deferred: List[str] = []
+        # Sources only other ranks of the group hold (other pipeline stages, other experts):
+        # received and dropped here.
+        self._elsewhere: FrozenSet[str] = frozenset()
 
     # vLLM's base keeps these; without vLLM the engine has its own.
     if _ENGINE_BASE is object:
@@ -527,8 +531,10 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
                                        kernel_identity=info.kernel_identity,
                                        threads=info.threads, **extra)
         try:
+            stages = manifest_groups(place, group) if self.process_group is None else None
             self.group = Group(participant, coordinator_journal, group=group,
-                               prepare_timeout=info.prepare_timeout)
+                               prepare_timeout=info.prepare_timeout,
+                               **({"manifest_groups": stages} if stages else {}))
             inner.init_transfer_engine(inner_init)
         except BaseException:
             if self.group is not None:
@@ -538,6 +544,7 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
             raise
         self.participant = participant
         self._pinned = pinned
+        self._elsewhere = sources_held_elsewhere(participant, self.group)
         self._adopt_inner(inner, info)
 
     def _build_inner(self, name: str, info: WtxInitInfo) -> Tuple[Any, Any]:
@@ -1009,8 +1016,8 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
                     self._fail(Error("E_VERSION_MISMATCH", "the trainer sent no expected "
                                      "version (its computation failed)"))
                 continue
-            if self._failure is not None:
-                continue  # drained, not written
+            if self._failure is not None or name in self._elsewhere:
+                continue  # drained, not written (failed; or another rank's source)
             if self._receiver.owns(name):
                 try:
                     self._receiver.land(p, name, value)

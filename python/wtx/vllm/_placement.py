@@ -16,7 +16,7 @@ their paths must carry "{dp_rank}".
 """
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from .. import Error
 
@@ -29,6 +29,7 @@ class Placement:
     dp_size: int = 1
     dp_index: int = 0
     pp_size: int = 1
+    pp_index: int = 0
     expert_parallel: bool = False
 
     @property
@@ -49,7 +50,11 @@ def placement_of(parallel_config: Any) -> Placement:
     """The placement vLLM's ParallelConfig describes (1 replica, 1 stage without one)."""
     if parallel_config is None:
         return Placement()
+    pp = max(1, _int(parallel_config, "pipeline_parallel_size", default=1))
+    tp = max(1, _int(parallel_config, "tensor_parallel_size",
+                     default=max(1, _int(parallel_config, "world_size", default=pp) // pp)))
     return Placement(dp_size=max(1, _int(parallel_config, "data_parallel_size", default=1)),
+                     pp_index=_int(parallel_config, "rank", default=0) // tp,
                      dp_index=_int(parallel_config, "data_parallel_index", "data_parallel_rank",
                                    default=0),
                      pp_size=max(1, _int(parallel_config, "pipeline_parallel_size", default=1)),
@@ -84,6 +89,23 @@ def commit_group(placement: Placement) -> Optional[Any]:
                     "(one replica, one stage per replica, or expert parallelism across the "
                     "replicas is supported)")
     return _group("get_world_group")
+
+
+def manifest_groups(placement: Placement, group: Any) -> Optional[List[int]]:
+    """Each rank's pipeline stage, in the order of `group` (collective over it when there are
+    stages): the coordinator then requires the same manifest within a stage only. None with
+    one stage (every rank the same manifest)."""
+    if placement.pp_size == 1:
+        return None
+    return gather_stages(placement.pp_index, group)
+
+
+def gather_stages(stage: int, group: Any) -> List[int]:
+    """Every rank's pipeline stage, in the order of `group` (collective over it)."""
+    import torch.distributed as dist
+    stages: List[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(stages, int(stage), group=group)
+    return [int(s) for s in stages]
 
 
 def journal_path(template: str, field: str, rank: int, placement: Placement) -> str:
