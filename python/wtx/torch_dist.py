@@ -15,6 +15,7 @@ decisions and resolves every in-doubt rank with the coordinator's logged decisio
 abort. Timeouts are the process group's (`init_process_group(timeout=...)`).
 """
 
+import hashlib
 import json
 from typing import Any, Dict, FrozenSet, List, Optional
 
@@ -225,8 +226,14 @@ def sources_held_elsewhere(participant: Any, group: Group) -> FrozenSet[str]:
     own, so these are received and dropped; a name no rank holds is still refused, by name."""
     mine = {s["source"] for q in participant.manifest.params for s in q["shards"]
             if s.get("source")}
-    everyone = gather_from_ranks(sorted(mine), group)
-    return frozenset(set().union(*(set(names) for names in everyone)) - mine)
+    names = sorted(mine)
+    # Tensor-parallel peers hold the same sources: a digest each settles that, and the names
+    # travel only where the ranks differ (stages, experts).
+    digest = hashlib.sha256("\0".join(names).encode()).hexdigest()
+    if len(set(gather_from_ranks(digest, group))) == 1:
+        return frozenset()
+    everyone = gather_from_ranks(names, group)
+    return frozenset(set().union(*(set(n) for n in everyone)) - mine)
 
 
 def failure_reason(failures: List[Optional[str]]) -> str:
