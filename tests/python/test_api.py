@@ -606,3 +606,26 @@ def test_ReserveSourcePiecesLandEachShardsPartAndCommitTheFullWritesVersion(tmp_
         p.landed_source(name, source_box=box)
 
     _pieces_commit_the_full_writes_version(tmp_path, tiny_llama_config, 2, land)
+
+
+def test_ManifestGroupsLetStagesHoldDifferentManifestsAndAreCheckedAtOpen(tmp_path,
+                                                                        tiny_llama_config):
+    """Two ranks holding different manifests (pipeline stages): refused as one group, begun
+    with a group each; a group list of the wrong size is refused at open, naming both counts."""
+    ms = [wtx.Manifest.from_hf_config(tiny_llama_config, tp=2, rank=0, dtype="bf16"),
+          wtx.Manifest.from_hf_config(tiny_llama_config, tp=1, rank=0, dtype="bf16")]
+    assert ms[0].fingerprint != ms[1].fingerprint
+    ps = [wtx.Participant.open(str(tmp_path / f"rank{r}"), ms[r], rank=r,
+                               tensors=wtx.module_from_manifest(ms[r])) for r in range(2)]
+    with pytest.raises(wtx.Error) as wrong:
+        wtx.Coordinator.open(str(tmp_path / "c0"), participants=ps, manifest_groups=[0])
+    assert wrong.value.code == "INVALID_ARGUMENT"
+    assert "manifest_groups has 1 entries for 2 ranks" in wrong.value.message
+    one = wtx.Coordinator.open(str(tmp_path / "c1"), participants=ps)
+    with pytest.raises(wtx.Error) as mismatch:
+        one.begin("t1")
+    assert mismatch.value.code == "E_MANIFEST_MISMATCH", mismatch.value
+    one.close()
+    stages = wtx.Coordinator.open(str(tmp_path / "c2"), participants=ps, manifest_groups=[0, 1])
+    stages.begin("t2")
+    stages.abort("t2")
