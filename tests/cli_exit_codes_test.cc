@@ -326,7 +326,7 @@ TEST_CASE("HugeLayerAndExpertCountsExitTwoNamingTheField") {
   }
 }
 
-TEST_CASE("EmptyDecisionLogAndStandbyWithoutOneExitTwo") {
+TEST_CASE("EmptyDecisionLogStandbyWithoutOneAndBadManifestGroupsExitTwo") {
   BadFiles b;
   const std::string coord = "coordinator --listen 127.0.0.1:0 --ranks 1 --journal " + b.d.sub("c") +
                             " --secret-file " + b.secret + " ";
@@ -336,6 +336,9 @@ TEST_CASE("EmptyDecisionLogAndStandbyWithoutOneExitTwo") {
       {coord + "--decision-log ''", "--decision-log"},
       {rank + "--decision-log ''", "--decision-log"},
       {coord + "--standby", "--standby"},
+      {coord + "--manifest-groups 0,1", "--manifest-groups"},  // two values for --ranks 1
+      {coord + "--manifest-groups 0,x", "--manifest-groups"},  // not an integer
+      {coord + "--manifest-groups -1", "--manifest-groups"},   // out of range
       {"torture --iterations 1 --decision-log etcd:///", "--decision-log"},
   };
   for (const auto& [args, flag] : cases) {

@@ -8,6 +8,7 @@
 // in-doubt ranks; it re-sends pending decisions whenever a rank (re)connects (the library's
 // CoordinatorRecovery, src/net/coordinator_recovery.h). This file parses flags and wires.
 // --defer-recovery leaves both to a control "recover" call (the simulator's ordering).
+// --manifest-groups (one value per rank) lets pipeline stages hold different manifests.
 // With --decision-log etcd://... the decisions live in etcd: the coordinator first takes the
 // leadership of the log (waiting up to --leader-wait-ms for a dead leader's lease to end, or,
 // with --standby, for as long as another coordinator leads), and only then listens; it exits
@@ -24,6 +25,7 @@
 #include <iostream>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "src/net/channel.h"
 #include "src/net/codec.h"
@@ -65,6 +67,7 @@ struct CoordinatorArgs {
   int64_t leader_wait_ms = -1;  // default: two lease TTLs and a second
   int64_t retain_decisions = 0;
   std::string holder;
+  std::vector<int> manifest_groups;  // empty: every rank the same manifest
 };
 
 int Fail(const Status& s) { return net::FailToStart("coordinator", s); }
@@ -80,6 +83,11 @@ int RunCoordinator(const CoordinatorArgs& a) {
                                    /*must_hold_files=*/false);
       !s.ok()) {
     return Fail(s);
+  }
+  if (!a.manifest_groups.empty() && a.manifest_groups.size() != static_cast<size_t>(a.ranks)) {
+    return Fail(Status::InvalidArgument(
+        "--manifest-groups has " + std::to_string(a.manifest_groups.size()) +
+        " values for --ranks " + std::to_string(a.ranks) + " (one per rank)"));
   }
   if (a.standby && a.decision_log.url.empty()) {
     // A standby of nothing would lead on its own journal beside the real leader.
@@ -142,6 +150,7 @@ int RunCoordinator(const CoordinatorArgs& a) {
   co.leadership = leadership;
   co.lease_ttl = milliseconds(a.lease_ttl_ms);
   co.holder = holder;
+  co.manifest_groups = a.manifest_groups;
   co.retain_decisions = static_cast<size_t>(a.retain_decisions);
   if (test.journal_fs) co.env.fs = test.journal_fs;
   hooks.crash_points = test.crash_points;
@@ -291,6 +300,12 @@ void RegisterCoordinatorCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--holder", a->holder,
                   "This coordinator's name in the leader record (default: pid and --listen)");
+  cmd->add_option("--manifest-groups", a->manifest_groups,
+                  "One value per rank, comma-separated (pipeline stages): ranks of one value "
+                  "must hold the same manifest, ranks of different values may differ (default: "
+                  "every rank the same)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, kMaxRanks));
   AddDaemonHookFlags(cmd, &a->hook_flags);
   cmd->callback([=] { *exit_code = RunCoordinator(*a); });
 }
