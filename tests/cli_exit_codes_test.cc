@@ -336,9 +336,12 @@ TEST_CASE("EmptyDecisionLogStandbyWithoutOneAndBadManifestGroupsExitTwo") {
       {coord + "--decision-log ''", "--decision-log"},
       {rank + "--decision-log ''", "--decision-log"},
       {coord + "--standby", "--standby"},
-      {coord + "--manifest-groups 0,1", "--manifest-groups"},  // two values for --ranks 1
-      {coord + "--manifest-groups 0,x", "--manifest-groups"},  // not an integer
-      {coord + "--manifest-groups -1", "--manifest-groups"},   // out of range
+      {coord + "--manifest-groups 0,1", "--manifest-groups"},   // two values for --ranks 1
+      {coord + "--manifest-groups x", "--manifest-groups"},     // not an integer
+      {coord + "--manifest-groups -1", "--manifest-groups"},    // out of range
+      {coord + "--manifest-groups 4097", "--manifest-groups"},  // out of range
+      {coord + "--manifest-groups 0,", "--manifest-groups"},    // an empty value
+      {coord + "--manifest-groups 1.5", "--manifest-groups"},   // not an integer
       {"torture --iterations 1 --decision-log etcd:///", "--decision-log"},
   };
   for (const auto& [args, flag] : cases) {

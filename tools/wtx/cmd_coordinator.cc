@@ -21,6 +21,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <iostream>
 #include <optional>
@@ -67,8 +69,35 @@ struct CoordinatorArgs {
   int64_t leader_wait_ms = -1;  // default: two lease TTLs and a second
   int64_t retain_decisions = 0;
   std::string holder;
-  std::vector<int> manifest_groups;  // empty: every rank the same manifest
+  std::string manifest_groups;  // "0,0,1,1"; empty: every rank the same manifest
 };
+
+// --manifest-groups: one integer in [0, kMaxRanks] per rank, comma-separated.
+Result<std::vector<int>> ParseManifestGroups(const std::string& text, int ranks) {
+  std::vector<int> out;
+  if (text.empty()) return out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    int v = -1;
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v < 0 ||
+        v > kMaxRanks) {
+      return Status::InvalidArgument("--manifest-groups: value " + std::to_string(out.size()) +
+                                     " '" + item + "' is not an integer in [0, " +
+                                     std::to_string(kMaxRanks) + "]");
+    }
+    out.push_back(v);
+    at = end + 1;
+  }
+  if (out.size() != static_cast<size_t>(ranks)) {
+    return Status::InvalidArgument("--manifest-groups has " + std::to_string(out.size()) +
+                                   " values for --ranks " + std::to_string(ranks) +
+                                   " (one per rank)");
+  }
+  return out;
+}
 
 int Fail(const Status& s) { return net::FailToStart("coordinator", s); }
 
@@ -84,11 +113,8 @@ int RunCoordinator(const CoordinatorArgs& a) {
       !s.ok()) {
     return Fail(s);
   }
-  if (!a.manifest_groups.empty() && a.manifest_groups.size() != static_cast<size_t>(a.ranks)) {
-    return Fail(Status::InvalidArgument(
-        "--manifest-groups has " + std::to_string(a.manifest_groups.size()) +
-        " values for --ranks " + std::to_string(a.ranks) + " (one per rank)"));
-  }
+  auto groups = ParseManifestGroups(a.manifest_groups, a.ranks);
+  if (!groups.ok()) return Fail(groups.status());
   if (a.standby && a.decision_log.url.empty()) {
     // A standby of nothing would lead on its own journal beside the real leader.
     return Fail(Status::InvalidArgument(
@@ -150,7 +176,7 @@ int RunCoordinator(const CoordinatorArgs& a) {
   co.leadership = leadership;
   co.lease_ttl = milliseconds(a.lease_ttl_ms);
   co.holder = holder;
-  co.manifest_groups = a.manifest_groups;
+  co.manifest_groups = groups.value();
   co.retain_decisions = static_cast<size_t>(a.retain_decisions);
   if (test.journal_fs) co.env.fs = test.journal_fs;
   hooks.crash_points = test.crash_points;
@@ -303,9 +329,7 @@ void RegisterCoordinatorCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--manifest-groups", a->manifest_groups,
                   "One value per rank, comma-separated (pipeline stages): ranks of one value "
                   "must hold the same manifest, ranks of different values may differ (default: "
-                  "every rank the same)")
-      ->delimiter(',')
-      ->check(CLI::Range(0, kMaxRanks));
+                  "every rank the same)");
   AddDaemonHookFlags(cmd, &a->hook_flags);
   cmd->callback([=] { *exit_code = RunCoordinator(*a); });
 }
