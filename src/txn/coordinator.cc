@@ -6,6 +6,8 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include <unistd.h>
 
@@ -30,6 +32,7 @@ class CoordinatorImpl : public Coordinator {
  public:
   CoordinatorImpl(const CoordinatorOptions& o, Transport* t, const CoordinatorHooks& hooks)
       : options_(o),
+        manifest_peer_(ManifestPeers(o.manifest_groups)),
         hooks_(hooks),
         transport_(t),
         fan_out_(o.fan_out_threads) {}  // threads start in Init (Prestart)
@@ -142,14 +145,16 @@ class CoordinatorImpl : public Coordinator {
   // Remembers a decision the log holds. REQUIRES: mu_ held.
   void Remember(const LoggedDecision& d);
   // The rank whose manifest rank `r` must match: the first rank of its manifest group (rank 0
-  // when the options set no groups). Pure.
-  int ManifestPeer(int r) const {
-    const auto& g = options_.manifest_groups;
-    if (g.empty()) return 0;
-    for (int q = 0; q < r; ++q) {
-      if (g[q] == g[r]) return q;
+  // when the options set no groups).
+  int ManifestPeer(int r) const { return manifest_peer_.empty() ? 0 : manifest_peer_[r]; }
+  // For each rank, the first rank of the same value in `groups` (empty for no groups).
+  static std::vector<int> ManifestPeers(const std::vector<int>& groups) {
+    std::vector<int> peer(groups.size());
+    std::unordered_map<int, int> first;
+    for (size_t r = 0; r < groups.size(); ++r) {
+      peer[r] = first.emplace(groups[r], static_cast<int>(r)).first->second;
     }
-    return r;
+    return peer;
   }
   // E_VERSION_MISMATCH when `opts` expects a version the yes votes' digests do not combine to,
   // naming the ranks whose digest differs.
@@ -183,6 +188,7 @@ class CoordinatorImpl : public Coordinator {
   Status CheckAuditAgainstLog(const std::vector<LoggedDecision>& shared);
 
   CoordinatorOptions options_;
+  const std::vector<int> manifest_peer_;  // ManifestPeers(options_.manifest_groups)
   CoordinatorHooks hooks_;  // src/txn/test_hooks.h
   Transport* transport_;
   FanOut fan_out_;
