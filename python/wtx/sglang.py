@@ -45,8 +45,8 @@ import torch.distributed as dist
 from . import Aborted, Error, Manifest, Participant
 from .torch_dist import Group, failure_reason, gather_from_ranks, sources_held_elsewhere
 from .vllm._engine import (EXPECTED_VERSION_NAME, InPlaceReceiver, _UpdateState, _version_of,
-                           abort_quietly, decide_update, default_tx, expected_version_tensor,
-                           holds, load_one)
+                           abort_quietly, decide_update, default_tx, describe_source_failure,
+                           expected_version_tensor, holds, load_one)
 from .vllm._extension import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 from .vllm._placement import gather_stages
 
@@ -317,7 +317,7 @@ class WtxSglangAdapter(_UpdateState):
         try:
             return self._receiver.destination(self._p, name, dtype, shape)
         except Exception as e:
-            self._failure = f"{name}: {type(e).__name__}: {e}"
+            self._failure = describe_source_failure(name, e)
             return None
 
     def _open_for(self, label: Optional[str]) -> None:
@@ -349,7 +349,7 @@ class WtxSglangAdapter(_UpdateState):
                         else:
                             load_one(self._p, self.model, self._load, name, value)
                     except Exception as e:
-                        self._failure = f"{name}: {type(e).__name__}: {e}"
+                        self._failure = describe_source_failure(name, e)
         except Exception as e:  # the transport itself (the trainer gone)
             self._failure = self._failure or f"receive: {type(e).__name__}: {e}"
         try:

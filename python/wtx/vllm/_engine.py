@@ -249,6 +249,12 @@ def _describe(e: BaseException) -> str:
     return f"{e.code}: {e.message}" if isinstance(e, Error) else f"{type(e).__name__}: {e}"
 
 
+def describe_source_failure(name: str, e: BaseException) -> str:
+    """A failure of source `name`, named (a model's loader rarely says which tensor)."""
+    what = _describe(e)
+    return what if name in what else f"{name}: {what}"
+
+
 # ------------------------------------------------------------- ending an update
 
 def default_tx(prefix: str, participant: Participant, n: int) -> str:
@@ -780,10 +786,9 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
             self._failure = _describe(e)
 
     def _fail_on(self, name: str, e: BaseException) -> None:
-        """A failure of source `name`, named (a model's loader rarely says which tensor)."""
+        """A failure of source `name`, named (describe_source_failure)."""
         if self._failure is None:
-            what = _describe(e)
-            self._failure = what if name in what else f"{name}: {what}"
+            self._failure = describe_source_failure(name, e)
 
     def _exchange_failures(self, phase: str, failure: Optional[str]) -> None:
         """Every rank's failure of `phase` reaches every rank (collective); any aborts the open
