@@ -102,15 +102,14 @@ class Layout:
 
 def groups(tp: int, layout: Optional[Layout] = None) -> Dict[str, Any]:
     """Every process makes the same groups, in the same order: control and update groups of
-    every process, every TP group (g["tp_groups"]; g["tp"] when there is one) and the workers'
-    world group (vLLM's: across data-parallel replicas too)."""
+    every process, every TP group (g["tp_groups"]) and the workers' world group (vLLM's:
+    across data-parallel replicas too)."""
     layout = layout or Layout(tp)
     world = layout.workers + 1
     g = {"ctrl": dist.new_group(list(range(world))),
          "update": dist.new_group(list(range(world))),
          "tp_groups": [dist.new_group(ranks) for ranks in layout.tp_groups()],
          "workers": dist.new_group(list(range(1, world))), "layout": layout}
-    g["tp"] = g["tp_groups"][0] if len(g["tp_groups"]) == 1 else None
     from vllm.distributed.weight_transfer import nccl_engine
     nccl_engine.GROUPS["%s:%d" % UPDATE_GROUP_ADDRESS] = g["update"]
     return g
