@@ -6,7 +6,13 @@ code calls it with its own arguments (docs/sglang.md).
                                  group=scheduler.tp_cpu_group)
 
 `install` (every TP rank, in the scheduler process) opens the rank's participant over the
-served model and replaces, on those objects only, the methods SGLang's update path calls:
+served model and routes SGLang's update path to it where SGLang binds it. SGLang dispatches
+every request through the TypeBasedDispatcher of bound methods that Scheduler.__init__ builds,
+so wtx rewrites the entries of that table (wrapping the handler SGLang put there: the
+Scheduler's own in v0.5.12.post1, its weight_updater's on main), then checks that the
+dispatcher resolves each request type a step needs to wtx, raising E_UNSUPPORTED (naming the
+type and SGLang's version) where it would not. `ModelRunner`'s methods are replaced on the
+instance (TpModelWorker looks them up at call time):
 
 * ModelRunner.update_weights_from_distributed(names, dtypes, shapes, group_name,
   load_format=None): the positional call TpModelWorker makes; every tensor is received into a
@@ -19,11 +25,15 @@ served model and replaces, on those objects only, the methods SGLang's update pa
   too; an unknown format raises NotImplementedError as SGLang's does. The same path is also
   SGLang's own hook: `--custom-weight-loader wtx.sglang.weight_loader` with
   load_format="wtx.sglang.weight_loader";
-* ModelRunner.update_weights_from_disk(model_path, load_format, weight_name_filter=None,
-  recapture_cuda_graph=False): refused (SGLang's disk loader writes outside wtx);
-* Scheduler.update_weights_from_distributed / _from_tensor(recv_req): the request's
-  `weight_version` labels the step the bucket belongs to;
-* Scheduler.continue_generation(recv_req): the commit point of the step.
+* ModelRunner.update_weights_from_disk / update_weights_from_ipc: refused (SGLang's loaders
+  write outside wtx);
+* the dispatcher's UpdateWeightsFromDistributedReqInput / UpdateWeightsFromTensorReqInput
+  handlers: the request's `weight_version` labels the step the bucket joins; generation is
+  paused while a step is open;
+* its ContinueGenerationReqInput handler: the commit point of the step;
+* its CheckWeightsReqInput handler: the action "wtx_status" answers every rank's state in the
+  payload types SGLang's wire accepts (what the tokenizer process asks before it publishes a
+  step's weight_version).
 
 A step is one transaction over every TP rank: its buckets (one SGLang request each, as slime,
 miles and verl send them) join it; nothing commits before continue_generation (or
@@ -110,6 +120,7 @@ class WtxSglangAdapter(_UpdateState):
         self._updates = 0
         self._kind = "full"
         self._receiver = InPlaceReceiver()
+        self.last_message: Optional[str] = None  # the answer of the last commit point
         # Sources only other ranks of the group hold (other pipeline stages): dropped here.
         self._elsewhere: FrozenSet[str] = frozenset()
 
@@ -265,6 +276,12 @@ class WtxSglangAdapter(_UpdateState):
         return False, ("wtx: update_weights_from_disk cannot be honoured transactionally "
                        f"({model_path}: SGLang's loader writes the live tensors outside wtx); "
                        "load the checkpoint with `wtx load`, or send its tensors")
+
+    def update_weights_from_ipc(self, recv_req: Any) -> Tuple[bool, str]:
+        """Refused: CUDA IPC handles are loaded into the live tensors outside wtx."""
+        return False, ("wtx: update_weights_from_ipc cannot be honoured transactionally (the "
+                       "engine loads the IPC handles into the live tensors outside wtx); send "
+                       "the tensors with update_weights_from_distributed or _from_tensor")
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -433,59 +450,231 @@ def commit_group(scheduler: Any) -> Any:
     return get_world_group().cpu_group
 
 
+# ------------------------------------------------------------------ SGLang's request dispatcher
+
+# The request types a step needs routed to wtx, by their io_struct names.
+_ROUTED = ("UpdateWeightsFromDistributedReqInput", "UpdateWeightsFromTensorReqInput",
+           "ContinueGenerationReqInput", "CheckWeightsReqInput")
+_WTX_HANDLER = "__wtx_handler__"
+
+
+def sglang_version() -> str:
+    """SGLang's version string (sglang.version.__version__), or "unknown"."""
+    try:
+        from sglang.version import __version__ as version
+        return str(version)
+    except Exception:
+        return "unknown"
+
+
+def _unsupported(what: str) -> Error:
+    return Error("E_UNSUPPORTED", f"wtx.sglang: {what} (SGLang {sglang_version()}); wtx would "
+                 "be inert there, so it refuses to start")
+
+
+def _request_types() -> Dict[str, type]:
+    try:
+        from sglang.srt.managers import io_struct
+    except Exception as e:
+        raise _unsupported(f"sglang.srt.managers.io_struct does not import ({e})")
+    types: Dict[str, type] = {}
+    for name in _ROUTED:
+        ty = getattr(io_struct, name, None)
+        if not isinstance(ty, type):
+            raise _unsupported(f"io_struct has no request type {name}")
+        types[name] = ty
+    return types
+
+
+def _table(scheduler: Any) -> Any:
+    """The (request type -> handler) table of SGLang's TypeBasedDispatcher, which
+    Scheduler.__init__ fills with bound methods (an OrderedDict, or a list of pairs in older
+    releases)."""
+    dispatcher = getattr(scheduler, "_request_dispatcher", None)
+    table = getattr(dispatcher, "_mapping", None)
+    if not isinstance(table, (dict, list)):
+        raise _unsupported("the Scheduler has no request dispatcher table "
+                           "(_request_dispatcher._mapping) to route wtx's requests through")
+    return table
+
+
+def _pairs(table: Any) -> List[Tuple[type, Any]]:
+    return list(table.items()) if isinstance(table, dict) else [(p[0], p[1]) for p in table]
+
+
+def resolve_handler(scheduler: Any, request_type: type) -> Any:
+    """The handler SGLang's dispatcher calls for a request of `request_type`, found as
+    TypeBasedDispatcher finds it (the exact type, then the first type it is an instance of, in
+    registration order), or None."""
+    pairs = _pairs(_table(scheduler))
+    for ty, fn in pairs:
+        if ty is request_type:
+            return fn
+    return next((fn for ty, fn in pairs if issubclass(request_type, ty)), None)
+
+
+def _rebind(scheduler: Any, request_type: type, make: Callable[[Any], Any]) -> None:
+    """Replaces the dispatcher's handler for `request_type` by make(the current handler)."""
+    table = _table(scheduler)
+    pairs = _pairs(table)
+    at = next((i for i, (ty, _) in enumerate(pairs) if ty is request_type), None)
+    if at is None:
+        at = next((i for i, (ty, _) in enumerate(pairs) if issubclass(request_type, ty)), None)
+    if at is None:
+        raise _unsupported(f"the Scheduler's request dispatcher has no handler for "
+                           f"{request_type.__name__}")
+    ty, original = pairs[at]
+    handler = make(original)
+    setattr(handler, _WTX_HANDLER, True)
+    if isinstance(table, dict):
+        table[ty] = handler
+    else:
+        table[at] = (ty, handler)
+    cache = getattr(scheduler._request_dispatcher, "_mro_cache", None)
+    if isinstance(cache, dict):
+        cache.clear()  # the dispatcher caches isinstance matches by type
+
+
+def check_dispatch(scheduler: Any) -> None:
+    """Raises wtx.Error E_UNSUPPORTED, naming the request type and SGLang's version, unless the
+    scheduler's request dispatcher resolves every request type a step needs to wtx's
+    handler."""
+    for name, ty in _request_types().items():
+        fn = resolve_handler(scheduler, ty)
+        if not getattr(fn, _WTX_HANDLER, False):
+            raise _unsupported(f"the Scheduler's request dispatcher routes {name} to "
+                               f"{getattr(fn, '__qualname__', fn)!r}, not to wtx")
+
+
+def _status_payload(scheduler: Any, adapter: "WtxSglangAdapter") -> Any:
+    """Every rank's wtx state, gathered over the step's group, as the check_weights payload:
+    one checksum record per rank (ChecksumInfo where SGLang's wire types the payload so, a
+    dict of the same fields otherwise), its `checksums` carrying wtx's fields as strings."""
+    states = gather_from_ranks(dict(adapter.serving_state(), open_step=adapter._tx), adapter._g)
+    runner = adapter.runner
+    from sglang.srt.managers import io_struct
+    checksum_info = getattr(io_struct, "ChecksumInfo", None)
+    parallelism_info = getattr(io_struct, "ParallelismInfo", None)
+    records = []
+    for rank, st in enumerate(states):
+        assert st is not None, "all_gather_object fills every rank's entry"
+        checksums = {"wtx.rank": str(rank), "wtx.serving": "1" if st["serving"] else "0",
+                     "wtx.reason": str(st["reason"] or ""),
+                     "wtx.version": str(st["version"] or ""),
+                     "wtx.open_step": str(st["open_step"] or "")}
+        info = {"tp_rank": rank, "tp_size": len(states),
+                "dp_rank": int(getattr(runner, "dp_rank", 0) or 0), "dp_size": 1,
+                "pp_rank": int(getattr(runner, "pp_rank", 0) or 0),
+                "pp_size": int(getattr(runner, "pp_size", 1) or 1), "rank": rank,
+                "size": len(states)}
+        if checksum_info is not None and parallelism_info is not None:
+            records.append(checksum_info(checksums=checksums,
+                                         per_gpu_checksum=checksums["wtx.version"],
+                                         parallelism_info=parallelism_info(**info)))
+        else:
+            records.append({"checksums": checksums, "per_gpu_checksum": checksums["wtx.version"],
+                            "parallelism_info": info})
+    return records
+
+
+def _status_ok(ranks: Any) -> bool:
+    """Whether a check_weights answer of STATUS_ACTION says every rank serves the committed
+    version with no step open. Accepts both of SGLang's shapes: one payload per DP reply (a
+    list of records), or the records flattened (dicts)."""
+    records: List[Any] = []
+    for r in ranks or []:
+        records.extend(r if isinstance(r, list) else [r])
+    if not records:
+        return False
+    for rec in records:
+        checksums = rec.get("checksums") if isinstance(rec, dict) else getattr(
+            rec, "checksums", None)
+        if not isinstance(checksums, dict) or checksums.get("wtx.serving") != "1" or \
+                checksums.get("wtx.open_step"):
+            return False
+    return True
+
+
 def install(scheduler: Any, journal_dir: str, coordinator_journal: Optional[str] = None,
             group: Any = None, **init_options: Any) -> WtxSglangAdapter:
     """Installs wtx into one rank of SGLang (module docstring): the adapter over
-    scheduler.tp_worker.model_runner, its ModelRunner methods, and the scheduler's update
-    handlers and continue_generation. Collective over `group` (default: commit_group(): the
-    TP group, or every pipeline stage's ranks). Returns the adapter."""
+    scheduler.tp_worker.model_runner and its ModelRunner methods; in SGLang's request
+    dispatcher (the table of bound methods Scheduler.__init__ builds; their owner is the
+    Scheduler in v0.5.12.post1, its weight_updater on main), the handlers of the update
+    requests, continue_generation and check_weights become wtx's, each wrapping SGLang's own.
+    Collective over `group` (default: commit_group(): the TP group, or every pipeline stage's
+    ranks). Raises wtx.Error E_UNSUPPORTED, naming the request type and SGLang's version, where
+    the dispatcher would not route a request to wtx (before anything opens). Returns the
+    adapter."""
     runner = scheduler.tp_worker.model_runner
+    types = _request_types()
+    for name, ty in types.items():  # refuse before anything opens
+        if resolve_handler(scheduler, ty) is None:
+            raise _unsupported(f"the Scheduler's request dispatcher has no handler for {name}")
+    if not hasattr(scheduler, "_engine_paused"):
+        raise _unsupported("the Scheduler has no _engine_paused flag for the serving gate")
     adapter = WtxSglangAdapter(runner)
     adapter.init_wtx(journal_dir, coordinator_journal,
                      group=group if group is not None else commit_group(scheduler),
                      **init_options)
+    try:
+        _route(scheduler, runner, adapter, types)
+        check_dispatch(scheduler)
+    except BaseException:
+        adapter.close()
+        raise
+    scheduler.wtx = adapter
+    return adapter
+
+
+def _route(scheduler: Any, runner: Any, adapter: WtxSglangAdapter,
+           types: Dict[str, type]) -> None:
     adapter.autocommit = False  # steps: committed at continue_generation
     runner.update_weights_from_distributed = adapter.update_weights_from_distributed
     runner.update_weights_from_tensor = adapter.update_weights_from_tensor
     runner.update_weights_from_disk = adapter.update_weights_from_disk
-    original_check = getattr(runner, "check_weights", None)
-
-    def check_weights(action: str, *args: Any, **kwargs: Any) -> Any:
-        """SGLang's check_weights request, plus the action "wtx_status" (what the tokenizer
-        process asks before it publishes a step's weight_version)."""
-        if action == STATUS_ACTION:
-            return dict(adapter.serving_state(), open_step=adapter._tx,
-                        committed_version=adapter.weight_version)
-        if original_check is None:
-            raise NotImplementedError(f"check_weights: unknown action {action!r}")
-        return original_check(action, *args, **kwargs)
-
-    runner.check_weights = check_weights
+    if hasattr(runner, "update_weights_from_ipc"):
+        runner.update_weights_from_ipc = adapter.update_weights_from_ipc
 
     def labelled(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        def run(recv_req: Any) -> Any:
+        def update(recv_req: Any) -> Any:
             adapter.label = getattr(recv_req, "weight_version", None)
             out = handler(recv_req)
+            if adapter._tx is not None and not scheduler._engine_paused:
+                # A step is open: its bytes are mixed until it commits (continue_generation).
+                scheduler._engine_paused = True
             if not adapter.serving_state()["serving"]:
                 _hold(scheduler)
             return out
-        return run
+        return update
 
-    def continue_generation(recv_req: Any, _original: Any = scheduler.continue_generation) -> Any:
-        if adapter._tx is not None:
-            adapter._explicit = False
-            ok, message = adapter._decide()
-            adapter.last_message = message  # type: ignore[attr-defined]
-        if not adapter.serving_state()["serving"]:
-            _hold(scheduler)  # stays paused: the continue is refused
-            return None
-        return _original(recv_req)
+    def commit_point(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def continue_generation(recv_req: Any) -> Any:
+            if adapter._tx is not None:
+                adapter._explicit = False
+                _, adapter.last_message = adapter._decide()
+            if not adapter.serving_state()["serving"]:
+                _hold(scheduler)  # stays paused: the continue is refused
+                return None
+            return original(recv_req)
+        return continue_generation
 
-    scheduler.update_weights_from_distributed = labelled(scheduler.update_weights_from_distributed)
-    scheduler.update_weights_from_tensor = labelled(scheduler.update_weights_from_tensor)
-    scheduler.continue_generation = continue_generation
-    scheduler.wtx = adapter
-    return adapter
+    def checked(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def check_weights(recv_req: Any) -> Any:
+            if getattr(recv_req, "action", None) != STATUS_ACTION:
+                return original(recv_req)
+            from sglang.srt.managers.io_struct import CheckWeightsReqOutput
+            try:
+                payload = _status_payload(scheduler, adapter)
+            except Exception as e:
+                return CheckWeightsReqOutput(success=False, message=f"wtx_status: {e}")
+            return CheckWeightsReqOutput(success=True, message="Success.", payload=payload)
+        return check_weights
+
+    _rebind(scheduler, types["UpdateWeightsFromDistributedReqInput"], labelled)
+    _rebind(scheduler, types["UpdateWeightsFromTensorReqInput"], labelled)
+    _rebind(scheduler, types["ContinueGenerationReqInput"], commit_point)
+    _rebind(scheduler, types["CheckWeightsReqInput"], checked)
 
 
 def _hold(scheduler: Any) -> None:
@@ -569,9 +758,9 @@ def _hook_tokenizer_manager() -> None:
         label = getattr(self, "_wtx_pending_version", None)
         self._wtx_pending_version = None
         if label is not None:
-            ok, _, ranks = await self.check_weights(CheckWeightsReqInput(action=STATUS_ACTION))
-            if ok and ranks and all(r and r.get("serving") and not r.get("open_step")
-                                    for r in ranks):
+            # Three values (v0.5.12.post1) or four (main: per-engine checksum last).
+            answer = await self.check_weights(CheckWeightsReqInput(action=STATUS_ACTION))
+            if answer[0] and _status_ok(answer[2]):
                 publish(self, label)
         return out
 

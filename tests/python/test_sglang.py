@@ -1,11 +1,18 @@
-"""wtx inside SGLang as SGLang's own code runs it (issue 44), against doubles that mirror
-SGLang's source (sglang_double/README.md): requests go through the scheduler's update handlers
--> TpModelWorker's positional forwarders -> the ModelRunner methods wtx installs, on 2 TP
-ranks (global ranks 1, 2), with a trainer process (global rank 0) that sends its weights in
-buckets as slime, miles and verl do (pause, one request per bucket with the step's
-weight_version and flush_cache=False, continue). Aborts are judged by the live model: a forward
-pass after an abort equals the previous version's output, or generation stays paused."""
+"""wtx inside SGLang as SGLang's own code runs it (issues 44 and 49), against doubles that mirror
+SGLang's source where a request enters (sglang_double/README.md): every request goes through the
+TokenizerManager (the methods SGLang's HTTP routes call) to each TP rank's Scheduler, where one
+turn of its event loop dispatches it through the TypeBasedDispatcher that Scheduler.__init__
+builds of bound methods -> the update handlers (the Scheduler's own in v0.5.12.post1, its
+weight_updater's on main) -> TpModelWorker's positional forwarders -> the ModelRunner methods;
+generation too (a request queued, run by a turn of the loop that is not paused). 2 TP ranks
+(global ranks 1, 2) and a trainer process (global rank 0) that sends its weights in buckets as
+slime, miles and verl do (pause, one request per bucket with the step's weight_version and
+flush_cache=False, continue). $WTX_SGLANG_DOUBLE picks the SGLang shape: v0_5_12_post1
+(default) or main (CTest runs both: python.sglang, python.sglang_main). Aborts are judged by
+the live model: a forward pass after an abort equals the previous version's output, or nothing
+is generated."""
 
+import asyncio
 import os
 import sys
 
@@ -14,7 +21,10 @@ import torch
 import torch.distributed as dist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "sglang_double"))
+SHAPE = os.environ.get("WTX_SGLANG_DOUBLE", "v0_5_12_post1")
+assert SHAPE in ("v0_5_12_post1", "main"), f"WTX_SGLANG_DOUBLE: unknown shape {SHAPE!r}"
+sys.path[:0] = [os.path.join(HERE, "sglang_double", SHAPE),
+                os.path.join(HERE, "sglang_double", "common")]
 
 import wtx  # noqa: E402
 import wtx.sglang  # noqa: E402
@@ -70,62 +80,95 @@ def engine(rank, g, args):
     while True:
         box = [None]
         dist.broadcast_object_list(box, src=0, group=g["ctrl"])
-        method, arg = box[0]
-        if method == "exit":
+        kind, arg = box[0]
+        if kind == "exit":
             break
         try:
-            if method == "__test__":
+            if kind == "__test__":  # the test looks at the rank (not a request)
                 result = ("ok", arg(scheduler, tp_rank))
-            else:
-                result = ("ok", getattr(scheduler, method)(arg))
-        except Exception as e:  # SGLang's event loop would die here: recorded for the test
+            else:  # one turn of the scheduler's event loop with the requests received
+                result = ("ok", scheduler.event_loop_iteration([arg]))
+        except Exception as e:  # SGLang's scheduler process would die here: recorded
             result = ("raised", f"{type(e).__name__}: {e}")
         dist.all_gather_object([None] * 3, result, group=g["ctrl"])
     return {"status": scheduler.wtx.participant.status()}
 
 
+class SchedulerDied(Exception):
+    """A request's handler raised on a rank (SGLang's scheduler process exits)."""
+
+
 class Trainer:
     def __init__(self, g):
         self.g = g
-        self.pending = []  # tensors the next request's broadcast carries (through the tokenizer)
+        self.pending = []  # tensors the next request's broadcast carries
+        self.replies = []  # every rank's (kind, replies) of the last request
+        self.tm = None
 
     def tokenizer(self):
         """SGLang's TokenizerManager in front of the schedulers (this process plays it)."""
         from sglang.srt.managers.tokenizer_manager import TokenizerManager
-        return TokenizerManager(lambda method, req: [
-            reply for _, reply in self.call(method, req)])
+        if self.tm is None:
+            self.tm = TokenizerManager(self.send)
+        return self.tm
 
-    def call(self, method, arg=None, send=()):
-        """One request to every TP rank's scheduler; `send` is broadcast on the update group
-        meanwhile (the trainer's side of update_weights_from_distributed)."""
-        dist.broadcast_object_list([(method, arg)], src=0, group=self.g["ctrl"])
+    def _round(self, kind, arg, send=()):
+        dist.broadcast_object_list([(kind, arg)], src=0, group=self.g["ctrl"])
         send, self.pending = list(send) + self.pending, []
-        for t in send:
+        for t in send:  # the trainer's side of update_weights_from_distributed
             dist.broadcast(t.contiguous().view(torch.uint8) if t.dtype == torch.bfloat16 else t,
                            src=0, group=self.g["update"])
         out = [None] * 3
         dist.all_gather_object(out, None, group=self.g["ctrl"])
         return out[1:]
 
+    def send(self, req):
+        """The request through one turn of every TP rank's event loop; TP rank 0's (outputs to
+        the tokenizer, outputs to the detokenizer) come back, as SGLang returns them."""
+        self.replies = self._round("request", req)
+        died = [msg for kind, msg in self.replies if kind == "raised"]
+        if died:
+            raise SchedulerDied(" | ".join(died))
+        return self.replies[0][1]
+
+    def inspect(self, fn):
+        return [r for _, r in self._round("__test__", fn)]
+
+    def run(self, coro):
+        return asyncio.run(coro)
+
     def bucket(self, w, names, version, load_format=None):
+        """One update_weights_from_distributed request through the tokenizer; returns its
+        (success, message) and every rank's reply."""
         req = io.UpdateWeightsFromDistributedReqInput(
             names=names, dtypes=["bfloat16"] * len(names), shapes=[list(w[n].shape) for n in names],
             group_name=GROUP, flush_cache=False, weight_version=version, load_format=load_format)
         if load_format == "flattened_bucket":
-            flat = torch.cat([w[n].contiguous().view(torch.uint8).flatten() for n in names])
-            return self.call("update_weights_from_distributed", req, [flat])
-        return self.call("update_weights_from_distributed", req, [w[n] for n in names])
+            self.pending = [torch.cat([w[n].contiguous().view(torch.uint8).flatten()
+                                       for n in names])]
+        else:
+            self.pending = [w[n] for n in names]
+        answer = self.run(self.tokenizer().update_weights_from_distributed(req))
+        return answer, [out[0][0] for _, out in self.replies]
 
-    def step(self, w, version, buckets=3, fail_bucket=None):
+    def pause(self, mode="abort"):
+        self.run(self.tokenizer().pause_generation(io.PauseGenerationReqInput(mode=mode)))
+
+    def resume(self):
+        self.run(self.tokenizer().continue_generation(io.ContinueGenerationReqInput()))
+
+    def generate(self, rid="r"):
+        return self.run(self.tokenizer().generate_request(rid, IDS))
+
+    def step(self, w, version, buckets=3, fail_bucket=None, mode="abort"):
         """slime's update_weights: pause, buckets, continue. Returns each bucket's answers."""
-        self.call("pause_generation", io.PauseGenerationReqInput(mode="abort"))
+        self.pause(mode)
         answers = []
-        chunks = [NAMES[i::buckets] for i in range(buckets)]
-        for i, names in enumerate(chunks):
+        for i, names in enumerate([NAMES[i::buckets] for i in range(buckets)]):
             answers.append(self.bucket(w, names, version))
             if fail_bucket is not None and i == fail_bucket:
                 break  # the trainer stops at the failed bucket (slime raises on it)
-        self.call("continue_generation", io.ContinueGenerationReqInput())
+        self.resume()
         return answers
 
     def exit(self):
@@ -137,7 +180,7 @@ def world(target, args):
         g = _groups()
         if rank == 0:
             t = Trainer(g)
-            t.call("init_weights_update_group", io.InitWeightsUpdateGroupReqInput(
+            t.send(io.InitWeightsUpdateGroupReqInput(
                 master_address=ADDRESS[0], master_port=ADDRESS[1], rank_offset=1,
                 world_size=3, group_name=GROUP))
             try:
@@ -153,7 +196,8 @@ def world(target, args):
 def _state(scheduler, tp_rank):
     st = scheduler.wtx.participant.status()
     return {"paused": scheduler._engine_paused, "version": st["version"],
-            "active_tx": st["active_tx"], "serving": st["serving"], "dirty": st["dirty"]}
+            "active_tx": st["active_tx"], "serving": st["serving"], "dirty": st["dirty"],
+            "committed_tx": st["committed_tx"]}
 
 
 def _clear(scheduler, tp_rank):
@@ -161,6 +205,7 @@ def _clear(scheduler, tp_rank):
 
 
 def assert_matches(logits, ref):
+    assert logits is not None, "nothing was generated"
     assert torch.allclose(logits, ref, atol=2e-2, rtol=2e-2), (logits - ref).abs().max()
 
 
@@ -175,110 +220,160 @@ class _FailOn:
             scheduler.tp_worker.model_runner.model.fail_on = self.name
 
 
-def _bucketed_through_the_tokenizer(t, args):
-    """As an SGLang server runs it: the tokenizer process loaded its plugins too, so the
-    step's weight_version is published at the commit point only."""
-    import asyncio
+def _plugin_args(tmp_path, **more):
+    from vllm_world import plugin_path
+    return dict({"dir": str(tmp_path), "plugin": plugin_path("sglang.srt.plugins")}, **more)
+
+
+def _load_tokenizer_plugins(args):
+    """The tokenizer process loads SGLang's plugins too (wtx's entry point hooks its
+    TokenizerManager)."""
     from sglang.srt.plugins import load_plugins
     sys.path.insert(0, args["plugin"])
     os.environ["WTX_SGLANG_JOURNAL_DIR"] = args["dir"]
     load_plugins()
+
+
+def _published_at_commit(t, args):
+    _load_tokenizer_plugins(args)
     tm = t.tokenizer()
-    w = hf_weights(1)
-    out = {"versions": []}
-    asyncio.run(tm.pause_generation(io.PauseGenerationReqInput(mode="abort")))
+    out = {"versions": [], "replies": []}
+    t.pause()
     for names in [NAMES[i::3] for i in range(3)]:
-        req = io.UpdateWeightsFromDistributedReqInput(
-            names=names, dtypes=["bfloat16"] * len(names),
-            shapes=[list(w[n].shape) for n in names], group_name=GROUP, flush_cache=False,
-            weight_version="7")
-        t.pending = [w[n] for n in names]
-        out.setdefault("replies", []).append(asyncio.run(tm.update_weights_from_distributed(req)))
-        out["versions"].append(tm.server_args.weight_version)
-    asyncio.run(tm.continue_generation(io.ContinueGenerationReqInput()))
-    out["published"] = tm.server_args.weight_version
-    out["after"] = t.call("__test__", _state)
-    out["logits"] = t.call("generate", IDS)[0][1]
+        out["replies"].append(t.bucket(hf_weights(1), names, "7")[0])
+        out["versions"].append(tm.model_info()["weight_version"])
+    t.resume()
+    out["published"] = tm.model_info()["weight_version"]
+    out["after"] = t.inspect(_state)
+    out["logits"] = t.generate()
+    # A failed step publishes nothing: the label stays "7".
+    t.inspect(_FailOn(NAMES[0]))
+    out["failed"] = t.step(hf_weights(2), "8", fail_bucket=0)
+    out["published_after_failure"] = tm.model_info()["weight_version"]
     return out
 
 
 def test_WeightVersionIsPublishedAtTheCommitPointOnly(tmp_path):
-    from vllm_world import plugin_path
-    r = world(_bucketed_through_the_tokenizer,
-              {"dir": str(tmp_path), "plugin": plugin_path("sglang.srt.plugins")})
-    f = r[0]
+    """Through SGLang's tokenizer and both processes' plugin loading: the step's label is
+    published once every rank serves the committed version (check_weights' payload, typed
+    as this SGLang shape's wire requires), never after a bucket, never after a failed step."""
+    f = world(_published_at_commit, _plugin_args(tmp_path, load="load_weights"))[0]
     assert all(ok for ok, _ in f["replies"]), f["replies"]
     assert f["versions"] == ["default"] * 3, f["versions"]  # not after each bucket
     assert f["published"] == "7"
-    for _, st in f["after"]:
-        assert st["serving"] and not st["paused"], st
+    for st in f["after"]:
+        assert st["serving"] and not st["paused"] and st["committed_tx"].startswith(
+            "sglang-7-"), st
     assert_matches(f["logits"], reference_forward(hf_weights(1), IDS))
+    assert not f["failed"][-1][0][0], f["failed"]
+    assert f["published_after_failure"] == "7"
+
+
+def _steps_in_a_row(t, args):
+    out = {"answers": [], "states": [], "logits": []}
+    for step in (1, 2, 3):
+        out["answers"].append(t.step(hf_weights(step), str(step)))
+        out["states"].append(t.inspect(_state))
+        out["logits"].append(t.generate(f"r{step}"))
+    return out
+
+
+@pytest.mark.parametrize("through", ["install", "plugin"])
+def test_EveryStepCommitsAtItsContinueGenerationThroughTheDispatcher(tmp_path, through):
+    """slime's loop, step after step, through SGLang's dispatcher: each step's buckets answer
+    before the commit point, each step commits under its own weight_version at
+    continue_generation (none joins the previous one), and generation serves it."""
+    args = _plugin_args(tmp_path) if through == "plugin" else {"dir": str(tmp_path)}
+    f = world(_steps_in_a_row, args)[0]
+    for step, answers in enumerate(f["answers"], 1):
+        for (ok, message), replies in answers:
+            assert ok and "commits at continue_generation" in message, message
+        for st in f["states"][step - 1]:
+            assert st["serving"] and not st["paused"] and st["active_tx"] is None, st
+            assert st["committed_tx"].startswith(f"sglang-{step}-"), st
+        assert_matches(f["logits"][step - 1], reference_forward(hf_weights(step), IDS))
 
 
 def _bucketed(t, args):
     out = {}
     w = hf_weights(1)
-    t.call("pause_generation", io.PauseGenerationReqInput(mode="retract"))
+    t.pause("retract")
     chunks = [NAMES[i::3] for i in range(3)]
     out["b1"] = t.bucket(w, chunks[0], "7")
     out["b2"] = t.bucket(w, chunks[1], "7")
-    out["mid"] = t.call("__test__", _state)  # nothing committed before the commit point
+    out["mid"] = t.inspect(_state)  # nothing committed before the commit point
     out["b3"] = t.bucket(w, chunks[2], "7", load_format="flattened_bucket")
-    t.call("continue_generation", io.ContinueGenerationReqInput())
-    out["after"] = t.call("__test__", _state)
-    out["logits"] = t.call("generate", IDS)[0][1]
+    t.resume()
+    out["after"] = t.inspect(_state)
+    out["logits"] = t.generate()
     return out
 
 
-@pytest.mark.parametrize("through", ["install", "plugin"])
-def test_BucketedStepCommitsAtContinueGenerationAndNotBefore(tmp_path, through):
-    args = {"dir": str(tmp_path)}
-    if through == "plugin":  # SGLang's own plugin loading finds wtx's entry point
-        from vllm_world import plugin_path
-        args["plugin"] = plugin_path("sglang.srt.plugins")
-    r = world(_bucketed, args)
-    f = r[0]
-    for answers in (f["b1"], f["b2"], f["b3"]):
-        for kind, reply in answers:
-            assert kind == "ok" and reply.success, reply
-            assert "commits at continue_generation" in reply.message, reply.message
-    for _, st in f["mid"]:
-        assert st["active_tx"] and st["version"] is None, st
-    for _, st in f["after"]:
+def test_BucketedStepCommitsAtContinueGenerationAndNotBefore(tmp_path):
+    f = world(_bucketed, {"dir": str(tmp_path)})[0]
+    for (ok, message), replies in (f["b1"], f["b2"], f["b3"]):
+        assert ok, message
+        for reply in replies:  # every TP rank's own answer
+            assert reply.success and "commits at continue_generation" in reply.message, reply
+    for st in f["mid"]:
+        assert st["active_tx"] and st["version"] is None and st["paused"], st
+    for st in f["after"]:
         assert st["serving"] and not st["paused"] and st["active_tx"] is None, st
+    assert_matches(f["logits"], reference_forward(hf_weights(1), IDS))
+
+
+def _unpaused_step(t, args):
+    """A trainer that never pauses: wtx pauses generation while the step is open."""
+    out = {}
+    out["b1"] = t.bucket(hf_weights(1), NAMES[0::2], "1")
+    out["mid"] = t.inspect(_state)
+    out["gen_mid"] = t.generate("mid")  # queued: nothing runs on mixed bytes
+    out["b2"] = t.bucket(hf_weights(1), NAMES[1::2], "1")
+    t.resume()
+    out["after"] = t.inspect(_state)
+    out["logits"] = t.generate("after")
+    return out
+
+
+def test_AStepOpenWithoutAPauseHoldsGenerationUntilItCommits(tmp_path):
+    f = world(_unpaused_step, {"dir": str(tmp_path)})[0]
+    assert f["b1"][0][0] and f["b2"][0][0]
+    for st in f["mid"]:
+        assert st["paused"] and st["active_tx"], st
+    assert f["gen_mid"] is None
+    for st in f["after"]:
+        assert st["serving"] and not st["paused"], st
     assert_matches(f["logits"], reference_forward(hf_weights(1), IDS))
 
 
 def _fail_then_recover(t, args):
     out = {}
     out["first"] = t.step(hf_weights(1), "1")
-    out["v1"] = t.call("__test__", _state)
-    t.call("__test__", _FailOn(NAMES[3]))  # in the first bucket
+    out["v1"] = t.inspect(_state)
+    t.inspect(_FailOn(NAMES[3]))  # in the first bucket
     out["failed"] = t.step(hf_weights(2), "2", fail_bucket=0)
-    out["held"] = t.call("__test__", _state)
-    out["generate_held"] = t.call("generate", IDS)
-    t.call("__test__", _clear)
+    out["held"] = t.inspect(_state)
+    out["generate_held"] = t.generate("held")
+    t.inspect(_clear)
     out["again"] = t.step(hf_weights(3), "3")
-    out["after"] = t.call("__test__", _state)
-    out["logits"] = t.call("generate", IDS)[0][1]
+    out["after"] = t.inspect(_state)
+    out["logits"] = t.generate("after")
     return out
 
 
-def _failed_bucket_answer(answers):
-    last = answers[-1]
-    return [reply for _, reply in last]
-
-
 def test_FailedBucketAbortsEveryRankAndGenerationStaysPausedUntilAFullStep(tmp_path):
-    r = world(_fail_then_recover, {"dir": str(tmp_path), "load": "load_weights"})
-    f = r[0]
-    for reply in _failed_bucket_answer(f["failed"]):
-        assert not reply.success, reply  # both ranks answer the failure, naming rank 1
-        assert "rank 1" in reply.message and "cannot load" in reply.message, reply.message
-    for _, st in f["held"]:
+    """slime pauses in "abort" mode (the tokenizer does not tell the schedulers): after a
+    failed step, SGLang's own continue_generation reaches wtx through the dispatcher and is
+    refused; nothing generates from the mixed bytes until a full step commits."""
+    f = world(_fail_then_recover, {"dir": str(tmp_path), "load": "load_weights"})[0]
+    (ok, message), replies = f["failed"][-1]
+    assert not ok and "rank 1" in message and "cannot load" in message, message
+    for reply in replies:  # both ranks answer the failure, naming rank 1
+        assert not reply.success and "rank 1" in reply.message, reply
+    for st in f["held"]:
         assert st["paused"] and st["dirty"] and not st["serving"], st
-    assert all(kind == "ok" and logits is None for kind, logits in f["generate_held"])
-    for _, st in f["after"]:
+    assert f["generate_held"] is None
+    for st in f["after"]:
         assert st["serving"] and not st["paused"], st
     assert_matches(f["logits"], reference_forward(hf_weights(3), IDS))
 
@@ -300,56 +395,53 @@ def _manifest(scheduler, tp_rank):
 def _stages(t, args):
     out = {}
     t.step(hf_weights(1), "1")
-    out["manifests"] = [m for _, m in t.call("__test__", _manifest)]
-    out["first"] = t.call("__test__", _state)
+    out["manifests"] = t.inspect(_manifest)
+    out["first"] = t.inspect(_state)
     stage1 = next(n for n in NAMES if n.startswith("model.layers.1."))
-    t.call("__test__", _FailOnStage(stage1, 1))  # a source only the second stage holds
+    t.inspect(_FailOnStage(stage1, 1))  # a source only the second stage holds
     out["failed"] = t.step(hf_weights(2), "2", buckets=1, fail_bucket=0)
-    out["held"] = t.call("__test__", _state)
-    t.call("__test__", _clear)
+    out["held"] = t.inspect(_state)
+    t.inspect(_clear)
     t.step(hf_weights(3), "3")
-    out["after"] = t.call("__test__", _state)
+    out["after"] = t.inspect(_state)
     return out
 
 
 def test_PipelineStagesCommitOrAbortTogether(tmp_path):
     """Two pipeline stages (installed by SGLang's plugin loading): one step spans both, so a
     bucket failing on the second stage aborts the first too; the next full step serves."""
-    from vllm_world import plugin_path
-    r = world(_stages, {"dir": str(tmp_path), "load": "load_weights", "pp": 2,
-                        "plugin": plugin_path("sglang.srt.plugins")})
-    f = r[0]
+    f = world(_stages, _plugin_args(tmp_path, load="load_weights", pp=2))[0]
     manifests = [wtx.Manifest.from_json(m) for m in f["manifests"]]
     held = [{s["source"] for q in m.params for s in q["shards"]} for m in manifests]
     assert held[0] and held[1] and not held[0] & held[1]  # each stage its own layers
     assert held[0] | held[1] == set(NAMES)
     first = wtx.expected_version(manifests, hf_weights(1))["version"]
-    assert [st["version"] for _, st in f["first"]] == [first, first]
-    for reply in _failed_bucket_answer(f["failed"]):
+    assert [st["version"] for st in f["first"]] == [first, first]
+    for reply in f["failed"][-1][1]:
         assert not reply.success and "rank 1" in reply.message, reply
-    for _, st in f["held"]:
+    for st in f["held"]:
         assert st["paused"] and not st["serving"], st  # the first stage holds too
     third = wtx.expected_version(manifests, hf_weights(3))["version"]
-    assert [st["version"] for _, st in f["after"]] == [third, third]
+    assert [st["version"] for st in f["after"]] == [third, third]
     assert sorted(os.listdir(tmp_path)) == ["coordinator", "rank0", "rank1"]
 
 
 def _restore(t, args):
     out = {}
     t.step(hf_weights(1), "1")
-    out["before"] = t.call("generate", IDS)[0][1]
-    t.call("__test__", _FailOn(NAMES[0]))  # in the first bucket
+    out["before"] = t.generate("before")
+    t.inspect(_FailOn(NAMES[0]))  # in the first bucket
     out["failed"] = t.step(hf_weights(2), "2", fail_bucket=0)
-    out["after"] = t.call("__test__", _state)
-    out["logits"] = t.call("generate", IDS)[0][1]
+    out["after"] = t.inspect(_state)
+    out["logits"] = t.generate("after")
     return out
 
 
 def test_RestoreGateGeneratesFromThePreviousVersionAfterAnAbort(tmp_path):
-    r = world(_restore, {"dir": str(tmp_path), "load": "load_weights", "gate": "restore"})
-    f = r[0]
-    assert all(not reply.success for reply in _failed_bucket_answer(f["failed"]))
-    for _, st in f["after"]:
+    f = world(_restore, {"dir": str(tmp_path), "load": "load_weights", "gate": "restore"})[0]
+    assert not f["failed"][-1][0][0]
+    assert all(not reply.success for reply in f["failed"][-1][1])
+    for st in f["after"]:
         assert st["serving"] and not st["paused"] and not st["dirty"], st
     assert torch.equal(f["logits"], f["before"])
 
@@ -359,40 +451,107 @@ def _call_shapes(t, args):
     from sglang.srt.utils import MultiprocessingSerializer
     out = {}
     w = hf_weights(4)
-    t.call("pause_generation", io.PauseGenerationReqInput(mode="abort"))
+    tm = t.tokenizer()
+    t.pause()
     # The tensor path as verl sends it: per-rank values wrapped, one payload per TP rank.
     named = [(n, LocalSerializedTensor(values=[MultiprocessingSerializer.serialize(w[n])] * TP))
              for n in NAMES]
     payload = MultiprocessingSerializer.serialize(named, output_str=True)
-    out["tensor"] = t.call("update_weights_from_tensor", io.UpdateWeightsFromTensorReqInput(
-        serialized_named_tensors=[payload] * TP, weight_version="4", flush_cache=False))
-    t.call("continue_generation", io.ContinueGenerationReqInput())
-    out["after"] = t.call("__test__", _state)
-    out["logits"] = t.call("generate", IDS)[0][1]
-    out["disk"] = t.call("update_weights_from_disk", io.UpdateWeightFromDiskReqInput(
-        model_path="/nonexistent", recapture_cuda_graph=True))
-    out["auto"] = t.call("update_weights_from_tensor", io.UpdateWeightsFromTensorReqInput(
-        serialized_named_tensors=[payload] * TP, load_format="auto"))
-    out["no_group"] = t.call("update_weights_from_distributed",
-                             io.UpdateWeightsFromDistributedReqInput(
-                                 names=[], dtypes=[], shapes=[], group_name="nope"))
-    out["end"] = t.call("__test__", _state)
+    out["tensor"] = t.run(tm.update_weights_from_tensor(io.UpdateWeightsFromTensorReqInput(
+        serialized_named_tensors=[payload] * TP, weight_version="4", flush_cache=False)))
+    t.resume()
+    out["after"] = t.inspect(_state)
+    out["logits"] = t.generate()
+    out["disk"] = t.send(io.UpdateWeightFromDiskReqInput(
+        model_path="/nonexistent", recapture_cuda_graph=True))[0]
+    for key, req in (("auto", io.UpdateWeightsFromTensorReqInput(
+            serialized_named_tensors=[payload] * TP, load_format="auto")),
+                     ("no_group", io.UpdateWeightsFromDistributedReqInput(
+                         names=[], dtypes=[], shapes=[], group_name="nope"))):
+        try:
+            t.send(req)
+            out[key] = None
+        except SchedulerDied as e:
+            out[key] = str(e)
+    out["end"] = t.inspect(_state)
     return out
 
 
 def test_SglangsOwnCallShapesReachWtx(tmp_path):
-    r = world(_call_shapes, {"dir": str(tmp_path)})
-    f = r[0]
-    assert all(kind == "ok" and reply.success for kind, reply in f["tensor"]), f["tensor"]
-    for _, st in f["after"]:
-        assert st["serving"] and st["version"], st
+    f = world(_call_shapes, {"dir": str(tmp_path)})[0]
+    assert f["tensor"][0], f["tensor"]
+    for st in f["after"]:
+        assert st["serving"] and st["version"] and st["committed_tx"].startswith("sglang-4-"), st
     assert_matches(f["logits"], reference_forward(hf_weights(4), IDS))
     # Disk: refused with SGLang's answer shape (TpModelWorker's keyword reached wtx).
-    assert all(kind == "ok" and not reply.success and "wtx" in reply.message
-               for kind, reply in f["disk"]), f["disk"]
+    assert all(not reply.success and "wtx" in reply.message for reply in f["disk"]), f["disk"]
     # What SGLang raises, wtx raises alike: "auto" on the tensor path, an unknown group.
-    assert all(kind == "raised" and "Unknown load_format=auto" in msg for kind, msg in f["auto"])
-    assert all(kind == "raised" and "AssertionError" in msg and "nope" in msg
-               for kind, msg in f["no_group"])
-    for _, st in f["end"]:
+    assert f["auto"] and "Unknown load_format=auto" in f["auto"], f["auto"]
+    assert f["no_group"] and "AssertionError" in f["no_group"] and "nope" in f["no_group"]
+    for st in f["end"]:
         assert st["serving"], st
+
+
+# -------------------------------------------------------- installing where SGLang dispatches
+
+class _Worker:
+    tp_rank = 0
+
+    def __init__(self):
+        from sglang.srt.model_executor.model_runner import ModelRunner
+        self.model_runner = ModelRunner(torch.nn.Linear(2, 2), 0)
+
+
+def _scheduler_without(request_type):
+    """A Scheduler of this shape whose dispatcher has no entry for `request_type` (an SGLang
+    build that routes it elsewhere)."""
+    from sglang.srt.managers.scheduler import Scheduler
+
+    class Routed(Scheduler):
+        def init_request_dispatcher(self):
+            super().init_request_dispatcher()
+            table = self._request_dispatcher._mapping
+            del table[request_type]
+
+    return Routed(_Worker(), None)
+
+
+@pytest.mark.parametrize("missing", ["UpdateWeightsFromDistributedReqInput",
+                                     "UpdateWeightsFromTensorReqInput",
+                                     "ContinueGenerationReqInput", "CheckWeightsReqInput"])
+def test_InstallRefusesWhereTheDispatcherWouldNotRouteToWtx(tmp_path, missing):
+    from sglang.version import __version__
+    scheduler = _scheduler_without(getattr(io, missing))
+    with pytest.raises(wtx.Error) as e:
+        wtx.sglang.install(scheduler, str(tmp_path / "rank0"), str(tmp_path / "coord"))
+    assert e.value.code == "E_UNSUPPORTED"
+    assert missing in e.value.message and __version__ in e.value.message, e.value.message
+    assert not (tmp_path / "rank0").exists()  # refused before anything opened
+
+
+def test_CheckDispatchNamesARequestTypeRoutedAwayFromWtx():
+    """check_dispatch (run by install) reads SGLang's own table: a handler that is not wtx's
+    for a request type a step needs is named, with SGLang's version."""
+    from sglang.srt.managers.scheduler import Scheduler
+    scheduler = Scheduler(_Worker(), None)
+    with pytest.raises(wtx.Error) as e:
+        wtx.sglang.check_dispatch(scheduler)
+    assert e.value.code == "E_UNSUPPORTED"
+    assert "UpdateWeightsFromDistributedReqInput" in e.value.message
+    handler = wtx.sglang.resolve_handler(scheduler, io.ContinueGenerationReqInput)
+    assert handler == scheduler.continue_generation  # the bound method __init__ collected
+
+
+def test_AHookSetAfterConstructionIsNotWhatSglangCalls():
+    """Why wtx rebinds the dispatcher's table: SGLang's dispatcher holds the bound methods
+    Scheduler.__init__ collected, so an attribute set afterwards is never called."""
+    from sglang.srt.managers.scheduler import Scheduler
+    scheduler = Scheduler(_Worker(), None)
+    calls = []
+    owner = scheduler.weight_handlers()
+    try:
+        owner.check_weights = lambda req: calls.append(req)
+    except AttributeError:  # main: the weight updater is a slots dataclass (read-only)
+        pass
+    answer = scheduler._request_dispatcher(io.CheckWeightsReqInput(action="checksum"))
+    assert calls == [] and not answer.success
