@@ -138,13 +138,20 @@ def _full_then_hold_then_full(front, args):
     out["failure"] = str(failed.value)
     out["resume_held"] = _post(front, "resume")
     out["weight_info_held"] = _get(front, "weight_info")
+    # The trainer never paused: wtx paused vLLM's scheduler itself, so the engine core runs
+    # no step the workers would refuse (vLLM's core dies on a worker's error) and says paused.
+    out["paused_held"] = _get(front, "is_paused")
+    out["forward_held"] = _forward(front)
+    out["core_alive"] = not front.core.errored
+    # The worker's own refusal stays the last line.
     with pytest.raises(Exception) as refused:
-        _forward(front)
-    out["forward_held"] = str(refused.value)
+        front.executor.execute_model(IDS)
+    out["execute_held"] = str(refused.value)
     front.to_workers(_clear_failures)
-    # The next full update commits on every rank: serving again.
+    # The next full update commits on every rank: wtx lifts the pause it made.
     engine = _trainer_engine(front, args, manifests, Source(w3), prefix="again")
     engine.send_weights()
+    out["paused_after"] = _get(front, "is_paused")
     out["resume_after"] = _post(front, "resume")
     out["weight_info_after"] = _get(front, "weight_info")
     out["after_third"] = _forward(front)
@@ -161,7 +168,10 @@ def test_RankFailingAloneAbortsEveryRankHoldsAndTheNextFullUpdateServes(tmp_path
     assert code == 500 and "Failed to resume generation" in body["error"], body
     assert "does not serve" in body["error"] and "mixed" in body["error"], body
     assert front["weight_info_held"][0] == 500, front["weight_info_held"]
-    assert "execute_model refused" in front["forward_held"], front["forward_held"]
+    assert front["paused_held"] == (200, {"is_paused": True}), front["paused_held"]
+    assert front["forward_held"] is None and front["core_alive"]
+    assert "execute_model refused" in front["execute_held"], front["execute_held"]
+    assert front["paused_after"] == (200, {"is_paused": False}), front["paused_after"]
     assert front["resume_after"] == (200, {"status": "resumed"})
     assert front["weight_info_after"] == (200, {"weight_version": "default"})
     assert_matches(front["after_third"], reference_forward(hf_weights(3), IDS))
@@ -170,6 +180,147 @@ def test_RankFailingAloneAbortsEveryRankHoldsAndTheNextFullUpdateServes(tmp_path
         assert st["serving"] and not st["dirty"], st
         assert r[rank]["active"] is False  # every session ended
         assert r[rank]["lora_resets"] == 2  # two finishes that returned
+
+
+class _Labelled:
+    """vLLM's HTTP client whose finish carries the trainer's weight_version label."""
+
+    def __init__(self, client, label):
+        self.client, self.label = client, label
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def finish_weight_update(self, weight_version=None):
+        self.client.finish_weight_update(self.label)
+
+
+def _labelled_engine(front, args, source, label, **wtx_fields):
+    """_trainer_engine whose finish publishes `label` and whose updates carry `wtx_fields`
+    (kind, base) in their wtx section."""
+    engine = _trainer_engine(front, args, None, source, prefix=label)
+    wrapped = engine.wrapped
+    wrapped.client = _Labelled(wrapped.client, label)
+    if wtx_fields:
+        plain = wrapped._label
+        wrapped._label = lambda info, **extra: plain(info, **dict(wtx_fields, **extra))
+    return engine
+
+
+def _unreachable_trainer(args):
+    d = args["dir"]
+    return {"init_info": {
+        "journal_dir": os.path.join(d, "rank{rank}"), "coordinator_journal": os.path.join(d, "coord"),
+        "inner": "nccl", "inner_init_info": {"master_address": "127.0.0.1", "master_port": 1,
+                                             "rank_offset": 1, "world_size": TP + 1}}}
+
+
+def _status(worker, tp_rank):
+    return worker.weight_transfer_engine.participant.status()
+
+
+def _every_refusal(front, args):
+    out = {}
+    _labelled_engine(front, args, Source(hf_weights(1)), "v1").send_weights()
+    out["label_v1"] = _get(front, "weight_info")
+    # An empty round labelled: nothing was written, the previous label stays.
+    _post(front, "start_weight_update")
+    out["empty_finish"] = _post(front, "finish_weight_update", {"weight_version": "v-empty"})
+    out["label_after_empty"] = _get(front, "weight_info")
+    # A re-init whose trainer never joins: refused; the working transport stays.
+    out["failed_reinit"] = _post(front, "init_weight_transfer_engine", _unreachable_trainer(args))
+    _labelled_engine(front, args, Source(hf_weights(2)), "v2").send_weights()
+    out["label_v2"] = _get(front, "weight_info")
+    # A delta on a base no rank serves: refused; the next full update works.
+    with pytest.raises(Exception) as refused:
+        _labelled_engine(front, args, Source(hf_weights(3)), "bad", kind="delta",
+                         base="0" * 32).send_weights()
+    out["delta_refused"] = str(refused.value)
+    _labelled_engine(front, args, Source(hf_weights(3)), "v3").send_weights()
+    out["label_v3"] = _get(front, "weight_info")
+    out["v3"] = front.to_workers(_status)
+    # The engine shut down and initialized again in the same process (a trainer
+    # reconnecting): the surviving tensors are proven, so a delta can follow at once.
+    front.executor.collective_rpc("shutdown")
+    _labelled_engine(front, args, Source(hf_weights(4)), "v4", kind="delta",
+                     sources=sorted(hf_weights(4))).send_weights()
+    out["label_v4"] = _get(front, "weight_info")
+    out["v4"] = front.to_workers(_status)
+    out["logits"] = _forward(front)
+    return out
+
+
+def test_EveryRefusedCallLeavesTheNextUpdateWorkingAndANoopKeepsTheLabel(tmp_path):
+    f = world(_every_refusal, {"dir": str(tmp_path)})[0]
+    assert f["label_v1"] == (200, {"weight_version": "v1"}), f["label_v1"]
+    assert f["empty_finish"] == (200, {"message": "Weight update finished"})
+    assert f["label_after_empty"] == (200, {"weight_version": "v1"}), f["label_after_empty"]
+    assert f["failed_reinit"][0] == 500, f["failed_reinit"]
+    assert f["label_v2"] == (200, {"weight_version": "v2"}), f["label_v2"]
+    assert "base" in f["delta_refused"] or "E_" in f["delta_refused"], f["delta_refused"]
+    assert f["label_v3"] == (200, {"weight_version": "v3"}), f["label_v3"]
+    assert f["label_v4"] == (200, {"weight_version": "v4"}), f["label_v4"]
+    for v3, v4 in zip(f["v3"], f["v4"]):
+        assert v4["serving"] and v4["loaded"] and v4["version"] != v3["version"], (v3, v4)
+        assert v4["committed_tx"].startswith("v4-"), v4
+    assert_matches(f["logits"], reference_forward(hf_weights(4), IDS))
+
+
+class _EndSession:
+    """vLLM's worker of TP rank `rank` ends its session on its own (as its update_weights does
+    after a chunk that failed there only): the ranks' sessions are split."""
+
+    def __init__(self, rank):
+        self.rank = rank
+
+    def __call__(self, worker, tp_rank):
+        if tp_rank == self.rank:
+            worker._weight_update_active = False
+
+
+def _split_before(front, engine, call):
+    """`engine`'s client splits the workers' sessions right before `call` reaches them."""
+    client = engine.wrapped.client
+    original = getattr(client, call)
+
+    def split(*a, **k):
+        if not getattr(split, "done", False):
+            split.done = True
+            front.to_workers(_EndSession(1))
+        return original(*a, **k)
+
+    setattr(client, call, split)
+
+
+def _split_sessions(front, args):
+    out = {}
+    _labelled_engine(front, args, Source(hf_weights(1)), "v1").send_weights()
+    for call in ("update_weights", "finish_weight_update"):
+        engine = _labelled_engine(front, args, Source(hf_weights(2)), f"split-{call}")
+        _split_before(front, engine, call)
+        with pytest.raises(Exception) as failed:
+            engine.send_weights()
+        out[call] = str(failed.value)
+        out[call + "_states"] = front.executor.collective_rpc("wtx_serving_state")
+    _labelled_engine(front, args, Source(hf_weights(3)), "v3").send_weights()
+    out["label_v3"] = _get(front, "weight_info")
+    out["logits"] = _forward(front)
+    return out
+
+
+def test_ARankWhoseWorkerRefusesAloneAbortsEveryRankNamingIt(tmp_path):
+    """vLLM's worker refuses a chunk or a finish on one rank only (its session ended there):
+    that rank still takes its part, so every rank aborts at once naming it, instead of
+    waiting for a collective it never joins; the sessions end alike and the next full update
+    commits."""
+    r = world(_split_sessions, {"dir": str(tmp_path)})
+    f = r[0]
+    for call in ("update_weights", "finish_weight_update"):
+        assert "rank 1" in f[call] and "refused" in f[call], f[call]
+    assert f["label_v3"] == (200, {"weight_version": "v3"}), f["label_v3"]
+    assert_matches(f["logits"], reference_forward(hf_weights(3), IDS))
+    for rank in (1, 2):
+        assert r[rank]["active"] is False
 
 
 def _aborted_restore_round(front, args, source, out, forward_key, packed=True):
@@ -656,9 +807,12 @@ def test_EngineBuiltWithoutTheServingGateHookRefusesToInitialize(tmp_path):
 
 # --------------------------------------------------------------------- the older contract
 
-def test_OlderVllmContractIsRefusedAtRegistrationNamingTheVersion(tmp_path):
-    """vLLM before 0.25: engines without start/finish. register() refuses, naming the version
-    and what to upgrade to (wtx could begin an update there but never commit it)."""
+def test_OlderVllmContractLogsAtRegistrationAndTheConfiguredEngineRefusesNamingTheVersion(
+        tmp_path):
+    """vLLM before 0.25: engines without start/finish. vLLM calls each general plugin without a
+    try, so register() must not raise there (a server not using wtx would not start): it logs,
+    naming the version, and installs no hook; a server configured with backend "wtx" gets the
+    engine's refusal (E_UNSUPPORTED naming the version and what to upgrade to)."""
     import subprocess
     import sys
     root = tmp_path / "old"
@@ -673,12 +827,28 @@ def test_OlderVllmContractIsRefusedAtRegistrationNamingTheVersion(tmp_path):
         "    def __init__(self, config, parallel_config): pass\n"
         "    def receive_weights(self, update_info, load_weights): pass\n")
     (pkg / "factory.py").write_text(
+        "import importlib\n"
         "class WeightTransferEngineFactory:\n    _registry = {}\n"
-        "    @classmethod\n    def register_engine(cls, n, m, c=None): cls._registry[n] = m\n")
-    code = ("import wtx.vllm\ntry:\n    wtx.vllm.register()\nexcept wtx.Error as e:\n"
-            "    print(e.code, e.message)\n")
+        "    @classmethod\n    def register_engine(cls, n, m, c=None):\n"
+        "        cls._registry[n] = lambda: getattr(importlib.import_module(m), c)\n"
+        "    @classmethod\n    def create_engine(cls, config, parallel_config):\n"
+        "        return cls._registry[config]()(config, parallel_config)\n")
+    code = ("import logging, wtx, wtx.vllm\n"
+            "logging.basicConfig(level=logging.WARNING, format='LOG %(message)s')\n"
+            "wtx.vllm.register()\n"  # vLLM's load_general_plugins: no try around it
+            "from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory "
+            "as F\n"
+            "print('registered', sorted(F._registry))\n"
+            "try:\n    F.create_engine('wtx', None)\n"
+            "except wtx.Error as e:\n    print(e.code, e.message)\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ["PYTHONPATH"]]))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=60)
-    assert out.stdout.startswith("E_UNSUPPORTED"), out.stdout + out.stderr
-    assert "0.21.0" in out.stdout and "0.25" in out.stdout, out.stdout
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "registered ['wtx']", out.stdout + out.stderr
+    assert lines[1].startswith("E_UNSUPPORTED"), out.stdout + out.stderr
+    assert "0.21.0" in lines[1] and "0.25" in lines[1], lines[1]
+    log = out.stderr
+    assert "LOG wtx.vllm.register" in log and "0.21.0" in log, log
+    assert "no serving-gate hook" in log, log

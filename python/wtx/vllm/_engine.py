@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import logging
 import threading
 import types
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ from ._direct import receive_direct, speaks_vllm_nccl
 from ._extension import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 from ._placement import commit_group, journal_path, manifest_groups, placement_of, tp_group
 
+logger = logging.getLogger("wtx.vllm")
 EXPECTED_VERSION_NAME = "__wtx__.expected_version"
 _VERSION_BYTES = 128
 _LOAD_MODES = ("auto", "write_source", "load_weights")
@@ -354,8 +356,9 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
 
     def __init__(self, config: Any, *args: Any) -> None:
         if len(args) < 3:
-            raise Error("E_UNSUPPORTED", "WtxWeightTransferEngine: built as (config, "
-                        "parallel_config), vLLM's contract before 0.25 (no "
+            from ._plugin import _vllm_version
+            raise Error("E_UNSUPPORTED", f"WtxWeightTransferEngine: vLLM {_vllm_version()} "
+                        "built it as (config, parallel_config), vLLM's contract before 0.25 (no "
                         "start_weight_update/finish_weight_update): wtx could begin an update "
                         "there but never commit it; upgrade vLLM to 0.25 or later (main)")
         vllm_config, device, model = args[0], args[1], args[2]
@@ -383,6 +386,7 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
         self._tx: Optional[str] = None
         self._failure: Optional[str] = None
         self._ended: Optional[str] = None  # why the update ended early (aborted everywhere)
+        self._refusal: Optional[str] = None  # vLLM's worker refuses this chunk on this rank
         self._expected: Optional[str] = None
         self._updates = 0
         self._writes = _Pipeline(self._fail)
@@ -552,6 +556,27 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
         self._pinned = pinned
         self._elsewhere = sources_held_elsewhere(participant, self.group)
         self._adopt_inner(inner, info)
+        self._reattach_surviving()
+
+    def _reattach_surviving(self) -> None:
+        """An engine opened again in a process whose tensors survived (a trainer reconnecting
+        after shutdown, a rebuilt engine): the journal's committed version is proven against
+        the live bytes (Participant.reattach: every chunk hashed); an exact match makes the
+        rank clean and loaded, so a delta can follow without a full update first. A mismatch
+        leaves it held until a full update commits."""
+        st = self._p.status()
+        if st.get("loaded") or not st.get("version") or st.get("active_tx"):
+            return
+        try:
+            report = self._p.reattach()
+        except Error as e:
+            logger.warning("wtx: rank %d: the surviving tensors were not reattached: %s",
+                           self._rank, e.message)
+            return
+        if not self._p.status().get("loaded"):
+            logger.warning("wtx: rank %d: the live bytes differ from committed version %s "
+                           "(%s); held until a full update commits", self._rank,
+                           st.get("version"), report)
 
     def _build_inner(self, name: str, info: WtxInitInfo) -> Tuple[Any, Any]:
         cls = _inner_class(name)
@@ -580,15 +605,27 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
             inner._apply_patch = self._apply_runtime_patch
 
     def _reinit_inner(self, info: WtxInitInfo) -> None:
+        """A trainer that came back: the new transport is initialized first; only once it
+        works is the open update (if any) aborted and the old transport closed. A re-init that
+        fails (the trainer did not rejoin) leaves the engine exactly as it was."""
+        inner, inner_init = self._build_inner(info.inner or "", info)
+        try:
+            inner.init_transfer_engine(inner_init)
+        except BaseException:
+            if hasattr(inner, "shutdown"):
+                try:
+                    inner.shutdown()
+                except Exception:
+                    pass
+            raise
         if self._tx is not None:
             tx, self._tx = self._tx, None
             abort_quietly(self._g, tx)
         self._finish_reload_quietly()
+        self._failure = self._ended = None
         old = self._inner
-        inner, inner_init = self._build_inner(info.inner or "", info)
-        if old is not None and hasattr(old, "shutdown"):
+        if old is not None and old is not inner and hasattr(old, "shutdown"):
             old.shutdown()
-        inner.init_transfer_engine(inner_init)
         self._adopt_inner(inner, info)
 
     def start_weight_update(self) -> None:
@@ -641,11 +678,13 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
         self._require_init("receive_weights")
         try:
             try:
-                self._begin_if_needed(update_info)
+                self._begin_if_needed(update_info)  # collective: every rank begins alike
             except BaseException as e:
                 # Recorded; the transport still receives (and wtx discards) what the trainer
                 # sends, so a collective send completes and no trainer is left blocked.
                 self._fail(e)
+            if self._refusal is not None:
+                self._fail(RuntimeError(self._refusal))  # received and dropped
             try:
                 if self._receiver.enabled and speaks_vllm_nccl(self._inner, update_info.inner):
                     # vLLM's NCCL engine in direct mode: its wire, received in place.
@@ -699,6 +738,36 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
             self.weight_version = out.get("version")
         return out
 
+    def refuse_update(self, update_info: Any, reason: str) -> None:
+        """This rank's part of a chunk vLLM's worker refuses here (the plugin's hook): the
+        chunk is received and dropped, and the refusal is exchanged like any failure, so every
+        rank aborts the update now, naming this one. Raises wtx.Aborted."""
+        self._refusal = f"vLLM's worker refused it: {reason}"
+        try:
+            self.update_weights(update_info)
+        finally:
+            self._refusal = None
+
+    def refuse_finish(self, reason: str) -> None:
+        """This rank's part of a finish vLLM's worker refuses here: the update is decided as
+        failed on every rank (naming this one) instead of leaving the others to wait for its
+        vote. Raises wtx.Aborted (or returns when nothing was open anywhere)."""
+        self._fail(RuntimeError(f"vLLM's worker refused it: {reason}"))
+        try:
+            self.finish_weight_update()
+        except Aborted:
+            pass
+
+    def end_open_update(self) -> None:
+        """Ends whatever of an update is still open on this rank (after a finish that raised):
+        the transaction aborted, the inner's reload window closed, the failure cleared, so the
+        next start finds this rank as every other."""
+        tx, self._tx = self._tx, None
+        self._finish_reload_quietly()
+        if tx is not None and self.group is not None:
+            abort_quietly(self._g, tx)
+        self._failure = None
+
     def shutdown(self) -> None:
         """Ends an open update if it can (aborted), then closes the inner engine, the
         coordinator and the participant. Idempotent; never raises for a peer that is gone."""
@@ -721,13 +790,15 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
 
     def serving_state(self) -> Dict[str, Any]:
         """What the serving gate reads: {"rank", "serving" (False while this rank holds),
-        "reason", "version"} (wtx.vllm.register's hooks of vLLM's resume and execute_model)."""
+        "reason", "version", "last_outcome" (of the last update: "committed", "noop",
+        "aborted")} (wtx.vllm.register's hooks of vLLM's engine core and worker)."""
         if self.participant is None:
             return {"rank": self._rank, "serving": True, "reason": None, "version": None}
         st = self.participant.status()
         why = holds(st)
         return {"rank": self._rank, "serving": why is None, "reason": why,
-                "version": st.get("version")}
+                "version": st.get("version"),
+                "last_outcome": (self.last_outcome or {}).get("outcome")}
 
     @staticmethod
     def trainer_send_weights(iterator: Iterator[Tuple[str, torch.Tensor]],

@@ -79,7 +79,18 @@ def register(name: str = "wtx") -> None:
     serving gate's hooks (module docstring). Idempotent. Raises wtx.Error E_UNAVAILABLE when
     vLLM is not importable, E_UNSUPPORTED for vLLM's older contract, INVALID_ARGUMENT when
     `name` is another engine's."""
-    check_contract()
+    try:
+        check_contract()
+    except Error as e:
+        if e.code != "E_UNSUPPORTED":
+            raise
+        # vLLM calls every general plugin without a try: raising here would stop every vLLM
+        # process from starting, wtx configured or not. Logged; only the engine's name is
+        # registered, so a server configured with backend "wtx" gets the engine's own
+        # refusal (naming the version) and any other server runs as if wtx were absent.
+        logger.warning("%s; wtx registers no serving-gate hook here", e.message)
+        _register_refusing_engine(name)
+        return
     factory_mod = _vllm_module("vllm.distributed.weight_transfer.factory")
     factory = getattr(factory_mod, "WeightTransferEngineFactory", None)
     if factory is None:
@@ -91,6 +102,19 @@ def register(name: str = "wtx") -> None:
         _register_in(trainer_factory, name, "wtx.vllm", "WtxTrainerWeightTransferEngine",
                      "trainer engine")
     install_hooks()
+
+
+def _register_refusing_engine(name: str) -> None:
+    """vLLM's older contract: the "wtx" name loads the engine, whose construction there
+    refuses naming the version (never silently a backend that cannot commit)."""
+    factory_mod = _vllm_module("vllm.distributed.weight_transfer.factory")
+    factory = getattr(factory_mod, "WeightTransferEngineFactory", None)
+    try:
+        if factory is not None and name not in getattr(factory, "_registry", {}):
+            factory.register_engine(name, "wtx.vllm", "WtxWeightTransferEngine")
+    except Exception as e:  # an older factory's signature: nothing to refuse through
+        logger.warning("wtx.vllm.register: vLLM %s's factory did not take the 'wtx' engine "
+                       "(%s)", _vllm_version(), e)
 
 
 # ------------------------------------------------------------------------------- the hooks
@@ -118,15 +142,38 @@ def _held_message(what: str, held: List[Any]) -> str:
                                          for s in held)
 
 
+# The worker calls of an update; the engine core checks the gate after each.
+_UPDATE_RPCS = frozenset({"init_weight_transfer_engine", "start_weight_update",
+                          "update_weights", "finish_weight_update"})
+
+
 def _hook_worker(worker_cls: Any) -> None:
+    def update(original: Callable[..., Any]) -> Callable[..., Any]:
+        def update_weights(self: Any, *args: Any, **kwargs: Any) -> Any:
+            engine: Any = getattr(self, "weight_transfer_engine", None)
+            if _is_wtx(engine) and not getattr(self, "_weight_update_active", True):
+                # vLLM's worker refuses this rank's chunk (no session here) while the other
+                # ranks receive it: this rank still takes its part (receives and drops the
+                # chunk, exchanges its failure), so every rank aborts now, naming it, instead
+                # of waiting on a collective this rank never joins.
+                engine.refuse_update(kwargs.get("update_info", args[0] if args else None),
+                                     "update_weights without an open session on this worker")
+            return original(self, *args, **kwargs)
+        return update_weights
+
     def finish(original: Callable[..., Any]) -> Callable[..., Any]:
         def finish_weight_update(self: Any, *args: Any, **kwargs: Any) -> Any:
+            engine: Any = getattr(self, "weight_transfer_engine", None)
+            if _is_wtx(engine) and not getattr(self, "_weight_update_active", True):
+                engine.refuse_finish("finish_weight_update without an open session on this "
+                                     "worker")
             try:
                 return original(self, *args, **kwargs)
             except BaseException:
-                engine: Any = getattr(self, "weight_transfer_engine", None)
-                if _is_wtx(engine) and getattr(engine, "_tx", None) is None:
-                    # wtx ended the update on every rank (aborted): the session ends too.
+                if _is_wtx(engine):
+                    # Whatever raised, the session ends alike on every rank: nothing of the
+                    # update stays open here (wtx aborted it on every rank, or ends it now).
+                    engine.end_open_update()
                     self._weight_update_active = False
                     engine.reset_weight_update_target()
                 raise
@@ -142,6 +189,7 @@ def _hook_worker(worker_cls: Any) -> None:
             return original(self, *args, **kwargs)
         return execute_model
 
+    _wrap(worker_cls, "update_weights", update)
     _wrap(worker_cls, "finish_weight_update", finish)
     _wrap(worker_cls, "execute_model", execute)
     if not hasattr(worker_cls, "wtx_serving_state"):
@@ -173,10 +221,53 @@ def _hook_engine_core(core_cls: Any) -> None:
             return refusing
         return make
 
+    def gated(original: Callable[..., Any]) -> Callable[..., Any]:
+        def collective_rpc(self: Any, method: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return original(self, method, *args, **kwargs)
+            finally:
+                if isinstance(method, str) and method in _UPDATE_RPCS:
+                    _hold_or_release(self, states(self))
+        return collective_rpc
+
+    def versioned(original: Callable[..., Any]) -> Callable[..., Any]:
+        def set_weight_version(self: Any, version: str, *args: Any, **kwargs: Any) -> Any:
+            current = states(self)
+            held = _holding(current)
+            if held:
+                raise RuntimeError(_held_message(f"weight version '{version}' refused", held))
+            if any(isinstance(s, dict) and s.get("last_outcome") == "noop" for s in current):
+                # The round wrote nothing: the served bytes are the previous label's.
+                logger.info("wtx: weight version '%s' not published: the update wrote nothing "
+                            "(noop); the previous label stays", version)
+                return None
+            return original(self, version, *args, **kwargs)
+        return set_weight_version
+
+    _wrap(core_cls, "collective_rpc", gated)
     _wrap(core_cls, "resume_scheduler", refused_while_held(lambda *a: "generation stays paused"))
-    _wrap(core_cls, "set_weight_version",
-          refused_while_held(lambda version="", *a: f"weight version '{version}' refused"))
+    _wrap(core_cls, "set_weight_version", versioned)
     _wrap(core_cls, "get_weight_version", refused_while_held(lambda *a: "not ready"))
+
+
+def _hold_or_release(core: Any, states: List[Any]) -> None:
+    """After an update call: a rank that holds pauses vLLM's scheduler through the engine core
+    (as vLLM's own pause does: requests kept, the prefix cache built on other weights cleared),
+    so the core never runs a step the workers would refuse; the pause wtx made is lifted once
+    every rank serves again. A pause the trainer made is the trainer's to lift."""
+    held = _holding(states)
+    paused = getattr(core, "is_scheduler_paused", lambda: False)()
+    if held and not paused:
+        try:
+            core.pause_scheduler("keep", True)
+            core._wtx_paused = True
+            logger.warning(_held_message("generation paused", held))
+        except Exception as e:  # pragma: no cover - an engine core without pause
+            logger.error("wtx: could not pause vLLM's scheduler (%s); the workers refuse "
+                         "execute_model instead", e)
+    elif not held and states and getattr(core, "_wtx_paused", False):
+        core._wtx_paused = False
+        core.resume_scheduler()
 
 
 def gate_missing() -> Optional[str]:

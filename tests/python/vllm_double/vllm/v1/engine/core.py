@@ -1,5 +1,8 @@
 """Double of vllm/v1/engine/core.py's EngineCore, the parts around weight updates
-(vllm-project/vllm 00080ee1): the scheduler's pause state (pause_scheduler(mode, clear_cache),
+(vllm-project/vllm 00080ee1; step 583 with no handler around the executor's call,
+run_engine_core 1379-1385 sending ENGINE_CORE_DEAD, the client's EngineDeadError from
+core_client.py 499-502 on; pause_scheduler 828-857, weight version 961-966, collective_rpc
+952-959): the scheduler's pause state (pause_scheduler(mode, clear_cache),
 resume_scheduler, is_scheduler_paused), the weight version (a caller's string, "default" at
 start, set by the API layer after the workers' finish_weight_update returned), and
 collective_rpc(method, timeout, args, kwargs) over the model executor (one result per
@@ -13,12 +16,21 @@ from vllm.plugins import load_general_plugins
 UNPAUSED, PAUSED_NEW, PAUSED_ALL = "unpaused", "paused_new", "paused_all"
 
 
+class EngineDeadError(Exception):
+    """vllm/v1/engine/exceptions.py: the engine core died; the server cannot continue."""
+
+    def __init__(self) -> None:
+        super().__init__("EngineCore encountered an issue. See stack trace (above) for the "
+                         "root cause.")
+
+
 class EngineCore:
     def __init__(self, model_executor: Any) -> None:
         load_general_plugins()
         self.model_executor = model_executor
         self.pause_state = UNPAUSED
         self._weight_version = "default"
+        self.errored = False  # the busy loop died (a step raised)
 
     def pause_scheduler(self, mode: str = "abort", clear_cache: bool = True) -> None:
         if mode not in ("abort", "wait", "keep"):
@@ -43,10 +55,19 @@ class EngineCore:
                                                   kwargs=kwargs)
 
     def step(self, scheduler_output: Any) -> Any:
-        """One scheduling step: nothing runs while paused; else the executor's forward."""
+        """One scheduling step of the busy loop: nothing runs while paused; else the
+        executor's forward, with no handler around it: a worker's exception ends the engine
+        core (EngineCoreProc.run_engine_core logs it and sends ENGINE_CORE_DEAD; every later
+        call of the client raises EngineDeadError)."""
+        if self.errored:
+            raise EngineDeadError()
         if self.pause_state != UNPAUSED:
             return None
-        return self.model_executor.execute_model(scheduler_output)
+        try:
+            return self.model_executor.execute_model(scheduler_output)
+        except Exception:
+            self.errored = True
+            raise EngineDeadError() from None
 
 
 def utility_call(core: EngineCore, name: str, *args: Any) -> Any:
