@@ -346,6 +346,25 @@ class _Landing:
         participant.landed_source(self.source, source_box=self.box)
 
 
+class _FailedRecv:
+    """A receive that could not even be posted (the peer's connection is already gone): its
+    wait raises as a receive that never completed does."""
+
+    def __init__(self, error: RuntimeError) -> None:
+        self.error = error
+
+    def wait(self) -> None:
+        raise self.error
+
+
+def _irecv(tensor: torch.Tensor, src: int) -> Any:
+    """dist.irecv, or a _FailedRecv when posting it already fails (a peer that died)."""
+    try:
+        return dist.irecv(tensor, src)
+    except RuntimeError as e:
+        return _FailedRecv(e)
+
+
 def _receive_pieces(plan: TransferPlan, participant: Any, trainers: List[int],
                     failure: Optional[str], stats: Dict[str, Any], mode: int,
                     tx: str) -> Optional[str]:
@@ -414,7 +433,7 @@ def _receive_pieces(plan: TransferPlan, participant: Any, trainers: List[int],
                 k = counts[t][i]
                 idx = torch.empty(k, dtype=torch.int64, device=wire)
                 val = torch.empty(k, dtype=dtypes[src], device=wire)
-                works = [dist.irecv(idx, trainers[t]), dist.irecv(val, trainers[t])] if k else []
+                works = [_irecv(idx, trainers[t]), _irecv(val, trainers[t])] if k else []
                 patches.append((t, src, box, idx, val, works))
                 continue
             landing = None
@@ -425,7 +444,7 @@ def _receive_pieces(plan: TransferPlan, participant: Any, trainers: List[int],
                     failure = e.message
             target = (landing.target if landing is not None else
                       torch.empty([e - b for b, e in box], dtype=dtypes[src], device=wire))
-            landings.append((t, landing, dist.irecv(target, trainers[t])))
+            landings.append((t, landing, _irecv(target, trainers[t])))
             if landing is not None:
                 stats["pieces"] += 1
                 stats["bytes"] += target.numel() * target.element_size()

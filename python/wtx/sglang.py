@@ -53,12 +53,12 @@ import torch
 import torch.distributed as dist
 
 from . import Aborted, Error, Manifest, Participant
-from .torch_dist import Group, failure_reason, gather_from_ranks, sources_held_elsewhere
-from .vllm._engine import (EXPECTED_VERSION_NAME, InPlaceReceiver, _UpdateState, _version_of,
-                           abort_quietly, decide_update, default_tx, describe_source_failure,
-                           expected_version_tensor, holds, load_one)
-from .vllm._extension import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
-from .vllm._placement import gather_stages
+from ._module_manifest import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
+from ._receive import (EXPECTED_VERSION_NAME, InPlaceReceiver, UpdateState, default_tx,
+                       describe_source_failure, expected_version_tensor, holds, load_one,
+                       version_of)
+from .torch_dist import (Group, abort_quietly, decide_update, failure_reason, gather_from_ranks,
+                         gather_stages, sources_held_elsewhere)
 
 __all__ = ["WtxSglangAdapter", "EXPECTED_VERSION_NAME", "commit_group", "expected_version_tensor",
            "install", "plugin", "weight_loader"]
@@ -91,7 +91,7 @@ def _nbytes(dtype: torch.dtype, shape: Sequence[int]) -> int:
     return int(torch.Size(list(shape)).numel()) * torch.empty(0, dtype=dtype).element_size()
 
 
-class WtxSglangAdapter(_UpdateState):
+class WtxSglangAdapter(UpdateState):
     """SGLang's weight-update calls as wtx transactions (module docstring)."""
 
     _how_to_init = "init_wtx"
@@ -358,7 +358,7 @@ class WtxSglangAdapter(_UpdateState):
         try:
             for name, value in items:  # every item is received, written or not (drained)
                 if name == EXPECTED_VERSION_NAME:
-                    self._expected = _version_of(value)
+                    self._expected = version_of(value)
                 elif self._failure is None and name not in self._elsewhere:
                     try:
                         if self._receiver.owns(name):

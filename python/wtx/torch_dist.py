@@ -262,3 +262,10 @@ def decide_update(group: Group, tx: str, failure: Optional[str],
         raise Aborted(tx, dict(group.abort(tx), reason=reason, outcome="aborted",
                                error={"code": "E_UPDATE_FAILED", "message": reason}))
     return group.commit(tx, expect_version=expected)
+
+
+def gather_stages(stage: int, group: Any) -> List[int]:
+    """Every rank's pipeline stage, in the order of `group` (collective over it)."""
+    stages: List[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(stages, int(stage), group=group)
+    return [int(s) for s in stages]

@@ -43,18 +43,19 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Opt
 import torch
 import torch.distributed as dist
 
-from .. import (Aborted, Error, Manifest, Participant, _fill_reserved, _whole_view,
-               expected_version)
+from .. import Aborted, Error, Manifest, Participant, expected_version
+from .._module_manifest import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
+from .._receive import (EXPECTED_VERSION_NAME, VERSION_BYTES, InPlaceReceiver, UpdateState,
+                        default_tx, describe_failure, describe_source_failure,
+                        expected_version_tensor, holds, load_one, reserve_and_load, version_of)
 from ..torch_dist import (Group, abort_quietly, decide_update, failure_reason, gather_from_ranks,
                           sources_held_elsewhere)
 from ._broadcast import TorchBroadcastEngine
 from ._direct import receive_direct, speaks_vllm_nccl
-from ._extension import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
+from ._plugin import _vllm_version, gate_missing
 from ._placement import commit_group, journal_path, manifest_groups, placement_of, tp_group
 
 logger = logging.getLogger("wtx.vllm")
-EXPECTED_VERSION_NAME = "__wtx__.expected_version"
-_VERSION_BYTES = 128
 _LOAD_MODES = ("auto", "write_source", "load_weights")
 _KINDS = ("full", "partial", "delta")
 _WTX_UPDATE_KEYS = ("tx", "kind", "base", "modules", "sources", "rollback", "verify",
@@ -223,81 +224,10 @@ def trainer_update_info(named_tensors: Iterable[Tuple[str, torch.Tensor]], tx: s
     if expect_version:
         names.append(EXPECTED_VERSION_NAME)
         dtypes.append("uint8")
-        shapes.append([_VERSION_BYTES])
+        shapes.append([VERSION_BYTES])
     info = {"names": names, "dtype_names": dtypes, "shapes": shapes}
     info["wtx"] = dict(wtx_fields, tx=tx, kind=kind)
     return info
-
-
-def expected_version_tensor(version: str) -> torch.Tensor:
-    """The tensor that carries `version` after the weights (EXPECTED_VERSION_NAME): its bytes,
-    zero-padded to a fixed length (uint8)."""
-    raw = version.encode()
-    if len(raw) > _VERSION_BYTES:
-        raise Error("INVALID_ARGUMENT", f"expected version longer than {_VERSION_BYTES} bytes")
-    out = torch.zeros(_VERSION_BYTES, dtype=torch.uint8)
-    out[:len(raw)] = torch.tensor(list(raw), dtype=torch.uint8)
-    return out
-
-
-def _version_of(tensor: torch.Tensor) -> str:
-    raw = bytes(tensor.to("cpu", torch.uint8).flatten().tolist())
-    return raw.rstrip(b"\0").decode(errors="replace")
-
-
-def _describe(e: BaseException) -> str:
-    """A failure as the other ranks and vLLM's caller read it: wtx's code and message, or the
-    exception's type and text."""
-    return f"{e.code}: {e.message}" if isinstance(e, Error) else f"{type(e).__name__}: {e}"
-
-
-def describe_source_failure(name: str, e: BaseException) -> str:
-    """A failure of source `name`, named (a model's loader rarely says which tensor)."""
-    what = _describe(e)
-    return what if name in what else f"{name}: {what}"
-
-
-# ------------------------------------------------------------- ending an update
-
-def default_tx(prefix: str, participant: Participant, n: int) -> str:
-    """A transaction id every TP rank derives alike: the committed version and a count."""
-    return "%s-%s-%d" % (prefix, (participant.status().get("version") or "none")[:16], n)
-
-
-class _UpdateState:
-    """The participant and the 2PC group an adapter drives; the accessors raise wtx.Error
-    INVALID_ARGUMENT naming how to initialize while they are not open."""
-
-    participant: Optional[Participant]
-    group: Optional[Group]
-    _how_to_init = "init"
-
-    @property
-    def _p(self) -> Participant:
-        if self.participant is None:
-            raise Error("INVALID_ARGUMENT", f"wtx is not initialized ({self._how_to_init})")
-        return self.participant
-
-    @property
-    def _g(self) -> Group:
-        if self.group is None:
-            raise Error("INVALID_ARGUMENT", f"wtx is not initialized ({self._how_to_init})")
-        return self.group
-
-
-def holds(status: Dict[str, Any]) -> Optional[str]:
-    """Why a rank whose wtx status is `status` must not produce tokens, or None: its bytes may
-    differ from every committed version (dirty: an aborted or half-applied update), an update is
-    open, or its outcome is in doubt. A rank wtx never touched (no transaction yet: vLLM's own
-    load) does not hold."""
-    if status.get("in_doubt"):
-        return f"transaction '{status['in_doubt']}' is in doubt"
-    if status.get("active_tx"):
-        return f"update '{status['active_tx']}' is in progress"
-    if status.get("dirty"):
-        return ("its weights are mixed (an update aborted); only a full update that commits "
-                "serves again")
-    return None
 
 
 def _inner_config(config: Any, name: str) -> Any:
@@ -334,7 +264,7 @@ def _rank_payload(update_info: Any, rank: int, size: int) -> Any:
 _ENGINE_BASE = _vllm_engine_base()  # vLLM's WeightTransferEngine, or object without vLLM
 
 
-class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc, valid-type]
+class WtxWeightTransferEngine(UpdateState, _ENGINE_BASE):  # type: ignore[misc, valid-type]
     """vLLM weight-transfer backend "wtx" (module docstring; docs/vllm.md).
 
     Built by vLLM's factory as (config, vllm_config, device, model); the base class keeps the
@@ -349,6 +279,7 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
     recomputes derived state the engine's own processing does not).
     """
 
+    __wtx_engine__ = True  # the plugin's hooks recognize wtx's engine by this
     init_info_cls = WtxInitInfo
     update_info_cls = WtxUpdateInfo
     supports_draft_weight_update = False
@@ -356,7 +287,6 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
 
     def __init__(self, config: Any, *args: Any) -> None:
         if len(args) < 3:
-            from ._plugin import _vllm_version
             raise Error("E_UNSUPPORTED", f"WtxWeightTransferEngine: vLLM {_vllm_version()} "
                         "built it as (config, parallel_config), vLLM's contract before 0.25 (no "
                         "start_weight_update/finish_weight_update): wtx could begin an update "
@@ -499,7 +429,6 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
         if _ENGINE_BASE is not object and self.vllm_config is not None:
             # Built by vLLM: without the gate's worker hook, vLLM would generate from whatever
             # an aborted update left; refused before anything opens.
-            from ._plugin import gate_missing
             missing = gate_missing()
             if missing is not None:
                 raise Error("E_UNSUPPORTED", f"init_transfer_engine: {missing}; after an "
@@ -854,7 +783,7 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
 
     def _fail(self, e: BaseException) -> None:
         if self._failure is None:
-            self._failure = _describe(e)
+            self._failure = describe_failure(e)
 
     def _fail_on(self, name: str, e: BaseException) -> None:
         """A failure of source `name`, named (describe_source_failure)."""
@@ -1087,7 +1016,7 @@ class WtxWeightTransferEngine(_UpdateState, _ENGINE_BASE):  # type: ignore[misc,
         loaded = set()
         for name, value in weights:
             if name == EXPECTED_VERSION_NAME:
-                self._expected = _version_of(value)
+                self._expected = version_of(value)
                 if not self._expected:
                     self._fail(Error("E_VERSION_MISMATCH", "the trainer sent no expected "
                                      "version (its computation failed)"))
@@ -1158,66 +1087,6 @@ def _runtime_patch_to_sources(param: Dict[str, Any], flat: torch.Tensor,
     return out
 
 
-class InPlaceReceiver:
-    """Full source tensors received straight into live memory (the vLLM backend's inner
-    transports with a destination hook, the SGLang adapter's broadcasts).
-
-    destination() reserves a full source (Participant.reserve_source by its whole source box)
-    and returns where to receive it: the live view, when the rank holds all of it as one
-    contiguous run of one shard in the dtype sent; None (a buffer) otherwise, the reservation
-    kept so that land() copies each reserved part out of the buffer. land() then reports the
-    source landed. A name or shape that differs from the manifest, or a reservation wtx refuses,
-    is not reserved (None): the caller writes it by name, which names the error. Counts:
-    in_place, buffered (reserved, received into a buffer)."""
-
-    def __init__(self) -> None:
-        self.enabled = True
-        self.reserved: Dict[str, List[Dict[str, Any]]] = {}
-        self.in_place = 0
-        self.buffered = 0
-
-    def reset(self) -> None:
-        """A new update: nothing reserved, counts zero."""
-        self.reserved = {}
-        self.in_place = self.buffered = 0
-
-    def destination(self, p: Participant, name: str, dtype: torch.dtype,
-                    shape: List[int]) -> Optional[torch.Tensor]:
-        """Where to receive full source `name` (see the class). Raises only what is not a
-        wtx.Error (a wtx refusal means: write it by name)."""
-        if not self.enabled or name == EXPECTED_VERSION_NAME or name in self.reserved:
-            return None
-        try:
-            shards = p.manifest.source_shards(name)
-            if not shards or list(shards[0]["source_shape"]) != list(shape):
-                return None
-            reserved = p.reserve_source(name, source_box=[[0, d] for d in shape])
-        except Error:
-            return None
-        if not reserved:
-            return None
-        self.reserved[name] = reserved
-        into = _whole_view(reserved, [[0, d] for d in shape], dtype)
-        if into is not None:
-            self.in_place += 1
-        else:
-            self.buffered += 1
-        return into
-
-    def owns(self, name: str) -> bool:
-        """Whether `name` was reserved by destination() and awaits land()."""
-        return name in self.reserved
-
-    def land(self, p: Participant, name: str, value: torch.Tensor) -> None:
-        """Copies the parts a buffer received into their reserved views (nothing when `value`
-        is the live view itself), then reports the source landed."""
-        reserved = self.reserved.pop(name)
-        whole = [[0, d] for d in value.shape]
-        if not (len(reserved) == 1 and reserved[0]["view"].data_ptr() == value.data_ptr()):
-            _fill_reserved(reserved, value, whole)  # received into a buffer
-        p.landed_source(name, source_box=whole)
-
-
 class _Pipeline:
     """One writer thread behind the transport: at most `depth` received tensors wait for their
     write (each holds its buffer), so receiving the next one overlaps writing this one.
@@ -1260,30 +1129,6 @@ class _Pipeline:
                 with self._cv:
                     self._pending -= 1
                     self._cv.notify_all()
-
-
-def reserve_and_load(p: Participant, model: Any, name: str, value: Any) -> bool:
-    """Reserves every shard of source `name` this rank holds, then hands it to the model's own
-    `load_weights`; whether anything was reserved (landed_source is the caller's, once the
-    bytes are in the live storage)."""
-    if not p.reserve_source(name):
-        return False
-    loader = model.load_weights if hasattr(model, "load_weights") else model
-    loader([(name, value)])
-    return True
-
-
-def load_one(p: Participant, model: Any, mode: str, name: str, value: Any) -> None:
-    """One received item through wtx: a sparse patch `(indices, values)` (flat indices into the
-    source), else the full source tensor written by name ("write_source") or loaded by the
-    model's own `load_weights` between reserve_source and landed_source ("load_weights")."""
-    if isinstance(value, (tuple, list)) and len(value) == 2:
-        indices, values = value
-        p.patch(name, indices, values)
-    elif mode == "write_source":
-        p.write_source(name, value)
-    elif reserve_and_load(p, model, name, value):
-        p.landed_source(name)
 
 
 register_inner("torch_broadcast", TorchBroadcastEngine)

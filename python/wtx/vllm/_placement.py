@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional
 
 from .. import Error
+from ..torch_dist import gather_stages
 
 
 @dataclass(frozen=True)
@@ -98,14 +99,6 @@ def manifest_groups(placement: Placement, group: Any) -> Optional[List[int]]:
     if placement.pp_size == 1:
         return None
     return gather_stages(placement.pp_index, group)
-
-
-def gather_stages(stage: int, group: Any) -> List[int]:
-    """Every rank's pipeline stage, in the order of `group` (collective over it)."""
-    import torch.distributed as dist
-    stages: List[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(stages, int(stage), group=group)
-    return [int(s) for s in stages]
 
 
 def journal_path(template: str, field: str, rank: int, placement: Placement) -> str:

@@ -120,8 +120,9 @@ def _register_refusing_engine(name: str) -> None:
 # ------------------------------------------------------------------------------- the hooks
 
 def _is_wtx(engine: Any) -> bool:
-    from ._engine import WtxWeightTransferEngine
-    return isinstance(engine, WtxWeightTransferEngine)
+    """Whether `engine` is wtx's (its class says so: this module does not import the engine,
+    which imports it)."""
+    return bool(getattr(type(engine), "__wtx_engine__", False))
 
 
 def _wrap(cls: Any, attr: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
