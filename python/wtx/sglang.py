@@ -121,6 +121,10 @@ class WtxSglangAdapter(UpdateState):
         self._kind = "full"
         self._receiver = InPlaceReceiver()
         self.last_message: Optional[str] = None  # the answer of the last commit point
+        # Why the live weights are not vouched for outside any step: their memory released
+        # (release_memory_occupation), or resumed with nothing committed to check them
+        # against. Cleared by a check that proves them, or by a full step that commits.
+        self._unvouched: Optional[str] = None
         # Sources only other ranks of the group hold (other pipeline stages): dropped here.
         self._elsewhere: FrozenSet[str] = frozenset()
 
@@ -212,7 +216,38 @@ class WtxSglangAdapter(UpdateState):
             return {"serving": True, "reason": None, "version": None}
         st = self.participant.status()
         why = holds(st) if self._tx is None else None  # an open step: paused by the trainer
+        why = why or self._unvouched
         return {"serving": why is None, "reason": why, "version": st.get("version")}
+
+    def weights_released(self) -> None:
+        """SGLang released the weights' memory (release_memory_occupation): their content is
+        undefined until resumed, so this rank holds."""
+        self._unvouched = ("the weights' memory is released (release_memory_occupation); "
+                           "resume it, then a check or a full update serves again")
+
+    def weights_resumed(self) -> Dict[str, Any]:
+        """SGLang mapped the weights' memory back (resume_memory_occupation): the live bytes
+        are checked against the committed version (Participant.verify: every chunk hashed). An
+        exact match serves again; a difference makes the rank durably dirty (held until a
+        full update commits); with nothing committed there is nothing to check them against,
+        so the rank holds until a full update commits. Returns the verify report (or why none
+        was made)."""
+        self._unvouched = None
+        st = self._p.status()
+        if not st.get("version") or st.get("dirty"):
+            self._unvouched = ("the weights were resumed (resume_memory_occupation) with no "
+                               "committed version to check them against; a full update "
+                               "serves again")
+            return {"ok": False, "comparable": False, "message": self._unvouched}
+        try:
+            report: Dict[str, Any] = self._p.verify()
+        except Error as e:
+            self._unvouched = f"the resumed weights could not be checked: {e.code}: {e.message}"
+            return {"ok": False, "comparable": False, "message": self._unvouched}
+        if not report.get("ok"):
+            self._unvouched = None if self._p.status().get("dirty") else (
+                f"the resumed weights differ from committed version {st.get('version')}")
+        return report
 
     # -- SGLang's ModelRunner calls ---------------------------------------------------------
 
@@ -412,6 +447,8 @@ class WtxSglangAdapter(UpdateState):
         self.last_outcome = out
         if out.get("version"):
             self.weight_version = out.get("version")
+        if out.get("outcome") == "committed" and self._kind == "full":
+            self._unvouched = None  # every byte of the model was written and proven
         return True, f"wtx: step '{tx}' committed version {self.weight_version}"
 
 
@@ -671,6 +708,25 @@ def _route(scheduler: Any, runner: Any, adapter: WtxSglangAdapter,
             return CheckWeightsReqOutput(success=True, message="Success.", payload=payload)
         return check_weights
 
+    def memory(on_weights: Callable[[], Any]) -> Callable[[Callable[[Any], Any]], Any]:
+        def make(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+            def occupation(recv_req: Any) -> Any:
+                out = original(recv_req)
+                tags = getattr(recv_req, "tags", None)
+                if tags is None or "weights" in tags:
+                    on_weights()
+                    if not adapter.serving_state()["serving"]:
+                        _hold(scheduler)
+                return out
+            return occupation
+        return make
+
+    from sglang.srt.managers import io_struct
+    for name, on_weights in (("ReleaseMemoryOccupationReqInput", adapter.weights_released),
+                             ("ResumeMemoryOccupationReqInput", adapter.weights_resumed)):
+        ty = getattr(io_struct, name, None)
+        if isinstance(ty, type) and resolve_handler(scheduler, ty) is not None:
+            _rebind(scheduler, ty, memory(on_weights))
     _rebind(scheduler, types["UpdateWeightsFromDistributedReqInput"], labelled)
     _rebind(scheduler, types["UpdateWeightsFromTensorReqInput"], labelled)
     _rebind(scheduler, types["ContinueGenerationReqInput"], commit_point)

@@ -60,8 +60,11 @@ def engine(rank, g, args):
         runner = ModelRunner(keep_stage(VllmLlama(1, 0, tp_group), rank - 1, 2), 0, tp_size=1,
                              pp_rank=rank - 1, pp_size=2)
     else:
+        from sglang.srt.model_executor.model_runner import ServerArgs
         tp_group, tp_rank = g["tp"], rank - 1
-        runner = ModelRunner(VllmLlama(TP, tp_rank, tp_group), tp_rank, tp_size=TP)
+        runner = ModelRunner(VllmLlama(TP, tp_rank, tp_group), tp_rank, tp_size=TP,
+                             server_args=ServerArgs(
+                                 enable_weights_cpu_backup=args.get("backup", False)))
     worker = TpModelWorker(runner, tp_rank)
     d = args["dir"]
     if args.get("plugin"):
@@ -490,6 +493,65 @@ def test_SglangsOwnCallShapesReachWtx(tmp_path):
     assert f["no_group"] and "AssertionError" in f["no_group"] and "nope" in f["no_group"]
     for st in f["end"]:
         assert st["serving"], st
+
+
+def _release_resume(t, args):
+    """slime's colocated loop: the weights' memory released while the trainer trains, resumed
+    before the update."""
+    out = {}
+    tm = t.tokenizer()
+    if args.get("first_step", True):
+        t.step(hf_weights(1), "1")
+        out["before"] = t.generate("before")
+    t.run(tm.release_memory_occupation(io.ReleaseMemoryOccupationReqInput()))
+    out["released"] = t.inspect(_state_and_why)
+    t.run(tm.resume_memory_occupation(io.ResumeMemoryOccupationReqInput()))
+    out["resumed"] = t.inspect(_state_and_why)
+    t.resume()
+    out["gen_resumed"] = t.generate("resumed")
+    out["step"] = t.step(hf_weights(2), "2")
+    out["after"] = t.inspect(_state_and_why)
+    out["logits"] = t.generate("after")
+    return out
+
+
+def _state_and_why(scheduler, tp_rank):
+    return dict(_state(scheduler, tp_rank), **scheduler.wtx.serving_state())
+
+
+@pytest.mark.parametrize("backup", [True, False])
+def test_ReleasedWeightsServeAgainOnlyWhenTheirBytesAreProvenOrAFullStepCommits(tmp_path,
+                                                                             backup):
+    """SGLang releases the weights' memory (content undefined) and maps it back, with or
+    without its CPU backup: wtx holds from the release, checks the resumed bytes against the
+    committed version, serves them again only when they match, and otherwise holds until a
+    full step commits."""
+    f = world(_release_resume, {"dir": str(tmp_path), "backup": backup})[0]
+    for st in f["released"]:
+        assert not st["serving"] and "released" in st["reason"] and st["paused"], st
+    for st in f["resumed"]:
+        if backup:
+            assert st["serving"] and not st["dirty"], st
+        else:
+            assert not st["serving"] and st["dirty"] and st["paused"], st
+    if backup:
+        assert torch.equal(f["gen_resumed"], f["before"])
+    else:
+        assert f["gen_resumed"] is None  # nothing generated from undefined bytes
+    assert all(ok for (ok, _), _ in f["step"])
+    for st in f["after"]:
+        assert st["serving"] and not st["paused"], st
+    assert_matches(f["logits"], reference_forward(hf_weights(2), IDS))
+
+
+def test_WeightsResumedWithNothingCommittedHoldUntilAFullStep(tmp_path):
+    f = world(_release_resume, {"dir": str(tmp_path), "first_step": False})[0]
+    for st in f["resumed"]:
+        assert not st["serving"] and "no committed version" in st["reason"], st
+    assert f["gen_resumed"] is None
+    for st in f["after"]:
+        assert st["serving"] and not st["paused"], st
+    assert_matches(f["logits"], reference_forward(hf_weights(2), IDS))
 
 
 # -------------------------------------------------------- installing where SGLang dispatches

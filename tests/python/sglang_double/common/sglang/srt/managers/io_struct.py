@@ -94,6 +94,26 @@ class ReqOutput:
 
 
 @dataclass
+class ReleaseMemoryOccupationReqInput:  # tags: None = every memory type (constants.py)
+    tags: Optional[List[str]] = None
+
+
+@dataclass
+class ResumeMemoryOccupationReqInput:
+    tags: Optional[List[str]] = None
+
+
+@dataclass
+class ReleaseMemoryOccupationReqOutput:
+    pass
+
+
+@dataclass
+class ResumeMemoryOccupationReqOutput:
+    pass
+
+
+@dataclass
 class TokenizedGenerateReqInput:
     """A generation request as the tokenizer hands it to the scheduler (the fields the double
     needs: the request id and its token ids)."""

@@ -28,7 +28,10 @@ import torch
 from sglang.srt.managers.io_struct import (BatchTokenIDOutput, CheckWeightsReqInput,
                                            ContinueGenerationReqInput,
                                            InitWeightsUpdateGroupReqInput,
-                                           PauseGenerationReqInput, TokenizedGenerateReqInput,
+                                           PauseGenerationReqInput,
+                                           ReleaseMemoryOccupationReqInput,
+                                           ResumeMemoryOccupationReqInput,
+                                           TokenizedGenerateReqInput,
                                            UpdateWeightFromDiskReqInput,
                                            UpdateWeightsFromDistributedReqInput,
                                            UpdateWeightsFromTensorReqInput)
@@ -55,6 +58,7 @@ class SchedulerBase:
     def __init__(self, tp_worker: Any, tp_cpu_group: Any) -> None:
         self.init_model_worker(tp_worker, tp_cpu_group)
         self.init_ipc_channels()
+        self.init_memory_saver()
         self.init_running_status()
         self.init_weight_updater()
         self.init_request_dispatcher()
@@ -64,6 +68,13 @@ class SchedulerBase:
         self.draft_worker = None
         self.tp_cpu_group = tp_cpu_group
         self.tp_rank = tp_worker.tp_rank
+
+    def init_memory_saver(self) -> None:
+        """init_watch_dog_memory_saver_input_blocker (0003215c 1399-1406)."""
+        from sglang.srt.torch_memory_saver_adapter import TorchMemorySaverAdapter
+        runner = self.tp_worker.model_runner
+        self.memory_saver_adapter = TorchMemorySaverAdapter(
+            runner.model, getattr(runner.server_args, "enable_weights_cpu_backup", False))
 
     def init_ipc_channels(self) -> None:
         self.send_to_tokenizer = Sink()
@@ -89,6 +100,8 @@ class SchedulerBase:
             (InitWeightsUpdateGroupReqInput, w.init_weights_update_group),
             (UpdateWeightsFromDistributedReqInput, w.update_weights_from_distributed),
             (UpdateWeightsFromTensorReqInput, w.update_weights_from_tensor),
+            (ReleaseMemoryOccupationReqInput, w.release_memory_occupation),
+            (ResumeMemoryOccupationReqInput, w.resume_memory_occupation),
             (CheckWeightsReqInput, w.check_weights),
             (PauseGenerationReqInput, self.pause_generation),
             (ContinueGenerationReqInput, self.continue_generation),

@@ -51,6 +51,13 @@ class TokenizerManagerBase:
                                          request: Any = None) -> Tuple[bool, str]:
         return await self._update_weights(obj)
 
+    async def release_memory_occupation(self, obj: Any, request: Any = None) -> None:
+        """control mixin: sent through its communicator; the replies are awaited."""
+        self._communicate(obj)
+
+    async def resume_memory_occupation(self, obj: Any, request: Any = None) -> None:
+        self._communicate(obj)
+
     async def pause_generation(self, obj: Any) -> None:
         self.is_pause = True
         if obj.mode != "abort":

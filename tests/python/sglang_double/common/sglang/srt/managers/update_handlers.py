@@ -12,7 +12,10 @@ from typing import Any
 
 import torch.distributed as dist
 
-from sglang.srt.managers.io_struct import CheckWeightsReqOutput, ReqOutput
+from sglang.srt.constants import GPU_MEMORY_ALL_TYPES, GPU_MEMORY_TYPE_WEIGHTS
+from sglang.srt.managers.io_struct import (CheckWeightsReqOutput,
+                                           ReleaseMemoryOccupationReqOutput, ReqOutput,
+                                           ResumeMemoryOccupationReqOutput)
 
 
 class UpdateHandlers:
@@ -21,6 +24,8 @@ class UpdateHandlers:
     tp_worker: Any
     tp_cpu_group: Any
     flush_cache: Any
+    is_fully_idle: Any
+    memory_saver_adapter: Any
 
     def flush_cache_after_weight_update(self, recv_req: Any) -> None:
         if recv_req.flush_cache:
@@ -49,6 +54,26 @@ class UpdateHandlers:
             self.flush_cache_after_weight_update(recv_req)
         dist.barrier(group=self.tp_cpu_group)
         return ReqOutput(success, message)
+
+    def release_memory_occupation(self, recv_req: Any) -> ReleaseMemoryOccupationReqOutput:
+        """mixin 127-158 / weight_updater 128-157: only when fully idle; the weights' memory
+        paused (their content undefined) after a barrier over the TP group."""
+        assert self.is_fully_idle(), "release_memory_occupation should be called only when " \
+            "no ongoing request"
+        tags = recv_req.tags if recv_req.tags is not None else GPU_MEMORY_ALL_TYPES
+        if GPU_MEMORY_TYPE_WEIGHTS in tags:
+            dist.barrier(group=self.tp_cpu_group)
+            self.memory_saver_adapter.pause(GPU_MEMORY_TYPE_WEIGHTS)
+        return ReleaseMemoryOccupationReqOutput()
+
+    def resume_memory_occupation(self, recv_req: Any) -> ResumeMemoryOccupationReqOutput:
+        """mixin 160-186 / weight_updater 159-183: the weights' memory mapped back (their old
+        content only with the CPU backup), after a barrier over the TP group."""
+        tags = recv_req.tags if recv_req.tags is not None else GPU_MEMORY_ALL_TYPES
+        if GPU_MEMORY_TYPE_WEIGHTS in tags:
+            self.memory_saver_adapter.resume(GPU_MEMORY_TYPE_WEIGHTS)
+            dist.barrier(group=self.tp_cpu_group)
+        return ResumeMemoryOccupationReqOutput()
 
     def check_weights(self, recv_req: Any) -> CheckWeightsReqOutput:
         try:

@@ -65,8 +65,10 @@ def _flat_split(flat: torch.Tensor, names: List[str], dtypes: List[torch.dtype],
 
 
 class ServerArgs:
-    def __init__(self, custom_weight_loader: Optional[List[str]] = None) -> None:
+    def __init__(self, custom_weight_loader: Optional[List[str]] = None,
+                 enable_weights_cpu_backup: bool = False) -> None:
         self.custom_weight_loader = custom_weight_loader or []
+        self.enable_weights_cpu_backup = enable_weights_cpu_backup
 
 
 class ModelRunner:

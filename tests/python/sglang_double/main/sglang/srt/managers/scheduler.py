@@ -26,7 +26,7 @@ class Scheduler(SchedulerBase):
     def init_weight_updater(self) -> None:
         self.weight_updater = SchedulerWeightUpdaterManager(
             tp_worker=self.tp_worker, draft_worker=self.draft_worker,
-            tp_cpu_group=self.tp_cpu_group, memory_saver_adapter=None,
+            tp_cpu_group=self.tp_cpu_group, memory_saver_adapter=self.memory_saver_adapter,
             flush_cache=self.flush_cache, is_fully_idle=self.is_fully_idle, scheduler=self,
             metrics_collector=None)
 
