@@ -5,7 +5,7 @@ the expected version carried after the weights, how a failure is worded for the 
 the transaction id every rank derives alike, and when a rank must not serve (holds).
 Thread-safety: none of its own; each adapter calls it from one thread per rank."""
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -171,3 +171,30 @@ def load_one(p: Participant, model: Any, mode: str, name: str, value: Any) -> No
     elif reserve_and_load(p, model, name, value):
         p.landed_source(name)
 
+
+def released_reason(call: str) -> str:
+    """Why a rank whose engine released the weights' memory (`call`) holds."""
+    return (f"the weights' memory is released ({call}); once it is back, a check of its bytes "
+            "or a full update serves again")
+
+
+def resumed_check(p: Participant, call: str) -> Tuple[Optional[str], Dict[str, Any]]:
+    """The engine mapped the weights' memory back (`call`): its live bytes are checked against
+    the committed version (Participant.verify: every chunk hashed). Returns (why the rank
+    still holds, or None; the verify report or why none was made). A difference makes the
+    rank durably dirty (held until a full update commits); with nothing committed (or a rank
+    already dirty) there is nothing to check the bytes against, so it holds until a full
+    update commits."""
+    st = p.status()
+    if not st.get("version") or st.get("dirty"):
+        why = (f"the weights were resumed ({call}) with no committed version to check them "
+               "against; a full update serves again")
+        return why, {"ok": False, "comparable": False, "message": why}
+    try:
+        report: Dict[str, Any] = p.verify()
+    except Error as e:
+        why = f"the resumed weights could not be checked ({call}): {e.code}: {e.message}"
+        return why, {"ok": False, "comparable": False, "message": why}
+    if report.get("ok") or p.status().get("dirty"):
+        return None, report  # proven, or durably dirty (holds() says so)
+    return f"the resumed weights differ from committed version {st.get('version')}", report

@@ -56,7 +56,7 @@ from . import Aborted, Error, Manifest, Participant
 from ._module_manifest import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 from ._receive import (EXPECTED_VERSION_NAME, InPlaceReceiver, UpdateState, default_tx,
                        describe_source_failure, expected_version_tensor, holds, load_one,
-                       version_of)
+                       released_reason, resumed_check, version_of)
 from .torch_dist import (Group, abort_quietly, decide_update, failure_reason, gather_from_ranks,
                          gather_stages, sources_held_elsewhere)
 
@@ -222,31 +222,13 @@ class WtxSglangAdapter(UpdateState):
     def weights_released(self) -> None:
         """SGLang released the weights' memory (release_memory_occupation): their content is
         undefined until resumed, so this rank holds."""
-        self._unvouched = ("the weights' memory is released (release_memory_occupation); "
-                           "resume it, then a check or a full update serves again")
+        self._unvouched = released_reason("release_memory_occupation")
 
     def weights_resumed(self) -> Dict[str, Any]:
-        """SGLang mapped the weights' memory back (resume_memory_occupation): the live bytes
-        are checked against the committed version (Participant.verify: every chunk hashed). An
-        exact match serves again; a difference makes the rank durably dirty (held until a
-        full update commits); with nothing committed there is nothing to check them against,
-        so the rank holds until a full update commits. Returns the verify report (or why none
-        was made)."""
-        self._unvouched = None
-        st = self._p.status()
-        if not st.get("version") or st.get("dirty"):
-            self._unvouched = ("the weights were resumed (resume_memory_occupation) with no "
-                               "committed version to check them against; a full update "
-                               "serves again")
-            return {"ok": False, "comparable": False, "message": self._unvouched}
-        try:
-            report: Dict[str, Any] = self._p.verify()
-        except Error as e:
-            self._unvouched = f"the resumed weights could not be checked: {e.code}: {e.message}"
-            return {"ok": False, "comparable": False, "message": self._unvouched}
-        if not report.get("ok"):
-            self._unvouched = None if self._p.status().get("dirty") else (
-                f"the resumed weights differ from committed version {st.get('version')}")
+        """SGLang mapped the weights' memory back (resume_memory_occupation): resumed_check
+        (every chunk hashed against the committed version; the rank holds unless they
+        match). Returns the verify report (or why none was made)."""
+        self._unvouched, report = resumed_check(self._p, "resume_memory_occupation")
         return report
 
     # -- SGLang's ModelRunner calls ---------------------------------------------------------

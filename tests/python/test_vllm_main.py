@@ -323,6 +323,47 @@ def test_ARankWhoseWorkerRefusesAloneAbortsEveryRankNamingIt(tmp_path):
         assert r[rank]["active"] is False
 
 
+def _serving(worker, tp_rank):
+    return worker.weight_transfer_engine.serving_state()
+
+
+def _sleep_wake(front, args):
+    out = {}
+    _labelled_engine(front, args, Source(hf_weights(1)), "v1").send_weights()
+    out["before"] = _forward(front)
+    front.llm.sleep(args["level"])
+    out["asleep"] = front.executor.collective_rpc("wtx_serving_state")
+    front.llm.wake_up()
+    out["awake"] = front.executor.collective_rpc("wtx_serving_state")
+    out["sleeping_after_wake"] = front.llm.is_sleeping()
+    out["forward_awake"] = _forward(front)
+    out["core_alive"] = not front.core.errored
+    _labelled_engine(front, args, Source(hf_weights(2)), "v2").send_weights()
+    out["sleeping_after_update"] = front.llm.is_sleeping()
+    out["after"] = _forward(front)
+    return out
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_WeightsThatSleptServeAgainOnlyWhenProvenOrAfterAFullUpdate(tmp_path, level):
+    """vLLM's sleep mode: level 1 offloads the weights and wakes them with their bytes (proven
+    against the committed version: serving again at once), level 2 discards them (the check
+    finds them different: the rank holds, vLLM's own resume at wake-up leaves the scheduler
+    paused and the core alive, until a full update commits)."""
+    f = world(_sleep_wake, {"dir": str(tmp_path), "level": level})[0]
+    for st in f["asleep"]:
+        assert not st["serving"] and "released" in st["reason"], st
+    if level == 1:
+        assert all(st["serving"] for st in f["awake"]), f["awake"]
+        assert not f["sleeping_after_wake"]
+        assert torch.equal(f["forward_awake"], f["before"])
+    else:
+        assert all(not st["serving"] for st in f["awake"]), f["awake"]
+        assert f["sleeping_after_wake"] and f["forward_awake"] is None and f["core_alive"]
+    assert not f["sleeping_after_update"]
+    assert_matches(f["after"], reference_forward(hf_weights(2), IDS))
+
+
 def _aborted_restore_round(front, args, source, out, forward_key, packed=True):
     """A restore-gate update that aborts: its error, the resume's answer, the next forward."""
     engine = _trainer_engine(front, args, None, source, gate="restore", prefix="bad",

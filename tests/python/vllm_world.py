@@ -75,6 +75,25 @@ class Executor:
     def execute_model(self, scheduler_output: Any) -> Any:
         return self.collective_rpc("execute_model", args=(scheduler_output,))[0]
 
+    # vllm/v1/executor/abstract.py sleep (334-345) / wake_up (347-372): every worker's, with
+    # the tags still asleep kept here.
+    is_sleeping = False
+    sleeping_tags: set = set()
+
+    def sleep(self, level: int = 1) -> None:
+        if self.is_sleeping:
+            return
+        self.collective_rpc("sleep", kwargs=dict(level=level))
+        self.sleeping_tags = {"weights", "kv_cache"}
+        self.is_sleeping = True
+
+    def wake_up(self, tags: Optional[List[str]] = None) -> None:
+        if not self.is_sleeping:
+            return
+        self.collective_rpc("wake_up", kwargs=dict(tags=tags))
+        self.sleeping_tags -= set(tags) if tags else set(self.sleeping_tags)
+        self.is_sleeping = bool(self.sleeping_tags)
+
     def exit(self) -> None:
         with self.lock:
             dist.broadcast_object_list([("exit", (), {})], src=0, group=self.ctrl)

@@ -47,7 +47,8 @@ from .. import Aborted, Error, Manifest, Participant, expected_version
 from .._module_manifest import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 from .._receive import (EXPECTED_VERSION_NAME, VERSION_BYTES, InPlaceReceiver, UpdateState,
                         default_tx, describe_failure, describe_source_failure,
-                        expected_version_tensor, holds, load_one, reserve_and_load, version_of)
+                        expected_version_tensor, holds, load_one, released_reason,
+                        reserve_and_load, resumed_check, version_of)
 from ..torch_dist import (Group, abort_quietly, decide_update, failure_reason, gather_from_ranks,
                           sources_held_elsewhere)
 from ._broadcast import TorchBroadcastEngine
@@ -317,6 +318,9 @@ class WtxWeightTransferEngine(UpdateState, _ENGINE_BASE):  # type: ignore[misc, 
         self._failure: Optional[str] = None
         self._ended: Optional[str] = None  # why the update ended early (aborted everywhere)
         self._refusal: Optional[str] = None  # vLLM's worker refuses this chunk on this rank
+        # Why the live weights are not vouched for outside any update (vLLM's sleep released
+        # them, or they woke with nothing committed to check them against).
+        self._unvouched: Optional[str] = None
         self._expected: Optional[str] = None
         self._updates = 0
         self._writes = _Pipeline(self._fail)
@@ -665,7 +669,23 @@ class WtxWeightTransferEngine(UpdateState, _ENGINE_BASE):  # type: ignore[misc, 
         self.last_outcome = out
         if out.get("version"):
             self.weight_version = out.get("version")
+        if out.get("outcome") == "committed" and self._kind == "full":
+            self._unvouched = None  # every byte of the model was written and proven
         return out
+
+    def weights_released(self, call: str = "sleep") -> None:
+        """vLLM's worker slept (its weights offloaded or discarded): this rank holds until
+        they are back and proven (weights_resumed) or a full update commits."""
+        if self.participant is not None:
+            self._unvouched = released_reason(call)
+
+    def weights_resumed(self, call: str = "wake_up") -> Dict[str, Any]:
+        """vLLM's worker woke its weights: every chunk is checked against the committed
+        version (resumed_check); the rank holds unless they match. Returns the report."""
+        if self.participant is None:
+            return {"ok": False, "comparable": False, "message": "not initialized"}
+        self._unvouched, report = resumed_check(self._p, call)
+        return report
 
     def refuse_update(self, update_info: Any, reason: str) -> None:
         """This rank's part of a chunk vLLM's worker refuses here (the plugin's hook): the
@@ -724,7 +744,7 @@ class WtxWeightTransferEngine(UpdateState, _ENGINE_BASE):  # type: ignore[misc, 
         if self.participant is None:
             return {"rank": self._rank, "serving": True, "reason": None, "version": None}
         st = self.participant.status()
-        why = holds(st)
+        why = holds(st) or self._unvouched
         return {"rank": self._rank, "serving": why is None, "reason": why,
                 "version": st.get("version"),
                 "last_outcome": (self.last_outcome or {}).get("outcome")}

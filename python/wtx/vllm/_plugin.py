@@ -190,6 +190,27 @@ def _hook_worker(worker_cls: Any) -> None:
             return original(self, *args, **kwargs)
         return execute_model
 
+    def slept(original: Callable[..., Any]) -> Callable[..., Any]:
+        def sleep(self: Any, *args: Any, **kwargs: Any) -> Any:
+            out = original(self, *args, **kwargs)
+            engine: Any = getattr(self, "weight_transfer_engine", None)
+            if _is_wtx(engine):
+                engine.weights_released("sleep")  # offloaded or discarded: not vouched for
+            return out
+        return sleep
+
+    def woke(original: Callable[..., Any]) -> Callable[..., Any]:
+        def wake_up(self: Any, *args: Any, **kwargs: Any) -> Any:
+            out = original(self, *args, **kwargs)
+            engine: Any = getattr(self, "weight_transfer_engine", None)
+            tags = kwargs.get("tags", args[0] if args else None)
+            if _is_wtx(engine) and (tags is None or "weights" in tags):
+                engine.weights_resumed("wake_up")  # proven against the committed version
+            return out
+        return wake_up
+
+    _wrap(worker_cls, "sleep", slept)
+    _wrap(worker_cls, "wake_up", woke)
     _wrap(worker_cls, "update_weights", update)
     _wrap(worker_cls, "finish_weight_update", finish)
     _wrap(worker_cls, "execute_model", execute)
@@ -216,6 +237,10 @@ def _hook_engine_core(core_cls: Any) -> None:
         def make(original: Callable[..., Any]) -> Callable[..., Any]:
             def refusing(self: Any, *args: Any, **kwargs: Any) -> Any:
                 held = _holding(states(self))
+                if held and getattr(self, "_wtx_waking", False):
+                    self._wtx_paused = True  # vLLM's own resume at wake-up: stays paused
+                    logger.warning(_held_message("generation stays paused", held))
+                    return None
                 if held:
                     raise RuntimeError(_held_message(what(*args), held))
                 return original(self, *args, **kwargs)
@@ -245,7 +270,20 @@ def _hook_engine_core(core_cls: Any) -> None:
             return original(self, version, *args, **kwargs)
         return set_weight_version
 
+    def waking(original: Callable[..., Any]) -> Callable[..., Any]:
+        def wake_up(self: Any, *args: Any, **kwargs: Any) -> Any:
+            # vLLM resumes the scheduler inside wake_up; while a rank holds (its weights not
+            # proven), that resume pauses instead of failing the wake-up.
+            self._wtx_waking = True
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                self._wtx_waking = False
+                _hold_or_release(self, states(self))
+        return wake_up
+
     _wrap(core_cls, "collective_rpc", gated)
+    _wrap(core_cls, "wake_up", waking)
     _wrap(core_cls, "resume_scheduler", refused_while_held(lambda *a: "generation stays paused"))
     _wrap(core_cls, "set_weight_version", versioned)
     _wrap(core_cls, "get_weight_version", refused_while_held(lambda *a: "not ready"))

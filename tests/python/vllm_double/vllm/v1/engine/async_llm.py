@@ -25,6 +25,15 @@ class AsyncLLM:
     def is_paused(self) -> bool:
         return utility_call(self.core, "is_scheduler_paused")
 
+    def sleep(self, level: int = 1, mode: str = "abort") -> None:  # 983-989
+        utility_call(self.core, "sleep", level, mode)
+
+    def wake_up(self, tags: Optional[list] = None) -> None:  # 991-995
+        utility_call(self.core, "wake_up", tags)
+
+    def is_sleeping(self) -> bool:  # 1003-1004
+        return utility_call(self.core, "is_sleeping")
+
     def init_weight_transfer_engine(self, init_info: Any) -> None:
         self._rpc("init_weight_transfer_engine", init_info=init_info)
 

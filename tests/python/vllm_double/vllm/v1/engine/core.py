@@ -9,7 +9,7 @@ collective_rpc(method, timeout, args, kwargs) over the model executor (one resul
 worker). load_general_plugins is the first call of __init__. A utility call that raises reaches
 the client as Exception("Call to <name> method failed: <msg>") (core_client)."""
 
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from vllm.plugins import load_general_plugins
 
@@ -42,6 +42,24 @@ class EngineCore:
 
     def is_scheduler_paused(self) -> bool:
         return self.pause_state != UNPAUSED
+
+    def sleep(self, level: int = 1, mode: str = "abort") -> None:
+        """core.py 867-903: the scheduler paused first (caches cleared), then the executor's
+        sleep (level 0 only pauses)."""
+        self.pause_scheduler(mode, True)
+        if level == 0:
+            return
+        self.model_executor.sleep(level)
+
+    def wake_up(self, tags: Optional[List[str]] = None) -> None:
+        """core.py 905-921: the executor's wake_up; the scheduler resumes once nothing sleeps."""
+        self.model_executor.wake_up(tags)
+        if not self.model_executor.is_sleeping:
+            self.resume_scheduler()
+
+    def is_sleeping(self) -> bool:
+        """core.py 923-925: paused, or the executor asleep."""
+        return self.is_scheduler_paused() or self.model_executor.is_sleeping
 
     def set_weight_version(self, version: str) -> None:
         self._weight_version = version

@@ -16,7 +16,7 @@ The model runner is a stand-in (`ModelRunnerDouble`): it holds the served model 
 optional draft model) and runs a forward for execute_model.
 """
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -71,6 +71,38 @@ class Worker:
 
     def execute_model(self, scheduler_output: Any) -> Any:
         return self.model_runner.execute_model(scheduler_output)
+
+    # -- sleep mode (vllm-project 35d5cda: sleep 114-136, wake_up 138-160) -------------------
+
+    def sleep(self, level: int = 1) -> None:
+        """CuMemAllocator.sleep: level 1 offloads the weights to CPU (restored on wake_up),
+        level 2 keeps nothing of them but the model's buffers (saved here); the physical
+        memory is unmapped either way (its content, written here as a fixed pattern, is
+        undefined until mapped back)."""
+        model = self.model_runner.model
+        if level == 2:
+            self._sleep_saved_buffers = {n: b.cpu().clone() for n, b in model.named_buffers()}
+        self._weights_backup = ({n: p.detach().clone() for n, p in model.named_parameters()}
+                                if level == 1 else None)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.data.view(torch.uint8).fill_(0x5A)
+
+    def wake_up(self, tags: Optional[List[str]] = None) -> None:
+        """CuMemAllocator.wake_up(tags): the weights mapped back (their offloaded content at
+        level 1), the saved buffers restored."""
+        model = self.model_runner.model
+        if tags is None or "weights" in tags:
+            backup, self._weights_backup = getattr(self, "_weights_backup", None), None
+            if backup is not None:
+                with torch.no_grad():
+                    for n, p in model.named_parameters():
+                        p.copy_(backup[n])
+        saved = getattr(self, "_sleep_saved_buffers", {})
+        for n, b in model.named_buffers():
+            if n in saved:
+                b.data.copy_(saved[n])
+        self._sleep_saved_buffers = {}
 
     def get_draft_model(self) -> Optional[torch.nn.Module]:
         return self.model_runner.get_draft_model()
