@@ -9,7 +9,9 @@ rm -rf "$venv"
 "$py" -m venv --system-site-packages "$venv"
 WTX_CMAKE_BUILD_DIR="$build" "$venv/bin/python" -m pip install --no-build-isolation --no-deps \
   --no-index --quiet "$src"
-cd "$(mktemp -d)"
+elsewhere=$(mktemp -d)
+trap 'rm -rf "$elsewhere"' EXIT
+cd "$elsewhere"
 env -u PYTHONPATH "$venv/bin/python" - "$venv" <<'PY'
 import os, sys
 import wtx, wtx.sglang, wtx.torch_dist, wtx.vllm

@@ -25,6 +25,7 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -249,9 +250,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--fail-at", type=int, default=5)
-    ap.add_argument("--dir", default=None, help="journals (default: a fresh temporary folder)")
+    ap.add_argument("--dir", default=None, help="journals (default: a fresh temporary folder, "
+                    "removed at the end unless --keep)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary journals")
     a = ap.parse_args()
     work = a.dir or tempfile.mkdtemp(prefix="wtx-rl-loop-")
+    try:
+        return _run(a, work)
+    finally:
+        if a.dir is None and not a.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(a: argparse.Namespace, work: str) -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -264,7 +275,8 @@ def main() -> int:
     for p in procs:
         p.join(timeout=600)
     ok = (not q.empty()) and q.get() and all(p.exitcode == 0 for p in procs)
-    print(json.dumps({"ok": bool(ok), "journals": work, "wtx": wtx.__file__}))
+    kept = a.dir is not None or a.keep
+    print(json.dumps({"ok": bool(ok), "journals": work if kept else None, "wtx": wtx.__file__}))
     return 0 if ok else 1
 
 

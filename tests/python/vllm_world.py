@@ -16,7 +16,9 @@ the ones pyproject.toml declares for wtx (parsed from it, so they cannot drift),
 process puts it on sys.path before vLLM loads its plugins.
 """
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import tomllib
@@ -41,6 +43,7 @@ def plugin_path(group: str = "vllm.general_plugins") -> str:
     points = project.get("entry-points", {}).get(group)
     assert points, f"pyproject.toml declares no {group} entry point"
     folder = tempfile.mkdtemp(prefix="wtx-plugin-")
+    atexit.register(shutil.rmtree, folder, True)  # the test process leaves no folder behind
     info = os.path.join(folder, "wtx_entry_points-0.1.0.dist-info")
     os.makedirs(info)
     with open(os.path.join(info, "METADATA"), "w") as f:

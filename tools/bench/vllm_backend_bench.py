@@ -45,6 +45,7 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import socket
 import statistics
 import sys
@@ -250,9 +251,12 @@ def main():
              for r in range(2)]
     for p in procs:
         p.start()
-    times = q.get(timeout=3600)
-    for p in procs:
-        p.join(timeout=60)
+    try:
+        times = q.get(timeout=3600)
+        for p in procs:
+            p.join(timeout=60)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the journals of the rounds: not kept
     m = wtx.Manifest.from_hf_config(a.model, tp=1, rank=0, dtype="bf16")
     ratio = lambda arm: [i / w for i, w in zip(times["inner"], times[arm])]  # noqa: E731
     out = {"bench": "vllm_backend", "model": os.path.basename(os.path.dirname(a.model)),
