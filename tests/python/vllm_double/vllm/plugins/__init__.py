@@ -1,6 +1,7 @@
-"""Double of vllm/plugins/__init__.py (vllm-project/vllm 01425553): load_general_plugins
+"""Double of vllm/plugins/__init__.py (vllm-project/vllm a27dcf13): load_general_plugins
 loads every entry point of group "vllm.general_plugins" (filtered by $VLLM_PLUGINS), once per
-process, calling each; a plugin that raises is logged, not re-raised."""
+process (56-60: an entry point that fails to import is logged), and calls each plugin with no
+try around the call (77-78): a plugin that raises stops the process that loads it."""
 
 import logging
 import os
@@ -30,8 +31,5 @@ def load_general_plugins() -> None:
     if plugins_loaded:
         return
     plugins_loaded = True
-    for name, func in load_plugins_by_group(DEFAULT_PLUGINS_GROUP).items():
-        try:
-            func()
-        except Exception:
-            logger.exception("Failed to load plugin %s", name)
+    for func in load_plugins_by_group(DEFAULT_PLUGINS_GROUP).values():
+        func()
