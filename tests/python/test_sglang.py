@@ -617,3 +617,39 @@ def test_AHookSetAfterConstructionIsNotWhatSglangCalls():
         pass
     answer = scheduler._request_dispatcher(io.CheckWeightsReqInput(action="checksum"))
     assert calls == [] and not answer.success
+
+
+class _ListDispatcher:
+    """TypeBasedDispatcher as older SGLang releases wrote it (python/sglang/utils.py, stored
+    724c28ee): a list of (type, handler) pairs scanned with isinstance, first match wins."""
+
+    def __init__(self, mapping):
+        self._mapping = list(mapping)
+
+    def __call__(self, obj):
+        for ty, fn in self._mapping:
+            if isinstance(obj, ty):
+                return fn(obj)
+        raise ValueError(f"Invalid object: {obj}")
+
+
+def test_TheDispatcherTableIsRewrittenInEitherOfSglangsLayouts():
+    """wtx routes a request type to its handler in SGLang's ordered-dict dispatcher and in the
+    older list of pairs alike, wrapping the handler SGLang had bound there."""
+    from sglang.srt.managers.scheduler import Scheduler
+    for as_list in (False, True):
+        scheduler = Scheduler(_Worker(), None)
+        if as_list:
+            scheduler._request_dispatcher = _ListDispatcher(
+                scheduler._request_dispatcher._mapping.items())
+        seen = []
+
+        def make(original):
+            return lambda req: seen.append(original(req)) or "wtx"
+
+        wtx.sglang._rebind(scheduler, io.ContinueGenerationReqInput, make)
+        scheduler._engine_paused = True
+        assert scheduler._request_dispatcher(io.ContinueGenerationReqInput()) == "wtx"
+        assert seen == [None] and not scheduler._engine_paused  # SGLang's own ran inside
+        handler = wtx.sglang.resolve_handler(scheduler, io.ContinueGenerationReqInput)
+        assert getattr(handler, "__wtx_handler__", False), as_list
