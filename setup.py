@@ -55,9 +55,10 @@ class CMakeBuild(build_ext):
         configure += shlex.split(os.environ.get("CMAKE_ARGS", ""))
         subprocess.check_call(configure)
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 2)
-        subprocess.check_call(["cmake", "--build", build_dir, "--target", "wtx_python",
-                               "--parallel", jobs])
-        built = os.path.join(build_dir, "python", "wtx")
+        # The installable build of the extension: no fault injection (cmake/wtx_python.cmake).
+        subprocess.check_call(["cmake", "--build", build_dir, "--target",
+                               "wtx_python_installable", "--parallel", jobs])
+        built = os.path.join(build_dir, "python-installable", "wtx")
         sos = [f for f in os.listdir(built) if f.startswith("_wtx") and f.endswith(".so")]
         if len(sos) != 1:
             raise RuntimeError("expected one _wtx*.so in %s, found %s" % (built, sos))

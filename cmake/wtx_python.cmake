@@ -25,25 +25,35 @@ endif()
 
 if(WTX_HAVE_PYTHON)
   set(WTX_PYTHON_DIR "${CMAKE_BINARY_DIR}/python")
-  pybind11_add_module(wtx_python MODULE python/src/module.cc python/src/py_common.cc
-                    python/src/py_manifest.cc python/src/py_participant.cc
-                    python/src/py_transfer_plan.cc
-                    python/src/py_decision_log.cc python/src/py_coordinator.cc
-                    python/src/py_storage.cc)
-  set_target_properties(wtx_python PROPERTIES
-    OUTPUT_NAME _wtx
-    LIBRARY_OUTPUT_DIRECTORY "${WTX_PYTHON_DIR}/wtx"
-    UNITY_BUILD OFF)
-  target_include_directories(wtx_python PRIVATE ${PROJECT_SOURCE_DIR})
-  # pybind11 links the module with -flto; GCC's lto-wrapper then warns that it runs its LTRANS
-  # jobs serially. -flto=auto runs them in parallel under make's jobserver (no warning).
-  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-    target_link_options(wtx_python PRIVATE -flto=auto)
-  endif()
-  # Debian's librocksdb.a is not position-independent: the module takes RocksDB from the shared
-  # library, listed before the static archive the wtx libraries bring (the archive then
-  # contributes nothing).
-  target_link_libraries(wtx_python PRIVATE wtx_net wtx_kernels wtx_core RocksDB::rocksdb-shared)
+  # Two builds of the extension: wtx_python, the build tree's (build/python/wtx, what the tests
+  # import: with the fault injection of test_crash_at), and wtx_python_installable (what
+  # `pip install` ships, setup.py: compiled without it, so the installed module has no crash
+  # points), as the build tree's `wtx` CLI keeps test flags the installed one lacks.
+  function(wtx_python_module target outdir)
+    pybind11_add_module(${target} MODULE python/src/module.cc python/src/py_common.cc
+                        python/src/py_manifest.cc python/src/py_participant.cc
+                        python/src/py_transfer_plan.cc
+                        python/src/py_decision_log.cc python/src/py_coordinator.cc
+                        python/src/py_storage.cc)
+    set_target_properties(${target} PROPERTIES
+      OUTPUT_NAME _wtx
+      LIBRARY_OUTPUT_DIRECTORY "${outdir}"
+      UNITY_BUILD OFF)
+    target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR})
+    # pybind11 links the module with -flto; GCC's lto-wrapper then warns that it runs its LTRANS
+    # jobs serially. -flto=auto runs them in parallel under make's jobserver (no warning).
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+      target_link_options(${target} PRIVATE -flto=auto)
+    endif()
+    # Debian's librocksdb.a is not position-independent: the module takes RocksDB from the
+    # shared library, listed before the static archive the wtx libraries bring (the archive
+    # then contributes nothing).
+    target_link_libraries(${target} PRIVATE wtx_net wtx_kernels wtx_core
+                                            RocksDB::rocksdb-shared)
+  endfunction()
+  wtx_python_module(wtx_python "${WTX_PYTHON_DIR}/wtx")
+  target_compile_definitions(wtx_python PRIVATE WTX_PY_TEST_HOOKS=1)
+  wtx_python_module(wtx_python_installable "${CMAKE_BINARY_DIR}/python-installable/wtx")
   # The pure-Python files, copied at build time so that edits reach build/python/wtx/.
   file(GLOB_RECURSE WTX_PY_SOURCES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/python/wtx/*.py"
        "${PROJECT_SOURCE_DIR}/python/wtx/*.pyi" "${PROJECT_SOURCE_DIR}/python/wtx/py.typed")

@@ -22,5 +22,16 @@ pkg = os.path.dirname(where)
 for f in ("py.typed", "_wtx.pyi"):
     assert os.path.exists(os.path.join(pkg, f)), f"{f} missing from the installed package"
 m = wtx.Manifest.from_json('{"params": [{"name": "w", "dtype": "f32", "shape": [4]}]}')
+# The installed module has no fault injection (cmake/wtx_python.cmake): test_crash_at is
+# refused by name, and nothing is opened.
+import tempfile
+d = tempfile.mkdtemp()
+try:
+    wtx.Participant.open(os.path.join(d, "j"), m, rank=0, test_crash_at="after_prepare_logged")
+    raise AssertionError("the installed module accepted test_crash_at")
+except wtx.Error as e:
+    assert "test_crash_at" in e.message, e.message
+assert not os.path.exists(os.path.join(d, "j")), "a journal was opened"
+os.rmdir(d)
 print("wtx", where, m)
 PY

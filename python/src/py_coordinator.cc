@@ -160,9 +160,7 @@ CoordinatorOptions CoordOptions(PyCoordinator& self, const std::string& dir,
     o.lease_ttl = std::chrono::milliseconds(static_cast<int64_t>(log.lease_ttl_s * 1000));
     o.leader_wait = std::chrono::milliseconds(static_cast<int64_t>(log.leader_wait_s * 1000));
   }
-  if (test_crash_at) {
-    self.crash = std::make_unique<ExitAtCrashPoint>(*test_crash_at);
-  }
+  self.crash = ArmTestCrashPoint(test_crash_at);
   SecondsArg(prepare_timeout_s, "prepare_timeout", kMaxTimeoutMs / 1000.0);
   o.prepare_timeout = std::chrono::milliseconds(static_cast<int64_t>(prepare_timeout_s * 1000));
   return o;

@@ -53,10 +53,8 @@ std::shared_ptr<PyParticipant> OpenParticipant(
   o.landing_hash_threads = landing_hash_threads;
   o.threads = threads;
   o.accept_unverified_journal = accept_unverified_journal;
-  if (test_crash_at) {
-    out->crash = std::make_unique<ExitAtCrashPoint>(*test_crash_at);
-    hooks.crash_points = out->crash.get();
-  }
+  out->crash = ArmTestCrashPoint(test_crash_at);
+  hooks.crash_points = out->crash.get();
   if (!tensors.is_none()) {
     const Manifest& man = *m.m;
     out->resolver = std::make_shared<PyStorageResolver>(man, tensors);
