@@ -146,6 +146,7 @@ def _held_message(what: str, held: List[Any]) -> str:
 # The worker calls of an update; the engine core checks the gate after each.
 _UPDATE_RPCS = frozenset({"init_weight_transfer_engine", "start_weight_update",
                           "update_weights", "finish_weight_update"})
+_GATE_AFTER = frozenset({"init_weight_transfer_engine", "finish_weight_update"})
 
 
 def _hook_worker(worker_cls: Any) -> None:
@@ -249,10 +250,17 @@ def _hook_engine_core(core_cls: Any) -> None:
 
     def gated(original: Callable[..., Any]) -> Callable[..., Any]:
         def collective_rpc(self: Any, method: Any, *args: Any, **kwargs: Any) -> Any:
+            # The gate is asked after an update call that raised (an abort: hold) and after
+            # each finish or init (a commit may lift wtx's pause); a chunk that went through
+            # changes neither, so it costs no extra round trip.
+            ok = False
             try:
-                return original(self, method, *args, **kwargs)
+                out = original(self, method, *args, **kwargs)
+                ok = True
+                return out
             finally:
-                if isinstance(method, str) and method in _UPDATE_RPCS:
+                if isinstance(method, str) and method in _UPDATE_RPCS and (
+                        not ok or method in _GATE_AFTER):
                     _hold_or_release(self, states(self))
         return collective_rpc
 
