@@ -551,11 +551,8 @@ class WtxWeightTransferEngine(UpdateState, _ENGINE_BASE):  # type: ignore[misc, 
                 except Exception:
                     pass
             raise
-        if self._tx is not None:
-            tx, self._tx = self._tx, None
-            abort_quietly(self._g, tx)
-        self._finish_reload_quietly()
-        self._failure = self._ended = None
+        self.end_open_update()
+        self._ended = None
         old = self._inner
         if old is not None and old is not inner and hasattr(old, "shutdown"):
             old.shutdown()

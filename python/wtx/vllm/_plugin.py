@@ -231,16 +231,18 @@ def _hook_engine_core(core_cls: Any) -> None:
             logger.debug("wtx_serving_state: %s", e)
             return []
 
-    def refused_while_held(what: Callable[..., str]
+    def refused_while_held(what: Callable[..., str], paused_while_waking: bool = False
                            ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """A wrapper of an EngineCore method that raises, naming each rank and why, while any
-        rank holds; `what(*args)` says what was refused."""
+        rank holds; `what(*args)` says what was refused. With paused_while_waking, the call
+        vLLM makes itself inside wake_up leaves the scheduler paused instead of raising (the
+        wake-up succeeds; wtx lifts that pause once every rank serves)."""
         def make(original: Callable[..., Any]) -> Callable[..., Any]:
             def refusing(self: Any, *args: Any, **kwargs: Any) -> Any:
                 held = _holding(states(self))
-                if held and getattr(self, "_wtx_waking", False):
-                    self._wtx_paused = True  # vLLM's own resume at wake-up: stays paused
-                    logger.warning(_held_message("generation stays paused", held))
+                if held and paused_while_waking and getattr(self, "_wtx_waking", False):
+                    self._wtx_paused = True
+                    logger.warning(_held_message(what(*args), held))
                     return None
                 if held:
                     raise RuntimeError(_held_message(what(*args), held))
@@ -292,7 +294,8 @@ def _hook_engine_core(core_cls: Any) -> None:
 
     _wrap(core_cls, "collective_rpc", gated)
     _wrap(core_cls, "wake_up", waking)
-    _wrap(core_cls, "resume_scheduler", refused_while_held(lambda *a: "generation stays paused"))
+    _wrap(core_cls, "resume_scheduler", refused_while_held(lambda *a: "generation stays paused",
+                                                           paused_while_waking=True))
     _wrap(core_cls, "set_weight_version", versioned)
     _wrap(core_cls, "get_weight_version", refused_while_held(lambda *a: "not ready"))
 
