@@ -625,6 +625,9 @@ def install(scheduler: Any, journal_dir: str, coordinator_journal: Optional[str]
     ranks). Raises wtx.Error E_UNSUPPORTED, naming the request type and SGLang's version, where
     the dispatcher would not route a request to wtx (before anything opens). Returns the
     adapter."""
+    if getattr(scheduler, "wtx", None) is not None:
+        raise Error("INVALID_ARGUMENT", "wtx.sglang.install: wtx is already installed in this "
+                    "Scheduler (scheduler.wtx): one adapter per Scheduler")
     runner = scheduler.tp_worker.model_runner
     types = _request_types()
     for name, ty in types.items():  # refuse before anything opens

@@ -653,3 +653,13 @@ def test_TheDispatcherTableIsRewrittenInEitherOfSglangsLayouts():
         assert seen == [None] and not scheduler._engine_paused  # SGLang's own ran inside
         handler = wtx.sglang.resolve_handler(scheduler, io.ContinueGenerationReqInput)
         assert getattr(handler, "__wtx_handler__", False), as_list
+
+
+def test_InstallingTwiceIntoOneSchedulerIsRefusedNamingIt(tmp_path):
+    from sglang.srt.managers.scheduler import Scheduler
+    scheduler = Scheduler(_Worker(), None)
+    scheduler.wtx = object()  # an adapter already installed (the plugin's, say)
+    with pytest.raises(wtx.Error) as e:
+        wtx.sglang.install(scheduler, str(tmp_path / "rank0"), str(tmp_path / "coord"))
+    assert e.value.code == "INVALID_ARGUMENT" and "already installed" in e.value.message
+    assert not (tmp_path / "rank0").exists()
