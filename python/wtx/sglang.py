@@ -113,6 +113,9 @@ class WtxSglangAdapter(UpdateState):
         self._gate = "hold"
         self._tx: Optional[str] = None
         self._tx_label: Optional[str] = None
+        # The weight_version of the last step that committed (a noop or an abort keeps it):
+        # what the tokenizer process may publish.
+        self.committed_label: Optional[str] = None
         self._failure: Optional[str] = None
         self._expected: Optional[str] = None
         self._explicit = False
@@ -429,8 +432,10 @@ class WtxSglangAdapter(UpdateState):
         self.last_outcome = out
         if out.get("version"):
             self.weight_version = out.get("version")
-        if out.get("outcome") == "committed" and self._kind == "full":
-            self._unvouched = None  # every byte of the model was written and proven
+        if out.get("outcome") == "committed":
+            self.committed_label = self._tx_label
+            if self._kind == "full":
+                self._unvouched = None  # every byte of the model was written and proven
         return True, f"wtx: step '{tx}' committed version {self.weight_version}"
 
 
@@ -569,7 +574,8 @@ def _status_payload(scheduler: Any, adapter: "WtxSglangAdapter") -> Any:
     """Every rank's wtx state, gathered over the step's group, as the check_weights payload:
     one checksum record per rank (ChecksumInfo where SGLang's wire types the payload so, a
     dict of the same fields otherwise), its `checksums` carrying wtx's fields as strings."""
-    states = gather_from_ranks(dict(adapter.serving_state(), open_step=adapter._tx), adapter._g)
+    states = gather_from_ranks(dict(adapter.serving_state(), open_step=adapter._tx,
+                                    label=adapter.committed_label), adapter._g)
     runner = adapter.runner
     from sglang.srt.managers import io_struct
     checksum_info = getattr(io_struct, "ChecksumInfo", None)
@@ -580,7 +586,8 @@ def _status_payload(scheduler: Any, adapter: "WtxSglangAdapter") -> Any:
         checksums = {"wtx.rank": str(rank), "wtx.serving": "1" if st["serving"] else "0",
                      "wtx.reason": str(st["reason"] or ""),
                      "wtx.version": str(st["version"] or ""),
-                     "wtx.open_step": str(st["open_step"] or "")}
+                     "wtx.open_step": str(st["open_step"] or ""),
+                     "wtx.label": "" if st["label"] is None else str(st["label"])}
         info = {"tp_rank": rank, "tp_size": len(states),
                 "dp_rank": int(getattr(runner, "dp_rank", 0) or 0), "dp_size": 1,
                 "pp_rank": int(getattr(runner, "pp_rank", 0) or 0),
@@ -596,10 +603,11 @@ def _status_payload(scheduler: Any, adapter: "WtxSglangAdapter") -> Any:
     return records
 
 
-def _status_ok(ranks: Any) -> bool:
-    """Whether a check_weights answer of STATUS_ACTION says every rank serves the committed
-    version with no step open. Accepts both of SGLang's shapes: one payload per DP reply (a
-    list of records), or the records flattened (dicts)."""
+def _status_ok(ranks: Any, label: str) -> bool:
+    """Whether a check_weights answer of STATUS_ACTION says every rank serves, with no step
+    open, the version the step labelled `label` committed (not the previous one a restore put
+    back after that step aborted, nor a noop's). Accepts both of SGLang's shapes: one payload
+    per DP reply (a list of records), or the records flattened (dicts)."""
     records: List[Any] = []
     for r in ranks or []:
         records.extend(r if isinstance(r, list) else [r])
@@ -609,7 +617,7 @@ def _status_ok(ranks: Any) -> bool:
         checksums = rec.get("checksums") if isinstance(rec, dict) else getattr(
             rec, "checksums", None)
         if not isinstance(checksums, dict) or checksums.get("wtx.serving") != "1" or \
-                checksums.get("wtx.open_step"):
+                checksums.get("wtx.open_step") or checksums.get("wtx.label") != label:
             return False
     return True
 
@@ -801,7 +809,7 @@ def _hook_tokenizer_manager() -> None:
         if label is not None:
             # Three values (v0.5.12.post1) or four (main: per-engine checksum last).
             answer = await self.check_weights(CheckWeightsReqInput(action=STATUS_ACTION))
-            if answer[0] and _status_ok(answer[2]):
+            if answer[0] and _status_ok(answer[2], label):
                 publish(self, label)
         return out
 

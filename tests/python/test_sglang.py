@@ -74,6 +74,7 @@ def engine(rank, g, args):
         sys.path.insert(0, args["plugin"])
         os.environ["WTX_SGLANG_JOURNAL_DIR"] = d
         os.environ["WTX_SGLANG_LOAD"] = args.get("load", "write_source")
+        os.environ["WTX_SGLANG_SERVING_GATE"] = args.get("gate", "hold")
         scheduler = run_scheduler_process(worker, tp_group)
     else:
         scheduler = Scheduler(worker, tp_group)
@@ -270,6 +271,34 @@ def test_WeightVersionIsPublishedAtTheCommitPointOnly(tmp_path):
     assert_matches(f["logits"], reference_forward(hf_weights(1), IDS))
     assert not f["failed"][-1][0][0], f["failed"]
     assert f["published_after_failure"] == "7"
+
+
+def _published_after_restore(t, args):
+    _load_tokenizer_plugins(args)
+    tm = t.tokenizer()
+    out = {}
+    t.step(hf_weights(1), "1")
+    out["first"] = tm.model_info()["weight_version"]
+    t.inspect(_FailOn(NAMES[7]))  # in the second bucket: the first one went through
+    out["failed"] = t.step(hf_weights(2), "2", fail_bucket=1)
+    out["after"] = t.inspect(_state)
+    out["published"] = tm.model_info()["weight_version"]
+    return out
+
+
+def test_ARestoredStepDoesNotPublishItsLabel(tmp_path):
+    """With the restore gate, a step that aborts after some of its buckets went through leaves
+    every rank serving the previous version: the tokenizer keeps the previous label (the
+    ranks report which step's label they serve), not the aborted step's."""
+    from vllm_world import plugin_path
+    f = world(_published_after_restore,
+              {"dir": str(tmp_path), "load": "load_weights", "gate": "restore",
+               "plugin": plugin_path("sglang.srt.plugins")})[0]
+    assert f["first"] == "1"
+    assert f["failed"][0][0][0] and not f["failed"][-1][0][0], f["failed"]
+    for st in f["after"]:
+        assert st["serving"] and not st["paused"], st
+    assert f["published"] == "1", f["published"]
 
 
 def _steps_in_a_row(t, args):
