@@ -364,6 +364,31 @@ def test_WeightsThatSleptServeAgainOnlyWhenProvenOrAfterAFullUpdate(tmp_path, le
     assert_matches(f["after"], reference_forward(hf_weights(2), IDS))
 
 
+def _trainer_pauses_after_wtx(front, args):
+    out = {}
+    _labelled_engine(front, args, Source(hf_weights(1)), "v1").send_weights()
+    front.to_workers(_FailOnce("model.layers.1.mlp.down_proj.weight", {1}))
+    with pytest.raises(Exception):
+        _labelled_engine(front, args, Source(hf_weights(2)), "v2").send_weights()
+    out["held"] = _get(front, "is_paused")
+    out["pause"] = _post(front, "pause", {"mode": "keep"})  # the trainer pauses too
+    front.to_workers(_clear_failures)
+    _labelled_engine(front, args, Source(hf_weights(3)), "v3").send_weights()
+    out["after_update"] = _get(front, "is_paused")  # the trainer's pause stays
+    out["resume"] = _post(front, "resume")
+    out["after_resume"] = _get(front, "is_paused")
+    return out
+
+
+def test_APauseTheTrainerAsksForAfterWtxsIsTheTrainersToLift(tmp_path):
+    f = world(_trainer_pauses_after_wtx, {"dir": str(tmp_path)})[0]
+    assert f["held"] == (200, {"is_paused": True})
+    assert f["pause"][0] == 200
+    assert f["after_update"] == (200, {"is_paused": True}), f["after_update"]
+    assert f["resume"] == (200, {"status": "resumed"})
+    assert f["after_resume"] == (200, {"is_paused": False})
+
+
 def _aborted_restore_round(front, args, source, out, forward_key, packed=True):
     """A restore-gate update that aborts: its error, the resume's answer, the next forward."""
     engine = _trainer_engine(front, args, None, source, gate="restore", prefix="bad",

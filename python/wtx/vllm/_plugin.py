@@ -292,8 +292,15 @@ def _hook_engine_core(core_cls: Any) -> None:
                 _hold_or_release(self, states(self))
         return wake_up
 
+    def owned(original: Callable[..., Any]) -> Callable[..., Any]:
+        def pause_scheduler(self: Any, *args: Any, **kwargs: Any) -> Any:
+            self._wtx_paused = False  # a pause asked for now is its caller's to lift
+            return original(self, *args, **kwargs)
+        return pause_scheduler
+
     _wrap(core_cls, "collective_rpc", gated)
     _wrap(core_cls, "wake_up", waking)
+    _wrap(core_cls, "pause_scheduler", owned)
     _wrap(core_cls, "resume_scheduler", refused_while_held(lambda *a: "generation stays paused",
                                                            paused_while_waking=True))
     _wrap(core_cls, "set_weight_version", versioned)
