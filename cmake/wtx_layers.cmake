@@ -106,7 +106,8 @@ wtx_layer(txn
           src/txn/participant_identity.cc
           src/txn/participant_state.cc src/txn/participant_records.cc
           src/txn/coordinator_records.cc src/txn/event_records.cc src/txn/journal_check.cc
-          src/txn/coordinator.cc src/txn/decision_log_journal.cc src/txn/logged_decision_json.cc
+          src/txn/coordinator.cc src/txn/vote_report.cc src/txn/decision_log_journal.cc
+          src/txn/logged_decision_json.cc
           src/txn/resolve_from_log.cc src/txn/inproc_transport.cc src/txn/fan_out.cc
           src/txn/decision_log.cc src/txn/decision_log_records.cc src/txn/decision_log_etcd.cc
           src/txn/etcd_leadership.cc

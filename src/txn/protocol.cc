@@ -1,7 +1,5 @@
 #include "wtx/protocol.h"
 
-#include "wtx/coordinator.h"
-
 namespace wtx {
 
 std::string_view TxKindName(TxKind kind) {
@@ -49,28 +47,6 @@ std::optional<Decision> DecisionFromName(std::string_view name) {
   if (name == "commit") return Decision::kCommit;
   if (name == "abort") return Decision::kAbort;
   if (name == "noop") return Decision::kNoop;
-  return std::nullopt;
-}
-
-std::string_view VoteKindName(VoteReport::Kind kind) {
-  switch (kind) {
-    case VoteReport::Kind::kYes:
-      return "yes";
-    case VoteReport::Kind::kNo:
-      return "no";
-    case VoteReport::Kind::kTimeout:
-      return "timeout";
-    case VoteReport::Kind::kCrashed:
-      return "crashed";
-  }
-  return "crashed";
-}
-
-std::optional<VoteReport::Kind> VoteKindFromName(std::string_view name) {
-  for (auto k : {VoteReport::Kind::kYes, VoteReport::Kind::kNo, VoteReport::Kind::kTimeout,
-                 VoteReport::Kind::kCrashed}) {
-    if (VoteKindName(k) == name) return k;
-  }
   return std::nullopt;
 }
 
