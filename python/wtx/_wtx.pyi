@@ -42,6 +42,8 @@ class Manifest:
     def source_shards(self, source: str) -> List[Dict[str, Any]]: ...
 
 class Participant:
+    # test_crash_at (here and in Coordinator.open / open_carried): crash points exist only in
+    # the build tree's module; the installed one refuses the argument by name (docs/python.md).
     @staticmethod
     def open(journal_dir: str, manifest: Manifest, *, rank: int = ..., tensors: Any = ...,
              kernel_identity: str = ..., rollback_budget_bytes: int = ...,
