@@ -119,10 +119,11 @@ def _register_refusing_engine(name: str) -> None:
 
 # ------------------------------------------------------------------------------- the hooks
 
-def _is_wtx(engine: Any) -> bool:
-    """Whether `engine` is wtx's (its class says so: this module does not import the engine,
-    which imports it)."""
-    return bool(getattr(type(engine), "__wtx_engine__", False))
+def _wtx_engine(worker: Any) -> Any:
+    """The worker's weight-transfer engine when it is wtx's (its class says so: this module
+    does not import the engine, which imports it), else None."""
+    engine = getattr(worker, "weight_transfer_engine", None)
+    return engine if getattr(type(engine), "__wtx_engine__", False) else None
 
 
 def _wrap(cls: Any, attr: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
@@ -152,8 +153,8 @@ _GATE_AFTER = frozenset({"init_weight_transfer_engine", "finish_weight_update"})
 def _hook_worker(worker_cls: Any) -> None:
     def update(original: Callable[..., Any]) -> Callable[..., Any]:
         def update_weights(self: Any, *args: Any, **kwargs: Any) -> Any:
-            engine: Any = getattr(self, "weight_transfer_engine", None)
-            if _is_wtx(engine) and not getattr(self, "_weight_update_active", True):
+            engine: Any = _wtx_engine(self)
+            if engine is not None and not getattr(self, "_weight_update_active", True):
                 # vLLM's worker refuses this rank's chunk (no session here) while the other
                 # ranks receive it: this rank still takes its part (receives and drops the
                 # chunk, exchanges its failure), so every rank aborts now, naming it, instead
@@ -165,14 +166,14 @@ def _hook_worker(worker_cls: Any) -> None:
 
     def finish(original: Callable[..., Any]) -> Callable[..., Any]:
         def finish_weight_update(self: Any, *args: Any, **kwargs: Any) -> Any:
-            engine: Any = getattr(self, "weight_transfer_engine", None)
-            if _is_wtx(engine) and not getattr(self, "_weight_update_active", True):
+            engine: Any = _wtx_engine(self)
+            if engine is not None and not getattr(self, "_weight_update_active", True):
                 engine.refuse_finish("finish_weight_update without an open session on this "
                                      "worker")
             try:
                 return original(self, *args, **kwargs)
             except BaseException:
-                if _is_wtx(engine):
+                if engine is not None:
                     # Whatever raised, the session ends alike on every rank: nothing of the
                     # update stays open here (wtx aborted it on every rank, or ends it now).
                     engine.end_open_update()
@@ -183,8 +184,8 @@ def _hook_worker(worker_cls: Any) -> None:
 
     def execute(original: Callable[..., Any]) -> Callable[..., Any]:
         def execute_model(self: Any, *args: Any, **kwargs: Any) -> Any:
-            engine: Any = getattr(self, "weight_transfer_engine", None)
-            if _is_wtx(engine):
+            engine: Any = _wtx_engine(self)
+            if engine is not None:
                 state = engine.serving_state()
                 if not state["serving"]:
                     raise RuntimeError(_held_message("execute_model refused", [state]))
@@ -194,8 +195,8 @@ def _hook_worker(worker_cls: Any) -> None:
     def slept(original: Callable[..., Any]) -> Callable[..., Any]:
         def sleep(self: Any, *args: Any, **kwargs: Any) -> Any:
             out = original(self, *args, **kwargs)
-            engine: Any = getattr(self, "weight_transfer_engine", None)
-            if _is_wtx(engine):
+            engine: Any = _wtx_engine(self)
+            if engine is not None:
                 engine.weights_released("sleep")  # offloaded or discarded: not vouched for
             return out
         return sleep
@@ -203,9 +204,9 @@ def _hook_worker(worker_cls: Any) -> None:
     def woke(original: Callable[..., Any]) -> Callable[..., Any]:
         def wake_up(self: Any, *args: Any, **kwargs: Any) -> Any:
             out = original(self, *args, **kwargs)
-            engine: Any = getattr(self, "weight_transfer_engine", None)
+            engine: Any = _wtx_engine(self)
             tags = kwargs.get("tags", args[0] if args else None)
-            if _is_wtx(engine) and (tags is None or "weights" in tags):
+            if engine is not None and (tags is None or "weights" in tags):
                 engine.weights_resumed("wake_up")  # proven against the committed version
             return out
         return wake_up
@@ -218,8 +219,8 @@ def _hook_worker(worker_cls: Any) -> None:
     if not hasattr(worker_cls, "wtx_serving_state"):
         def wtx_serving_state(self: Any) -> Optional[dict]:
             """The wtx engine's serving state on this worker (None: not a wtx engine)."""
-            engine: Any = getattr(self, "weight_transfer_engine", None)
-            return engine.serving_state() if _is_wtx(engine) else None
+            engine: Any = _wtx_engine(self)
+            return engine.serving_state() if engine is not None else None
         worker_cls.wtx_serving_state = wtx_serving_state
 
 
