@@ -18,7 +18,7 @@ if(WTX_BUILD_TOOLS)
     tools/torture/script_plan.cc tools/torture/script_processes.cc tools/torture/script_ops.cc
     tools/torture/script_checks.cc
     tools/wtx/cmd_coordinator.cc tools/wtx/cmd_rank.cc tools/wtx/cmd_control.cc
-    tools/wtx/decision_log_flags.cc
+    tools/wtx/decision_log_flags.cc tools/wtx/metrics_flags.cc tools/wtx/progress.cc
     tools/wtx/cmd_load.cc
     tools/wtx/cmd_verify.cc
   )

@@ -2,7 +2,7 @@
 # one OBJECT library, `wtx_layer_<name>`, that links (for its usage requirements) only the
 # layers below it:
 #
-#   util -> manifest -> layouts -> memory (+ kernels) -> journal -> etcd -> txn
+#   util -> manifest -> layouts -> memory (+ kernels) -> journal -> etcd -> metrics -> txn
 #        -> history -> checkpoint -> net
 #
 # Above them, outside the production libraries: testing (src/testing: fault injection, crash
@@ -96,6 +96,13 @@ wtx_layer(etcd
   SOURCES src/etcd/base64.cc src/etcd/etcd_url.cc src/etcd/http_post.cc src/etcd/etcd_client.cc
   DEPS util
   LIBS Boost::headers OpenSSL::SSL OpenSSL::Crypto Threads::Threads)
+# The Prometheus series of participants and coordinators (docs/metrics.md): prometheus-cpp's
+# registry, its exposer for the daemons, and the event log the Python module mirrors.
+wtx_layer(metrics
+  SOURCES src/metrics/metrics_hub.cc src/metrics/rank_metrics.cc
+          src/metrics/coordinator_metrics.cc src/metrics/metrics_server.cc
+  DEPS util
+  LIBS prometheus-cpp::core prometheus-cpp::pull Threads::Threads)
 wtx_layer(txn
   SOURCES src/txn/coverage.cc src/txn/protocol.cc src/txn/decision_fields.cc
           src/txn/participant.cc src/txn/participant_write.cc src/txn/participant_pieces.cc
@@ -103,7 +110,7 @@ wtx_layer(txn
           src/txn/participant_patch.cc
           src/txn/participant_derived.cc src/txn/participant_prepare.cc
           src/txn/participant_landing.cc src/txn/participant_verify.cc
-          src/txn/participant_identity.cc
+          src/txn/participant_identity.cc src/txn/participant_metrics.cc
           src/txn/participant_state.cc src/txn/participant_records.cc
           src/txn/coordinator_records.cc src/txn/event_records.cc src/txn/journal_check.cc
           src/txn/coordinator.cc src/txn/vote_report.cc src/txn/decision_log_journal.cc
@@ -111,7 +118,7 @@ wtx_layer(txn
           src/txn/resolve_from_log.cc src/txn/inproc_transport.cc src/txn/fan_out.cc
           src/txn/decision_log.cc src/txn/decision_log_records.cc src/txn/decision_log_etcd.cc
           src/txn/etcd_leadership.cc
-  DEPS journal etcd memory layouts manifest util)
+  DEPS metrics journal etcd memory layouts manifest util)
 wtx_layer(history
   SOURCES src/history/history.cc src/history/journal_reader.cc src/history/journal_views.cc
           src/history/live_verify.cc
@@ -151,8 +158,8 @@ function(wtx_installed_library target export_name)
 endfunction()
 
 wtx_installed_library(wtx_core core
-  LAYERS util manifest layouts memory journal etcd txn history checkpoint
-  PRIVATE ${WTX_ROCKSDB} xxHash::xxhash Threads::Threads Boost::headers OpenSSL::SSL
+  LAYERS util manifest layouts memory journal etcd metrics txn history checkpoint
+  PRIVATE ${WTX_ROCKSDB} prometheus-cpp::core prometheus-cpp::pull xxHash::xxhash Threads::Threads Boost::headers OpenSSL::SSL
           OpenSSL::Crypto)
 wtx_installed_library(wtx_kernels kernels LAYERS kernels PUBLIC wtx_core)
 # Boost.Asio stays private: no public header includes it (src/net/ headers do; the internal

@@ -39,6 +39,7 @@
 
 #include "wtx/decision_log.h"
 #include "wtx/env.h"
+#include "wtx/metrics.h"
 #include "wtx/participant.h"
 #include "wtx/protocol.h"
 #include "wtx/status.h"
@@ -87,6 +88,9 @@ struct CoordinatorOptions {
   // Begin refuses a rank that disagrees with kManifestMismatch naming both ranks. A size other
   // than the number of ranks: Open fails with kInvalidArgument.
   std::vector<int> manifest_groups;
+  // Extra labels of this coordinator's metrics (wtx/metrics.h): "replica" and/or "fleet".
+  // Anything else fails Open with kInvalidArgument naming the key.
+  MetricLabels metric_labels;
 };
 
 struct RankError {

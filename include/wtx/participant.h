@@ -67,6 +67,7 @@
 #include "wtx/env.h"
 #include "wtx/live_memory.h"
 #include "wtx/manifest.h"
+#include "wtx/metrics.h"
 #include "wtx/protocol.h"
 #include "wtx/status.h"
 #include "wtx/storage_identity.h"
@@ -121,6 +122,9 @@ struct ParticipantOptions {
   // buffers their owner keeps in place). At Open it must resolve every parameter to the
   // address and at least the size `memory` has for it (else kInvalidArgument).
   std::shared_ptr<StorageResolver> storage_resolver;
+  // Extra labels of this rank's metrics (wtx/metrics.h): "replica" and/or "fleet". Anything
+  // else fails Open with kInvalidArgument naming the key.
+  MetricLabels metric_labels;
 };
 
 // Where a caller's buffer is: host memory, or device memory on the live memory's device (for

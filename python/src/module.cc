@@ -15,4 +15,5 @@ PYBIND11_MODULE(_wtx, m) {
   wtx::python::DefineDecisionLog(m);
   wtx::python::DefineCoordinator(m);
   wtx::python::DefineTransferPlan(m);
+  wtx::python::DefineMetrics(m);
 }

@@ -26,6 +26,7 @@
 #include "wtx/hf_manifest.h"
 #include "wtx/inproc_transport.h"
 #include "wtx/limits.h"
+#include "wtx/metrics.h"
 #include "wtx/participant.h"
 
 #include "py_common.h"
@@ -186,5 +187,9 @@ void DefineParticipant(py::module_& m);   // py_participant.cc
 void DefineDecisionLog(py::module_& m);   // py_decision_log.cc
 void DefineCoordinator(py::module_& m);   // py_coordinator.cc
 void DefineTransferPlan(py::module_& m);  // py_transfer_plan.cc
+void DefineMetrics(py::module_& m);       // py_metrics.cc
+// The metric_labels argument of Participant.open / Coordinator.open (py_metrics.cc): checked
+// (wtx.Error INVALID_ARGUMENT naming the key).
+MetricLabels MetricLabelsArg(const std::optional<std::map<std::string, std::string>>& labels);
 
 }  // namespace wtx::python

@@ -148,8 +148,10 @@ CoordinatorOptions CoordOptions(PyCoordinator& self, const std::string& dir,
                                 double prepare_timeout_s, bool accept_unverified_journal,
                                 const std::optional<std::string>& test_crash_at,
                                 const PyDecisionLogArgs& log,
-                                const std::optional<std::vector<int>>& manifest_groups) {
+                                const std::optional<std::vector<int>>& manifest_groups,
+                                const std::optional<std::map<std::string, std::string>>& labels) {
   CoordinatorOptions o;
+  o.metric_labels = MetricLabelsArg(labels);
   o.journal_dir = dir;
   o.accept_unverified_journal = accept_unverified_journal;
   o.manifest_groups = manifest_groups.value_or(std::vector<int>{});
@@ -174,13 +176,12 @@ std::unique_ptr<Coordinator> OpenCoordinator(const CoordinatorOptions& o, Transp
   return Unwrap(std::move(r));
 }
 
-std::shared_ptr<PyCoordinator> OpenInProc(const std::string& dir,
-                                          std::vector<std::shared_ptr<PyParticipant>> ps,
-                                          double prepare_timeout_s, bool accept_unverified_journal,
-                                          std::optional<std::string> test_crash_at,
-                                          std::optional<std::string> decision_log, double lease_ttl,
-                                          double leader_wait,
-                                          const std::optional<std::vector<int>>& manifest_groups) {
+std::shared_ptr<PyCoordinator> OpenInProc(
+    const std::string& dir, std::vector<std::shared_ptr<PyParticipant>> ps,
+    double prepare_timeout_s, bool accept_unverified_journal,
+    std::optional<std::string> test_crash_at, std::optional<std::string> decision_log,
+    double lease_ttl, double leader_wait, const std::optional<std::vector<int>>& manifest_groups,
+    const std::optional<std::map<std::string, std::string>>& metric_labels) {
   if (ps.empty()) Raise(Status::InvalidArgument("coordinator: participants is empty"));
   auto out = std::make_shared<PyCoordinator>();
   auto t = std::make_unique<InProcTransport>(static_cast<int>(ps.size()));
@@ -195,21 +196,20 @@ std::shared_ptr<PyCoordinator> OpenInProc(const std::string& dir,
   out->participants = std::move(ps);
   out->journal_dir = dir;
   // CoordOptions arms out->crash: called first (argument order is unspecified).
-  const CoordinatorOptions o =
-      CoordOptions(*out, dir, prepare_timeout_s, accept_unverified_journal, test_crash_at,
-                   PyDecisionLogArgs{decision_log, lease_ttl, leader_wait}, manifest_groups);
+  const CoordinatorOptions o = CoordOptions(
+      *out, dir, prepare_timeout_s, accept_unverified_journal, test_crash_at,
+      PyDecisionLogArgs{decision_log, lease_ttl, leader_wait}, manifest_groups, metric_labels);
   out->c = OpenCoordinator(o, t.get(), out->crash.get());
   out->transport = std::move(t);
   return out;
 }
 
-std::shared_ptr<PyCoordinator> OpenCarried(const std::string& dir, py::object num_ranks_arg,
-                                           py::function carrier, double prepare_timeout_s,
-                                           double request_timeout_s, bool accept_unverified_journal,
-                                           std::optional<std::string> test_crash_at,
-                                           std::optional<std::string> decision_log,
-                                           double lease_ttl, double leader_wait,
-                                           const std::optional<std::vector<int>>& manifest_groups) {
+std::shared_ptr<PyCoordinator> OpenCarried(
+    const std::string& dir, py::object num_ranks_arg, py::function carrier,
+    double prepare_timeout_s, double request_timeout_s, bool accept_unverified_journal,
+    std::optional<std::string> test_crash_at, std::optional<std::string> decision_log,
+    double lease_ttl, double leader_wait, const std::optional<std::vector<int>>& manifest_groups,
+    const std::optional<std::map<std::string, std::string>>& metric_labels) {
   const int num_ranks = static_cast<int>(IntArg(num_ranks_arg, "num_ranks", 1, kMaxRanks));
   SecondsArg(request_timeout_s, "request_timeout", kMaxTimeoutMs / 1000.0);
   auto out = std::make_shared<PyCoordinator>();
@@ -218,9 +218,9 @@ std::shared_ptr<PyCoordinator> OpenCarried(const std::string& dir, py::object nu
       num_ranks, PyCarrier(std::move(carrier)),
       std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000)));
   // CoordOptions arms out->crash: called first (argument order is unspecified).
-  const CoordinatorOptions o =
-      CoordOptions(*out, dir, prepare_timeout_s, accept_unverified_journal, test_crash_at,
-                   PyDecisionLogArgs{decision_log, lease_ttl, leader_wait}, manifest_groups);
+  const CoordinatorOptions o = CoordOptions(
+      *out, dir, prepare_timeout_s, accept_unverified_journal, test_crash_at,
+      PyDecisionLogArgs{decision_log, lease_ttl, leader_wait}, manifest_groups, metric_labels);
   out->c = OpenCoordinator(o, out->transport.get(), out->crash.get());
   return out;
 }
@@ -308,21 +308,23 @@ wtx.torch_dist); a context manager.)")
                   py::arg("accept_unverified_journal") = false,
                   py::arg("test_crash_at") = py::none(), py::arg("decision_log") = py::none(),
                   py::arg("lease_ttl") = 2.0, py::arg("leader_wait") = 5.0,
-                  py::arg("manifest_groups") = py::none(),
+                  py::arg("manifest_groups") = py::none(), py::arg("metric_labels") = py::none(),
                   "decision_log: 'etcd://HOST:PORT[,...]/PREFIX' to decide in etcd (the "
                   "coordinator takes the leadership of it first, waiting up to leader_wait s); "
                   "None: the embedded journal. manifest_groups: one value per rank; ranks of "
                   "one value must hold the same manifest, ranks of different values may differ "
-                  "(pipeline stages); None: every rank the same.")
+                  "(pipeline stages); None: every rank the same. metric_labels: "
+                  "{'replica': ..., 'fleet': ...} added to the coordinator's metrics "
+                  "(docs/metrics.md).")
       .def_static("open_carried", &OpenCarried, py::arg("journal_dir"), py::kw_only(),
                   py::arg("num_ranks"), py::arg("carrier"), py::arg("prepare_timeout") = 5.0,
                   py::arg("request_timeout") = 30.0, py::arg("accept_unverified_journal") = false,
                   py::arg("test_crash_at") = py::none(), py::arg("decision_log") = py::none(),
                   py::arg("lease_ttl") = 2.0, py::arg("leader_wait") = 5.0,
-                  py::arg("manifest_groups") = py::none(),
+                  py::arg("manifest_groups") = py::none(), py::arg("metric_labels") = py::none(),
                   "A coordinator whose calls travel as encoded messages through "
                   "carrier(rank, request: bytes, timeout_s) -> reply bytes (wtx.torch_dist); "
-                  "manifest_groups as for open.")
+                  "manifest_groups and metric_labels as for open.")
       .def("begin", &Begin, py::arg("tx"), py::kw_only(), py::arg("kind") = "full",
            py::arg("base") = py::none(), py::arg("modules") = py::none(),
            py::arg("sources") = py::none(), py::arg("rollback") = false,

@@ -32,7 +32,8 @@ std::shared_ptr<PyParticipant> OpenParticipant(
     const std::string& journal_dir, const PyManifest& m, py::object rank_arg, py::object tensors,
     const std::string& kernel_identity, py::object rollback_budget_bytes_arg,
     py::object landing_hash_threads_arg, py::object threads_arg, bool accept_unverified_journal,
-    std::optional<std::string> test_crash_at, bool identity_checks) {
+    std::optional<std::string> test_crash_at, bool identity_checks,
+    const std::optional<std::map<std::string, std::string>>& metric_labels) {
   const int rank = static_cast<int>(IntArg(rank_arg, "rank", 0, kMaxRanks - 1));
   const auto rollback_budget_bytes =
       static_cast<size_t>(IntArg(rollback_budget_bytes_arg, "rollback_budget_bytes", 0, INT64_MAX));
@@ -53,6 +54,7 @@ std::shared_ptr<PyParticipant> OpenParticipant(
   o.landing_hash_threads = landing_hash_threads;
   o.threads = threads;
   o.accept_unverified_journal = accept_unverified_journal;
+  o.metric_labels = MetricLabelsArg(metric_labels);
   out->crash = ArmTestCrashPoint(test_crash_at);
   hooks.crash_points = out->crash.get();
   if (!tensors.is_none()) {
@@ -538,6 +540,7 @@ wtx.Error naming what was wrong.)")
           py::arg("rollback_budget_bytes") = int64_t{1} << 30, py::arg("landing_hash_threads") = 0,
           py::arg("threads") = 0, py::arg("accept_unverified_journal") = false,
           py::arg("test_crash_at") = py::none(), py::arg("identity_checks") = true,
+          py::arg("metric_labels") = py::none(),
           R"(Opens (creating if needed) rank `rank`'s journal at journal_dir and recovers it.
 
 tensors: where the live bytes are. A torch.nn.Module (its named_parameters() and
@@ -550,6 +553,7 @@ tensors: where the live bytes are. A torch.nn.Module (its named_parameters() and
   shape, contiguous, all cpu or all on one cuda device), else E_BAD_WRITE naming the parameter.
 threads: data-path threads (0: one per core). rollback_budget_bytes: before-image limit.
 identity_checks: False skips the storage checks (benchmarks measure their cost; unsafe).
+metric_labels: {"replica": ..., "fleet": ...} added to this rank's metrics (docs/metrics.md).
 Raises wtx.Error (INVALID_ARGUMENT naming the holder when this process already has the journal
 open). Returns the participant; a context manager (close() on leaving the block).)")
       .def_property_readonly("rank", [](const PyParticipant& s) { return s.rank; })

@@ -16,6 +16,12 @@ import math
 from ._wtx import (Aborted, Coordinator, DecisionLog, Error, Manifest, Participant,
                    TransferPlan, expected_version, history, piece_digest, plan_transfer)
 
+from . import metrics as _metrics
+
+# wtx's Prometheus series in prometheus_client's default registry, where it is importable
+# (wtx/metrics.py, docs/metrics.md): the engines' own /metrics endpoints show them.
+_metrics.install()
+
 __all__ = ["Aborted", "Coordinator", "DecisionLog", "Error", "Manifest", "Participant",
            "TransferPlan", "expected_version", "history", "module_from_manifest",
            "piece_digest", "plan_transfer", "slice_source"]

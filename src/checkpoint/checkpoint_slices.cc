@@ -47,8 +47,17 @@ Result<std::vector<std::string>> CheckCheckpointForManifest(const SafetensorsChe
   return missing;
 }
 
+uint64_t CheckpointBytesFor(const SafetensorsCheckpoint& checkpoint, const Manifest& manifest) {
+  uint64_t total = 0;
+  for (const std::string& source : SourcesOfManifest(manifest)) {
+    if (const CheckpointTensor* t = checkpoint.Find(source)) total += t->bytes.size();
+  }
+  return total;
+}
+
 Result<SliceLoadReport> WriteCheckpointSlices(const SafetensorsCheckpoint& checkpoint,
-                                              Participant& participant) {
+                                              Participant& participant,
+                                              const std::function<void(uint64_t)>& on_read) {
   const Manifest& m = participant.manifest();
   WTX_ASSIGN_OR_RETURN(missing, CheckCheckpointForManifest(checkpoint, m));
   SliceLoadReport report;
@@ -80,6 +89,7 @@ Result<SliceLoadReport> WriteCheckpointSlices(const SafetensorsCheckpoint& check
     }
     report.shards += n.value();
     report.bytes += t->bytes.size();
+    if (on_read) on_read(t->bytes.size());
   }
   return report;
 }

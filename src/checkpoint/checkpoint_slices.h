@@ -5,6 +5,8 @@
 // Thread-safety: pure functions over their arguments; the participant serializes its calls.
 #pragma once
 
+#include <functional>
+
 #include <string>
 #include <vector>
 
@@ -33,7 +35,14 @@ struct SliceLoadReport {
 
 // Writes every source of the participant's manifest that `checkpoint` holds (checked as
 // above first: on a check error nothing is written). REQUIRES: an active transaction.
-Result<SliceLoadReport> WriteCheckpointSlices(const SafetensorsCheckpoint& checkpoint,
-                                              Participant& participant);
+// `on_read` (optional) is called after each source with the bytes read of it (`wtx load`'s
+// progress).
+Result<SliceLoadReport> WriteCheckpointSlices(
+    const SafetensorsCheckpoint& checkpoint, Participant& participant,
+    const std::function<void(uint64_t bytes)>& on_read = nullptr);
+
+// The bytes WriteCheckpointSlices reads of `checkpoint` for `manifest` (what `on_read` adds up
+// to).
+uint64_t CheckpointBytesFor(const SafetensorsCheckpoint& checkpoint, const Manifest& manifest);
 
 }  // namespace wtx

@@ -337,7 +337,8 @@ Status DoPatch(const Step& st, Participant& p) {
 
 }  // namespace
 
-Status ApplyRankStep(const Step& st, const std::optional<BeginRequest>& scope, Participant& p) {
+Status ApplyRankStep(const Step& st, const std::optional<BeginRequest>& scope, Participant& p,
+                     const std::function<void(uint64_t)>& on_checkpoint_read) {
   if (st.op == "write") {
     // The bytes of a write are generated here: a box of a valid but huge parameter may not fit
     // in this machine's memory, which is the step's error, not a crash.
@@ -356,7 +357,7 @@ Status ApplyRankStep(const Step& st, const std::optional<BeginRequest>& scope, P
   if (st.op == "load_checkpoint") {  // `wtx load`: value is the checkpoint's path
     auto c = SafetensorsCheckpoint::Open(st.value);
     if (!c.ok()) return c.status();
-    return WriteCheckpointSlices(*c.value(), p).status();
+    return WriteCheckpointSlices(*c.value(), p, on_checkpoint_read).status();
   }
   if (st.op == "set_kernel_identity") {
     p.SetKernelIdentity(st.value);

@@ -26,8 +26,10 @@ namespace {
 // (the library's InProcCluster: one fault-injecting filesystem and crash point per process).
 class InProcProcesses : public SimProcesses {
  public:
-  InProcProcesses(const Scenario& sc, std::string dir, LiveMemoryKind memory, int threads)
-      : cluster_(Options(sc, std::move(dir), memory, threads)) {}
+  InProcProcesses(const Scenario& sc, std::string dir, LiveMemoryKind memory, int threads,
+                  std::function<void(uint64_t)> on_checkpoint_read)
+      : cluster_(Options(sc, std::move(dir), memory, threads)),
+        on_checkpoint_read_(std::move(on_checkpoint_read)) {}
 
   Status Start() override { return cluster_.Start(); }
 
@@ -35,7 +37,7 @@ class InProcProcesses : public SimProcesses {
   bool CoordinatorAlive() override { return cluster_.CoordinatorAlive(); }
 
   Status RankStep(int r, const Step& st, const std::optional<BeginRequest>& scope) override {
-    return ApplyRankStep(st, scope, cluster_.rank(r));
+    return ApplyRankStep(st, scope, cluster_.rank(r), on_checkpoint_read_);
   }
   RankStatus RankState(int r) override { return cluster_.rank(r).status(); }
 
@@ -94,6 +96,7 @@ class InProcProcesses : public SimProcesses {
   }
 
   InProcCluster cluster_;
+  std::function<void(uint64_t)> on_checkpoint_read_;
 };
 
 }  // namespace
@@ -112,7 +115,8 @@ Status PrepareJournalDir(const std::string& dir) {
 
 Result<json> RunScenario(const Scenario& scenario, const SimOptions& options) {
   WTX_RETURN_IF_ERROR(PrepareJournalDir(options.journal_dir));
-  InProcProcesses procs(scenario, options.journal_dir, options.memory, options.threads);
+  InProcProcesses procs(scenario, options.journal_dir, options.memory, options.threads,
+                        options.on_checkpoint_read);
   WTX_RETURN_IF_ERROR(procs.Start());
   return RunSteps(scenario, procs, options.journal_dir);
 }

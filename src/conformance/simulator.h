@@ -11,6 +11,8 @@
 // Thread-safety: a Simulator is used from one thread.
 #pragma once
 
+#include <functional>
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,6 +32,9 @@ struct SimOptions {
   // Where each rank's live bytes are (a fresh LiveMemory per rank process start).
   LiveMemoryKind memory = LiveMemoryKind::kHost;
   int threads = 0;  // ParticipantOptions::threads of every rank
+  // Called as load_checkpoint steps read the checkpoint, with the bytes of each source read
+  // (`wtx load`'s progress); from the thread running the step.
+  std::function<void(uint64_t bytes)> on_checkpoint_read;
 };
 
 // Runs every step; step failures are part of the output, not errors. Errors are environment
@@ -70,8 +75,10 @@ class SimProcesses {
 
 // The data-plane steps (write, patch, refresh, set_kernel_identity) on one participant;
 // `scope` is the current transaction's begin request ("param": "*" means its scope).
+// `on_checkpoint_read`: load_checkpoint's progress (WriteCheckpointSlices's on_read).
 Status ApplyRankStep(const Step& step, const std::optional<BeginRequest>& scope,
-                     Participant& participant);
+                     Participant& participant,
+                     const std::function<void(uint64_t)>& on_checkpoint_read = nullptr);
 
 // Runs the steps of `scenario` on `processes` (already started) and builds the output
 // document; `journal_dir` is where the processes keep their journals.

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "journal/journal.h"
+#include "src/metrics/coordinator_metrics.h"
 #include "src/txn/coordinator_records.h"
 #include "src/txn/decision_log_journal.h"
 #include "src/txn/fan_out.h"
@@ -32,6 +33,7 @@ class CoordinatorImpl : public Coordinator {
  public:
   CoordinatorImpl(const CoordinatorOptions& o, Transport* t, const CoordinatorHooks& hooks)
       : options_(o),
+        metrics_(o.metric_labels),
         manifest_peer_(ManifestPeers(o.manifest_groups)),
         hooks_(hooks),
         transport_(t),
@@ -188,6 +190,8 @@ class CoordinatorImpl : public Coordinator {
   Status CheckAuditAgainstLog(const std::vector<LoggedDecision>& shared);
 
   CoordinatorOptions options_;
+  // The coordinator's series (docs/metrics.md).
+  metrics::CoordinatorMetrics metrics_;
   const std::vector<int> manifest_peer_;  // ManifestPeers(options_.manifest_groups)
   CoordinatorHooks hooks_;  // src/txn/test_hooks.h
   Transport* transport_;
@@ -225,6 +229,33 @@ class CoordinatorImpl : public Coordinator {
   uint64_t begins_started_ GUARDED_BY(mu_) = 0;
 };
 
+// wtx_decisions_total's outcome of `d`.
+std::string_view DecisionOutcomeName(Decision d) {
+  switch (d) {
+    case Decision::kCommit:
+      return "committed";
+    case Decision::kNoop:
+      return "noop";
+    case Decision::kAbort:
+      return "aborted";
+  }
+  return "aborted";
+}
+
+// wtx_aborts_total's code of an abort: the first no vote's error for E_VOTE_NO, the reason when
+// it is a code, else what decided it.
+std::string AbortCode(const LoggedDecision& d) {
+  if (d.reason == "E_VOTE_NO") {
+    for (const LoggedVote& v : d.votes) {
+      if (v.vote == "no" && !v.error.empty()) return v.error;
+    }
+  }
+  if (d.reason.rfind("E_", 0) == 0) return d.reason;
+  if (d.reason.rfind("presumed abort", 0) == 0) return "presumed_abort";
+  if (d.reason.rfind("aborted by the sender", 0) == 0) return "sender_abort";
+  return "other";
+}
+
 DecisionEntry EntryOf(const LoggedDecision& d) {
   return DecisionEntry{d.tx, d.decision, d.version, d.reason, d.time_micros};
 }
@@ -236,6 +267,7 @@ std::string DefaultHolder() {
 }
 
 Status CoordinatorImpl::Init() {
+  WTX_RETURN_IF_ERROR(CheckMetricLabels(options_.metric_labels));
   JournalOptions jo;
   jo.env = options_.env;
   jo.identity = {"coordinator", -1};
@@ -269,10 +301,15 @@ Status CoordinatorImpl::Init() {
     } else {
       WTX_ASSIGN_OR_RETURN(lead, log_->NewLeadership(writer_, options_.lease_ttl));
       leadership_ = std::move(lead);
+      const auto t0 = std::chrono::steady_clock::now();
       WTX_ASSIGN_OR_RETURN(epoch, leadership_->Acquire(options_.leader_wait));
+      metrics_.DecisionLogOp("leadership", metrics::SecondsSince(t0));
       epoch_ = epoch;
     }
+    metrics_.LeaderChange();
+    const auto t0 = std::chrono::steady_clock::now();
     WTX_ASSIGN_OR_RETURN(all, log_->List());
+    metrics_.DecisionLogOp("list", metrics::SecondsSince(t0));
     WTX_RETURN_IF_ERROR(CheckAuditAgainstLog(all));
     known = std::move(all);
   }
@@ -342,7 +379,17 @@ Result<DecisionEntry> CoordinatorImpl::DecideOnce(const DecisionEntry& e,
   d.time_micros = e.time_micros;
   d.prepare_us = prepare_us;
   d.votes = std::move(votes);
+  const auto t0 = std::chrono::steady_clock::now();
   auto won = log_->Decide(d);
+  const double seconds = metrics::SecondsSince(t0);
+  metrics_.DecisionLogOp("decide", seconds);
+  if (won.ok()) {
+    metrics_.Phase("decision", seconds);
+    if (!shared_) metrics_.JournalSync(seconds);  // the embedded log syncs its DECISION
+    const bool ours = won->decision == d.decision && won->version == d.version &&
+                      won->reason == d.reason && won->time_micros == d.time_micros;
+    if (ours) metrics_.Decided(DecisionOutcomeName(d.decision), AbortCode(d));
+  }
   std::lock_guard<std::mutex> l(mu_);
   if (!won.ok()) {
     if (won.status().code() == ErrorCode::kStaleCoordinator) {
@@ -402,7 +449,9 @@ void CoordinatorImpl::EndInBackground() {
     batch.swap(to_end_);
     l.unlock();
     for (const std::string& tx : batch) {
+      const auto t0 = std::chrono::steady_clock::now();
       if (log_->MarkEnded(tx).ok()) ++ends_since_compact;
+      metrics_.DecisionLogOp("end", metrics::SecondsSince(t0));
     }
     if (options_.retain_decisions > 0 && ends_since_compact >= kEndsPerCompaction) {
       ends_since_compact = 0;
@@ -623,6 +672,7 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
     }
   });
   const int64_t t1 = options_.env.clock->NowMicros();
+  metrics_.Phase("vote", static_cast<double>(t1 - t0) / 1e6);
   bool any_no = false, any_undeclared = false, any_missing = false, any_wrote = false,
        all_unknown = true;
   std::vector<std::string> digests(n);

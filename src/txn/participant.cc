@@ -4,6 +4,8 @@
 // Serving report the rank. Also the factories: Participant::Open and OpenParticipantWithHooks.
 #include "src/txn/participant_impl.h"
 
+#include <chrono>
+
 #include <cassert>
 #include <new>
 
@@ -17,6 +19,8 @@ using nlohmann::json;
 namespace participant_internal {
 
 Status ParticipantImpl::Init() {
+  WTX_RETURN_IF_ERROR(CheckMetricLabels(options_.metric_labels));
+  metrics_ = std::make_unique<metrics::RankMetrics>(options_.rank, options_.metric_labels);
   kernel_identity_ = options_.kernel_identity;
   memory_ = options_.memory ? options_.memory
                             : std::shared_ptr<LiveMemory>(NewHostLiveMemory(*manifest_));
@@ -168,7 +172,9 @@ Status ParticipantImpl::Log(std::optional<ParticipantRecord> record, bool sync) 
   std::vector<ParticipantRecord> recs = std::move(pending_);
   pending_.clear();
   if (recs.empty() && !record) return Status::OK();
+  const auto t0 = std::chrono::steady_clock::now();
   Status s = AppendRecords(std::move(recs), std::move(record), sync);
+  if (sync && s.ok() && metrics_) metrics_->JournalSync(metrics::SecondsSince(t0));
   if (!s.ok()) {
     // The journal no longer reflects this process; refuse everything from now on.
     crashed_ = true;
@@ -184,6 +190,7 @@ bool ParticipantImpl::Serving() const {
 }
 
 RankStatus ParticipantImpl::status() const {
+  MetricsScope metrics_scope(this, std::nullopt);
   std::lock_guard<std::mutex> l(mu_);
   // Serving is reported only on storage the engine still holds where wtx is bound to it: the
   // check observes the engine's memory and journals a move as every phase does (a change of the
@@ -247,6 +254,7 @@ Result<std::unique_ptr<Participant>> OpenParticipantWithHooks(ParticipantOptions
         std::to_string(total_bytes) + " bytes)");
   }
   WTX_RETURN_IF_ERROR(s);
+  p->PublishMetrics();
   return std::unique_ptr<Participant>(std::move(p));
 }
 

@@ -9,6 +9,7 @@
 namespace wtx::participant_internal {
 
 Result<std::vector<std::string>> ParticipantImpl::Refresh(std::string_view name) {
+  MetricsScope metrics_scope(this, metrics::RankPhase::kDerived);
   std::lock_guard<std::mutex> l(mu_);
   WTX_RETURN_IF_ERROR(CheckAlive());
   std::vector<uint32_t> targets;

@@ -107,12 +107,14 @@ Status ParticipantImpl::CheckIdentityLocked(std::span<const uint32_t> params) {
 }
 
 Status ParticipantImpl::CheckStorage() {
+  MetricsScope metrics_scope(this, std::nullopt);
   std::lock_guard<std::mutex> l(mu_);
   WTX_RETURN_IF_ERROR(CheckAlive());
   return CheckIdentityLocked(all_params_);
 }
 
 Result<std::vector<StorageChange>> ParticipantImpl::Rebind(std::span<const std::string> names) {
+  MetricsScope metrics_scope(this, std::nullopt);
   std::lock_guard<std::mutex> l(mu_);
   WTX_RETURN_IF_ERROR(CheckAlive());
   if (active_) {

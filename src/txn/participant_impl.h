@@ -36,10 +36,12 @@
 //   participant_verify.cc   VerifyLiveLocked, LogUndeclared, LoadCommitted, Verify, Reattach.
 //   participant_identity.cc InitIdentity, CheckIdentityLocked, MovedError, CheckStorage,
 //                           Rebind (storage identity, include/wtx/storage_identity.h).
+//   participant_metrics.cc  MetricsGauges, PublishMetrics (the rank's series, docs/metrics.md).
 // The small inline methods are defined below.
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -58,6 +60,7 @@
 #include "journal/journal.h"
 #include "src/memory/chunk_hash_pool.h"
 #include "src/memory/chunks_before_declare.h"
+#include "src/metrics/rank_metrics.h"
 #include "src/txn/coverage.h"
 #include "src/txn/participant_records.h"
 #include "src/txn/participant_state.h"
@@ -124,6 +127,12 @@ struct ActiveTx {
   // A read from a file failed after bytes landed (WriteSourceFromFile): what failed. The
   // transaction cannot commit (prepare votes no, E_BAD_WRITE).
   std::string failed_read;
+  // wtx_coverage_ratio: elements written or landed of the elements required (full, partial:
+  // set at Begin); delta: the fraction of each source's parts received, summed over sources.
+  int64_t covered_elements = 0, required_elements = 0;
+  double sources_patched = 0;
+  // This rank voted no: the vote's first error code (wtx_aborts_total's code).
+  std::string no_vote_code;
   std::vector<std::unique_ptr<CoverageSet>> coverage;
   std::vector<std::unique_ptr<CoverageSet>> reserved;  // elements reserved for landings
   std::map<std::string, Landing> landings;             // by RegionKey
@@ -154,6 +163,22 @@ struct ActiveTx {
   std::set<std::pair<uint32_t, uint32_t>> shards_touched;
   int64_t pieces = 0, elements = 0, bytes = 0, rows = 0, patched = 0;
   int64_t t_begin = 0, t_first_write = 0, t_last_write = 0;
+};
+
+class ParticipantImpl;
+
+// Declared before a public method's lock: times the call as one phase of the rank's metrics
+// and, once the method has released mu_, publishes the gauges its call may have changed.
+class MetricsScope {
+ public:
+  MetricsScope(const ParticipantImpl* p, std::optional<metrics::RankPhase> phase);
+  ~MetricsScope();
+  MetricsScope(const MetricsScope&) = delete;
+  MetricsScope& operator=(const MetricsScope&) = delete;
+
+ private:
+  const ParticipantImpl* p_;
+  std::optional<metrics::PhaseTimer> timer_;
 };
 
 class ParticipantImpl : public Participant {
@@ -226,6 +251,9 @@ class ParticipantImpl : public Participant {
       EXCLUDES(mu_);
   Status ResolveInDoubt(DecisionOracle& oracle) override EXCLUDES(mu_);
   RankStatus status() const override EXCLUDES(mu_);
+  // Publishes MetricsGauges (MetricsScope).
+  void PublishMetrics() const EXCLUDES(mu_);
+  metrics::RankMetrics* rank_metrics() const { return metrics_.get(); }
   const Manifest& manifest() const override { return *manifest_; }
   LiveMemory& memory() override { return *memory_; }
   Result<std::string> RecomputeDigest() override EXCLUDES(mu_);
@@ -379,6 +407,10 @@ class ParticipantImpl : public Participant {
   Status SaveBefore(uint32_t param, size_t offset, size_t len) REQUIRES(mu_);
   Status RestoreBefore() REQUIRES(mu_);
   bool Serving() const REQUIRES(mu_);
+  // Why the rank does not serve, as wtx_held_info's reason (empty when it serves).
+  std::string HeldReason() const REQUIRES(mu_);
+  // The gauges of the rank's metrics now.
+  metrics::RankGauges MetricsGauges() const REQUIRES(mu_);
   // Live bytes may differ from the committed version. Outside a transaction: the durable
   // flag. Inside one this process knows exactly: dirty before it began, or it wrote (the
   // journal, whose WRITE records are batched, conservatively says dirty from BEGIN on).
@@ -395,10 +427,18 @@ class ParticipantImpl : public Participant {
       active_->first_write_epoch[p] = epoch_;
     }
   }
+  // The end of `tx` in the rank's metrics: bytes not yet counted, the outcome, the abort this
+  // rank's no vote caused, and Decide's time since `t0` as the commit or restore phase.
+  void EndMetrics(const ActiveTx& tx, Decision decision, bool restored,
+                  std::chrono::steady_clock::time_point t0) REQUIRES(mu_);
   // After a restoring abort: the live bytes of every parameter are those at begin again.
   void RestoreEpochs(const ActiveTx& tx) REQUIRES(mu_);
 
   ParticipantOptions options_;
+  // The rank's series (docs/metrics.md); set by Init, never reassigned.
+  std::unique_ptr<metrics::RankMetrics> metrics_;
+  // Bytes of the active transaction already counted in wtx_bytes_written_total.
+  mutable int64_t metrics_bytes_reported_ GUARDED_BY(mu_) = 0;
   ParticipantHooks hooks_;  // src/txn/test_hooks.h
   ManifestPtr manifest_;
   std::shared_ptr<LiveMemory> memory_;

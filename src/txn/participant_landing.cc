@@ -29,6 +29,7 @@ std::string RegionName(const LandingRegion& r) {
 }  // namespace
 
 Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& region) {
+  MetricsScope metrics_scope(this, std::nullopt);
   std::lock_guard<std::mutex> l(mu_);
   WTX_RETURN_IF_ERROR(CheckWritable());
   ActiveTx& tx = *active_;
@@ -208,6 +209,7 @@ Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& r
 }
 
 Status ParticipantImpl::Landed(const LandingRegion& region) {
+  MetricsScope metrics_scope(this, metrics::RankPhase::kLanded);
   std::lock_guard<std::mutex> l(mu_);
   WTX_RETURN_IF_ERROR(CheckWritable());
   ActiveTx& tx = *active_;
@@ -244,6 +246,7 @@ Status ParticipantImpl::Landed(const LandingRegion& region) {
       cov = std::make_unique<CoverageSet>(p.num_elements(), p.shape.empty() ? 0 : p.shape.back());
     }
     cov->Add(run.first, run.second);
+    tx.covered_elements += run.second;
     // The engine changed these bytes up to now: a refresh between Reserve and Landed was
     // computed from bytes still in flight and does not count.
     NoteWritten(param);

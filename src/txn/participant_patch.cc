@@ -11,6 +11,7 @@
 namespace wtx::participant_internal {
 
 Status ParticipantImpl::Patch(const PatchRequest& req) {
+  MetricsScope metrics_scope(this, metrics::RankPhase::kWrite);
   std::lock_guard<std::mutex> l(mu_);
   WTX_RETURN_IF_ERROR(CheckWritable());
   WTX_RETURN_IF_ERROR(CheckIdentityLocked(manifest_->ParamsOfSource(req.source)));
@@ -257,13 +258,18 @@ Status ParticipantImpl::PatchLocked(const PatchRequest& req) {
   }
   PatchState& acc = tx.patches[req.source];
   if (by_piece) {
+    // A source patched by pieces counts as done at its first piece (its extent is unknown).
+    if (acc.boxes.empty()) tx.sources_patched += 1;
     acc.by_piece = true;
     acc.boxes.push_back(*req.source_box);
   } else if (acc.parts == 0) {
     acc.parts = req.parts;
     acc.got.assign(req.parts, false);
   }
-  if (!by_piece) acc.got[req.part] = true;
+  if (!by_piece) {
+    acc.got[req.part] = true;
+    tx.sources_patched += 1.0 / acc.parts;
+  }
   std::vector<int64_t> merged;
   std::merge(acc.applied.begin(), acc.applied.end(), sorted.begin(), sorted.end(),
              std::back_inserter(merged));

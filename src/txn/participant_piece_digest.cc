@@ -9,6 +9,7 @@
 namespace wtx::participant_internal {
 
 Status ParticipantImpl::ExpectPiece(const ExpectedPiece& piece) {
+  MetricsScope metrics_scope(this, std::nullopt);
   std::lock_guard<std::mutex> l(mu_);
   WTX_RETURN_IF_ERROR(CheckWritable());
   const std::string where = "source '" + piece.source + "' piece " + BoxToString(piece.source_box) +

@@ -41,6 +41,7 @@ Status CheckSourceBox(const Box& box, const Shape& shape, const std::string& wha
 
 Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* data, size_t bytes,
                                          const Box& source_box) {
+  MetricsScope metrics_scope(this, metrics::RankPhase::kWrite);
   const std::vector<ShardRef>& refs = manifest_->ShardsOfSource(source);
   if (refs.empty()) return 0;
   const std::string where = "source '" + std::string(source) + "' piece " + BoxToString(source_box);

@@ -95,6 +95,7 @@ Result<std::string> ParticipantImpl::RecomputeDigest() {
 }
 
 Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
+  MetricsScope metrics_scope(this, metrics::RankPhase::kPrepare);
   std::lock_guard<std::mutex> l(mu_);
   WTX_RETURN_IF_ERROR(CheckAlive());
   Vote vote;
@@ -194,6 +195,7 @@ Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
   if (!s.ok()) return s;
   tx.prepared = true;
   tx.vote_yes = vote.yes;
+  if (!vote.yes) tx.no_vote_code = std::string(ErrorCodeName(vote.error));
   if (CrashAt("after_prepare_logged")) {
     return Err(ErrorCode::kCrashed, "rank " + Rank() + " crashed after logging PREPARED");
   }
@@ -201,6 +203,8 @@ Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
 }
 
 Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::string_view version) {
+  MetricsScope metrics_scope(this, std::nullopt);  // the phase is known at the end (EndMetrics)
+  const auto t0 = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> l(mu_);
   WTX_RETURN_IF_ERROR(CheckAlive());
   if (!active_ || active_->req.tx != txid) {
@@ -273,8 +277,27 @@ Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::st
   loaded_ = effect.loaded;
   if (loaded_) rebound_ = false;  // a full commit wrote every byte of the rebound storage
   last_outcome_tx_ = tx.req.tx;
+  EndMetrics(tx, decision, effect.restored, t0);
   active_.reset();
   return Status::OK();
+}
+
+void ParticipantImpl::EndMetrics(const ActiveTx& tx, Decision decision, bool restored,
+                                 std::chrono::steady_clock::time_point t0) {
+  if (!metrics_) return;
+  metrics_->BytesWritten(
+      static_cast<uint64_t>(std::max<int64_t>(tx.bytes - metrics_bytes_reported_, 0)));
+  metrics_bytes_reported_ = 0;
+  const std::string_view outcome = decision == Decision::kCommit ? "committed"
+                                   : decision == Decision::kNoop ? "noop"
+                                                                 : "aborted";
+  metrics_->Ended(TxKindName(tx.req.kind), outcome);
+  if (decision == Decision::kAbort && !tx.no_vote_code.empty()) {
+    metrics_->CausedAbort(tx.no_vote_code);
+  }
+  const double seconds = metrics::SecondsSince(t0);
+  if (decision != Decision::kAbort) metrics_->Phase(metrics::RankPhase::kCommit, seconds);
+  if (restored) metrics_->Phase(metrics::RankPhase::kRestore, seconds);
 }
 
 Status ParticipantImpl::ResolveInDoubt(DecisionOracle& oracle) {

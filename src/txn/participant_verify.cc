@@ -181,6 +181,7 @@ Status ParticipantImpl::LoadCommitted(std::optional<std::vector<std::vector<uint
 }
 
 Result<VerifyReport> ParticipantImpl::Verify() {
+  MetricsScope metrics_scope(this, metrics::RankPhase::kVerify);
   std::lock_guard<std::mutex> l(mu_);
   WTX_RETURN_IF_ERROR(CheckAlive());
   if (active_) {
@@ -222,6 +223,7 @@ Result<VerifyReport> ParticipantImpl::Verify() {
 }
 
 Result<VerifyReport> ParticipantImpl::Reattach() {
+  MetricsScope metrics_scope(this, metrics::RankPhase::kVerify);
   std::lock_guard<std::mutex> l(mu_);
   return ReattachLocked();
 }

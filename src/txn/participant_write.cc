@@ -73,6 +73,7 @@ Status ParticipantImpl::CheckBeginLocked(const BeginRequest& req) const {
 }
 
 Status ParticipantImpl::Begin(const BeginRequest& req) {
+  MetricsScope metrics_scope(this, metrics::RankPhase::kBegin);
   std::lock_guard<std::mutex> l(mu_);
   WTX_RETURN_IF_ERROR(CheckBeginLocked(req));
   // Every parameter: a transaction's version vouches for all of the rank's bytes.
@@ -103,7 +104,12 @@ Status ParticipantImpl::Begin(const BeginRequest& req) {
     tx->derived_restored_at_begin = derived_restored_;
     tx->first_write_epoch.assign(manifest_->params().size(), 0);
   }
+  for (uint32_t i = 0; i < manifest_->params().size(); ++i) {
+    if (req.kind == TxKind::kPartial && !tx->in_scope[i]) continue;
+    tx->required_elements += manifest_->params()[i].num_elements();
+  }
   tx->begin_epoch = epoch_;
+
   tx->t_begin = options_.env.clock->NowMicros();
   BeginRecord rec;
   rec.tx = req.tx;
@@ -122,6 +128,7 @@ Status ParticipantImpl::Begin(const BeginRequest& req) {
   // Synced: the rank must be durably marked as in a transaction before any live byte changes.
   WTX_RETURN_IF_ERROR(Log(std::move(rec), true));
   coverage_peak_bytes_ = 0;
+  metrics_bytes_reported_ = 0;
   active_ = std::move(tx);
   return Status::OK();
 }
@@ -280,6 +287,7 @@ Status ParticipantImpl::ResolveSource(const WritePiece& w, std::vector<WritePiec
 }
 
 Status ParticipantImpl::Write(std::span<const WritePiece> given) {
+  MetricsScope metrics_scope(this, metrics::RankPhase::kWrite);
   std::lock_guard<std::mutex> l(mu_);
   return WriteLocked(given, {});
 }
@@ -508,6 +516,7 @@ Status ParticipantImpl::WriteLocked(std::span<const WritePiece> given,
       cov = std::make_unique<CoverageSet>(p.num_elements(), p.shape.empty() ? 0 : p.shape.back());
     }
     cov->Add(r.begin, r.len);
+    tx.covered_elements += r.len;
     NoteWritten(r.param);
     tx.elements += r.len;
     tx.bytes += static_cast<int64_t>(len);
@@ -527,10 +536,12 @@ Status ParticipantImpl::WriteLocked(std::span<const WritePiece> given,
 }
 
 Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* data, size_t bytes) {
+  MetricsScope metrics_scope(this, metrics::RankPhase::kWrite);
   return WriteSourceFrom(source, data, bytes, nullptr);
 }
 
 Result<int> ParticipantImpl::WriteSourceFromFile(std::string_view source, const SourceFile& file) {
+  MetricsScope metrics_scope(this, metrics::RankPhase::kWrite);
   if (file.fd < 0) {
     return Status::InvalidArgument("source '" + std::string(source) + "': no file (fd " +
                                    std::to_string(file.fd) + ")");

@@ -93,11 +93,13 @@ Result<std::string> ReadRegularFile(const std::string& path, const ReadFileOptio
       if (s.size() > o.max_bytes) return TooLong(name, s.size(), o);
       s.resize(std::min(o.max_bytes + 1, s.size() * 2));
     }
-    const ssize_t n = ::read(fd, s.data() + got, s.size() - got);
+    constexpr size_t kReadChunk = size_t{64} << 20;
+    const ssize_t n = ::read(fd, s.data() + got, std::min(s.size() - got, kReadChunk));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return Status::IOError(name + ": cannot read: " + std::strerror(errno));
     if (n == 0) break;
     got += static_cast<size_t>(n);
+    if (o.on_read) o.on_read(static_cast<size_t>(n));
   }
   s.resize(got);
   if (s.empty() && !o.allow_empty) return Status::InvalidArgument(name + ": empty file");

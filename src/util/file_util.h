@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,6 +34,8 @@ struct ReadFileOptions {
   bool private_only = false;
   // An empty file is refused ("empty file") unless allowed.
   bool allow_empty = false;
+  // Called after each read of at most 64 MiB with the bytes it read (a command's progress).
+  std::function<void(size_t bytes)> on_read;
 };
 
 // An open regular file (read-only, O_NONBLOCK), closed with this object.

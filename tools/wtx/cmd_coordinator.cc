@@ -15,9 +15,10 @@
 // (status 4) when it loses the leadership (its lease found gone, or not renewed for a whole
 // TTL), so that a deposed coordinator serves no one; an etcd election that holds renewals up
 // for less than that only pauses its decisions.
+// With --metrics-listen it serves its Prometheus metrics (docs/metrics.md).
 // Prints one JSON line on stdout once ready (journal recovered, listening): {"ready": true,
-// "port": P}; SIGINT/SIGTERM stop it at any stage, start-up and the wait for ranks included
-// (daemon_signals.h).
+// "port": P[, "metrics_port": M]}; SIGINT/SIGTERM stop it at any stage, start-up and the wait for
+// ranks included (daemon_signals.h).
 #include <signal.h>
 #include <unistd.h>
 
@@ -39,6 +40,7 @@
 #include "tools/wtx/daemon_hooks.h"
 #include "tools/wtx/daemon_signals.h"
 #include "tools/wtx/decision_log_flags.h"
+#include "tools/wtx/metrics_flags.h"
 #include "wtx/coordinator.h"
 #include "wtx/tcp_transport.h"
 
@@ -64,6 +66,7 @@ struct CoordinatorArgs {
   DaemonHookFlags hook_flags;  // --test-hooks, --sync-delay-ms (daemon_hooks.h)
   bool accept_unverified_journal = false;
   DecisionLogFlags decision_log;
+  MetricsFlags metrics;
   bool standby = false;
   int64_t lease_ttl_ms = 2000;
   int64_t leader_wait_ms = -1;  // default: two lease TTLs and a second
@@ -166,8 +169,11 @@ int RunCoordinator(const CoordinatorArgs& a) {
 
   // With test hooks the journal runs on a fault-injecting filesystem, so that a "crash with
   // power loss" can drop exactly the unsynced data before the process exits.
+  auto metric_labels = ParseMetricLabelFlags(a.metrics);
+  if (!metric_labels.ok()) return Fail(metric_labels.status());
   DaemonHooks test = MakeDaemonHooks(a.hook_flags, /*rank=*/false);
   CoordinatorOptions co;
+  co.metric_labels = metric_labels.value();
   CoordinatorHooks hooks;
   co.journal_dir = a.journal;
   co.prepare_timeout = milliseconds(a.prepare_timeout_ms);
@@ -237,7 +243,12 @@ int RunCoordinator(const CoordinatorArgs& a) {
   net::CoordinatorControlService control(c, &t, a.ranks, test.control);
   t.SetControlHandler(control.Handler());
 
+  signals.Stage("listening on --metrics-listen");
+  auto metrics = StartMetricsFlags(a.metrics);
+  if (!metrics.ok()) return Fail(metrics.status());
+
   json ready = {{"ready", true}, {"role", "coordinator"}, {"port", t.port()}};
+  if (metrics.value()) ready["metrics_port"] = metrics.value()->port();
   if (co.decision_log) {
     ready["epoch"] = c->epoch();
     ready["decision_log"] = c->decision_log();
@@ -311,6 +322,7 @@ void RegisterCoordinatorCommand(CLI::App& app, int* exit_code) {
                 "Start on a journal that has records but no valid sync watermark (synced records "
                 "may have been lost); logged in the journal as an ACCEPTED_UNVERIFIED record");
   AddDecisionLogFlags(cmd, &a->decision_log);
+  AddMetricsFlags(cmd, &a->metrics);
   cmd->add_flag("--standby", a->standby,
                 "With --decision-log: wait for as long as another coordinator leads, then take "
                 "over (re-send its decisions, abort what it left undecided)");

@@ -5,16 +5,21 @@
 // load: one `full` transaction on N ranks, each reading its own slices of the safetensors
 // checkpoint by source name (checkpoint_load.h); prints the outcome and the version. expect:
 // the version such a load must commit and each rank's digest, computed without any journal.
+// On a terminal (and without --json) load shows its progress on stderr (progress.h): the
+// checkpoint bytes read, rate and time left; in-process transport only (the ranks of
+// --transport tcp read in their own processes).
 // Exit codes (src/util/exit_codes.h): 0 committed / computed, 1 aborted or failed, 2 invalid
 // arguments or checkpoint.
 #include <filesystem>
 #include <iostream>
 #include <random>
 
+#include "src/checkpoint/checkpoint_slices.h"
 #include "src/conformance/checkpoint_load.h"
 #include "src/conformance/simulator.h"
 #include "src/conformance/tcp_simulator.h"
 #include "tools/wtx/commands.h"
+#include "tools/wtx/progress.h"
 
 namespace wtx::cli {
 
@@ -96,7 +101,21 @@ int RunLoad(const LoadArgs& a) {
     sim::SimOptions o;
     o.journal_dir = dir;
     o.threads = a.threads;
+    // Progress on a terminal (progress.h): the bytes every rank reads of the checkpoint.
+    std::unique_ptr<Progress> progress;
+    if (ProgressWanted(a.json)) {
+      uint64_t total = 0;
+      if (auto ckpt = SafetensorsCheckpoint::Open(plan.value().checkpoint); ckpt.ok()) {
+        for (const ManifestPtr& m : plan.value().manifests) {
+          total += CheckpointBytesFor(*ckpt.value(), *m);
+        }
+      }
+      progress = std::make_unique<Progress>("load", static_cast<int64_t>(total),
+                                            Progress::Unit::kBytes, true);
+      o.on_checkpoint_read = [p = progress.get()](uint64_t n) { p->Add(static_cast<int64_t>(n)); };
+    }
     run = sim::RunScenario(plan.value().scenario, o);
+    if (progress) progress->Finish();
   }
   if (temp) {
     std::error_code ec;

@@ -10,7 +10,8 @@
 // answered by the library's RankControlService (src/net/control_service.h); this file parses
 // flags and wires.
 // Prints one JSON line on stdout once ready (manifest and journal loaded, TLS files read, the
-// control port listening): {"ready": true, "rank": R, "control_port": P}; SIGINT/SIGTERM stop
+// control port listening): {"ready": true, "rank": R, "control_port": P[, "metrics_port": M]}
+// (--metrics-listen serves its Prometheus metrics, docs/metrics.md); SIGINT/SIGTERM stop
 // it at any stage, start-up included (daemon_signals.h).
 #include <signal.h>
 #include <unistd.h>
@@ -32,6 +33,7 @@
 #include "tools/wtx/daemon_hooks.h"
 #include "tools/wtx/daemon_signals.h"
 #include "tools/wtx/decision_log_flags.h"
+#include "tools/wtx/metrics_flags.h"
 #include "wtx/hf_manifest.h"
 #include "wtx/participant.h"
 #include "wtx/tcp_rank_agent.h"
@@ -65,6 +67,7 @@ struct RankArgs {
   bool accept_unverified_journal = false;
   TlsFiles tls;
   DecisionLogFlags decision_log;
+  MetricsFlags metrics;
 };
 
 int FailRank(const Status& s) { return net::FailToStart("rank", s); }
@@ -120,8 +123,11 @@ int RunRank(const RankArgs& a) {
   }
   signals.Stage("opening and recovering --journal");
 
+  auto metric_labels = ParseMetricLabelFlags(a.metrics);
+  if (!metric_labels.ok()) return FailRank(metric_labels.status());
   DaemonHooks test = MakeDaemonHooks(a.hook_flags, /*rank=*/true);
   ParticipantOptions po;
+  po.metric_labels = metric_labels.value();
   ParticipantHooks hooks;
   po.rank = a.rank;
   po.journal_dir = a.journal;
@@ -169,8 +175,13 @@ int RunRank(const RankArgs& a) {
     control = std::move(cs).value();
   }
 
+  signals.Stage("listening on --metrics-listen");
+  auto metrics = StartMetricsFlags(a.metrics);
+  if (!metrics.ok()) return FailRank(metrics.status());
+
   json ready = {{"ready", true}, {"role", "rank"}, {"rank", a.rank}};
   if (control) ready["control_port"] = control->port();
+  if (metrics.value()) ready["metrics_port"] = metrics.value()->port();
   signals.Ready(ready);
   signals.WaitForStop();
   control.reset();
@@ -227,6 +238,7 @@ void RegisterRankCommand(CLI::App& app, int* exit_code) {
                 "may have been lost); logged in the journal as an ACCEPTED_UNVERIFIED record");
   AddTlsOptions(cmd, &a->tls);
   AddDecisionLogFlags(cmd, &a->decision_log);
+  AddMetricsFlags(cmd, &a->metrics);
   AddDaemonHookFlags(cmd, &a->hook_flags);
   cmd->callback([=] { *exit_code = RunRank(*a); });
 }

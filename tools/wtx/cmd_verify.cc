@@ -3,7 +3,8 @@
 // parameter's bytes concatenated in manifest order; wtx::DumpLiveImage writes one). The rank
 // digest of the image is recomputed (content_hash.h) and compared with the digest the rank
 // journaled in the PREPARED record of its committed transaction (include/wtx/live_verify.h).
-// The journal is opened read-only (safe beside a running process).
+// The journal is opened read-only (safe beside a running process). On a terminal (and
+// without --json) reading the image shows its progress on stderr (progress.h).
 //
 // `wtx verify --rank HOST:PORT --secret-file F`: the same question asked of a running rank
 // (`wtx rank --control HOST:PORT`): it runs Participant::Verify() on its live bytes (every
@@ -25,6 +26,7 @@
 #include "src/net/control.h"
 #include "src/util/file_util.h"
 #include "tools/wtx/commands.h"
+#include "tools/wtx/progress.h"
 #include "wtx/live_verify.h"
 
 namespace wtx::cli {
@@ -96,7 +98,18 @@ int RunVerify(const VerifyArgs& a) {
   }
   // An image holds exactly the manifest's bytes: a longer file is refused unread.
   const auto total = static_cast<size_t>(manifest.value()->TotalBytes());
-  auto image = ReadFileArg("--image", a.image, total);
+  // Progress on a terminal (progress.h): the image's bytes read.
+  std::unique_ptr<Progress> progress;
+  ReadFileOptions ro;
+  ro.what = "--image";
+  ro.max_bytes = total;
+  if (ProgressWanted(a.json)) {
+    progress = std::make_unique<Progress>("verify: reading the image", static_cast<int64_t>(total),
+                                          Progress::Unit::kBytes, true);
+    ro.on_read = [p = progress.get()](size_t n) { p->Add(static_cast<int64_t>(n)); };
+  }
+  auto image = ReadRegularFile(a.image, ro);
+  if (progress) progress->Finish();
   if (!image.ok()) return VerifyFail(image.status());
   const std::string& bytes = image.value();
   if (bytes.size() != total) {
