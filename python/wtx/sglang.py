@@ -137,10 +137,13 @@ class WtxSglangAdapter(UpdateState):
                  stacked_params_mapping: Optional[Sequence[Any]] = None,
                  kernel_identity: str = "", prepare_timeout: float = 30.0,
                  serving_gate: str = "hold",
-                 rollback_budget_bytes: Optional[int] = None) -> Dict[str, Any]:
+                 rollback_budget_bytes: Optional[int] = None,
+                 metric_labels: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
         """Opens this rank's participant over the model (its manifest sharded by the runner's
         TP size and rank) and joins 2PC over `group` (collective; the TP group, or every
-        pipeline stage's ranks). Returns the participant's status."""
+        pipeline stage's ranks). metric_labels: {"replica", "fleet"} on the rank's and its
+        coordinator's Prometheus series (docs/metrics.md); "replica" defaults to "dp{dp_rank}"
+        on a data-parallel replica. Returns the participant's status."""
         if self.participant is not None:
             raise Error("INVALID_ARGUMENT", "init_wtx: already initialized (close() first)")
         if load not in ("write_source", "load_weights"):
@@ -163,15 +166,20 @@ class WtxSglangAdapter(UpdateState):
         extra: Dict[str, Any] = {}
         if rollback_budget_bytes is not None:
             extra["rollback_budget_bytes"] = rollback_budget_bytes
+        labels = dict(metric_labels or {})
+        dp = getattr(self.runner, "dp_rank", None)
+        if dp is not None:
+            labels.setdefault("replica", f"dp{dp}")
         p = Participant.open(journal_dir, manifest, rank=rank, tensors=self.model,
-                             kernel_identity=kernel_identity, **extra)
+                             kernel_identity=kernel_identity, metric_labels=labels, **extra)
         try:
             extra_coordinator: Dict[str, Any] = {}
             if int(getattr(self.runner, "pp_size", 1) or 1) > 1:
                 # Pipeline stages hold different layers: one manifest per stage.
                 extra_coordinator["manifest_groups"] = gather_stages(self.runner.pp_rank, group)
             self.group = Group(p, coordinator_journal, group=group,
-                               prepare_timeout=prepare_timeout, **extra_coordinator)
+                               prepare_timeout=prepare_timeout, metric_labels=labels,
+                               **extra_coordinator)
         except BaseException:
             p.close()
             raise
@@ -744,7 +752,8 @@ def plugin() -> None:
     $WTX_SGLANG_COORDINATOR_JOURNAL ("{dp_rank}" replaced; default "coordinator" beside the
     ranks' journals), how tensors land $WTX_SGLANG_LOAD (write_source|load_weights: the
     model's own loader), the gate
-    $WTX_SGLANG_SERVING_GATE (hold|restore), $WTX_SGLANG_ROLLBACK_BUDGET_BYTES); in the tokenizer
+    $WTX_SGLANG_SERVING_GATE (hold|restore), $WTX_SGLANG_ROLLBACK_BUDGET_BYTES, the fleet label
+    of its metrics $WTX_SGLANG_FLEET); in the tokenizer
     process, a request's weight_version is published only at the step's commit point
     (continue_generation), once every rank serves the version wtx committed. Without the
     variable it does nothing. Idempotent."""
@@ -765,6 +774,8 @@ def plugin() -> None:
                                "load": os.environ.get("WTX_SGLANG_LOAD", "write_source")}
     if os.environ.get("WTX_SGLANG_ROLLBACK_BUDGET_BYTES"):
         options["rollback_budget_bytes"] = int(os.environ["WTX_SGLANG_ROLLBACK_BUDGET_BYTES"])
+    if os.environ.get("WTX_SGLANG_FLEET"):
+        options["metric_labels"] = {"fleet": os.environ["WTX_SGLANG_FLEET"]}
     coordinator = os.environ.get("WTX_SGLANG_COORDINATOR_JOURNAL", "")
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:

@@ -340,6 +340,26 @@ def test_BadInitInfoIsAnErrorNamingTheField(solo):
     assert eng.participant is None  # nothing stays open
 
 
+def test_MetricLabelsOfTheInitInfoReachTheRanksSeries(solo):
+    eng, d = solo
+    with pytest.raises(wtx.Error) as e:
+        eng.parse_init_info({"journal_dir": d + "/r", "metric_labels": {"replica": 1}})
+    assert "init_info.metric_labels" in e.value.message
+    with pytest.raises(wtx.Error) as e:
+        eng.init_transfer_engine({"journal_dir": d + "/r", "coordinator_journal": d + "/c",
+                                  "inner": "bcast", "inner_init_info": {"src": 0},
+                                  "metric_labels": {"pod": "a"}})
+    assert "metric label 'pod'" in e.value.message
+    assert eng.participant is None
+    eng.init_transfer_engine({"journal_dir": d + "/r", "coordinator_journal": d + "/c",
+                              "inner": "bcast", "inner_init_info": {"src": 0},
+                              "metric_labels": {"fleet": "policy-x"}})
+    prometheus_client = pytest.importorskip("prometheus_client")
+    text = prometheus_client.generate_latest().decode()
+    assert 'wtx_serving{fleet="policy-x",rank="0",role="rank"} 0.0' in text, text
+    assert 'wtx_held_info{fleet="policy-x",rank="0",reason="not_loaded",role="rank"} 1.0' in text
+
+
 def test_BadUpdateInfoIsAnErrorNamingTheFieldAndAbortsTheUpdate(solo):
     eng, d = solo
     eng.init_transfer_engine({"journal_dir": d + "/r", "coordinator_journal": d + "/c",

@@ -166,6 +166,9 @@ class WtxInitInfo:
     manifest: this rank's manifest as JSON text; default: built from the model
       (manifest_from_module with `stacked_params_mapping`).
     threads: the participant's data-path threads (copy and hash; 0: one per core).
+    metric_labels: {"replica": ..., "fleet": ...} on this rank's and its coordinator's
+      Prometheus series (docs/metrics.md); with several data-parallel replicas "replica"
+      defaults to "dp{dp_rank}".
     """
 
     journal_dir: str
@@ -180,6 +183,7 @@ class WtxInitInfo:
     kernel_identity: str = ""
     prepare_timeout: float = 30.0
     threads: int = 0
+    metric_labels: Optional[Dict[str, str]] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.journal_dir, str) or not self.journal_dir:
@@ -195,6 +199,12 @@ class WtxInitInfo:
                 not isinstance(self.rollback_budget_bytes, int) or self.rollback_budget_bytes < 0):
             raise Error("INVALID_ARGUMENT", "init_info.rollback_budget_bytes: expected a "
                         f"non-negative integer, got {self.rollback_budget_bytes!r}")
+        if self.metric_labels is not None and not (
+                isinstance(self.metric_labels, dict) and
+                all(isinstance(k, str) and isinstance(v, str)
+                    for k, v in self.metric_labels.items())):
+            raise Error("INVALID_ARGUMENT", "init_info.metric_labels: expected a dict of "
+                        f"strings, got {self.metric_labels!r}")
         if not isinstance(self.inner_init_info, dict):
             raise Error("INVALID_ARGUMENT", "init_info.inner_init_info: expected a dict, got "
                         f"{type(self.inner_init_info).__name__}")
@@ -468,15 +478,18 @@ class WtxWeightTransferEngine(UpdateState, _ENGINE_BASE):  # type: ignore[misc, 
         extra: Dict[str, Any] = {}
         if info.rollback_budget_bytes is not None:
             extra["rollback_budget_bytes"] = info.rollback_budget_bytes
+        labels = dict(info.metric_labels or {})
+        if place.dp_size > 1 and not place.replicas_commit_together:
+            labels.setdefault("replica", f"dp{place.dp_index}")
         participant = Participant.open(journal_dir, manifest, rank=self._rank,
                                        tensors=pinned if len(pinned) == len(names)
                                        else self.model,
                                        kernel_identity=info.kernel_identity,
-                                       threads=info.threads, **extra)
+                                       threads=info.threads, metric_labels=labels, **extra)
         try:
             stages = manifest_groups(place, group) if self.process_group is None else None
             self.group = Group(participant, coordinator_journal, group=group,
-                               prepare_timeout=info.prepare_timeout,
+                               prepare_timeout=info.prepare_timeout, metric_labels=labels,
                                **({"manifest_groups": stages} if stages else {}))
             inner.init_transfer_engine(inner_init)
         except BaseException:
