@@ -498,9 +498,11 @@ Status Journal::ForEachRecordRef(const std::function<Status(const RecordRef&)>& 
       s = Status::Corruption(what(seq) + ": malformed record: " + e.what());
     }
     WTX_RETURN_IF_ERROR(s);
+    if (walk_progress_ && expect % 4096 == 0) walk_progress_(expect, last_seq_);
     ++expect;
   }
   if (!it->status().ok()) return FromRocks(it->status(), dir_ + ": scanning records");
+  if (walk_progress_) walk_progress_(expect - 1, last_seq_);
   if (expect - 1 != last_seq_) {
     return Status::Corruption(dir_ + ": state names record " + std::to_string(last_seq_) +
                               " but the chain ends at " + std::to_string(expect - 1));

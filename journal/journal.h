@@ -136,6 +136,11 @@ class Journal {
   Status ForEachRecord(const std::function<Status(const nlohmann::json&)>& fn) const;
   // The same walk and checks, handing binary WRITE records over without building JSON (replay).
   Status ForEachRecordRef(const std::function<Status(const RecordRef&)>& fn) const;
+  // Progress of the record walks above (`wtx check`): called every 4096 records and once at
+  // the end with (records walked, last_seq()). REQUIRES: no walk in progress.
+  void set_walk_progress(std::function<void(uint64_t walked, uint64_t total)> fn) const {
+    walk_progress_ = std::move(fn);
+  }
   // Chain + state consistency (the state names the last record).
   Status Verify() const;
   // Storage-level checks: every SST block checksum (RocksDB VerifyChecksum), every key
@@ -155,6 +160,7 @@ class Journal {
   uint64_t synced_appends() const { return synced_appends_; }
 
  private:
+  mutable std::function<void(uint64_t, uint64_t)> walk_progress_;  // set_walk_progress
   Journal() = default;
   Status LoadTail();
   // Refuses a journal that lost or rewrote records up to the watermark read at open.

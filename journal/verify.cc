@@ -226,6 +226,7 @@ JournalCheckReport VerifyJournalStore(const std::string& dir, const VerifyOption
     return rep;
   }
   if (options.content_check) {
+    j.set_walk_progress(options.on_record);
     if (Status s = options.content_check(j); !s.ok()) {
       rep.status = s;
       return rep;

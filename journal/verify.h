@@ -71,6 +71,8 @@ struct VerifyOptions {
   bool accept_unverified = false;
   // Run on the opened journal after the structural checks; empty: not run.
   JournalContentCheck content_check;
+  // Progress of content_check's record walks (Journal::set_walk_progress); may be empty.
+  std::function<void(uint64_t walked, uint64_t total)> on_record;
 };
 
 struct JournalCheckReport {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -144,6 +145,9 @@ struct JournalVerifyOptions {
   std::optional<JournalOwner> expect;
   // Warnings (torn unsynced tail, missing sync watermark) count as corruption.
   bool strict = false;
+  // Called as the records are replayed (every 4096 and at the end) with (records replayed,
+  // records in the journal): `wtx check`'s progress. May be empty.
+  std::function<void(uint64_t replayed, uint64_t total)> on_record;
 };
 
 struct JournalVerification {

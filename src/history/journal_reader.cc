@@ -89,6 +89,7 @@ JournalVerification VerifyJournal(const std::string& dir, const JournalVerifyOpt
   VerifyOptions vo;
   if (options.expect) vo.expect = JournalIdentity{options.expect->role, options.expect->rank};
   vo.strict = options.strict;
+  vo.on_record = options.on_record;
   JournalCheckReport rep = VerifyJournalDir(dir, vo);
   JournalVerification out;
   out.status = rep.status;

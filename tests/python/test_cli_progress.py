@@ -1,4 +1,4 @@
-"""Progress on long commands (issue 52): `wtx load` and `wtx verify` draw done/total, rate and
+"""Progress on long commands (issue 52): `wtx load`, `wtx verify` and `wtx check` draw done/total, rate and
 time left on a terminal, and print nothing extra when stdout is not a terminal or with --json.
 The terminal is a real pseudo-terminal (pty): the CLI decides by isatty, as it does for a
 person. $WTX_BIN names the build tree's wtx."""
@@ -95,7 +95,7 @@ def test_LoadShowsProgressOnATerminalAndNothingElsewhere(tmp_path):
     assert json.loads(drawn)["outcome"] == "committed"
 
 
-def test_VerifyShowsProgressReadingTheImage(tmp_path):
+def test_VerifyAndCheckShowProgressOnATerminalAndNothingElsewhere(tmp_path):
     m = wtx.Manifest.from_hf_config(CONFIG, tp=1, rank=0, dtype="bf16")
     tensors = {p["name"]: torch.zeros(p["shape"], dtype=torch.bfloat16) for p in m.params}
     rank_dir = str(tmp_path / "rank0")
@@ -125,3 +125,12 @@ def test_VerifyShowsProgressReadingTheImage(tmp_path):
     assert piped.returncode == 0 and "\r" not in piped.stdout and piped.stderr == "", piped
     rc, drawn = run_on_terminal(args + ["--json"])
     assert rc == 0 and json.loads(drawn)["match"] is True, drawn
+
+    # `wtx check`: the records replayed, all of them at the end; nothing when piped.
+    rc, drawn = run_on_terminal([WTX_BIN, "check", rank_dir])
+    assert rc == 0, drawn
+    assert "\rcheck: records replayed  " in drawn and "100%" in drawn, drawn
+    assert drawn.rsplit("\r", 1)[-1].strip().startswith("ok: "), drawn
+    piped = subprocess.run([WTX_BIN, "check", rank_dir], capture_output=True, text=True,
+                           timeout=120)
+    assert piped.returncode == 0 and "\r" not in piped.stdout and piped.stderr == "", piped

@@ -18,6 +18,7 @@
 #include "src/txn/logged_decision_json.h"
 #include "tools/wtx/commands.h"
 #include "tools/wtx/decision_log_flags.h"
+#include "tools/wtx/progress.h"
 #include "wtx/journal_reader.h"
 
 namespace wtx::cli {
@@ -346,7 +347,17 @@ int Check(const std::string& dir, int expect_rank, bool expect_coordinator, bool
   o.strict = strict;
   if (expect_coordinator) o.expect = JournalOwner{"coordinator", -1};
   if (expect_rank >= 0) o.expect = JournalOwner{"participant", expect_rank};
+  // Progress on a terminal (progress.h): the records replayed.
+  std::unique_ptr<Progress> progress;
+  if (ProgressWanted(/*json=*/false)) {
+    progress =
+        std::make_unique<Progress>("check: records replayed", 0, Progress::Unit::kItems, true);
+    o.on_record = [p = progress.get()](uint64_t done, uint64_t total) {
+      p->Set(static_cast<int64_t>(done), static_cast<int64_t>(total));
+    };
+  }
   JournalVerification rep = VerifyJournal(dir, o);
+  if (progress) progress->Finish();
   if (!rep.status.ok()) return Refuse("check", rep.status);
   Warn("check", rep.warnings);
   const JournalOwner& id = rep.owner;

@@ -90,6 +90,13 @@ void Progress::Add(int64_t n) {
   DrawLocked(/*force=*/false);
 }
 
+void Progress::Set(int64_t done, int64_t total) {
+  std::lock_guard<std::mutex> l(mu_);
+  done_ = done;
+  total_ = total;
+  DrawLocked(/*force=*/false);
+}
+
 void Progress::DrawLocked(bool force) {
   if (!enabled_) return;
   const auto now = std::chrono::steady_clock::now();

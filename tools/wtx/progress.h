@@ -30,6 +30,8 @@ class Progress {
   Progress& operator=(const Progress&) = delete;
 
   void Add(int64_t n);
+  // Sets done and total at once (a walk that reports where it is).
+  void Set(int64_t done, int64_t total);
   // Erases the line (once); later Adds draw nothing.
   void Finish();
 
@@ -42,7 +44,7 @@ class Progress {
   void DrawLocked(bool force);
 
   const std::string what_;
-  const int64_t total_;
+  int64_t total_;
   const Unit unit_;
   bool enabled_;
   std::mutex mu_;
