@@ -133,9 +133,11 @@ struct TransferPlan {
 
 Result<TransferPlan> PlanFromJson(const nlohmann::json& j);
 
-// REQUIRES: engine[n] is engine rank n's manifest.
-Result<TransferPlan> PlanTransfer(const TrainerSharding& trainer,
-                                  std::span<const ManifestPtr> engine);
+// REQUIRES: engine[n] is engine rank n's manifest. `on_rank` (optional) is called after each
+// engine rank is planned with (ranks planned, engine.size()): `wtx plan`'s progress.
+Result<TransferPlan> PlanTransfer(
+    const TrainerSharding& trainer, std::span<const ManifestPtr> engine,
+    const std::function<void(size_t planned, size_t ranks)>& on_rank = nullptr);
 
 // A digest of what rank `m` holds where: its fingerprint and, for each shard, its source and
 // source box (the fingerprint alone does not tell the ranks of a group apart). Hex XXH3-128.

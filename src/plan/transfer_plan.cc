@@ -271,7 +271,8 @@ Status PlanEngineRank(const TrainerSharding& trainer, const Manifest& m, size_t 
 }  // namespace
 
 Result<TransferPlan> PlanTransfer(const TrainerSharding& trainer,
-                                  std::span<const ManifestPtr> engine) {
+                                  std::span<const ManifestPtr> engine,
+                                  const std::function<void(size_t, size_t)>& on_rank) {
   if (engine.empty()) return Status::InvalidArgument("transfer plan: no engine rank");
   TransferPlan plan;
   plan.trainer_spec = trainer.spec();
@@ -293,6 +294,7 @@ Result<TransferPlan> PlanTransfer(const TrainerSharding& trainer,
       plan.pieces.reserve(plan.pieces.size() * engine.size() + plan.pieces.size() / 4);
       plan.ranges.reserve(plan.ranges.size() * engine.size() + plan.ranges.size() / 4);
     }
+    if (on_rank) on_rank(n + 1, engine.size());
   }
   return plan;
 }

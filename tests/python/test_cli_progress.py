@@ -1,7 +1,7 @@
-"""Progress on long commands (issue 52): `wtx load`, `wtx verify` and `wtx check` draw done/total, rate and
-time left on a terminal, and print nothing extra when stdout is not a terminal or with --json.
-The terminal is a real pseudo-terminal (pty): the CLI decides by isatty, as it does for a
-person. $WTX_BIN names the build tree's wtx."""
+"""Progress on long commands (issue 52): `wtx load`, `wtx verify`, `wtx check` and `wtx plan`
+draw done/total, rate and time left on a terminal, and print nothing extra when stdout is not a
+terminal or with --json. The terminal is a real pseudo-terminal (pty): the CLI decides by
+isatty, as it does for a person. $WTX_BIN names the build tree's wtx."""
 
 import json
 import os
@@ -134,3 +134,15 @@ def test_VerifyAndCheckShowProgressOnATerminalAndNothingElsewhere(tmp_path):
     piped = subprocess.run([WTX_BIN, "check", rank_dir], capture_output=True, text=True,
                            timeout=120)
     assert piped.returncode == 0 and "\r" not in piped.stdout and piped.stderr == "", piped
+
+
+def test_PlanShowsProgressOnATerminalAndNothingElsewhere():
+    args = [WTX_BIN, "plan", "--hf-config", CONFIG, "--tp", "2", "--trainer", "fsdp:2"]
+    rc, drawn = run_on_terminal(args)
+    assert rc == 0, drawn
+    assert "\rplan: engine ranks planned  2 / 2  100%" in drawn, drawn
+    assert drawn.rsplit("\r", 1)[-1].strip(), drawn  # the summary follows, the line erased
+    piped = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and "\r" not in piped.stdout and piped.stderr == "", piped
+    rc, drawn = run_on_terminal(args + ["--json"])
+    assert rc == 0 and "\r" not in drawn and json.loads(drawn)["pieces"] is not None, drawn
