@@ -85,6 +85,9 @@ struct Vote {
 
 enum class Decision { kCommit, kAbort, kNoop };
 std::string_view DecisionName(Decision d);
+// What a transaction decided so became: "committed", "aborted" or "noop" (the history's
+// "outcome", wtx_transactions_total's and wtx_decisions_total's outcome label).
+std::string_view DecisionOutcomeName(Decision d);
 std::optional<Decision> DecisionFromName(std::string_view name);
 
 struct RankDescription {

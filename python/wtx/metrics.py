@@ -57,6 +57,9 @@ def _multiprocess(prometheus_client: Any) -> bool:
 class _Collector:
     """The library's registry as prometheus_client families, read at each scrape."""
 
+    def __init__(self) -> None:
+        self.docs = {f["name"]: f["help"] for f in _wtx.metric_families()}
+
     def describe(self) -> List[Any]:
         return []  # families appear as their first series does
 
@@ -64,12 +67,11 @@ class _Collector:
         from prometheus_client.metrics_core import Metric
         from prometheus_client.utils import floatToGoString
 
-        docs = {f["name"]: f["help"] for f in _wtx.metric_families()}
         for fam in _wtx.metrics_collect():
             name = fam["name"]
             kind = fam["type"]
             base = name[:-len("_total")] if kind == "counter" and name.endswith("_total") else name
-            metric = Metric(base, docs.get(name, ""), kind)
+            metric = Metric(base, self.docs.get(name, ""), kind)
             for s in fam["samples"]:
                 labels = dict(s["labels"])
                 if kind == "histogram":

@@ -15,18 +15,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string OutcomeName(Decision d) {
-  switch (d) {
-    case Decision::kCommit:
-      return "committed";
-    case Decision::kAbort:
-      return "aborted";
-    case Decision::kNoop:
-      return "noop";
-  }
-  return "";
-}
-
 // The history's view of an event record.
 json EventJson(const AcceptedUnverifiedRecord& r) {
   return {{"type", std::string(kAcceptedUnverifiedType)}, {"time", r.ts}, {"reason", r.reason}};
@@ -61,7 +49,7 @@ Result<std::vector<json>> CoordinatorHistory(const Journal& journal, std::vector
       at[d->tx] = out.size();
       out.push_back({{"tx", d->tx},
                      {"decision", std::string(DecisionName(d->decision))},
-                     {"outcome", OutcomeName(d->decision)},
+                     {"outcome", std::string(DecisionOutcomeName(d->decision))},
                      {"version", OptionalStringJson(d->version)},
                      {"reason", d->reason},
                      {"time", d->ts},
@@ -175,7 +163,7 @@ Result<std::vector<json>> ParticipantHistory(const Journal& journal, std::vector
         e["message"] = p->message;
       }
     } else if (const auto* o = std::get_if<OutcomeRecord>(&rec)) {
-      e["outcome"] = OutcomeName(o->decision);
+      e["outcome"] = std::string(DecisionOutcomeName(o->decision));
       e["version"] = OptionalStringJson(o->version);
       if (o->decision == Decision::kNoop) e["reason"] = "";  // checks of an empty tx do not apply
       if (o->reason) {

@@ -12,12 +12,6 @@ static Labels CoordinatorLabels(Labels extra) {
 
 CoordinatorMetrics::CoordinatorMetrics(Labels extra) : base_(CoordinatorLabels(std::move(extra))) {}
 
-Labels CoordinatorMetrics::With(const char* key, std::string_view value) const {
-  Labels l = base_;
-  l[key] = std::string(value);
-  return l;
-}
-
 void CoordinatorMetrics::Phase(std::string_view phase, double seconds) {
   MetricsHub::Get().Observe(Series::kPhaseDuration, With("phase", phase), seconds);
 }

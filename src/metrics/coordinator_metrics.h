@@ -21,13 +21,15 @@ class CoordinatorMetrics {
   // A decision this coordinator logged: outcome "committed", "noop" or "aborted"; an abort's
   // cause `code` (an E_... code, "sender_abort" or "presumed_abort").
   void Decided(std::string_view outcome, std::string_view code);
-  // One decision-log operation: "decide", "read", "list", "end", "leadership".
+  // One decision-log operation: "decide", "list", "end", "leadership".
   void DecisionLogOp(std::string_view op, double seconds);
   void LeaderChange();
   void JournalSync(double seconds);
 
  private:
-  Labels With(const char* key, std::string_view value) const;
+  Labels With(const char* key, std::string_view value) const {
+    return WithLabel(base_, key, value);
+  }
   const Labels base_;
 };
 

@@ -11,11 +11,18 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace wtx::metrics {
 
 using Labels = std::map<std::string, std::string>;
+
+// `base` with `key` set to `value`.
+inline Labels WithLabel(Labels base, const std::string& key, std::string_view value) {
+  base[key] = std::string(value);
+  return base;
+}
 
 struct MetricFamilyInfo {
   std::string name;  // e.g. "wtx_transactions_total"

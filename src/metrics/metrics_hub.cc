@@ -71,8 +71,8 @@ const std::vector<MetricFamilyInfo>& MetricFamilies() {
        "Duration of a synced journal write (BEGIN, PREPARED, DECISION).", "histogram",
        LabelNames({}), kSync},
       {"wtx_decision_log_duration_seconds",
-       "Duration of a decision-log operation of a coordinator, by op (decide, read, list, "
-       "end, leadership).",
+       "Duration of a decision-log operation of a coordinator, by op (decide, list, end, "
+       "leadership).",
        "histogram", LabelNames({"op"}), kPhase},
       {"wtx_coverage_ratio",
        "Fraction of the required elements the open transaction has written or landed (0 when "

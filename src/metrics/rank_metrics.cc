@@ -64,12 +64,6 @@ RankMetrics::~RankMetrics() {
   if (last && published_) RemoveGauges();
 }
 
-Labels RankMetrics::With(const char* key, std::string_view value) const {
-  Labels l = base_;
-  l[key] = std::string(value);
-  return l;
-}
-
 void RankMetrics::Phase(RankPhase p, double seconds) {
   MetricsHub::Get().Observe(Series::kPhaseDuration, With("phase", RankPhaseName(p)), seconds);
 }
@@ -112,15 +106,9 @@ void RankMetrics::Publish(const RankGauges& g) {
   }
   if (first || g.version != last_.version || g.label != last_.label) {
     if (!first && last_.version) {
-      Labels old = With("version", *last_.version);
-      old["label"] = last_.label;
-      hub.Remove(Series::kVersion, old);
+      hub.Remove(Series::kVersion, VersionLabels(*last_.version, last_.label));
     }
-    if (g.version) {
-      Labels now = With("version", *g.version);
-      now["label"] = g.label;
-      hub.Set(Series::kVersion, now, 1);
-    }
+    if (g.version) hub.Set(Series::kVersion, VersionLabels(*g.version, g.label), 1);
   }
   last_ = g;
   published_ = true;
@@ -133,11 +121,7 @@ void RankMetrics::RemoveGauges() {
     hub.Remove(s, base_);
   }
   if (!last_.held_reason.empty()) hub.Remove(Series::kHeld, With("reason", last_.held_reason));
-  if (last_.version) {
-    Labels old = With("version", *last_.version);
-    old["label"] = last_.label;
-    hub.Remove(Series::kVersion, old);
-  }
+  if (last_.version) hub.Remove(Series::kVersion, VersionLabels(*last_.version, last_.label));
 }
 
 }  // namespace wtx::metrics

@@ -56,7 +56,13 @@ class RankMetrics {
   void Publish(const RankGauges& g) EXCLUDES(mu_);
 
  private:
-  Labels With(const char* key, std::string_view value) const;
+  Labels With(const char* key, std::string_view value) const {
+    return WithLabel(base_, key, value);
+  }
+  // wtx_version_info's labels for `version` committed by `label`.
+  Labels VersionLabels(const std::string& version, const std::string& label) const {
+    return WithLabel(With("version", version), "label", label);
+  }
   void RemoveGauges() REQUIRES(mu_);
 
   const Labels base_;

@@ -229,19 +229,6 @@ class CoordinatorImpl : public Coordinator {
   uint64_t begins_started_ GUARDED_BY(mu_) = 0;
 };
 
-// wtx_decisions_total's outcome of `d`.
-std::string_view DecisionOutcomeName(Decision d) {
-  switch (d) {
-    case Decision::kCommit:
-      return "committed";
-    case Decision::kNoop:
-      return "noop";
-    case Decision::kAbort:
-      return "aborted";
-  }
-  return "aborted";
-}
-
 // wtx_aborts_total's code of an abort: the first no vote's error for E_VOTE_NO, the reason when
 // it is a code, else what decided it.
 std::string AbortCode(const LoggedDecision& d) {

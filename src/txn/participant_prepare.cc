@@ -288,10 +288,7 @@ void ParticipantImpl::EndMetrics(const ActiveTx& tx, Decision decision, bool res
   metrics_->BytesWritten(
       static_cast<uint64_t>(std::max<int64_t>(tx.bytes - metrics_bytes_reported_, 0)));
   metrics_bytes_reported_ = 0;
-  const std::string_view outcome = decision == Decision::kCommit ? "committed"
-                                   : decision == Decision::kNoop ? "noop"
-                                                                 : "aborted";
-  metrics_->Ended(TxKindName(tx.req.kind), outcome);
+  metrics_->Ended(TxKindName(tx.req.kind), DecisionOutcomeName(decision));
   if (decision == Decision::kAbort && !tx.no_vote_code.empty()) {
     metrics_->CausedAbort(tx.no_vote_code);
   }

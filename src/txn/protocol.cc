@@ -43,6 +43,18 @@ std::string_view DecisionName(Decision d) {
   return "abort";
 }
 
+std::string_view DecisionOutcomeName(Decision d) {
+  switch (d) {
+    case Decision::kCommit:
+      return "committed";
+    case Decision::kAbort:
+      return "aborted";
+    case Decision::kNoop:
+      return "noop";
+  }
+  return "aborted";
+}
+
 std::optional<Decision> DecisionFromName(std::string_view name) {
   if (name == "commit") return Decision::kCommit;
   if (name == "abort") return Decision::kAbort;

@@ -348,16 +348,13 @@ int Check(const std::string& dir, int expect_rank, bool expect_coordinator, bool
   if (expect_coordinator) o.expect = JournalOwner{"coordinator", -1};
   if (expect_rank >= 0) o.expect = JournalOwner{"participant", expect_rank};
   // Progress on a terminal (progress.h): the records replayed.
-  std::unique_ptr<Progress> progress;
-  if (ProgressWanted(/*json=*/false)) {
-    progress =
-        std::make_unique<Progress>("check: records replayed", 0, Progress::Unit::kItems, true);
-    o.on_record = [p = progress.get()](uint64_t done, uint64_t total) {
-      p->Set(static_cast<int64_t>(done), static_cast<int64_t>(total));
-    };
-  }
+  Progress progress("check: records replayed", 0, Progress::Unit::kItems,
+                    ProgressWanted(/*json=*/false));
+  o.on_record = [&progress](uint64_t done, uint64_t total) {
+    progress.Set(static_cast<int64_t>(done), static_cast<int64_t>(total));
+  };
   JournalVerification rep = VerifyJournal(dir, o);
-  if (progress) progress->Finish();
+  progress.Finish();
   if (!rep.status.ok()) return Refuse("check", rep.status);
   Warn("check", rep.warnings);
   const JournalOwner& id = rep.owner;

@@ -101,21 +101,21 @@ int RunLoad(const LoadArgs& a) {
     sim::SimOptions o;
     o.journal_dir = dir;
     o.threads = a.threads;
-    // Progress on a terminal (progress.h): the bytes every rank reads of the checkpoint.
-    std::unique_ptr<Progress> progress;
-    if (ProgressWanted(a.json)) {
-      uint64_t total = 0;
+    // Progress on a terminal (progress.h): the bytes every rank reads of the checkpoint (the
+    // total is read off the checkpoint's header only when the line is drawn).
+    const bool wanted = ProgressWanted(a.json);
+    uint64_t total = 0;
+    if (wanted) {
       if (auto ckpt = SafetensorsCheckpoint::Open(plan.value().checkpoint); ckpt.ok()) {
         for (const ManifestPtr& m : plan.value().manifests) {
           total += CheckpointBytesFor(*ckpt.value(), *m);
         }
       }
-      progress = std::make_unique<Progress>("load", static_cast<int64_t>(total),
-                                            Progress::Unit::kBytes, true);
-      o.on_checkpoint_read = [p = progress.get()](uint64_t n) { p->Add(static_cast<int64_t>(n)); };
     }
+    Progress progress("load", static_cast<int64_t>(total), Progress::Unit::kBytes, wanted);
+    o.on_checkpoint_read = [&progress](uint64_t n) { progress.Add(static_cast<int64_t>(n)); };
     run = sim::RunScenario(plan.value().scenario, o);
-    if (progress) progress->Finish();
+    progress.Finish();
   }
   if (temp) {
     std::error_code ec;

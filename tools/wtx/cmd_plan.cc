@@ -77,18 +77,12 @@ int RunPlan(const PlanArgs& a) {
   const double layout_ms = PlanMillisSince(t0);
   const auto t1 = std::chrono::steady_clock::now();
   // Progress on a terminal (progress.h): the engine ranks planned.
-  std::unique_ptr<Progress> progress;
-  std::function<void(size_t, size_t)> on_rank;
-  if (ProgressWanted(a.json)) {
-    progress = std::make_unique<Progress>("plan: engine ranks planned",
-                                          static_cast<int64_t>(engine.size()),
-                                          Progress::Unit::kItems, true);
-    on_rank = [p = progress.get()](size_t planned, size_t ranks) {
-      p->Set(static_cast<int64_t>(planned), static_cast<int64_t>(ranks));
-    };
-  }
-  auto plan = PlanTransfer(**trainer, engine, on_rank);
-  if (progress) progress->Finish();
+  Progress progress("plan: engine ranks planned", static_cast<int64_t>(engine.size()),
+                    Progress::Unit::kItems, ProgressWanted(a.json));
+  auto plan = PlanTransfer(**trainer, engine, [&progress](size_t planned, size_t ranks) {
+    progress.Set(static_cast<int64_t>(planned), static_cast<int64_t>(ranks));
+  });
+  progress.Finish();
   const double plan_ms = PlanMillisSince(t1);
   if (!plan.ok()) return PlanFail(plan.status().message());
   if (!a.out.empty()) {

@@ -99,17 +99,14 @@ int RunVerify(const VerifyArgs& a) {
   // An image holds exactly the manifest's bytes: a longer file is refused unread.
   const auto total = static_cast<size_t>(manifest.value()->TotalBytes());
   // Progress on a terminal (progress.h): the image's bytes read.
-  std::unique_ptr<Progress> progress;
+  Progress progress("verify: reading the image", static_cast<int64_t>(total),
+                    Progress::Unit::kBytes, ProgressWanted(a.json));
   ReadFileOptions ro;
   ro.what = "--image";
   ro.max_bytes = total;
-  if (ProgressWanted(a.json)) {
-    progress = std::make_unique<Progress>("verify: reading the image", static_cast<int64_t>(total),
-                                          Progress::Unit::kBytes, true);
-    ro.on_read = [p = progress.get()](size_t n) { p->Add(static_cast<int64_t>(n)); };
-  }
+  ro.on_read = [&progress](size_t n) { progress.Add(static_cast<int64_t>(n)); };
   auto image = ReadRegularFile(a.image, ro);
-  if (progress) progress->Finish();
+  progress.Finish();
   if (!image.ok()) return VerifyFail(image.status());
   const std::string& bytes = image.value();
   if (bytes.size() != total) {

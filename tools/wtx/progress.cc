@@ -76,7 +76,7 @@ std::string Progress::Line(const std::string& what, int64_t done, int64_t total,
   }
   if (seconds > 0.05 && done > 0) {
     const double rate = static_cast<double>(done) / seconds;
-    line += "  " + Amount(rate, unit) + (unit == Unit::kItems ? "/s" : "/s");
+    line += "  " + Amount(rate, unit) + "/s";
     if (total > done) {
       line += "  " + Duration(static_cast<double>(total - done) / rate) + " left";
     }
