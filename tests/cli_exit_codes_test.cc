@@ -509,6 +509,7 @@ std::vector<IntFlag> IntFlags(const std::string& missing, const std::string& fil
       {rank0, "--landing-hash-threads", 0, 256},
       {rank0, "--threads", 0, 256},
       {"load" + ck + " --tp 1", "--threads", 0, 256},
+      {"load" + ck + " --tp 1", "--step", 0, INT64_MAX},
       {bench, "--threads", 0, 256},
       {rank0, "--backoff-max-ms", 1, day},
       {rank0, "--request-timeout-ms", 1, day},

@@ -2,10 +2,13 @@
 //
 // Contract: Begin checks that every rank is reachable and agrees on the manifest fingerprint
 // and kernel identity, then that every rank accepts the request, and only then begins it
-// everywhere (a refused begin changes nothing). Commit asks every rank to prepare; it commits
-// only if every rank voted yes in time, and the DECISION record is synced before any rank
-// hears it (the commit point). When no rank wrote anything the outcome is a noop. With
-// CommitOptions::expect_version, a commit whose combined version differs aborts instead
+// everywhere (a refused begin changes nothing). Every transaction commits a step of a lineage
+// (BeginRequest::lineage/step): Begin refuses a step at or below one its decision log committed
+// in that lineage (E_STEP_REGRESSION, as every rank does for its own), and gives a request
+// without a step the one after the highest any rank or the log knows. Commit asks every rank to
+// prepare; it commits only if every rank voted yes in time, and the DECISION record is synced
+// before any rank hears it (the commit point). When no rank wrote anything the outcome is a noop.
+// With CommitOptions::expect_version, a commit whose combined version differs aborts instead
 // (E_VERSION_MISMATCH). Abort
 // decisions need not be synced (presumed abort). After a restart, Recover() re-sends logged
 // decisions that were not acknowledged, and aborts (logged, then told to the ranks) every
@@ -101,6 +104,9 @@ struct RankError {
 struct BeginOutcome {
   Status status;                  // first error, if any
   std::vector<RankError> errors;  // every rank that refused
+  // Begun (status OK): the lineage and step every rank began with (docs/fleet.md).
+  std::string lineage;
+  std::optional<int64_t> step;
 };
 
 struct VoteReport {
@@ -120,6 +126,10 @@ struct CommitOutcome {
   std::optional<Decision> decision;  // nullopt when the coordinator died before deciding
   bool decision_logged = false;
   std::string version;  // committed: the new version
+  // The lineage and step the transaction was begun with (BeginRequest; the step Begin chose
+  // when the request named none); "" / nullopt when this coordinator did not begin it.
+  std::string lineage;
+  std::optional<int64_t> step;
   std::vector<VoteReport> votes;
   std::vector<int> unacknowledged;  // ranks that did not hear the decision
 };
@@ -142,6 +152,8 @@ struct DecisionEntry {
   std::string version;
   std::string reason;
   int64_t time_micros = 0;
+  std::string lineage;          // "" where none was named
+  std::optional<int64_t> step;  // nullopt where the decision carries none
 };
 
 class Coordinator : public DecisionOracle {

@@ -58,6 +58,10 @@ struct LoggedDecision {
   int64_t time_micros = 0;
   std::optional<int64_t> prepare_us;  // how long the votes took; absent without votes
   std::vector<LoggedVote> votes;      // the votes it was decided on; empty without votes
+  // The lineage and step the transaction committed (docs/fleet.md); "" / nullopt where the
+  // writer named none (aborts decided without a begin, logs written before lineages).
+  std::string lineage;
+  std::optional<int64_t> step;
   // Filled by Read/List/ListUnended (ignored by Decide): every rank has acknowledged the
   // decision (MarkEnded), so no rank will ask for it again.
   bool ended = false;

@@ -54,6 +54,8 @@ struct HistoryEntry {
   std::string outcome;
   std::optional<std::string> version;         // committed: the version
   std::string reason;                         // why it aborted ("" otherwise)
+  std::string lineage;                        // the lineage it commits a step of ("" if none)
+  std::optional<int64_t> step;                // that step (nullopt: none named or recorded)
   std::map<std::string, int64_t> timings_us;  // per phase ("prepare", "total", ...)
 
   // Participant journals.
@@ -121,6 +123,9 @@ struct JournalState {
   std::optional<std::string> active_tx;  // begun, not decided
   std::optional<std::string> in_doubt;   // active and voted yes
   bool serving = false;                  // loaded, clean, committed and not in doubt
+  std::string model;                     // the manifest fingerprint the journal belongs to
+  std::string lineage;                   // its lineage ("" until one is named)
+  std::optional<int64_t> step;           // the step of the committed version
   // Coordinator journals.
   int64_t decisions = 0;              // decisions logged
   std::vector<std::string> pending;   // decided, not yet acknowledged by every rank

@@ -125,6 +125,15 @@ struct ParticipantOptions {
   // Extra labels of this rank's metrics (wtx/metrics.h): "replica" and/or "fleet". Anything
   // else fails Open with kInvalidArgument naming the key.
   MetricLabels metric_labels;
+  // The lineage (the policy being trained; docs/fleet.md) this journal belongs to. A journal
+  // belongs to one lineage and one model (the manifest's fingerprint, recorded when it was
+  // created). Open refuses a journal of another model (E_MANIFEST_MISMATCH) or, when `lineage`
+  // is set, of another lineage (E_LINEAGE_MISMATCH), naming both, unless `new_lineage`: then
+  // the journal starts `lineage` on this model (a LINEAGE record): the old committed version
+  // and step are forgotten and nothing serves until a full commit. Empty: the journal's own
+  // (a new journal's lineage is named by its first commit's BeginRequest::lineage).
+  std::string lineage;
+  bool new_lineage = false;
 };
 
 // Where a caller's buffer is: host memory, or device memory on the live memory's device (for

@@ -36,14 +36,22 @@ std::optional<VerifyMode> VerifyModeFromName(std::string_view name);
 struct BeginRequest {
   std::string tx;
   TxKind kind = TxKind::kFull;
-  std::string base;                          // partial/delta: the committed version required
-  std::vector<std::string> modules;          // partial: the modules in scope
-  std::vector<std::string> sources;          // delta: the source tensors patched
+  std::string base;                  // partial/delta: the committed version required
+  std::vector<std::string> modules;  // partial: the modules in scope
+  std::vector<std::string> sources;  // delta: the source tensors patched
   // Keep before-images of every byte written; an abort restores them (a full update only where
   // the rank holds a clean committed version to restore to). Bounded by the participant's
   // rollback_budget_bytes at begin.
   bool rollback = false;
   VerifyMode verify = VerifyMode::kTouched;  // what prepare rehashes and compares
+  // The lineage (the policy being trained, docs/fleet.md) this transaction's version belongs
+  // to. Empty: the rank's own. Another than the rank's is refused (E_LINEAGE_MISMATCH).
+  std::string lineage;
+  // The step of the lineage this transaction commits. A rank refuses a step at or below the one
+  // it committed (E_STEP_REGRESSION), across restarts and coordinators. nullopt: the next step
+  // (the coordinator's Begin gives every rank one past the highest any rank or its decision log
+  // knows; a participant begun alone takes one past its own).
+  std::optional<int64_t> step;
 };
 
 // One gap in required coverage. Every {param, shard} with missing coverage has at least one
@@ -98,6 +106,8 @@ struct RankDescription {
   // doubt): a coordinator that takes over aborts one nobody decided.
   std::optional<std::string> active_tx;
   bool prepared = false;
+  std::string lineage;          // the rank's lineage ("" until one is named)
+  std::optional<int64_t> step;  // the step it committed last; nullopt before one
 };
 
 struct RankStatus {
@@ -115,6 +125,8 @@ struct RankStatus {
   // Parameters whose storage the engine moved, shrank or freed since wtx was bound to it
   // (storage_identity.h): not served, not touched, until rebound.
   std::vector<std::string> storage_moved;
+  std::string lineage;          // the journal's lineage ("" until one is named)
+  std::optional<int64_t> step;  // the step of the committed version; nullopt before one
 };
 
 }  // namespace wtx

@@ -51,6 +51,8 @@ enum class ErrorCode {
   kDecisionLogUnavailable,  // E_DECISION_LOG_UNAVAILABLE: the decision log cannot be reached
   kStorageMoved,   // E_STORAGE_MOVED: a parameter's storage moved, shrank, was freed or re-laid out
   kUnknownSource,  // E_UNKNOWN_SOURCE: no rank of the model has a source tensor of that name
+  kStepRegression,   // E_STEP_REGRESSION: a step at or below the one committed in the lineage
+  kLineageMismatch,  // E_LINEAGE_MISMATCH: another lineage (or model) than the journal's
 };
 
 // "E_BASE_MISMATCH", ... for protocol codes; "INVALID_ARGUMENT", ... for the others.

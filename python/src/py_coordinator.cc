@@ -88,6 +88,8 @@ py::dict OutcomeToPy(const CommitOutcome& o) {
   }
   d["outcome"] = outcome;
   d["version"] = o.version.empty() ? py::object(py::none()) : py::object(py::str(o.version));
+  d["lineage"] = o.lineage;
+  d["step"] = o.step ? py::object(py::int_(*o.step)) : py::object(py::none());
   d["error"] = StatusOrNone(o.status);
   py::list votes;
   for (const VoteReport& v : o.votes) {
@@ -229,7 +231,8 @@ BeginRequest MakeBegin(const std::string& tx, const std::string& kind,
                        std::optional<std::string> base,
                        std::optional<std::vector<std::string>> modules,
                        std::optional<std::vector<std::string>> sources, bool rollback,
-                       const std::string& verify) {
+                       const std::string& verify, std::optional<std::string> lineage,
+                       std::optional<int64_t> step) {
   BeginRequest req;
   req.tx = tx;
   auto k = TxKindFromName(kind);
@@ -245,6 +248,11 @@ BeginRequest MakeBegin(const std::string& tx, const std::string& kind,
   if (!mode)
     Raise(Status::InvalidArgument("begin: verify must be touched or all, not '" + verify + "'"));
   req.verify = *mode;
+  req.lineage = lineage.value_or("");
+  if (step && *step < 0) {
+    Raise(Status::InvalidArgument("begin: step must be >= 0, not " + std::to_string(*step)));
+  }
+  req.step = step;
   return req;
 }
 
@@ -258,15 +266,21 @@ std::vector<PyStorageResolver::Prefetched> PrefetchRanks(PyCoordinator& self) {
   return out;
 }
 
-void Begin(PyCoordinator& self, const std::string& tx, const std::string& kind,
-           std::optional<std::string> base, std::optional<std::vector<std::string>> modules,
-           std::optional<std::vector<std::string>> sources, bool rollback,
-           const std::string& verify) {
-  BeginRequest req = MakeBegin(tx, kind, base, modules, sources, rollback, verify);
+py::dict Begin(PyCoordinator& self, const std::string& tx, const std::string& kind,
+               std::optional<std::string> base, std::optional<std::vector<std::string>> modules,
+               std::optional<std::vector<std::string>> sources, bool rollback,
+               const std::string& verify, std::optional<std::string> lineage,
+               std::optional<int64_t> step) {
+  BeginRequest req = MakeBegin(tx, kind, base, modules, sources, rollback, verify, lineage, step);
   Coordinator& c = self.get();
   auto pre = PrefetchRanks(self);
   const BeginOutcome o = WithoutGil([&] { return c.Begin(req); });
   if (!o.status.ok()) Raise(o.status, BeginErrorsToPy(o));
+  py::dict d;
+  d["tx"] = tx;
+  d["lineage"] = o.lineage;
+  d["step"] = o.step ? py::object(py::int_(*o.step)) : py::object(py::none());
+  return d;
 }
 
 py::dict Commit(PyCoordinator& self, const std::string& tx,
@@ -328,7 +342,12 @@ wtx.torch_dist); a context manager.)")
       .def("begin", &Begin, py::arg("tx"), py::kw_only(), py::arg("kind") = "full",
            py::arg("base") = py::none(), py::arg("modules") = py::none(),
            py::arg("sources") = py::none(), py::arg("rollback") = false,
-           py::arg("verify") = "touched")
+           py::arg("verify") = "touched", py::arg("lineage") = py::none(),
+           py::arg("step") = py::none(),
+           "Begins `tx` on every rank (a refused begin changes nothing). lineage/step: the step "
+           "of the lineage it commits (None: the ranks' lineage, one past the highest step any "
+           "rank or the decision log committed); a step at or below a committed one raises "
+           "E_STEP_REGRESSION. Returns {'tx', 'lineage', 'step'}.")
       .def("commit", &Commit, py::arg("tx"), py::kw_only(), py::arg("expect_version") = py::none(),
            py::arg("expect_rank_digests") = py::none(),
            "Prepares everywhere and decides. With expect_version (wtx.expected_version), a "
@@ -366,6 +385,8 @@ wtx.torch_dist); a context manager.)")
                d["decision"] = std::string(DecisionName(e.decision));
                d["version"] = e.version;
                d["reason"] = e.reason;
+               d["lineage"] = e.lineage;
+               d["step"] = e.step ? py::object(py::int_(*e.step)) : py::object(py::none());
                out.append(d);
              }
              return out;

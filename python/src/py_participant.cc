@@ -33,7 +33,8 @@ std::shared_ptr<PyParticipant> OpenParticipant(
     const std::string& kernel_identity, py::object rollback_budget_bytes_arg,
     py::object landing_hash_threads_arg, py::object threads_arg, bool accept_unverified_journal,
     std::optional<std::string> test_crash_at, bool identity_checks,
-    const std::optional<std::map<std::string, std::string>>& metric_labels) {
+    const std::optional<std::map<std::string, std::string>>& metric_labels,
+    std::optional<std::string> lineage, bool new_lineage) {
   const int rank = static_cast<int>(IntArg(rank_arg, "rank", 0, kMaxRanks - 1));
   const auto rollback_budget_bytes =
       static_cast<size_t>(IntArg(rollback_budget_bytes_arg, "rollback_budget_bytes", 0, INT64_MAX));
@@ -55,6 +56,8 @@ std::shared_ptr<PyParticipant> OpenParticipant(
   o.threads = threads;
   o.accept_unverified_journal = accept_unverified_journal;
   o.metric_labels = MetricLabelsArg(metric_labels);
+  o.lineage = lineage.value_or("");
+  o.new_lineage = new_lineage;
   out->crash = ArmTestCrashPoint(test_crash_at);
   hooks.crash_points = out->crash.get();
   if (!tensors.is_none()) {
@@ -437,6 +440,8 @@ py::dict StatusToPy(const RankStatus& s) {
   d["active_tx"] = s.active_tx ? py::object(py::str(*s.active_tx)) : py::none();
   d["stale_derived"] = s.stale_derived;
   d["storage_moved"] = s.storage_moved;
+  d["lineage"] = s.lineage;
+  d["step"] = s.step ? py::object(py::int_(*s.step)) : py::object(py::none());
   return d;
 }
 
@@ -540,7 +545,8 @@ wtx.Error naming what was wrong.)")
           py::arg("rollback_budget_bytes") = int64_t{1} << 30, py::arg("landing_hash_threads") = 0,
           py::arg("threads") = 0, py::arg("accept_unverified_journal") = false,
           py::arg("test_crash_at") = py::none(), py::arg("identity_checks") = true,
-          py::arg("metric_labels") = py::none(),
+          py::arg("metric_labels") = py::none(), py::arg("lineage") = py::none(),
+          py::arg("new_lineage") = false,
           R"(Opens (creating if needed) rank `rank`'s journal at journal_dir and recovers it.
 
 tensors: where the live bytes are. A torch.nn.Module (its named_parameters() and
@@ -554,6 +560,10 @@ tensors: where the live bytes are. A torch.nn.Module (its named_parameters() and
 threads: data-path threads (0: one per core). rollback_budget_bytes: before-image limit.
 identity_checks: False skips the storage checks (benchmarks measure their cost; unsafe).
 metric_labels: {"replica": ..., "fleet": ...} added to this rank's metrics (docs/metrics.md).
+lineage: the lineage (the policy being trained) the journal belongs to. A journal belongs to
+  one lineage and one model: one of another model (E_MANIFEST_MISMATCH) or of another lineage
+  (E_LINEAGE_MISMATCH) is refused naming both, unless new_lineage=True, which starts `lineage`
+  on it (the old committed version and step are forgotten; a full update serves again).
 Raises wtx.Error (INVALID_ARGUMENT naming the holder when this process already has the journal
 open). Returns the participant; a context manager (close() on leaving the block).)")
       .def_property_readonly("rank", [](const PyParticipant& s) { return s.rank; })

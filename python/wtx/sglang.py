@@ -138,12 +138,17 @@ class WtxSglangAdapter(UpdateState):
                  kernel_identity: str = "", prepare_timeout: float = 30.0,
                  serving_gate: str = "hold",
                  rollback_budget_bytes: Optional[int] = None,
-                 metric_labels: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+                 metric_labels: Optional[Dict[str, str]] = None,
+                 lineage: Optional[str] = None, new_lineage: bool = False) -> Dict[str, Any]:
         """Opens this rank's participant over the model (its manifest sharded by the runner's
         TP size and rank) and joins 2PC over `group` (collective; the TP group, or every
         pipeline stage's ranks). metric_labels: {"replica", "fleet"} on the rank's and its
         coordinator's Prometheus series (docs/metrics.md); "replica" defaults to "dp{dp_rank}"
-        on a data-parallel replica. Returns the participant's status."""
+        on a data-parallel replica. lineage / new_lineage: the lineage the journal belongs to
+        (docs/fleet.md; Participant.open). A step's weight_version that is a whole number
+        ("57") is its step of the lineage: one at or below the committed step is refused
+        (E_STEP_REGRESSION); any other weight_version takes the next step. Returns the
+        participant's status."""
         if self.participant is not None:
             raise Error("INVALID_ARGUMENT", "init_wtx: already initialized (close() first)")
         if load not in ("write_source", "load_weights"):
@@ -171,7 +176,8 @@ class WtxSglangAdapter(UpdateState):
         if dp is not None:
             labels.setdefault("replica", f"dp{dp}")
         p = Participant.open(journal_dir, manifest, rank=rank, tensors=self.model,
-                             kernel_identity=kernel_identity, metric_labels=labels, **extra)
+                             kernel_identity=kernel_identity, metric_labels=labels,
+                             lineage=lineage, new_lineage=new_lineage, **extra)
         try:
             extra_coordinator: Dict[str, Any] = {}
             if int(getattr(self.runner, "pp_size", 1) or 1) > 1:
@@ -348,7 +354,7 @@ class WtxSglangAdapter(UpdateState):
         tx = tx or (f"sglang-{label}-{self._updates}" if label else
                     default_tx("sglang", self._p, self._updates))
         self._g.begin(tx, kind=kind, base=base, modules=modules, sources=sources,
-                      rollback=self._gate == "restore")
+                      rollback=self._gate == "restore", step=step_of_label(label))
         self._tx, self._tx_label, self._kind, self._buckets = tx, label, kind, 0
         self._receiver.reset()
 
@@ -630,6 +636,14 @@ def _status_ok(ranks: Any, label: str) -> bool:
     return True
 
 
+def step_of_label(label: Optional[str]) -> Optional[int]:
+    """The step a request's weight_version names: a whole number ("57", as slime sends its
+    rollout id) is the step; anything else (None, "v1.2") leaves the step to wtx (the next)."""
+    if isinstance(label, str) and label.isascii() and label.isdigit():
+        return int(label)
+    return None
+
+
 def install(scheduler: Any, journal_dir: str, coordinator_journal: Optional[str] = None,
             group: Any = None, **init_options: Any) -> WtxSglangAdapter:
     """Installs wtx into one rank of SGLang (module docstring): the adapter over
@@ -776,6 +790,8 @@ def plugin() -> None:
         options["rollback_budget_bytes"] = int(os.environ["WTX_SGLANG_ROLLBACK_BUDGET_BYTES"])
     if os.environ.get("WTX_SGLANG_FLEET"):
         options["metric_labels"] = {"fleet": os.environ["WTX_SGLANG_FLEET"]}
+    if os.environ.get("WTX_SGLANG_LINEAGE"):
+        options["lineage"] = os.environ["WTX_SGLANG_LINEAGE"]
     coordinator = os.environ.get("WTX_SGLANG_COORDINATOR_JOURNAL", "")
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:

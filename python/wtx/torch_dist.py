@@ -73,11 +73,15 @@ class Group:
     # ------------------------------------------------------------------ collective operations
 
     def begin(self, tx, kind="full", base=None, modules=None, sources=None, rollback=False,
-              verify="touched"):
-        """Begins `tx` on every rank (collective); a refusal raises wtx.Error on every rank."""
+              verify="touched", lineage=None, step=None):
+        """Begins `tx` on every rank (collective); a refusal raises wtx.Error on every rank.
+
+        lineage/step: the step of the lineage this update commits (docs/fleet.md; None: the
+        ranks' lineage and the next step). Returns {'tx', 'lineage', 'step'} on every rank.
+        """
         return self._session(lambda c: c.begin(tx, kind=kind, base=base, modules=modules,
                                                sources=sources, rollback=rollback,
-                                               verify=verify))
+                                               verify=verify, lineage=lineage, step=step))
 
     def commit(self, tx, expect_version=None):
         """Prepares everywhere and decides (collective).

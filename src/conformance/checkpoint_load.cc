@@ -79,6 +79,8 @@ Result<CheckpointLoadPlan> PlanCheckpointLoad(const CheckpointLoadRequest& reque
   begin.tx = kLoadTx;
   begin.begin.tx = kLoadTx;
   begin.begin.kind = TxKind::kFull;
+  begin.begin.lineage = request.lineage;
+  begin.begin.step = request.step;
   sim::Step load;
   load.op = "load_checkpoint";
   load.value = plan.checkpoint;
@@ -110,6 +112,9 @@ json CheckpointLoadOutput(const CheckpointLoadPlan& plan, const json& run) {
   if (commit) {
     if (commit->contains("outcome")) out["outcome"] = (*commit)["outcome"];
     if (commit->contains("version")) out["version"] = (*commit)["version"];
+    for (const char* k : {"lineage", "step"}) {
+      if (commit->contains(k)) out[k] = (*commit)[k];
+    }
     if (commit->contains("votes")) out["votes"] = (*commit)["votes"];
   } else {
     out["outcome"] = "not_begun";
@@ -128,7 +133,7 @@ json CheckpointLoadOutput(const CheckpointLoadPlan& plan, const json& run) {
   json ranks = json::array();
   for (const json& r : run.value("ranks", json::array())) {
     json jr = {{"rank", r.value("rank", -1)}};
-    for (const char* k : {"digest", "version", "dirty", "loaded", "serving"}) {
+    for (const char* k : {"digest", "version", "dirty", "loaded", "serving", "lineage", "step"}) {
       jr[k] = r.value(k, json());
     }
     ranks.push_back(std::move(jr));

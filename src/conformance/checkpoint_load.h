@@ -29,6 +29,10 @@ struct CheckpointLoadRequest {
   std::optional<DType> dtype;  // live dtype (HfManifestOptions::dtype)
   // Compute the expected version first and commit only if the ranks' digests equal it.
   bool expect_version = false;
+  // The lineage and step the load commits (docs/fleet.md); "" / nullopt: the ranks' own, the
+  // next step.
+  std::string lineage;
+  std::optional<int64_t> step;
 };
 
 struct CheckpointLoadPlan {

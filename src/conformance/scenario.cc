@@ -26,7 +26,8 @@ Status Bad(const std::string& where, const std::string& what) {
 Status CheckStepFields(const json& s, const std::string& where, const std::string& op) {
   if (op == "begin") {
     return CheckFields(s, where,
-                       {"op", "tx", "kind", "base", "modules", "sources", "rollback", "verify"});
+                       {"op", "tx", "kind", "base", "modules", "sources", "rollback", "verify",
+                        "lineage", "step"});
   }
   if (op == "write" || op == "land" || op == "poke") {
     return CheckFields(s, where, {"op", "rank", "param", "shard", "source", "box", "fill"});
@@ -158,6 +159,14 @@ Result<Step> ParseStep(const json& s, int i, int ranks) {
       auto mode = v->is_string() ? VerifyModeFromName(v->get<std::string>()) : std::nullopt;
       if (!mode) return Bad(where + ".verify", "expected \"touched\" or \"all\"");
       st.begin.verify = *mode;
+    }
+    WTX_ASSIGN_OR_RETURN(lineage, Str(s, "lineage", where, false));
+    st.begin.lineage = lineage;
+    if (auto v = s.find("step"); v != s.end()) {
+      if (!v->is_number_integer() || v->get<int64_t>() < 0) {
+        return Bad(where + ".step", "expected a step: an integer >= 0");
+      }
+      st.begin.step = v->get<int64_t>();
     }
   } else if (op == "write" || op == "reserve" || op == "land" || op == "poke") {
     // reserve / land / poke address a region exactly as write does; reserve has no fill.

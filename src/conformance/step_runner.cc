@@ -109,6 +109,8 @@ class Runner {
     BeginOutcome o = procs_.Begin(req);
     if (o.status.ok()) {
       out["ok"] = true;
+      if (!o.lineage.empty()) out["lineage"] = o.lineage;
+      if (o.step) out["step"] = *o.step;
       scope_ = req;
       return;
     }
@@ -201,6 +203,8 @@ class Runner {
       committed_digests_[st.tx] = std::move(digests);
       out["version"] = o.version;
     }
+    if (o.step) out["step"] = *o.step;
+    if (!o.lineage.empty()) out["lineage"] = o.lineage;
     if (coordinator_died) {
       out["ok"] = false;
       out["outcome"] = "in_doubt";
@@ -286,6 +290,8 @@ class Runner {
       j["in_doubt"] = s.in_doubt ? json(*s.in_doubt) : json();
       j["active_tx"] = s.active_tx ? json(*s.active_tx) : json();
       j["stale_derived"] = s.stale_derived;
+      j["lineage"] = s.lineage;
+      j["step"] = s.step ? json(*s.step) : json();
       j["crashed"] = false;
       return j;
     }
@@ -299,6 +305,8 @@ class Runner {
     const json act = st.is_object() ? st.value("active", json()) : json();
     j["version"] = st.is_object() ? st.value("version", json()) : json();
     j["digest"] = st.is_object() ? st.value("digest", json()) : json();
+    j["lineage"] = st.is_object() ? st.value("lineage", json("")) : json("");
+    j["step"] = st.is_object() ? st.value("step", json()) : json();
     j["dirty"] = true;
     j["loaded"] = false;
     j["serving"] = false;
@@ -327,7 +335,8 @@ class Runner {
               auto rec = DecodeCoordinatorRecord(r);
               if (!rec.ok()) return rec.status();
               if (const auto* d = std::get_if<DecisionRecord>(&rec.value())) {
-                ds.push_back({d->tx, d->decision, d->version.value_or(""), d->reason, d->ts});
+                ds.push_back({d->tx, d->decision, d->version.value_or(""), d->reason, d->ts,
+                              d->lineage, d->step});
               }
               return Status::OK();
             })
@@ -339,6 +348,8 @@ class Runner {
       json e = {{"tx", d.tx}, {"decision", DecisionName(d.decision)}};
       e["version"] = d.version.empty() ? json() : json(d.version);
       if (!d.reason.empty()) e["reason"] = d.reason;
+      if (!d.lineage.empty()) e["lineage"] = d.lineage;
+      if (d.step) e["step"] = *d.step;
       a.push_back(std::move(e));
     }
     return {{"alive", alive}, {"decisions", std::move(a)}};

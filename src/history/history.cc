@@ -55,7 +55,9 @@ Result<std::vector<json>> CoordinatorHistory(const Journal& journal, std::vector
                      {"time", d->ts},
                      {"votes", std::move(votes)},
                      {"timings_us", std::move(timings)},
-                     {"acknowledged", false}});
+                     {"acknowledged", false},
+                     {"lineage", d->lineage.empty() ? json(nullptr) : json(d->lineage)},
+                     {"step", d->step ? json(*d->step) : json(nullptr)}});
     } else if (const auto* e = std::get_if<EndRecord>(&rec)) {
       if (auto it = at.find(e->tx); it != at.end()) out[it->second]["acknowledged"] = true;
     } else if (const auto* b = std::get_if<BeginRefusedRecord>(&rec)) {
@@ -110,6 +112,18 @@ Result<std::vector<json>> ParticipantHistory(const Journal& journal, std::vector
       if (events) events->push_back(StorageEventJson("REBIND", b->params, std::nullopt, b->ts));
       return Status::OK();
     }
+    if (const auto* g = std::get_if<LineageRecord>(&rec)) {
+      if (events) {
+        std::string detail = "new lineage '" + g->lineage + "' (model " + g->fingerprint + ")";
+        if (!g->previous_lineage.empty() || !g->previous_fingerprint.empty()) {
+          detail += " replaces lineage '" + g->previous_lineage + "' (model " +
+                    g->previous_fingerprint + ")";
+          if (g->previous_step) detail += " at step " + std::to_string(*g->previous_step);
+        }
+        events->push_back({{"type", "LINEAGE"}, {"time", g->ts}, {"reason", detail}});
+      }
+      return Status::OK();
+    }
     if (const auto* b = std::get_if<BeginRecord>(&rec)) {
       at[b->tx] = out.size();
       out.push_back({{"tx", b->tx},
@@ -124,7 +138,9 @@ Result<std::vector<json>> ParticipantHistory(const Journal& journal, std::vector
                      {"rollback", b->rollback},
                      {"coverage", {{"writes", 0}, {"patches", 0}, {"elements", 0}, {"bytes", 0}}},
                      {"refreshed", json::array()},
-                     {"timings_us", json::object()}});
+                     {"timings_us", json::object()},
+                     {"lineage", b->lineage.empty() ? json(nullptr) : json(b->lineage)},
+                     {"step", b->step ? json(*b->step) : json(nullptr)}});
       return Status::OK();
     }
     const std::string* tx = TxOf(rec);

@@ -45,6 +45,8 @@ HistoryEntry EntryFromJson(const json& e) {
   h.outcome = String(e, "outcome");
   h.version = OptString(e, "version");
   h.reason = String(e, "reason");
+  h.lineage = OptString(e, "lineage").value_or("");
+  if (auto s = e.find("step"); s != e.end() && s->is_number_integer()) h.step = s->get<int64_t>();
   if (auto t = e.find("timings_us"); t != e.end() && t->is_object()) {
     for (const auto& [k, v] : t->items()) {
       if (v.is_number_integer()) h.timings_us[k] = v.get<int64_t>();

@@ -61,6 +61,11 @@ Result<JournalState> ReadJournalState(const std::string& dir) {
   out.active_tx = OptionalString(act, "tx");
   if (act.is_object() && act.value("vote", json()) == "yes") out.in_doubt = out.active_tx;
   out.serving = out.loaded && !out.dirty && out.version.has_value() && !out.in_doubt;
+  out.model = OptionalString(st, "model").value_or("");
+  out.lineage = OptionalString(st, "lineage").value_or("");
+  if (auto s = st.find("step"); s != st.end() && s->is_number_integer()) {
+    out.step = s->get<int64_t>();
+  }
   return out;
 }
 

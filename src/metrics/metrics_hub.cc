@@ -107,6 +107,12 @@ const std::vector<MetricFamilyInfo>& MetricFamilies() {
        "gauge",
        LabelNames({}),
        {}},
+      {"wtx_committed_step",
+       "The step of the lineage the rank's committed version is (absent before one), labelled "
+       "with the lineage.",
+       "gauge",
+       LabelNames({"lineage"}),
+       {}},
   };
   return table;
 }
@@ -126,7 +132,7 @@ MetricsHub& MetricsHub::Get() {
 MetricsHub::MetricsHub()
     : registry_(std::make_shared<prometheus::Registry>()), families_(new Families) {
   const auto& table = MetricFamilies();
-  static_assert(kNumSeries == 14, "every Series has its row in MetricFamilies()");
+  static_assert(kNumSeries == 15, "every Series has its row in MetricFamilies()");
   families_->counters.assign(table.size(), nullptr);
   families_->gauges.assign(table.size(), nullptr);
   families_->histograms.assign(table.size(), nullptr);

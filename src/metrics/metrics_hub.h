@@ -40,8 +40,9 @@ enum class Series {
   kHeld,              // gauge wtx_held_info
   kVersion,           // gauge wtx_version_info
   kTransactionStart,  // gauge wtx_transaction_start_timestamp_seconds
+  kCommittedStep,     // gauge wtx_committed_step
 };
-inline constexpr int kNumSeries = 14;
+inline constexpr int kNumSeries = 15;
 
 class MetricsHub {
  public:

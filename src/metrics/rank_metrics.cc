@@ -110,6 +110,16 @@ void RankMetrics::Publish(const RankGauges& g) {
     }
     if (g.version) hub.Set(Series::kVersion, VersionLabels(*g.version, g.label), 1);
   }
+  if (first || g.step != last_.step || g.lineage != last_.lineage) {
+    if (!first && last_.step && g.lineage != last_.lineage) {
+      hub.Remove(Series::kCommittedStep, With("lineage", last_.lineage));
+    }
+    if (g.step) {
+      hub.Set(Series::kCommittedStep, With("lineage", g.lineage), static_cast<double>(*g.step));
+    } else if (!first && last_.step) {
+      hub.Remove(Series::kCommittedStep, With("lineage", last_.lineage));
+    }
+  }
   last_ = g;
   published_ = true;
 }
@@ -122,6 +132,7 @@ void RankMetrics::RemoveGauges() {
   }
   if (!last_.held_reason.empty()) hub.Remove(Series::kHeld, With("reason", last_.held_reason));
   if (last_.version) hub.Remove(Series::kVersion, VersionLabels(*last_.version, last_.label));
+  if (last_.step) hub.Remove(Series::kCommittedStep, With("lineage", last_.lineage));
 }
 
 }  // namespace wtx::metrics

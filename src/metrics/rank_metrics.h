@@ -34,6 +34,8 @@ struct RankGauges {
   std::string label;            // of the committed version: the transaction that committed it
   double coverage = 0;          // of the open transaction, in [0, 1]
   double tx_start_seconds = 0;  // Unix time the open transaction began; 0: none
+  std::optional<int64_t> step;  // of the committed version, in `lineage`
+  std::string lineage;
   bool operator==(const RankGauges&) const = default;
 };
 

@@ -56,20 +56,24 @@ ErrorCode CodeFromJson(const json& j) {
 }  // namespace
 
 json BeginRequestToJson(const BeginRequest& r) {
-  return {{"tx", r.tx},
-          {"kind", TxKindName(r.kind)},
-          {"base", r.base},
-          {"modules", r.modules},
-          {"sources", r.sources},
-          {"rollback", r.rollback},
-          {"verify", VerifyModeName(r.verify)}};
+  json j = {{"tx", r.tx},
+            {"kind", TxKindName(r.kind)},
+            {"base", r.base},
+            {"modules", r.modules},
+            {"sources", r.sources},
+            {"rollback", r.rollback},
+            {"verify", VerifyModeName(r.verify)}};
+  if (!r.lineage.empty()) j["lineage"] = r.lineage;
+  if (r.step) j["step"] = *r.step;
+  return j;
 }
 
 Result<BeginRequest> BeginRequestFromJson(const json& j) {
   return Decode<BeginRequest>("begin request", j, [&]() -> Result<BeginRequest> {
     // verify: the begin option of in-place landings (VerifyMode), when a peer sends it.
     WTX_RETURN_IF_ERROR(CheckFields(
-        j, "begin request", {"tx", "kind", "base", "modules", "sources", "rollback", "verify"}));
+        j, "begin request",
+        {"tx", "kind", "base", "modules", "sources", "rollback", "verify", "lineage", "step"}));
     BeginRequest r;
     r.tx = j.at("tx").get<std::string>();
     auto kind = TxKindFromName(j.at("kind").get<std::string>());
@@ -83,6 +87,9 @@ Result<BeginRequest> BeginRequestFromJson(const json& j) {
     auto verify = VerifyModeFromName(j.value("verify", std::string("touched")));
     if (!verify) return Status::InvalidArgument("begin request: unknown verify mode");
     r.verify = *verify;
+    // Absent from older peers and where none was named.
+    r.lineage = j.value("lineage", std::string());
+    if (j.contains("step")) r.step = IntOrThrow(j.at("step"), "step", 0, INT64_MAX);
     return r;
   });
 }
@@ -179,20 +186,24 @@ json RankDescriptionToJson(const RankDescription& d) {
       {"rank", d.rank}, {"fingerprint", d.fingerprint}, {"kernel_identity", d.kernel_identity}};
   if (d.active_tx) j["active_tx"] = *d.active_tx;
   if (d.prepared) j["prepared"] = true;
+  if (!d.lineage.empty()) j["lineage"] = d.lineage;
+  if (d.step) j["step"] = *d.step;
   return j;
 }
 
 Result<RankDescription> RankDescriptionFromJson(const json& j) {
   return Decode<RankDescription>("rank description", j, [&]() -> Result<RankDescription> {
-    WTX_RETURN_IF_ERROR(
-        CheckFields(j, "rank description",
-                    {"rank", "fingerprint", "kernel_identity", "active_tx", "prepared"}));
+    WTX_RETURN_IF_ERROR(CheckFields(
+        j, "rank description",
+        {"rank", "fingerprint", "kernel_identity", "active_tx", "prepared", "lineage", "step"}));
     RankDescription d;
     d.rank = RankOrThrow(j);
     d.fingerprint = j.at("fingerprint").get<std::string>();
     d.kernel_identity = j.at("kernel_identity").get<std::string>();
     if (j.contains("active_tx")) d.active_tx = j.at("active_tx").get<std::string>();
     if (j.contains("prepared")) d.prepared = j.at("prepared").get<bool>();
+    d.lineage = j.value("lineage", std::string());
+    if (j.contains("step")) d.step = IntOrThrow(j.at("step"), "step", 0, INT64_MAX);
     return d;
   });
 }
@@ -224,7 +235,9 @@ json RankStatusToJson(const RankStatus& s) {
           {"in_doubt", OptStr(s.in_doubt)},
           {"active_tx", OptStr(s.active_tx)},
           {"stale_derived", s.stale_derived},
-          {"storage_moved", s.storage_moved}};
+          {"storage_moved", s.storage_moved},
+          {"lineage", s.lineage},
+          {"step", s.step ? json(*s.step) : json()}};
 }
 
 Result<RankStatus> RankStatusFromJson(const json& j) {
@@ -233,7 +246,7 @@ Result<RankStatus> RankStatusFromJson(const json& j) {
     WTX_RETURN_IF_ERROR(
         CheckFields(j, "rank status",
                     {"rank", "version", "committed_tx", "dirty", "loaded", "serving", "in_doubt",
-                     "active_tx", "stale_derived", "digest", "storage_moved"}));
+                     "active_tx", "stale_derived", "digest", "storage_moved", "lineage", "step"}));
     RankStatus s;
     s.rank = RankOrThrow(j);
     s.version = GetOptStr(j, "version");
@@ -247,6 +260,10 @@ Result<RankStatus> RankStatusFromJson(const json& j) {
     s.stale_derived = j.at("stale_derived").get<std::vector<std::string>>();
     if (j.contains("storage_moved")) {  // absent from ranks of an older wtx
       s.storage_moved = j.at("storage_moved").get<std::vector<std::string>>();
+    }
+    s.lineage = j.value("lineage", std::string());  // absent from ranks of an older wtx
+    if (j.contains("step") && !j.at("step").is_null()) {
+      s.step = IntOrThrow(j.at("step"), "step", 0, INT64_MAX);
     }
     return s;
   });

@@ -46,19 +46,40 @@ Status CheckControlParams(const std::string& m, const json& p) {
   return Status::OK();
 }
 
+namespace {
+
+// The lineage and step of an outcome or decision (docs/fleet.md): present only where set.
+void AddLineageStep(json& j, const std::string& lineage, const std::optional<int64_t>& step) {
+  if (!lineage.empty()) j["lineage"] = lineage;
+  if (step) j["step"] = *step;
+}
+
+// Inside a Guard: a field of the wrong type throws, and the guard names it.
+void ReadLineageStep(const json& j, std::string* lineage, std::optional<int64_t>* step) {
+  *lineage = j.value("lineage", std::string());
+  if (auto s = j.find("step"); s != j.end() && !s->is_null()) {
+    *step = JsonIntOrThrow(*s, "step", 0, INT64_MAX);
+  }
+}
+
+}  // namespace
+
 json BeginOutcomeToJson(const BeginOutcome& o) {
   json errors = json::array();
   for (const auto& e : o.errors) {
     errors.push_back({{"rank", e.rank}, {"status", net::StatusToJson(e.status)}});
   }
-  return {{"status", net::StatusToJson(o.status)}, {"errors", errors}};
+  json j = {{"status", net::StatusToJson(o.status)}, {"errors", errors}};
+  AddLineageStep(j, o.lineage, o.step);
+  return j;
 }
 
 Result<BeginOutcome> BeginOutcomeFromJson(const json& j) {
   if (!j.is_object()) return Status::InvalidArgument("begin outcome: expected a map");
   return Guard<BeginOutcome>("begin outcome", [&]() -> Result<BeginOutcome> {
-    WTX_RETURN_IF_ERROR(CheckFields(j, "begin outcome", {"status", "errors"}));
+    WTX_RETURN_IF_ERROR(CheckFields(j, "begin outcome", {"status", "errors", "lineage", "step"}));
     BeginOutcome o;
+    ReadLineageStep(j, &o.lineage, &o.step);
     o.status = net::StatusOrOkFromJson(j.at("status"));
     for (const auto& e : j.at("errors")) {
       WTX_RETURN_IF_ERROR(CheckFields(e, "begin outcome.errors[]", {"rank", "status"}));
@@ -107,12 +128,14 @@ json CommitOutcomeToJson(const CommitOutcome& o) {
                      {"vote", net::VoteToJson(v.vote)},
                      {"status", net::StatusToJson(v.status)}});
   }
-  return {{"status", net::StatusToJson(o.status)},
-          {"decision", o.decision ? json(DecisionName(*o.decision)) : json()},
-          {"decision_logged", o.decision_logged},
-          {"version", o.version},
-          {"votes", votes},
-          {"unacknowledged", o.unacknowledged}};
+  json j = {{"status", net::StatusToJson(o.status)},
+            {"decision", o.decision ? json(DecisionName(*o.decision)) : json()},
+            {"decision_logged", o.decision_logged},
+            {"version", o.version},
+            {"votes", votes},
+            {"unacknowledged", o.unacknowledged}};
+  AddLineageStep(j, o.lineage, o.step);
+  return j;
 }
 
 Result<CommitOutcome> CommitOutcomeFromJson(const json& j) {
@@ -121,8 +144,9 @@ Result<CommitOutcome> CommitOutcomeFromJson(const json& j) {
     // crash_fired: added by `wtx coordinator --test-hooks` beside the outcome.
     WTX_RETURN_IF_ERROR(CheckFields(j, "commit outcome",
                                     {"status", "decision", "decision_logged", "version", "votes",
-                                     "unacknowledged", "crash_fired"}));
+                                     "unacknowledged", "crash_fired", "lineage", "step"}));
     CommitOutcome o;
+    ReadLineageStep(j, &o.lineage, &o.step);
     o.status = net::StatusOrOkFromJson(j.at("status"));
     if (!j.at("decision").is_null()) {
       auto d = DecisionFromName(j.at("decision").get<std::string>());
@@ -164,6 +188,7 @@ json DecisionsToJson(const std::vector<DecisionEntry>& ds) {
                  {"version", d.version},
                  {"reason", d.reason},
                  {"ts", d.time_micros}});
+    AddLineageStep(a.back(), d.lineage, d.step);
   }
   return a;
 }
@@ -174,9 +199,10 @@ Result<std::vector<DecisionEntry>> DecisionsFromJson(const json& j) {
       "decisions", [&]() -> Result<std::vector<DecisionEntry>> {
         std::vector<DecisionEntry> out;
         for (const auto& e : j) {
-          WTX_RETURN_IF_ERROR(
-              CheckFields(e, "decisions[]", {"tx", "decision", "version", "reason", "ts"}));
+          WTX_RETURN_IF_ERROR(CheckFields(
+              e, "decisions[]", {"tx", "decision", "version", "reason", "ts", "lineage", "step"}));
           DecisionEntry d;
+          ReadLineageStep(e, &d.lineage, &d.step);
           d.tx = e.at("tx").get<std::string>();
           d.decision =
               DecisionFromName(e.at("decision").get<std::string>()).value_or(Decision::kAbort);

@@ -193,7 +193,7 @@ class CoordinatorImpl : public Coordinator {
   // The coordinator's series (docs/metrics.md).
   metrics::CoordinatorMetrics metrics_;
   const std::vector<int> manifest_peer_;  // ManifestPeers(options_.manifest_groups)
-  CoordinatorHooks hooks_;  // src/txn/test_hooks.h
+  CoordinatorHooks hooks_;                // src/txn/test_hooks.h
   Transport* transport_;
   FanOut fan_out_;
   // The decision log: the shared one, or audit_ itself (embedded).
@@ -224,7 +224,13 @@ class CoordinatorImpl : public Coordinator {
   std::map<std::string, bool> pending_ GUARDED_BY(mu_);
   std::set<std::string> busy_ GUARDED_BY(mu_);        // a Begin/Commit/Abort is running on these
   std::set<std::string> collecting_ GUARDED_BY(mu_);  // a Commit is collecting votes on these
-  std::set<std::string> begun_ GUARDED_BY(mu_);       // begun by this process, not yet decided
+  // Begun by this process, not yet decided: the lineage and step each was begun with.
+  std::map<std::string, std::pair<std::string, int64_t>> begun_ GUARDED_BY(mu_);
+  // The step this transaction begins with: req.step, or one past the highest step any rank (of
+  // the same lineage) or the decision log committed; E_STEP_REGRESSION for a req.step at or
+  // below one the log committed, E_LINEAGE_MISMATCH for ranks of different lineages.
+  Result<std::pair<std::string, int64_t>> ChooseStep(const BeginRequest& req,
+                                                     const std::vector<RankDescription>& desc);
   // Counts Begin calls started; AbortOrphans acts only on a view no Begin raced with.
   uint64_t begins_started_ GUARDED_BY(mu_) = 0;
 };
@@ -244,7 +250,7 @@ std::string AbortCode(const LoggedDecision& d) {
 }
 
 DecisionEntry EntryOf(const LoggedDecision& d) {
-  return DecisionEntry{d.tx, d.decision, d.version, d.reason, d.time_micros};
+  return DecisionEntry{d.tx, d.decision, d.version, d.reason, d.time_micros, d.lineage, d.step};
 }
 
 std::string DefaultHolder() {
@@ -366,6 +372,8 @@ Result<DecisionEntry> CoordinatorImpl::DecideOnce(const DecisionEntry& e,
   d.time_micros = e.time_micros;
   d.prepare_us = prepare_us;
   d.votes = std::move(votes);
+  d.lineage = e.lineage;
+  d.step = e.step;
   const auto t0 = std::chrono::steady_clock::now();
   auto won = log_->Decide(d);
   const double seconds = metrics::SecondsSince(t0);
@@ -537,6 +545,16 @@ BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
       }
     }
   }
+  BeginRequest begun = req;
+  if (out.errors.empty()) {
+    auto chosen = ChooseStep(req, desc);
+    if (!chosen.ok()) {
+      out.errors.push_back({-1, chosen.status()});
+    } else {
+      begun.lineage = chosen->first;
+      begun.step = chosen->second;
+    }
+  }
   if (out.errors.empty()) {
     st = std::move(check);
     collect();
@@ -557,7 +575,7 @@ BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
     }
   }
   if (out.errors.empty()) {
-    fan_out_.Run(n, [&](int r) { st[r] = transport_->endpoint(r)->Begin(req); });
+    fan_out_.Run(n, [&](int r) { st[r] = transport_->endpoint(r)->Begin(begun); });
     collect();
     bool aborted_meanwhile = false;
     if (out.errors.empty()) {
@@ -568,7 +586,10 @@ BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
         out.errors.push_back({-1, Status(ErrorCode::kNoTx, "transaction '" + req.tx +
                                                                "' was aborted while it began")});
       } else {
-        begun_.insert(req.tx);  // ours: recovery must not take it for an orphan
+        // Ours: recovery must not take it for an orphan.
+        begun_[req.tx] = {begun.lineage, *begun.step};
+        out.lineage = begun.lineage;
+        out.step = begun.step;
       }
     }
     if (!out.errors.empty()) {
@@ -682,6 +703,15 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
   }
   DecisionEntry e;
   e.tx = tx;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (auto it = begun_.find(tx); it != begun_.end()) {
+      e.lineage = it->second.first;
+      e.step = it->second.second;
+    }
+  }
+  out.lineage = e.lineage;
+  out.step = e.step;
   Status expected = Status::OK();
   if (!any_no && !any_missing) expected = CheckExpectedVersion(opts, digests);
   if (!any_missing && !any_wrote && !any_undeclared && expected.ok()) {
@@ -743,6 +773,8 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
                     won->reason == e.reason && won->time_micros == e.time_micros;
   if (!ours) {
     e = won.value();
+    out.lineage = e.lineage;
+    out.step = e.step;
     out.status = Status(ErrorCode::kNoTx, "transaction '" + tx +
                                               "' was decided while its votes were collected (" +
                                               std::string(DecisionName(e.decision)) +
@@ -763,6 +795,56 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
   out.unacknowledged = Deliver(tx, e.decision, e.version);
   EndIfAcked(tx, out.unacknowledged).ok();
   return out;
+}
+
+Result<std::pair<std::string, int64_t>> CoordinatorImpl::ChooseStep(
+    const BeginRequest& req, const std::vector<RankDescription>& desc) {
+  // The lineage: the request's, else the one the ranks name (every rank that names one agrees).
+  std::string lineage = req.lineage;
+  int named_by = -1;
+  for (const RankDescription& d : desc) {
+    if (d.lineage.empty()) continue;
+    if (!req.lineage.empty()) continue;  // each rank checks the request's against its own
+    if (named_by < 0) {
+      lineage = d.lineage;
+      named_by = d.rank;
+    } else if (d.lineage != lineage) {
+      return Status(ErrorCode::kLineageMismatch,
+                    "rank " + std::to_string(d.rank) + " belongs to lineage '" + d.lineage +
+                        "', rank " + std::to_string(named_by) + " to '" + lineage + "'");
+    }
+  }
+  // The highest step committed in the lineage: by any rank that belongs to it, and in the log.
+  std::optional<int64_t> highest;
+  auto consider = [&](int64_t step) {
+    if (!highest || step > *highest) highest = step;
+  };
+  for (const RankDescription& d : desc) {
+    if (d.step && (d.lineage.empty() || d.lineage == lineage)) consider(*d.step);
+  }
+  std::optional<int64_t> logged;
+  std::string logged_tx;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const DecisionEntry& e : order_) {
+      if (e.decision == Decision::kAbort || !e.step || e.lineage != lineage) continue;
+      if (!logged || *e.step > *logged) {
+        logged = e.step;
+        logged_tx = e.tx;
+      }
+    }
+  }
+  const std::string named = lineage.empty() ? "the unnamed lineage" : "lineage '" + lineage + "'";
+  if (req.step && logged && *req.step <= *logged) {
+    return Status(ErrorCode::kStepRegression,
+                  "step " + std::to_string(*req.step) + " is at or below step " +
+                      std::to_string(*logged) + " of " + named + ", which the decision log (" +
+                      log_->Describe() + ") committed in transaction '" + logged_tx +
+                      "'; a step never goes back (start a new lineage to reuse it)");
+  }
+  if (logged) consider(*logged);
+  if (req.step) return std::make_pair(lineage, *req.step);
+  return std::make_pair(lineage, highest ? *highest + 1 : int64_t{0});
 }
 
 Status CoordinatorImpl::CheckExpectedVersion(const CommitOptions& opts,
@@ -823,8 +905,9 @@ BeginOutcome CoordinatorImpl::Abort(const std::string& tx) {
       log_first = true;
     }
   }
-  const DecisionEntry abort_entry{tx, Decision::kAbort, "", "aborted by the sender",
-                                  options_.env.clock->NowMicros()};
+  const DecisionEntry abort_entry{
+      tx, Decision::kAbort, "", "aborted by the sender", options_.env.clock->NowMicros(),
+      "", std::nullopt};
   if (log_first) {
     auto won = DecideOnce(abort_entry, {}, std::nullopt);
     if (!won.ok()) {
@@ -948,9 +1031,13 @@ Status CoordinatorImpl::AbortOrphans() {
   for (const auto& [tx, ranks] : orphans) {
     // Begun by a coordinator that died before deciding: nobody will ever commit it.
     const DecisionEntry abort_entry{
-        tx, Decision::kAbort, "",
+        tx,
+        Decision::kAbort,
+        "",
         "aborted on recovery: begun by a coordinator that did not decide it",
-        options_.env.clock->NowMicros()};
+        options_.env.clock->NowMicros(),
+        "",
+        std::nullopt};
     auto won = DecideOnce(abort_entry, {}, std::nullopt);
     if (!won.ok()) return won.status();
     EndIfAcked(tx, Deliver(tx, won->decision, won->version)).ok();
@@ -976,8 +1063,9 @@ Result<std::pair<Decision, std::string>> CoordinatorImpl::QueryDecision(const st
   // Presumed abort; logged so that the transaction can never commit later (a Begin or Commit
   // running on it ends in abort), and told to every rank so that none keeps waiting. On a
   // shared log another writer may have decided first: its decision is the answer.
-  const DecisionEntry abort_entry{tx, Decision::kAbort, "", "presumed abort (never decided)",
-                                  options_.env.clock->NowMicros()};
+  const DecisionEntry abort_entry{
+      tx, Decision::kAbort, "", "presumed abort (never decided)", options_.env.clock->NowMicros(),
+      "", std::nullopt};
   WTX_ASSIGN_OR_RETURN(won, DecideOnce(abort_entry, {}, std::nullopt));
   WTX_RETURN_IF_ERROR(EndIfAcked(tx, Deliver(tx, won.decision, won.version)));
   return std::make_pair(won.decision, won.version);

@@ -67,6 +67,8 @@ json Encode(const DecisionRecord& r) {
   if (r.prepare_us) out["timings_us"] = {{"prepare", *r.prepare_us}};
   if (r.writer) out["writer"] = *r.writer;
   if (r.epoch) out["epoch"] = *r.epoch;
+  if (!r.lineage.empty()) out["lineage"] = r.lineage;
+  if (r.step) out["step"] = *r.step;
   return out;
 }
 
@@ -89,6 +91,9 @@ Result<DecisionRecord> DecodeDecision(const json& j) {
   r.ts = f.OptInt("ts").value_or(0);
   r.writer = f.OptString("writer");
   r.epoch = f.OptInt("epoch");
+  r.lineage = f.OptString("lineage").value_or("");
+  r.step = f.OptInt("step");
+  if (r.step && *r.step < 0) f.Fail("step", "is negative");
   return FieldsResult(f, std::move(r));
 }
 

@@ -51,6 +51,9 @@ struct DecisionRecord {
   // include/wtx/decision_log.h); absent in journals of the embedded log.
   std::optional<std::string> writer;
   std::optional<int64_t> epoch;
+  // The lineage and step (absent where none was named, and in journals from before lineages).
+  std::string lineage;
+  std::optional<int64_t> step;
 };
 
 // Every rank acknowledged the decision on `tx`.

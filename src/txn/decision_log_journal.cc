@@ -20,6 +20,8 @@ LoggedDecision FromRecord(const DecisionRecord& r) {
   d.time_micros = r.ts;
   d.prepare_us = r.prepare_us;
   d.votes = r.votes;
+  d.lineage = r.lineage;
+  d.step = r.step;
   return d;
 }
 
@@ -32,6 +34,8 @@ DecisionRecord ToRecord(const LoggedDecision& d) {
   r.ts = d.time_micros;
   r.prepare_us = d.prepare_us;
   r.votes = d.votes;
+  r.lineage = d.lineage;
+  r.step = d.step;
   // The embedded log's own decisions stay as they always were; a copy of a shared log's
   // decision says who wrote it and under which epoch.
   if (!d.writer.empty() && d.writer != "coordinator") r.writer = d.writer;

@@ -147,13 +147,16 @@ Result<std::string> EncodeDecisionRecord(const LoggedDecision& d) {
             {"time_micros", d.time_micros},
             {"votes", std::move(votes)}};
   if (d.prepare_us) j["prepare_us"] = *d.prepare_us;
+  if (!d.lineage.empty()) j["lineage"] = d.lineage;
+  if (d.step) j["step"] = *d.step;
   return DumpRecord(j, "decision on tx '" + d.tx + "'");
 }
 
 Result<LoggedDecision> DecodeDecisionRecord(std::string_view value, std::string_view tx) {
-  WTX_ASSIGN_OR_RETURN(j, ParseRecord(value, kDecisionFormat,
-                                      {"format", "v", "tx", "decision", "version", "reason",
-                                       "writer", "epoch", "time_micros", "prepare_us", "votes"}));
+  WTX_ASSIGN_OR_RETURN(
+      j, ParseRecord(value, kDecisionFormat,
+                     {"format", "v", "tx", "decision", "version", "reason", "writer", "epoch",
+                      "time_micros", "prepare_us", "votes", "lineage", "step"}));
   LoggedDecision d;
   WTX_RETURN_IF_ERROR(RecordString(j, kDecisionFormat, "tx", &d.tx));
   if (d.tx != tx) {
@@ -174,6 +177,15 @@ Result<LoggedDecision> DecodeDecisionRecord(std::string_view value, std::string_
     int64_t prepare_us = 0;
     WTX_RETURN_IF_ERROR(RecordInt(j, kDecisionFormat, "prepare_us", &prepare_us));
     d.prepare_us = prepare_us;
+  }
+  if (j.contains("lineage")) {
+    WTX_RETURN_IF_ERROR(RecordString(j, kDecisionFormat, "lineage", &d.lineage));
+  }
+  if (j.contains("step")) {
+    int64_t step = 0;
+    WTX_RETURN_IF_ERROR(RecordInt(j, kDecisionFormat, "step", &step));
+    if (step < 0) return RecordCorrupt(kDecisionFormat, "\"step\" is negative");
+    d.step = step;
   }
   const auto votes = j.find("votes");
   if (votes == j.end() || !votes->is_array()) {

@@ -9,6 +9,8 @@ nlohmann::json LoggedDecisionToJson(const LoggedDecision& d) {
                       {"ended", d.ended}};
   if (d.decision == Decision::kCommit) j["version"] = d.version;
   if (d.prepare_us) j["prepare_us"] = *d.prepare_us;
+  if (!d.lineage.empty()) j["lineage"] = d.lineage;
+  if (d.step) j["step"] = *d.step;
   if (!d.votes.empty()) {
     nlohmann::json votes = nlohmann::json::array();
     for (const LoggedVote& v : d.votes) votes.push_back(LoggedVoteToJson(v));

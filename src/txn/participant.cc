@@ -81,6 +81,7 @@ Status ParticipantImpl::Init() {
     CreateRecord create;
     create.rank = options_.rank;
     create.fingerprint = manifest_->Fingerprint();
+    create.lineage = options_.lineage;
     create.ts = options_.env.clock->NowMicros();
     return AppendRecords({}, std::move(create), true);
   }
@@ -102,6 +103,7 @@ Status ParticipantImpl::Init() {
     return Status::Corruption(options_.journal_dir + ": state belongs to rank " +
                               std::to_string(state_.rank));
   }
+  WTX_RETURN_IF_ERROR(CheckLineageAtOpen());
   if (!journal_->unverified_at_open().empty()) {
     // The operator accepted a journal whose synced records cannot be verified: on the record.
     WTX_RETURN_IF_ERROR(Log(
@@ -142,7 +144,55 @@ Status ParticipantImpl::Init() {
   RestartRecord restart;
   restart.dirty = DirtyAfterRestart(state_);
   restart.ts = options_.env.clock->NowMicros();
-  return Log(restart, false);
+  WTX_RETURN_IF_ERROR(Log(restart, false));
+  if (!options_.new_lineage) return Status::OK();
+  // The operator's explicit new lineage (checked above: nothing is in doubt).
+  LineageRecord lineage;
+  lineage.lineage = options_.lineage;
+  lineage.fingerprint = manifest_->Fingerprint();
+  lineage.previous_lineage = state_.lineage;
+  lineage.previous_fingerprint = state_.model;
+  lineage.previous_step = state_.step;
+  lineage.ts = options_.env.clock->NowMicros();
+  return Log(std::move(lineage), true);
+}
+
+std::string ParticipantImpl::EffectiveLineage() const {
+  return state_.lineage.empty() ? options_.lineage : state_.lineage;
+}
+
+Status ParticipantImpl::CheckLineageAtOpen() const {
+  const std::string& model = manifest_->Fingerprint();
+  const std::string committed =
+      state_.step ? ", step " + std::to_string(*state_.step) +
+                        (state_.committed_tx ? " (transaction '" + *state_.committed_tx + "')" : "")
+                  : ", nothing committed";
+  const std::string journal = "rank " + Rank() + ": journal " + options_.journal_dir +
+                              " belongs to " +
+                              (state_.lineage.empty() ? std::string("an unnamed lineage")
+                                                      : "lineage '" + state_.lineage + "'") +
+                              " of model " + state_.model + committed;
+  const std::string remedy =
+      ": a journal holds one lineage of one model; start a new lineage on it explicitly "
+      "(ParticipantOptions::new_lineage, `wtx rank --new-lineage`) or give another journal";
+  if (options_.new_lineage) {
+    if (state_.active && state_.active->prepared && state_.active->vote_yes == true) {
+      return Err(ErrorCode::kTxActive, journal + "; transaction '" + state_.active->tx +
+                                           "' is in doubt: it must be resolved (open without "
+                                           "new_lineage) before a new lineage starts");
+    }
+    return Status::OK();
+  }
+  if (!state_.model.empty() && state_.model != model) {
+    return Err(ErrorCode::kManifestMismatch, journal + "; the manifest given is model " + model +
+                                                 " (" + std::to_string(manifest_->params().size()) +
+                                                 " parameters)" + remedy);
+  }
+  if (!options_.lineage.empty() && !state_.lineage.empty() && options_.lineage != state_.lineage) {
+    return Err(ErrorCode::kLineageMismatch,
+               journal + "; it was opened for lineage '" + options_.lineage + "'" + remedy);
+  }
+  return Status::OK();
 }
 
 Status ParticipantImpl::AppendRecords(std::vector<ParticipantRecord> records,
@@ -215,6 +265,8 @@ RankStatus ParticipantImpl::status() const {
     if (moved_[i]) s.storage_moved.push_back(manifest_->params()[i].name);
   }
   s.serving = Serving();
+  s.lineage = EffectiveLineage();
+  s.step = state_.step;
   return s;
 }
 

@@ -188,6 +188,11 @@ class ParticipantImpl : public Participant {
 
   // Runs before the participant is shared: touches the guarded state without mu_.
   Status Init() NO_THREAD_SAFETY_ANALYSIS;
+  // Init's check that the journal belongs to this model and lineage (ParticipantOptions).
+  Status CheckLineageAtOpen() const NO_THREAD_SAFETY_ANALYSIS;
+  // The lineage of this rank: the journal's, or before one is committed, the options'.
+  // REQUIRES: mu_ held (or Init).
+  std::string EffectiveLineage() const NO_THREAD_SAFETY_ANALYSIS;
 
   RankDescription Describe() const override EXCLUDES(mu_) {
     std::lock_guard<std::mutex> l(mu_);
@@ -195,6 +200,8 @@ class ParticipantImpl : public Participant {
     d.rank = options_.rank;
     d.fingerprint = manifest_->Fingerprint();
     d.kernel_identity = kernel_identity_;
+    d.lineage = EffectiveLineage();
+    d.step = state_.step;
     if (active_) {
       d.active_tx = active_->req.tx;
       d.prepared = active_->prepared && active_->vote_yes;
@@ -270,6 +277,8 @@ class ParticipantImpl : public Participant {
 
  private:
   Status CheckBeginLocked(const BeginRequest& req) const REQUIRES(mu_);
+  // The request's lineage is the rank's and its step (if any) above the committed one.
+  Status CheckLineageLocked(const BeginRequest& req) const REQUIRES(mu_);
   // Identity (participant_identity.cc). Binds every parameter to the storage the resolver
   // reports at Open (Init, before the participant is shared).
   Status InitIdentity() NO_THREAD_SAFETY_ANALYSIS;

@@ -39,6 +39,8 @@ metrics::RankGauges ParticipantImpl::MetricsGauges() const {
   g.held_reason = g.serving ? "" : HeldReason();
   g.version = state_.version;
   if (state_.version && state_.committed_tx) g.label = *state_.committed_tx;
+  g.step = state_.step;
+  g.lineage = state_.lineage;
   if (!active_) return g;
   const ActiveTx& tx = *active_;
   g.tx_start_seconds = static_cast<double>(tx.t_begin) / 1e6;

@@ -16,7 +16,7 @@ namespace {
 
 // The stored names, in enum order. The only place record type names are spelled.
 // (Event records shared with the coordinator's journal are spelled in event_records.h.)
-constexpr std::array<std::string_view, 16> kParticipantTypeNames = {
+constexpr std::array<std::string_view, 17> kParticipantTypeNames = {
     "CREATE",        "BEGIN",
     "WRITE",         "PATCH",
     "REFRESH",       "PREPARED",
@@ -24,7 +24,8 @@ constexpr std::array<std::string_view, 16> kParticipantTypeNames = {
     "RESTART",       "RESERVE",
     "LANDED",        "UNDECLARED",
     "REATTACH",      kAcceptedUnverifiedType,
-    "STORAGE_MOVED", "REBIND"};
+    "STORAGE_MOVED", "REBIND",
+    "LINEAGE"};
 
 json ParticipantTypeJson(ParticipantRecordType t) {
   return json(std::string(ParticipantRecordTypeName(t)));
@@ -101,7 +102,7 @@ const std::string* TxOf(const ParticipantRecord& r) {
         if constexpr (std::is_same_v<T, CreateRecord> || std::is_same_v<T, RestartRecord> ||
                       std::is_same_v<T, ReattachRecord> ||
                       std::is_same_v<T, AcceptedUnverifiedRecord> ||
-                      std::is_same_v<T, RebindRecord>) {
+                      std::is_same_v<T, RebindRecord> || std::is_same_v<T, LineageRecord>) {
           return nullptr;
         } else if constexpr (std::is_same_v<T, UndeclaredRecord> ||
                              std::is_same_v<T, StorageMovedRecord>) {
@@ -116,10 +117,12 @@ const std::string* TxOf(const ParticipantRecord& r) {
 // ---- CREATE ----
 
 json Encode(const CreateRecord& r) {
-  return {{"type", ParticipantTypeJson(ParticipantRecordType::kCreate)},
-          {"rank", r.rank},
-          {"fingerprint", r.fingerprint},
-          {"ts", r.ts}};
+  json j = {{"type", ParticipantTypeJson(ParticipantRecordType::kCreate)},
+            {"rank", r.rank},
+            {"fingerprint", r.fingerprint},
+            {"ts", r.ts}};
+  if (!r.lineage.empty()) j["lineage"] = r.lineage;
+  return j;
 }
 
 Result<CreateRecord> DecodeCreate(const json& j) {
@@ -129,6 +132,33 @@ Result<CreateRecord> DecodeCreate(const json& j) {
   if (f.ok() && (rank < 0 || rank > INT32_MAX)) f.Fail("rank", "is not a rank");
   r.rank = static_cast<int>(rank);
   r.fingerprint = f.OptString("fingerprint").value_or("");
+  r.lineage = f.OptString("lineage").value_or("");
+  r.ts = f.OptInt("ts").value_or(0);
+  return FieldsResult(f, std::move(r));
+}
+
+// ---- LINEAGE ----
+
+json Encode(const LineageRecord& r) {
+  json j = {{"type", ParticipantTypeJson(ParticipantRecordType::kLineage)},
+            {"lineage", r.lineage},
+            {"fingerprint", r.fingerprint},
+            {"previous_lineage", r.previous_lineage},
+            {"previous_fingerprint", r.previous_fingerprint},
+            {"ts", r.ts}};
+  if (r.previous_step) j["previous_step"] = *r.previous_step;
+  return j;
+}
+
+Result<LineageRecord> DecodeLineage(const json& j) {
+  RecordFields f = ParticipantFields(j, ParticipantRecordType::kLineage);
+  LineageRecord r;
+  r.lineage = f.String("lineage");
+  r.fingerprint = f.String("fingerprint");
+  r.previous_lineage = f.OptString("previous_lineage").value_or("");
+  r.previous_fingerprint = f.OptString("previous_fingerprint").value_or("");
+  r.previous_step = f.OptInt("previous_step");
+  if (r.previous_step && *r.previous_step < 0) f.Fail("previous_step", "is negative");
   r.ts = f.OptInt("ts").value_or(0);
   return FieldsResult(f, std::move(r));
 }
@@ -155,6 +185,8 @@ M BeginFields(const BeginRecord& r) {
       .Text("kernel_identity", r.kernel_identity)
       .Int("ts", r.ts);
   if (r.marks_dirty) out.Bool("dirty", *r.marks_dirty);
+  if (!r.lineage.empty()) out.Text("lineage", r.lineage);
+  if (r.step) out.Int("step", *r.step);
   return out;
 }
 
@@ -180,6 +212,9 @@ Result<BeginRecord> DecodeBegin(const json& j) {
   r.marks_dirty = f.OptBool("dirty");
   if (r.marks_dirty == false) f.Fail("dirty", "is false (a BEGIN marks the rank dirty)");
   r.ts = f.OptInt("ts").value_or(0);
+  r.lineage = f.OptString("lineage").value_or("");
+  r.step = f.OptInt("step");
+  if (r.step && *r.step < 0) f.Fail("step", "is negative");
   return FieldsResult(f, std::move(r));
 }
 
@@ -701,6 +736,8 @@ Result<ParticipantRecord> DecodeParticipantRecord(const json& r) {
       return WrapParticipant(DecodeStorageMoved(r));
     case ParticipantRecordType::kRebind:
       return WrapParticipant(DecodeRebind(r));
+    case ParticipantRecordType::kLineage:
+      return WrapParticipant(DecodeLineage(r));
   }
   return Status::Corruption("record " + std::to_string(RecordSeqOf(r)) + ": unknown type");
 }

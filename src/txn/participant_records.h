@@ -50,6 +50,7 @@ enum class ParticipantRecordType {
   kAcceptedUnverified,  // src/txn/event_records.h
   kStorageMoved,
   kRebind,
+  kLineage,
 };
 std::string_view ParticipantRecordTypeName(ParticipantRecordType t);  // "CREATE", ...
 std::optional<ParticipantRecordType> ParticipantRecordTypeFromName(std::string_view name);
@@ -59,7 +60,20 @@ std::optional<bool> VoteFromName(std::string_view name);
 // The journal was created for `rank`.
 struct CreateRecord {
   int rank = 0;
-  std::string fingerprint;  // manifest fingerprint ("" in journals that lack it)
+  std::string fingerprint;  // manifest fingerprint ("" in journals that lack it): the model
+  int64_t ts = 0;
+  std::string lineage = {};  // "" when none was named (and in journals that lack it)
+};
+
+// The operator started a new lineage on this journal (ParticipantOptions::new_lineage): the
+// journal now belongs to `lineage` and the model of `fingerprint`; the committed version and
+// step of the old one are forgotten (not loaded, nothing served until a full commit).
+struct LineageRecord {
+  std::string lineage;
+  std::string fingerprint;
+  std::string previous_lineage;
+  std::string previous_fingerprint;
+  std::optional<int64_t> previous_step;
   int64_t ts = 0;
 };
 
@@ -78,6 +92,9 @@ struct BeginRecord {
   // from before lack it (nullopt: the flag stays as it was). Never false.
   std::optional<bool> marks_dirty = true;
   int64_t ts = 0;
+  // The lineage and step it commits (absent in journals written before lineages).
+  std::string lineage;
+  std::optional<int64_t> step;
 };
 
 // Part k of n of the sparse patch of a source.
@@ -243,11 +260,11 @@ using ParticipantRecord =
     std::variant<CreateRecord, BeginRecord, WriteRecord, PatchRecord, RefreshRecord, PreparedRecord,
                  ChunksRecord, OutcomeRecord, RestartRecord, ReserveRecord, LandedRecord,
                  UndeclaredRecord, ReattachRecord, AcceptedUnverifiedRecord, StorageMovedRecord,
-                 RebindRecord>;
+                 RebindRecord, LineageRecord>;
 
 ParticipantRecordType TypeOf(const ParticipantRecord& r);
 // The transaction a record names (nullptr for CREATE, RESTART, REATTACH, ACCEPTED_UNVERIFIED,
-// REBIND, and an UNDECLARED or STORAGE_MOVED outside a transaction).
+// REBIND, LINEAGE, and an UNDECLARED or STORAGE_MOVED outside a transaction).
 const std::string* TxOf(const ParticipantRecord& r);
 
 // Encodes: the JSON object of the record ("type" and the fields; the journal adds seq/prev).
@@ -266,6 +283,7 @@ nlohmann::json Encode(const UndeclaredRecord& r);
 nlohmann::json Encode(const ReattachRecord& r);
 nlohmann::json Encode(const StorageMovedRecord& r);
 nlohmann::json Encode(const RebindRecord& r);
+nlohmann::json Encode(const LineageRecord& r);
 // What the journal appends: WRITE in binary, every other record as its JSON object.
 JournalRecord ToJournalRecord(ParticipantRecord r);
 
@@ -285,6 +303,7 @@ Result<UndeclaredRecord> DecodeUndeclared(const nlohmann::json& r);
 Result<ReattachRecord> DecodeReattach(const nlohmann::json& r);
 Result<StorageMovedRecord> DecodeStorageMoved(const nlohmann::json& r);
 Result<RebindRecord> DecodeRebind(const nlohmann::json& r);
+Result<LineageRecord> DecodeLineage(const nlohmann::json& r);
 
 // The one decode entry point: a JSON record of any type.
 Result<ParticipantRecord> DecodeParticipantRecord(const nlohmann::json& r);

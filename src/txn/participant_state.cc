@@ -74,7 +74,10 @@ M StateFields(const ParticipantState& s) {
       .OptText("committed_tx", s.committed_tx)
       .Bool("dirty", s.dirty)
       .Bool("loaded", s.loaded)
-      .Int("txs", s.txs);
+      .Int("txs", s.txs)
+      .Text("model", s.model)
+      .Text("lineage", s.lineage);
+  if (s.step) out.Int("step", *s.step);
   if (s.digest) out.Text("digest", *s.digest);  // set by the first commit
   if (!s.active) {
     out.Null("active");
@@ -95,6 +98,8 @@ M StateFields(const ParticipantState& s) {
       .Bool("dirty_at_begin", a.dirty_at_begin)
       .Bool("undeclared", a.undeclared)
       .Bool("interrupted", a.interrupted);
+  if (!a.lineage.empty()) act.Text("lineage", a.lineage);
+  if (a.step) act.Int("step", *a.step);
   if (a.vote_yes) {
     act.Text("vote", *a.vote_yes ? "yes" : "no");
   } else {
@@ -125,6 +130,10 @@ Result<ParticipantState> DecodeParticipantState(const json& j, std::string_view 
   s.dirty = f.Bool("dirty");
   s.loaded = f.OptBool("loaded").value_or(false);
   s.txs = f.Int("txs");
+  if (legacy_facts && !j.contains("model")) *legacy_facts = true;
+  s.model = f.OptString("model").value_or("");
+  s.lineage = f.OptString("lineage").value_or("");
+  s.step = f.OptInt("step");
   if (const json* a = f.Object("active")) {
     RecordFields af = f.Nested(*a, "active transaction");
     ActiveTxState t;
@@ -148,6 +157,8 @@ Result<ParticipantState> DecodeParticipantState(const json& j, std::string_view 
     t.dirty_at_begin = af.OptBool("dirty_at_begin").value_or(false);
     t.undeclared = af.OptBool("undeclared").value_or(false);
     t.interrupted = af.OptBool("interrupted").value_or(false);
+    t.lineage = af.OptString("lineage").value_or("");
+    t.step = af.OptInt("step");
     if (!af.ok()) return af.status();
     s.active = std::move(t);
   }
@@ -226,7 +237,10 @@ Status ParticipantReplay::Apply(const ParticipantRecord& record, uint64_t seq) {
     if (type != ParticipantRecordType::kCreate) {
       return Status::Corruption(RecordAt(seq, type) + " comes before the journal's CREATE record");
     }
-    state_ = InitialParticipantState(std::get<CreateRecord>(record).rank);
+    const auto& create = std::get<CreateRecord>(record);
+    state_ = InitialParticipantState(create.rank);
+    state_->model = create.fingerprint;
+    state_->lineage = create.lineage;
     return Status::OK();
   }
   ParticipantState& s = *state_;
@@ -257,6 +271,8 @@ Status ParticipantReplay::Apply(const ParticipantRecord& record, uint64_t seq) {
           a.sources = r.sources;
           a.rollback = r.rollback;
           a.dirty_at_begin = s.dirty;
+          a.lineage = r.lineage;
+          a.step = r.step;
           s.active = std::move(a);
           s.txs += 1;
           // Durably dirty from BEGIN to the decision (WRITE records are batched). A BEGIN
@@ -339,6 +355,11 @@ Status ParticipantReplay::Apply(const ParticipantRecord& record, uint64_t seq) {
             s.committed_tx = r.tx;
             s.digest = s.active->digest;
           }
+          // A commit's version, or a noop's (the version unchanged) is now the step's.
+          if (r.decision == Decision::kCommit || (r.decision == Decision::kNoop && s.version)) {
+            if (s.active->step) s.step = s.active->step;
+            if (s.lineage.empty()) s.lineage = s.active->lineage;
+          }
           s.dirty = e.dirty;
           s.loaded = e.loaded;
           s.active.reset();
@@ -355,6 +376,20 @@ Status ParticipantReplay::Apply(const ParticipantRecord& record, uint64_t seq) {
           if (s.active) s.active->interrupted = true;  // its live bytes died with the process
         } else if constexpr (std::is_same_v<T, AcceptedUnverifiedRecord>) {
           // An operator's decision at start-up, kept for the audit; no state changes.
+        } else if constexpr (std::is_same_v<T, LineageRecord>) {
+          if (s.active) {
+            return Status::Corruption(RecordAt(seq, type) +
+                                      ": LINEAGE while a transaction is active");
+          }
+          // A new lineage: nothing of the old one is committed here any more.
+          s.model = r.fingerprint;
+          s.lineage = r.lineage;
+          s.version.reset();
+          s.committed_tx.reset();
+          s.digest.reset();
+          s.step.reset();
+          s.dirty = false;
+          s.loaded = false;
         } else {
           static_assert(sizeof(T) == 0, "every participant record type has a replay rule");
         }
@@ -390,6 +425,16 @@ Status CheckParticipantState(const Journal& journal) {
   if (want.rank != id.rank) {
     return Status::Corruption(journal.dir() + ": state of rank " + std::to_string(want.rank) +
                               " in the journal of rank " + std::to_string(id.rank));
+  }
+  if (legacy) {
+    // Written before lineages: the model, lineage and steps are the replay's.
+    want.model = replayed->model;
+    want.lineage = replayed->lineage;
+    want.step = replayed->step;
+    if (want.active && replayed->active) {
+      want.active->lineage = replayed->active->lineage;
+      want.active->step = replayed->active->step;
+    }
   }
   if (legacy && want.active && replayed->active) {
     // Written before the dirty rule's facts were stored: compare what it does hold.

@@ -41,9 +41,11 @@ struct ActiveTxState {
   std::optional<bool> vote_yes;       // once prepared
   std::optional<std::string> digest;  // a yes vote's rank digest
   // Facts the dirty rule needs at the decision.
-  bool dirty_at_begin = false;  // the rank's durable dirty flag just before BEGIN
-  bool undeclared = false;      // prepare's verifier found undeclared changes (UNDECLARED)
-  bool interrupted = false;     // a RESTART came after BEGIN: the live bytes were lost
+  bool dirty_at_begin = false;       // the rank's durable dirty flag just before BEGIN
+  bool undeclared = false;           // prepare's verifier found undeclared changes (UNDECLARED)
+  bool interrupted = false;          // a RESTART came after BEGIN: the live bytes were lost
+  std::string lineage = {};          // BEGIN's lineage ("" when it named none)
+  std::optional<int64_t> step = {};  // BEGIN's step (nullopt in journals from before steps)
 
   bool operator==(const ActiveTxState&) const = default;
 };
@@ -57,6 +59,13 @@ struct ParticipantState {
   bool loaded = false;  // this process's live bytes are known (a full commit or reattach)
   std::optional<ActiveTxState> active;
   int64_t txs = 0;  // transactions begun
+  // What the journal belongs to (docs/fleet.md): the model (its manifest fingerprint, "" for
+  // journals created without one) and the lineage ("" until one is named), from CREATE or the
+  // last LINEAGE record; and the step of the committed version (nullopt before one, or in
+  // journals from before steps).
+  std::string model;
+  std::string lineage;
+  std::optional<int64_t> step;
 
   bool operator==(const ParticipantState&) const = default;
 };
@@ -65,13 +74,16 @@ ParticipantState InitialParticipantState(int rank);
 
 // The state snapshot (journal key "s"): {rank, version, committed_tx, digest, dirty, loaded,
 // active: null | {tx, kind, base, modules, sources, rollback, wrote, prepared, vote, digest,
-// dirty_at_begin, undeclared, interrupted}, txs}. The journal adds seq/head.
+// dirty_at_begin, undeclared, interrupted, lineage, step}, txs, model, lineage, step}. The
+// journal adds seq/head.
 nlohmann::json EncodeParticipantState(const ParticipantState& s);
 // The same object as a CborMap: what a participant's Append stores (the same bytes).
 CborMap EncodeParticipantStateCbor(const ParticipantState& s);
 // kJournalCorrupt naming `what` and the field. A snapshot written before the three facts of the
 // active transaction existed decodes with them false and *legacy_facts (if given) set: such a
-// transaction is always interrupted at the next open, which makes the facts irrelevant.
+// transaction is always interrupted at the next open, which makes the facts irrelevant. A
+// snapshot written before lineages ("model" absent) sets *legacy_facts too: its model, lineage
+// and steps are the replay's.
 Result<ParticipantState> DecodeParticipantState(const nlohmann::json& j, std::string_view what,
                                                 bool* legacy_facts = nullptr);
 

@@ -19,6 +19,7 @@ Status ParticipantImpl::CheckBeginLocked(const BeginRequest& req) const {
                    (active_->prepared ? "' is prepared and in doubt" : "' is active"));
   }
   if (req.tx.empty()) return Status::InvalidArgument("begin: empty transaction id");
+  WTX_RETURN_IF_ERROR(CheckLineageLocked(req));
   WTX_RETURN_IF_ERROR(MovedError(all_params_));  // rebind first
   if (req.kind != TxKind::kFull) {
     const bool dirty = state_.dirty;
@@ -72,6 +73,28 @@ Status ParticipantImpl::CheckBeginLocked(const BeginRequest& req) const {
   return Status::OK();
 }
 
+Status ParticipantImpl::CheckLineageLocked(const BeginRequest& req) const {
+  const std::string lineage = EffectiveLineage();
+  const std::string named = lineage.empty() ? "the unnamed lineage" : "lineage '" + lineage + "'";
+  if (!req.lineage.empty() && !lineage.empty() && req.lineage != lineage) {
+    return Err(ErrorCode::kLineageMismatch,
+               "rank " + Rank() + " belongs to " + named + " (journal " + options_.journal_dir +
+                   "); transaction '" + req.tx + "' is of lineage '" + req.lineage + "'");
+  }
+  if (req.step && *req.step < 0) {
+    return Status::InvalidArgument("begin: step " + std::to_string(*req.step) + " is negative");
+  }
+  if (req.step && state_.step && *req.step <= *state_.step) {
+    return Err(ErrorCode::kStepRegression,
+               "rank " + Rank() + " committed step " + std::to_string(*state_.step) + " of " +
+                   named + " (transaction '" + state_.committed_tx.value_or("?") + "'); step " +
+                   std::to_string(*req.step) + " of transaction '" + req.tx +
+                   "' is at or below it: a step never goes back (start a new lineage to reuse "
+                   "it)");
+  }
+  return Status::OK();
+}
+
 Status ParticipantImpl::Begin(const BeginRequest& req) {
   MetricsScope metrics_scope(this, metrics::RankPhase::kBegin);
   std::lock_guard<std::mutex> l(mu_);
@@ -80,6 +103,8 @@ Status ParticipantImpl::Begin(const BeginRequest& req) {
   WTX_RETURN_IF_ERROR(CheckIdentityLocked(all_params_));
   auto tx = std::make_unique<ActiveTx>();
   tx->req = req;
+  if (tx->req.lineage.empty()) tx->req.lineage = EffectiveLineage();
+  if (!tx->req.step) tx->req.step = state_.step ? *state_.step + 1 : 0;
   // A full update on a rank that serves a committed version keeps before-images too (the
   // serving gate's restore: an abort puts the old version back); on a rank with nothing
   // committed or loaded there is nothing to restore to.
@@ -121,6 +146,8 @@ Status ParticipantImpl::Begin(const BeginRequest& req) {
   rec.verify = req.verify;
   rec.fingerprint = manifest_->Fingerprint();
   rec.kernel_identity = kernel_identity_;
+  rec.lineage = tx->req.lineage;
+  rec.step = tx->req.step;
   rec.ts = tx->t_begin;
   // Durably dirty from here to the decision: WRITE records are batched, so a reader of the
   // journal cannot know whether live bytes changed (the OUTCOME says after).

@@ -38,6 +38,8 @@ constexpr CodeName kNames[] = {
     {ErrorCode::kVersionMismatch, "E_VERSION_MISMATCH"},
     {ErrorCode::kStaleCoordinator, "E_STALE_COORDINATOR"},
     {ErrorCode::kDecisionLogUnavailable, "E_DECISION_LOG_UNAVAILABLE"},
+    {ErrorCode::kStepRegression, "E_STEP_REGRESSION"},
+    {ErrorCode::kLineageMismatch, "E_LINEAGE_MISMATCH"},
 };
 
 }  // namespace

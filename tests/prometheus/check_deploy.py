@@ -45,7 +45,7 @@ SELF_TEST_METRICS = [
     "wtx_bytes_written_total", "wtx_leader_changes_total", "wtx_phase_duration_seconds",
     "wtx_journal_sync_duration_seconds", "wtx_decision_log_duration_seconds",
     "wtx_coverage_ratio", "wtx_serving", "wtx_dirty", "wtx_held_info", "wtx_version_info",
-    "wtx_transaction_start_timestamp_seconds",
+    "wtx_transaction_start_timestamp_seconds", "wtx_committed_step",
 ]
 
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")

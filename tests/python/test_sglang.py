@@ -75,6 +75,8 @@ def engine(rank, g, args):
         os.environ["WTX_SGLANG_JOURNAL_DIR"] = d
         os.environ["WTX_SGLANG_LOAD"] = args.get("load", "write_source")
         os.environ["WTX_SGLANG_SERVING_GATE"] = args.get("gate", "hold")
+        if args.get("lineage"):
+            os.environ["WTX_SGLANG_LINEAGE"] = args["lineage"]
         scheduler = run_scheduler_process(worker, tp_group)
     else:
         scheduler = Scheduler(worker, tp_group)
@@ -692,3 +694,36 @@ def test_InstallingTwiceIntoOneSchedulerIsRefusedNamingIt(tmp_path):
         wtx.sglang.install(scheduler, str(tmp_path / "rank0"), str(tmp_path / "coord"))
     assert e.value.code == "INVALID_ARGUMENT" and "already installed" in e.value.message
     assert not (tmp_path / "rank0").exists()
+
+
+def _status(scheduler, tp_rank):
+    return scheduler.wtx.participant.status()
+
+
+def _step_regression(t, args):
+    _load_tokenizer_plugins(args)
+    tm = t.tokenizer()
+    out = {}
+    out["five"] = t.step(hf_weights(1), "5")
+    out["back"] = t.step(hf_weights(2), "3")  # a trainer that restarted its count
+    out["after_back"] = t.inspect(_status)
+    out["published_after_back"] = tm.model_info()["weight_version"]
+    out["six"] = t.step(hf_weights(3), "6")
+    out["after_six"] = t.inspect(_status)
+    return out
+
+
+def test_AWeightVersionBelowTheCommittedStepIsRefused(tmp_path):
+    """Issue 51's lineage through SGLang's dispatcher: a whole-number weight_version is the
+    step; a step at or below the committed one is refused by name (E_STEP_REGRESSION), nothing
+    changes and the previous label stays published; the next step commits."""
+    f = world(_step_regression, _plugin_args(tmp_path, lineage="policy-s"))[0]
+    assert all(ok for (ok, _), _ in f["five"]), f["five"]
+    (ok, message), _ = f["back"][0]
+    assert not ok and "E_STEP_REGRESSION" in message, message
+    for st in f["after_back"]:
+        assert st["step"] == 5 and st["lineage"] == "policy-s" and st["serving"], st
+    assert f["published_after_back"] == "5"
+    assert all(ok for (ok, _), _ in f["six"]), f["six"]
+    for st in f["after_six"]:
+        assert st["step"] == 6 and st["serving"], st

@@ -7,6 +7,7 @@ broadcast back) and sends the bytes through the inner transport's trainer side. 
 ends in a commit of exactly the sent bytes (the version the trainer computed, logits equal to
 the trainer's forward) or in an abort with no rank serving."""
 
+import json
 import os
 
 import pytest
@@ -120,7 +121,7 @@ def trainer(args):
         names = step.get("names", NAMES)
         names = [n for n in names if n not in step.get("skip", ())]
         answers.append(_call("start_weight_update"))
-        fields = {k: step[k] for k in ("modules", "sources") if k in step}
+        fields = {k: step[k] for k in ("modules", "sources", "step", "lineage") if k in step}
         if kind != "full":
             fields["base"] = version
         expect = kind == "full" and not step.get("no_expect")
@@ -226,6 +227,23 @@ def test_FullThenPartialThenSparseDeltaCommitExactlyTheSentBytes(tmp_path):
     for r in (0, 1):
         assert results[r]["status"]["serving"] is True
         assert results[r]["weight_version"] == t[2]["version"]
+        assert_matches(results[r]["logits"], t[2]["ref"])
+
+
+def test_UpdateInfoStepIsTheLineagesStepAndNeverGoesBack(tmp_path):
+    """Issue 51: update_info.wtx.step is the step of init_info.lineage the update commits; a
+    step at or below the committed one is refused on every rank and changes nothing; without a
+    step the next one is taken."""
+    steps = [{"tx": "t1", "seed": 1, "step": 5}, {"tx": "t2", "seed": 2, "step": 5},
+             {"tx": "t3", "seed": 3}]
+    results, codes = run(tmp_path, steps, init={"lineage": "policy-v"})
+    assert set(results) == {0, 1, 2}, codes
+    t = results[TRAINER]["steps"]
+    assert [s["committed"] for s in t] == [True, False, True], results[TRAINER]["answers"]
+    assert "E_STEP_REGRESSION" in json.dumps(results[TRAINER]["answers"])
+    for r in (0, 1):
+        st = results[r]["status"]
+        assert st["serving"] and st["step"] == 6 and st["lineage"] == "policy-v", st
         assert_matches(results[r]["logits"], t[2]["ref"])
 
 
@@ -377,6 +395,11 @@ def test_BadUpdateInfoIsAnErrorNamingTheFieldAndAbortsTheUpdate(solo):
         eng.update_weights({"names": [], "dtype_names": [], "shapes": [],
                             "wtx": {"tx": "t1", "txid": "x"}})
     assert "txid" in e.value.message
+    for bad in (-1, "7", True):
+        with pytest.raises(wtx.Error) as e:
+            eng.update_weights({"names": [], "dtype_names": [], "shapes": [],
+                                "wtx": {"tx": "t1", "step": bad}})
+        assert "update_info.wtx.step" in e.value.message
     with pytest.raises(wtx.Error) as e:
         eng.finish_weight_update()
     assert e.value.code == "E_UPDATE_FAILED"

@@ -90,16 +90,16 @@ int LogShared(const DecisionLogFlags& flags, bool as_json) {
     return kExitOk;
   }
   std::cout << std::left << std::setw(12) << "TX" << std::setw(9) << "DECISION" << std::setw(18)
-            << "VERSION" << std::setw(7) << "EPOCH" << std::setw(7) << "ENDED" << std::setw(26)
-            << "TIME" << std::setw(28) << "WRITER"
+            << "VERSION" << std::setw(7) << "STEP" << std::setw(7) << "EPOCH" << std::setw(7)
+            << "ENDED" << std::setw(26) << "TIME" << std::setw(28) << "WRITER"
             << "REASON\n";
   for (const LoggedDecision& d : all.value()) {
     std::cout << std::left << std::setw(12) << d.tx << std::setw(9) << DecisionName(d.decision)
               << std::setw(18)
               << Short(d.version.empty() ? std::nullopt : std::optional<std::string>(d.version))
-              << std::setw(7) << d.epoch << std::setw(7) << (d.ended ? "yes" : "no")
-              << std::setw(26) << Time(d.time_micros) << std::setw(28) << d.writer << d.reason
-              << "\n";
+              << std::setw(7) << (d.step ? std::to_string(*d.step) : "-") << std::setw(7) << d.epoch
+              << std::setw(7) << (d.ended ? "yes" : "no") << std::setw(26) << Time(d.time_micros)
+              << std::setw(28) << d.writer << d.reason << "\n";
   }
   return kExitOk;
 }
@@ -212,14 +212,15 @@ int Log(const std::string& dir, bool as_json) {
   }
   const bool coord = h->owner.role == "coordinator";
   std::cout << std::left << std::setw(12) << "TX" << std::setw(9) << (coord ? "DECISION" : "KIND")
-            << std::setw(18) << "BASE" << std::setw(18) << "VERSION" << std::setw(11) << "OUTCOME"
-            << std::setw(26) << "TIME"
+            << std::setw(18) << "BASE" << std::setw(18) << "VERSION" << std::setw(7) << "STEP"
+            << std::setw(11) << "OUTCOME" << std::setw(26) << "TIME"
             << "REASON\n";
   for (const HistoryEntry& e : h->entries) {
     const std::string what = coord ? (e.decision ? std::string(DecisionName(*e.decision)) : "")
                                    : (e.kind ? std::string(TxKindName(*e.kind)) : "");
     std::cout << std::left << std::setw(12) << e.tx << std::setw(9) << what << std::setw(18)
-              << Short(e.base) << std::setw(18) << Short(e.version) << std::setw(11) << e.outcome
+              << Short(e.base) << std::setw(18) << Short(e.version) << std::setw(7)
+              << (e.step ? std::to_string(*e.step) : "-") << std::setw(11) << e.outcome
               << std::setw(26) << Time(e.time_micros) << e.reason << "\n";
   }
   for (const JournalEvent& e : h->events) {
@@ -266,6 +267,9 @@ json StateJson(const JournalState& st) {
   out["active_tx"] = OptionalJson(st.active_tx);
   out["in_doubt"] = OptionalJson(st.in_doubt);
   out["serving"] = st.serving;
+  out["lineage"] = st.lineage;
+  out["step"] = st.step ? json(*st.step) : json();
+  out["model"] = st.model;
   return out;
 }
 

@@ -1,5 +1,5 @@
 // `wtx load --checkpoint PATH --hf-config C --tp N [--dtype D] [--journal-dir DIR]
-//           [--transport inproc|tcp] [--expect-version] [--json]`
+//           [--transport inproc|tcp] [--expect-version] [--lineage L] [--step N] [--json]`
 // `wtx expect --checkpoint PATH --hf-config C --tp N [--dtype D] [--json]`
 //
 // load: one `full` transaction on N ranks, each reading its own slices of the safetensors
@@ -38,6 +38,9 @@ struct LoadArgs {
   bool expect_version = false;
   bool json = false;
   int threads = 0;
+  std::string lineage;
+  int64_t step = 0;
+  CLI::Option* step_option = nullptr;  // --step given: step is the load's
 };
 
 int Fail(const char* cmd, const Status& s) {
@@ -59,6 +62,8 @@ Result<CheckpointLoadRequest> Request(const LoadArgs& a) {
   r.hf_config = a.hf_config;
   r.tp = a.tp;
   r.expect_version = a.expect_version;
+  r.lineage = a.lineage;
+  if (a.step_option && a.step_option->count() > 0) r.step = a.step;
   if (a.dtype_given) {
     auto d = DTypeFromName(a.dtype);
     if (!d) {
@@ -130,6 +135,10 @@ int RunLoad(const LoadArgs& a) {
     std::cout << "load of " << plan.value().checkpoint << " on " << a.tp << " rank(s): "
               << (out["outcome"].is_string() ? out["outcome"].get<std::string>() : "failed");
     if (committed) std::cout << ", version " << out["version"].get<std::string>();
+    if (committed && out.contains("step")) {
+      std::cout << ", step " << out["step"].dump();
+      if (out.contains("lineage")) std::cout << " of lineage " << out["lineage"].dump();
+    }
     std::cout << "\n";
     if (out.contains("error")) {
       std::cout << "  " << out["error"].get<std::string>() << ": "
@@ -201,6 +210,13 @@ void RegisterLoadCommands(CLI::App& app, int* exit_code) {
                  "compute the version the checkpoint must produce first, and commit only if "
                  "the ranks' digests equal it (E_VERSION_MISMATCH otherwise)");
   AddDataThreadsOption(load, &la->threads);
+  load->add_option("--lineage", la->lineage,
+                   "the lineage (the policy being trained) the load commits a step of "
+                   "(docs/fleet.md)");
+  la->step_option = AddIntOption(
+      load, "--step", &la->step, 0, INT64_MAX,
+      "the step of the lineage the checkpoint is (default: one past the highest committed; a "
+      "step at or below a committed one is refused, E_STEP_REGRESSION)");
   load->callback([=] { *exit_code = RunLoad(*la); });
 
   auto ea = std::make_shared<LoadArgs>();

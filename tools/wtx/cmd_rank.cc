@@ -1,5 +1,6 @@
 // `wtx rank --connect HOST:PORT --rank R --journal DIR --secret-file F
-//           (--manifest M.json | --hf-config C --tp N) [--kernel-identity S]`
+//           (--manifest M.json | --hf-config C --tp N) [--kernel-identity S]
+//           [--lineage L [--new-lineage]]`
 //
 // Runs one participant (its journal recovered from DIR) with a TcpRankAgent connected to the
 // coordinator, until SIGINT/SIGTERM. It stands in for an inference rank: a real engine embeds
@@ -65,6 +66,8 @@ struct RankArgs {
   size_t max_frame_bytes = size_t{64} << 20;
   DaemonHookFlags hook_flags;  // --test-hooks, --sync-delay-ms (daemon_hooks.h)
   bool accept_unverified_journal = false;
+  std::string lineage;
+  bool new_lineage = false;
   TlsFiles tls;
   DecisionLogFlags decision_log;
   MetricsFlags metrics;
@@ -136,6 +139,8 @@ int RunRank(const RankArgs& a) {
   po.landing_hash_threads = a.landing_hash_threads;
   po.threads = a.threads;
   po.accept_unverified_journal = a.accept_unverified_journal;
+  po.lineage = a.lineage;
+  po.new_lineage = a.new_lineage;
   if (test.journal_fs) po.env.fs = test.journal_fs;
   hooks.crash_points = test.crash_points;
   auto opened = OpenParticipantWithHooks(std::move(po), manifest.value(), hooks);
@@ -236,6 +241,13 @@ void RegisterRankCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--accept-unverified-journal", a->accept_unverified_journal,
                 "Start on a journal that has records but no valid sync watermark (synced records "
                 "may have been lost); logged in the journal as an ACCEPTED_UNVERIFIED record");
+  cmd->add_option("--lineage", a->lineage,
+                  "The lineage (the policy being trained) this rank's journal belongs to; a "
+                  "journal of another lineage is refused (docs/fleet.md)");
+  cmd->add_flag("--new-lineage", a->new_lineage,
+                "Start --lineage on this journal even though it holds another lineage or model: "
+                "its committed version and step are forgotten (nothing serves until a full "
+                "commit)");
   AddTlsOptions(cmd, &a->tls);
   AddDecisionLogFlags(cmd, &a->decision_log);
   AddMetricsFlags(cmd, &a->metrics);

@@ -60,7 +60,7 @@ logger = logging.getLogger("wtx.vllm")
 _LOAD_MODES = ("auto", "write_source", "load_weights")
 _KINDS = ("full", "partial", "delta")
 _WTX_UPDATE_KEYS = ("tx", "kind", "base", "modules", "sources", "rollback", "verify",
-                    "expect_version")
+                    "expect_version", "step", "lineage")
 
 
 def _vllm_engine_base():
@@ -169,6 +169,9 @@ class WtxInitInfo:
     metric_labels: {"replica": ..., "fleet": ...} on this rank's and its coordinator's
       Prometheus series (docs/metrics.md); with several data-parallel replicas "replica"
       defaults to "dp{dp_rank}".
+    lineage: the lineage (the policy being trained, docs/fleet.md) this rank's journal belongs
+      to; a journal of another lineage or model is refused naming both, unless new_lineage
+      (which starts `lineage` on it: nothing serves until a full update commits).
     """
 
     journal_dir: str
@@ -184,6 +187,8 @@ class WtxInitInfo:
     prepare_timeout: float = 30.0
     threads: int = 0
     metric_labels: Optional[Dict[str, str]] = None
+    lineage: Optional[str] = None
+    new_lineage: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.journal_dir, str) or not self.journal_dir:
@@ -205,6 +210,15 @@ class WtxInitInfo:
                     for k, v in self.metric_labels.items())):
             raise Error("INVALID_ARGUMENT", "init_info.metric_labels: expected a dict of "
                         f"strings, got {self.metric_labels!r}")
+        if self.lineage is not None and (not isinstance(self.lineage, str) or not self.lineage):
+            raise Error("INVALID_ARGUMENT", "init_info.lineage: expected a non-empty string, got "
+                        f"{self.lineage!r}")
+        if not isinstance(self.new_lineage, bool):
+            raise Error("INVALID_ARGUMENT", "init_info.new_lineage: expected a boolean, got "
+                        f"{self.new_lineage!r}")
+        if self.new_lineage and self.lineage is None:
+            raise Error("INVALID_ARGUMENT", "init_info.new_lineage: names no lineage (set "
+                        "init_info.lineage)")
         if not isinstance(self.inner_init_info, dict):
             raise Error("INVALID_ARGUMENT", "init_info.inner_init_info: expected a dict, got "
                         f"{type(self.inner_init_info).__name__}")
@@ -214,7 +228,8 @@ class WtxInitInfo:
 class WtxUpdateInfo:
     """update_info of the "wtx" backend: the inner transport's own fields (names, dtype_names,
     shapes, ...) plus, optionally, `wtx`: {tx, kind, base, modules, sources, rollback, verify,
-    expect_version}. vLLM's own trainer engines send no `wtx` field: the update is then a full
+    expect_version, step, lineage} (step: the step of the lineage the update commits,
+    docs/fleet.md; default the next). vLLM's own trainer engines send no `wtx` field: the update is then a full
     one (a delta for sparse_nccl) with an id every rank derives alike."""
 
     inner: Any
@@ -405,6 +420,13 @@ class WtxWeightTransferEngine(UpdateState, _ENGINE_BASE):  # type: ignore[misc, 
             if "tx" in w and (not isinstance(w["tx"], str) or not w["tx"]):
                 raise Error("INVALID_ARGUMENT", "update_info.wtx.tx: expected a non-empty "
                             f"string, got {w['tx']!r}")
+            if "step" in w and (isinstance(w["step"], bool) or not isinstance(w["step"], int)
+                                or w["step"] < 0):
+                raise Error("INVALID_ARGUMENT", "update_info.wtx.step: expected an integer "
+                            f">= 0, got {w['step']!r}")
+            if "lineage" in w and (not isinstance(w["lineage"], str) or not w["lineage"]):
+                raise Error("INVALID_ARGUMENT", "update_info.wtx.lineage: expected a non-empty "
+                            f"string, got {w['lineage']!r}")
             try:
                 parsed = (inner.parse_update_info(rest) if hasattr(inner, "parse_update_info")
                           else rest)
@@ -485,7 +507,9 @@ class WtxWeightTransferEngine(UpdateState, _ENGINE_BASE):  # type: ignore[misc, 
                                        tensors=pinned if len(pinned) == len(names)
                                        else self.model,
                                        kernel_identity=info.kernel_identity,
-                                       threads=info.threads, metric_labels=labels, **extra)
+                                       threads=info.threads, metric_labels=labels,
+                                       lineage=info.lineage, new_lineage=info.new_lineage,
+                                       **extra)
         try:
             stages = manifest_groups(place, group) if self.process_group is None else None
             self.group = Group(participant, coordinator_journal, group=group,
@@ -950,7 +974,8 @@ class WtxWeightTransferEngine(UpdateState, _ENGINE_BASE):  # type: ignore[misc, 
         gate = self._init.serving_gate if self._init else "hold"
         rollback = bool(w.get("rollback", gate == "restore"))
         self._g.begin(tx, kind=kind, base=base, modules=w.get("modules"), sources=sources,
-                      rollback=rollback, verify=w.get("verify", "touched"))
+                      rollback=rollback, verify=w.get("verify", "touched"),
+                      lineage=w.get("lineage"), step=w.get("step"))
         self._tx = tx
         self._kind = kind
         if "expect_version" in w:
