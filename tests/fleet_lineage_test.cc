@@ -223,3 +223,12 @@ TEST_CASE("StepRecordsRoundTrip") {
   CHECK(ldback.value().step == 11);
   CHECK(ldback.value().lineage == "L");
 }
+
+TEST_CASE("NoStepFollowsTheLargestOne") {
+  Cluster c(2, SmallManifest());
+  REQUIRE(StepCommit(c, "t1", INT64_MAX).status.ok());
+  CommitOutcome next = StepCommit(c, "t2", std::nullopt);
+  CHECK(next.status.code() == ErrorCode::kStepRegression);
+  CHECK_THAT(next.status.message(), Catch::Contains("no step follows"));
+  CHECK(c.rank(0).status().serving);
+}

@@ -844,6 +844,10 @@ Result<std::pair<std::string, int64_t>> CoordinatorImpl::ChooseStep(
   }
   if (logged) consider(*logged);
   if (req.step) return std::make_pair(lineage, *req.step);
+  if (highest == INT64_MAX) {
+    return Status(ErrorCode::kStepRegression,
+                  "no step follows step " + std::to_string(*highest) + " of " + named);
+  }
   return std::make_pair(lineage, highest ? *highest + 1 : int64_t{0});
 }
 

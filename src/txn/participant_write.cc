@@ -84,6 +84,11 @@ Status ParticipantImpl::CheckLineageLocked(const BeginRequest& req) const {
   if (req.step && *req.step < 0) {
     return Status::InvalidArgument("begin: step " + std::to_string(*req.step) + " is negative");
   }
+  if (!req.step && state_.step == INT64_MAX) {
+    return Err(ErrorCode::kStepRegression, "rank " + Rank() + " committed step " +
+                                               std::to_string(*state_.step) + " of " + named +
+                                               ": no step follows it");
+  }
   if (req.step && state_.step && *req.step <= *state_.step) {
     return Err(ErrorCode::kStepRegression,
                "rank " + Rank() + " committed step " + std::to_string(*state_.step) + " of " +
