@@ -92,8 +92,7 @@ Result<DecisionRecord> DecodeDecision(const json& j) {
   r.writer = f.OptString("writer");
   r.epoch = f.OptInt("epoch");
   r.lineage = f.OptString("lineage").value_or("");
-  r.step = f.OptInt("step");
-  if (r.step && *r.step < 0) f.Fail("step", "is negative");
+  r.step = ReadStep(f, "step");
   return FieldsResult(f, std::move(r));
 }
 

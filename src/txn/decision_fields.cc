@@ -11,4 +11,10 @@ void ReadDecision(RecordFields& f, Decision* decision, std::optional<std::string
   }
 }
 
+std::optional<int64_t> ReadStep(RecordFields& f, std::string_view key) {
+  std::optional<int64_t> step = f.OptInt(key);
+  if (step && *step < 0) f.Fail(key, "is negative");
+  return step;
+}
+
 }  // namespace wtx

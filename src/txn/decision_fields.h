@@ -6,8 +6,10 @@
 // Thread-safety: a pure function of its arguments.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "journal/record_fields.h"
 #include "wtx/protocol.h"
@@ -16,5 +18,9 @@ namespace wtx {
 
 // Reads both fields through `f`; a bad or missing one fails `f` naming it.
 void ReadDecision(RecordFields& f, Decision* decision, std::optional<std::string>* version);
+
+// An optional step of a lineage (docs/fleet.md) under `key`: absent, or an integer >= 0 (a
+// negative one fails `f` naming the key). Shared by BEGIN, LINEAGE and DECISION records.
+std::optional<int64_t> ReadStep(RecordFields& f, std::string_view key);
 
 }  // namespace wtx

@@ -157,8 +157,7 @@ Result<LineageRecord> DecodeLineage(const json& j) {
   r.fingerprint = f.String("fingerprint");
   r.previous_lineage = f.OptString("previous_lineage").value_or("");
   r.previous_fingerprint = f.OptString("previous_fingerprint").value_or("");
-  r.previous_step = f.OptInt("previous_step");
-  if (r.previous_step && *r.previous_step < 0) f.Fail("previous_step", "is negative");
+  r.previous_step = ReadStep(f, "previous_step");
   r.ts = f.OptInt("ts").value_or(0);
   return FieldsResult(f, std::move(r));
 }
@@ -213,8 +212,7 @@ Result<BeginRecord> DecodeBegin(const json& j) {
   if (r.marks_dirty == false) f.Fail("dirty", "is false (a BEGIN marks the rank dirty)");
   r.ts = f.OptInt("ts").value_or(0);
   r.lineage = f.OptString("lineage").value_or("");
-  r.step = f.OptInt("step");
-  if (r.step && *r.step < 0) f.Fail("step", "is negative");
+  r.step = ReadStep(f, "step");
   return FieldsResult(f, std::move(r));
 }
 
