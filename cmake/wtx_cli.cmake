@@ -21,6 +21,7 @@ if(WTX_BUILD_TOOLS)
     tools/wtx/decision_log_flags.cc tools/wtx/metrics_flags.cc tools/wtx/progress.cc
     tools/wtx/cmd_load.cc
     tools/wtx/cmd_verify.cc
+    tools/wtx/cmd_fleet.cc
   )
   target_include_directories(wtx_cli PRIVATE ${PROJECT_SOURCE_DIR})
   target_link_libraries(wtx_cli PUBLIC wtx_sim wtx_testing wtx_net wtx_kernels wtx_core

@@ -3,7 +3,7 @@
 # layers below it:
 #
 #   util -> manifest -> layouts -> memory (+ kernels) -> journal -> etcd -> metrics -> txn
-#        -> history -> checkpoint -> net
+#        -> history -> fleet -> checkpoint -> net
 #
 # Above them, outside the production libraries: testing (src/testing: fault injection, crash
 # points, the in-process cluster) -> conformance (src/conformance: the scenario runner) ->
@@ -94,6 +94,7 @@ find_package(OpenSSL REQUIRED)  # Debian: libssl-dev (scripts/setup.sh)
 # Boost.Beast, optionally HTTPS; base64 with OpenSSL). Uses nothing of wtx but util.
 wtx_layer(etcd
   SOURCES src/etcd/base64.cc src/etcd/etcd_url.cc src/etcd/http_post.cc src/etcd/etcd_client.cc
+          src/etcd/stored_record.cc
   DEPS util
   LIBS Boost::headers OpenSSL::SSL OpenSSL::Crypto Threads::Threads)
 # The Prometheus series of participants and coordinators (docs/metrics.md): prometheus-cpp's
@@ -123,6 +124,11 @@ wtx_layer(history
   SOURCES src/history/history.cc src/history/journal_reader.cc src/history/journal_views.cc
           src/history/live_verify.cc
   DEPS txn etcd journal memory manifest util)
+# Fleets (wtx/fleet.h): the replicas' registry in etcd, the staleness gate, fleet status.
+wtx_layer(fleet
+  SOURCES src/fleet/fleet_records.cc src/fleet/fleet_view.cc src/fleet/fleet_registry.cc
+          src/fleet/fleet_json.cc src/fleet/fleet_status.cc src/fleet/fleet_member.cc
+  DEPS txn etcd util)
 wtx_layer(checkpoint
   SOURCES src/checkpoint/safetensors_header.cc src/checkpoint/safetensors_checkpoint.cc
           src/checkpoint/checkpoint_slices.cc
@@ -137,7 +143,8 @@ wtx_layer(net
           src/net/control.cc src/net/tcp_transport.cc src/net/rank_agent.cc
           src/net/rank_service.cc src/net/message_transport.cc src/net/control_codec.cc
           src/net/control_service.cc src/net/coordinator_recovery.cc
-  DEPS checkpoint history txn etcd journal memory manifest util
+          src/net/catch_up.cc src/net/fleet_catch_up.cc
+  DEPS fleet checkpoint history txn etcd journal memory manifest util
   LIBS Boost::headers OpenSSL::SSL OpenSSL::Crypto Threads::Threads)
 
 # The installed libraries: objects of the layers above, and the link interface they had as
@@ -158,7 +165,7 @@ function(wtx_installed_library target export_name)
 endfunction()
 
 wtx_installed_library(wtx_core core
-  LAYERS util manifest layouts memory journal etcd metrics txn history checkpoint
+  LAYERS util manifest layouts memory journal etcd metrics txn history fleet checkpoint
   PRIVATE ${WTX_ROCKSDB} prometheus-cpp::core prometheus-cpp::pull xxHash::xxhash Threads::Threads Boost::headers OpenSSL::SSL
           OpenSSL::Crypto)
 wtx_installed_library(wtx_kernels kernels LAYERS kernels PUBLIC wtx_core)

@@ -34,7 +34,7 @@ if(WTX_HAVE_PYTHON)
                         python/src/py_manifest.cc python/src/py_participant.cc
                         python/src/py_transfer_plan.cc
                         python/src/py_decision_log.cc python/src/py_coordinator.cc
-                        python/src/py_storage.cc python/src/py_metrics.cc)
+                        python/src/py_storage.cc python/src/py_metrics.cc python/src/py_fleet.cc)
     set_target_properties(${target} PROPERTIES
       OUTPUT_NAME _wtx
       LIBRARY_OUTPUT_DIRECTORY "${outdir}"

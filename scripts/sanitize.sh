@@ -90,7 +90,7 @@ if [ "${SANITIZE_SKIP_TSAN:-0}" != 1 ]; then
   # renewal thread, concurrent exactly-once writes) runs here too, against a real etcd; without
   # an etcd binary it exits 77 and is skipped.
   tsan_tests=(participant_concurrency_test source_file_test tcp_transport_test coordinator_decision_log_test
-              etcd_decision_log_test)
+              etcd_decision_log_test fleet_member_test)
   build_existing build-tsan wtx_core wtx_kernels wtx_testing wtx_sim wtx_net wtx_test_main \
                  wtx_etcd_test_main
   if [ -f build-tsan/Makefile ]; then

@@ -493,6 +493,11 @@ std::vector<IntFlag> IntFlags(const std::string& missing, const std::string& fil
   const int64_t day = int64_t{86400000};
   const std::string torture = "torture --dir " + file;
   const std::string bench = "bench --scratch-dir " + missing + " --only nonsense";
+  const std::string fleet_policy = "fleet policy --decision-log etcd://127.0.0.1:1/p --fleet f";
+  const std::string catch_up =
+      "fleet catch-up --decision-log etcd://127.0.0.1:1/p --fleet f --replica b --coordinator "
+      "127.0.0.1:1 --secret-file " +
+      missing;
   return {
       {coord_no_ranks, "--ranks", 1, 4096},
       {coord, "--prepare-timeout-ms", 1, day},
@@ -534,6 +539,16 @@ std::vector<IntFlag> IntFlags(const std::string& missing, const std::string& fil
       {coord, "--decision-log-timeout-ms", 1, day},
       {rank0, "--decision-log-timeout-ms", 1, day},
       {rank0, "--heartbeat-ms", 10, day},
+      {rank0, "--replica-ranks", 0, 4096},
+      {rank0, "--fleet-ttl-ms", 1000, 600000},
+      {rank0, "--fleet-period-ms", 0, 600000},
+      {fleet_policy, "--max-lag", 0, INT64_MAX},
+      {fleet_policy, "--quorum", 0, 4096},
+      {fleet_policy, "--decision-log-timeout-ms", 1, day},
+      {"fleet status --decision-log etcd://127.0.0.1:1/p --fleet f", "--decision-log-timeout-ms", 1,
+       day},
+      {catch_up, "--timeout-ms", 1, day},
+      {catch_up, "--decision-log-timeout-ms", 1, day},
       {"sim " + missing, "--decision-log-timeout-ms", 1, day},
       {"log " + missing, "--decision-log-timeout-ms", 1, day},
       {"show " + missing + " t", "--decision-log-timeout-ms", 1, day},
@@ -582,13 +597,17 @@ TEST_CASE("EveryIntegerFlagOfEverySubcommandIsInTheBoundaryTable") {
   TempDir d;
   std::set<std::pair<std::string, std::string>> listed;
   for (const IntFlag& f : IntFlags(d.sub("m"), d.sub("f"))) {
-    listed.insert({f.command.substr(0, f.command.find(' ')), f.flag});
+    // The subcommand: its first word, or two for `wtx fleet ...`.
+    size_t end = f.command.find(' ');
+    if (f.command.rfind("fleet ", 0) == 0) end = f.command.find(' ', end + 1);
+    listed.insert({f.command.substr(0, end), f.flag});
   }
   const std::regex option(R"(^\s+(?:-\w,\s*)?(--[\w-]+)\s+(U?INT)\b(.*)$)");
   size_t seen = 0;
   for (const std::string sub :
        {"sim", "log", "show", "status", "replay", "check", "manifest", "bench", "coordinator",
-        "rank", "control", "torture", "verify", "load", "expect"}) {
+        "rank", "control", "torture", "verify", "load", "expect", "fleet status", "fleet policy",
+        "fleet catch-up"}) {
     Run r = wtx::testing::RunCommand(Wtx() + " " + sub + " --help");
     REQUIRE(r.code == 0);
     std::istringstream lines(r.out);

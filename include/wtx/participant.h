@@ -346,6 +346,11 @@ class Participant {
   // (abort it first); kInvalidArgument without a resolver or over memory wtx owns.
   virtual Result<std::vector<StorageChange>> Rebind(std::span<const std::string> params) = 0;
   virtual void SetKernelIdentity(std::string identity) = 0;
+  // An outside hold (the fleet's staleness gate, wtx/fleet.h): while `reason` is set the rank
+  // does not serve (status().serving is false, status().held names the reason), whatever its
+  // bytes. nullopt releases it. Changes nothing durable and no transaction: a restarted process
+  // starts unheld, and whoever held it (a FleetMember) holds it again until admissible.
+  virtual void SetHold(std::optional<std::string> reason) = 0;
   // Local checks, version digest, PREPARED (synced before a yes), vote.
   virtual Result<Vote> Prepare(std::string_view tx) = 0;
   // Prepare's local checks alone (coverage, stale derived state, kernel identity): the vote

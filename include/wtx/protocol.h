@@ -127,6 +127,9 @@ struct RankStatus {
   std::vector<std::string> storage_moved;
   std::string lineage;          // the journal's lineage ("" until one is named)
   std::optional<int64_t> step;  // the step of the committed version; nullopt before one
+  // Why an outside gate holds this rank (Participant::SetHold: the fleet's staleness gate);
+  // nullopt when none does.
+  std::optional<std::string> held;
 };
 
 }  // namespace wtx

@@ -16,4 +16,5 @@ PYBIND11_MODULE(_wtx, m) {
   wtx::python::DefineCoordinator(m);
   wtx::python::DefineTransferPlan(m);
   wtx::python::DefineMetrics(m);
+  wtx::python::DefineFleet(m);
 }

@@ -188,6 +188,7 @@ void DefineDecisionLog(py::module_& m);   // py_decision_log.cc
 void DefineCoordinator(py::module_& m);   // py_coordinator.cc
 void DefineTransferPlan(py::module_& m);  // py_transfer_plan.cc
 void DefineMetrics(py::module_& m);       // py_metrics.cc
+void DefineFleet(py::module_& m);         // py_fleet.cc
 // The metric_labels argument of Participant.open / Coordinator.open (py_metrics.cc): checked
 // (wtx.Error INVALID_ARGUMENT naming the key).
 MetricLabels MetricLabelsArg(const std::optional<std::map<std::string, std::string>>& labels);

@@ -442,6 +442,7 @@ py::dict StatusToPy(const RankStatus& s) {
   d["storage_moved"] = s.storage_moved;
   d["lineage"] = s.lineage;
   d["step"] = s.step ? py::object(py::int_(*s.step)) : py::object(py::none());
+  d["held"] = s.held ? py::object(py::str(*s.held)) : py::none();
   return d;
 }
 
@@ -666,6 +667,15 @@ open). Returns the participant; a context manager (close() on leaving the block)
           "chunk digests makes the rank serve again without a reload.")
       .def("set_kernel_identity",
            [](PyParticipant& self, std::string id) { self.get().SetKernelIdentity(std::move(id)); })
+      .def(
+          "set_hold",
+          [](PyParticipant& self, std::optional<std::string> reason) {
+            self.get().SetHold(std::move(reason));
+          },
+          py::arg("reason"),
+          "Holds this rank (status()['serving'] False, status()['held'] = reason) whatever its "
+          "bytes, or releases it (None): an outside gate such as the fleet's staleness bound "
+          "(wtx.fleet.Member). Nothing durable changes.")
       .def("describe",
            [](PyParticipant& self) {
              RankDescription d = self.get().Describe();

@@ -5,6 +5,7 @@ the expected version carried after the weights, how a failure is worded for the 
 the transaction id every rank derives alike, and when a rank must not serve (holds).
 Thread-safety: none of its own; each adapter calls it from one thread per rank."""
 
+import logging
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -73,6 +74,20 @@ class UpdateState:
         return self.group
 
 
+def report_to_fleet(member: Any) -> None:
+    """A commit's report to the engine's fleet member (wtx.fleet.Member), if it has one: the
+    fleet sees the new step now rather than at the next period. A registry that does not answer
+    is logged, not raised: the commit stands, and the member holds the rank if the registry
+    stays unreachable for its TTL."""
+    if member is None:
+        return
+    try:
+        member.report_now()
+    except Exception as e:  # the registry's failure is not the update's
+        logging.getLogger("wtx.fleet").warning("fleet %r: report after a commit failed: %s",
+                                               getattr(member, "fleet", "?"), e)
+
+
 def holds(status: Dict[str, Any]) -> Optional[str]:
     """Why a rank whose wtx status is `status` must not produce tokens, or None: its bytes may
     differ from every committed version (dirty: an aborted or half-applied update), an update is
@@ -85,6 +100,8 @@ def holds(status: Dict[str, Any]) -> Optional[str]:
     if status.get("dirty"):
         return ("its weights are mixed (an update aborted); only a full update that commits "
                 "serves again")
+    if status.get("held"):
+        return str(status["held"])
     return None
 
 

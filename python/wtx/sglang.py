@@ -53,10 +53,11 @@ import torch
 import torch.distributed as dist
 
 from . import Aborted, Error, Manifest, Participant
+from . import fleet as wtx_fleet
 from ._module_manifest import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 from ._receive import (EXPECTED_VERSION_NAME, InPlaceReceiver, UpdateState, default_tx,
                        describe_source_failure, expected_version_tensor, holds, load_one,
-                       released_reason, resumed_check, version_of)
+                       released_reason, report_to_fleet, resumed_check, version_of)
 from .torch_dist import (Group, abort_quietly, decide_update, failure_reason, gather_from_ranks,
                          gather_stages, sources_held_elsewhere)
 
@@ -130,6 +131,10 @@ class WtxSglangAdapter(UpdateState):
         self._unvouched: Optional[str] = None
         # Sources only other ranks of the group hold (other pipeline stages): dropped here.
         self._elsewhere: FrozenSet[str] = frozenset()
+        self._member: Optional[wtx_fleet.Member] = None  # init_wtx(fleet=)
+        # What pauses generation when the fleet holds this rank (install: the Scheduler's
+        # _engine_paused); called from the member's thread.
+        self.on_fleet_hold: Optional[Callable[[str], None]] = None
 
     def init_wtx(self, journal_dir: str, coordinator_journal: Optional[str] = None,
                  group: Any = None, load: str = "write_source",
@@ -139,7 +144,8 @@ class WtxSglangAdapter(UpdateState):
                  serving_gate: str = "hold",
                  rollback_budget_bytes: Optional[int] = None,
                  metric_labels: Optional[Dict[str, str]] = None,
-                 lineage: Optional[str] = None, new_lineage: bool = False) -> Dict[str, Any]:
+                 lineage: Optional[str] = None, new_lineage: bool = False,
+                 fleet: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         """Opens this rank's participant over the model (its manifest sharded by the runner's
         TP size and rank) and joins 2PC over `group` (collective; the TP group, or every
         pipeline stage's ranks). metric_labels: {"replica", "fleet"} on the rank's and its
@@ -147,8 +153,12 @@ class WtxSglangAdapter(UpdateState):
         on a data-parallel replica. lineage / new_lineage: the lineage the journal belongs to
         (docs/fleet.md; Participant.open). A step's weight_version that is a whole number
         ("57") is its step of the lineage: one at or below the committed step is refused
-        (E_STEP_REGRESSION); any other weight_version takes the next step. Returns the
-        participant's status."""
+        (E_STEP_REGRESSION); any other weight_version takes the next step. fleet: {"registry":
+        "etcd://HOST:PORT/PREFIX", "name", "replica", "ttl", "period"}: this rank joins the
+        fleet (wtx.fleet.join, docs/fleet.md); while the fleet's policy holds it (too far
+        behind the newest step) generation stays paused, and only a step that commits an
+        admissible version resumes it (continue_generation). Returns the participant's
+        status."""
         if self.participant is not None:
             raise Error("INVALID_ARGUMENT", "init_wtx: already initialized (close() first)")
         if load not in ("write_source", "load_weights"):
@@ -186,7 +196,14 @@ class WtxSglangAdapter(UpdateState):
             self.group = Group(p, coordinator_journal, group=group,
                                prepare_timeout=prepare_timeout, metric_labels=labels,
                                **extra_coordinator)
+            if fleet is not None:
+                self._member = wtx_fleet.join(p, fleet, world=dist.get_world_size(group),
+                                              what="init_wtx(fleet=)",
+                                              on_hold=self._fleet_held)
         except BaseException:
+            if self.group is not None:
+                self.group.close()
+                self.group = None
             p.close()
             raise
         self.participant, self._load, self._gate = p, load, serving_gate
@@ -194,10 +211,19 @@ class WtxSglangAdapter(UpdateState):
         _ADAPTERS[id(self.model)] = self
         return p.status()
 
+    def _fleet_held(self, reason: str) -> None:
+        hook = self.on_fleet_hold
+        if hook is not None:
+            hook(reason)
+
     def close(self) -> None:
-        """Closes the coordinator (TP rank 0) and the participant. Idempotent."""
+        """Leaves the fleet, closes the coordinator (TP rank 0) and the participant.
+        Idempotent."""
         group, p = self.group, self.participant
         self.group = self.participant = None
+        member, self._member = self._member, None
+        if member is not None:
+            member.close()
         _ADAPTERS.pop(id(self.model), None)
         if group is not None:
             group.close()
@@ -450,6 +476,7 @@ class WtxSglangAdapter(UpdateState):
             self.committed_label = self._tx_label
             if self._kind == "full":
                 self._unvouched = None  # every byte of the model was written and proven
+        report_to_fleet(self._member)
         return True, f"wtx: step '{tx}' committed version {self.weight_version}"
 
 
@@ -676,6 +703,10 @@ def install(scheduler: Any, journal_dir: str, coordinator_journal: Optional[str]
         adapter.close()
         raise
     scheduler.wtx = adapter
+    # The fleet's hold comes from the member's thread: the event loop reads _engine_paused
+    # before every batch, and only a step that commits an admissible version (continue_generation
+    # through wtx's commit point) clears it.
+    adapter.on_fleet_hold = lambda reason: setattr(scheduler, "_engine_paused", True)
     return adapter
 
 
@@ -767,7 +798,9 @@ def plugin() -> None:
     ranks' journals), how tensors land $WTX_SGLANG_LOAD (write_source|load_weights: the
     model's own loader), the gate
     $WTX_SGLANG_SERVING_GATE (hold|restore), $WTX_SGLANG_ROLLBACK_BUDGET_BYTES, the fleet label
-    of its metrics $WTX_SGLANG_FLEET); in the tokenizer
+    of its metrics $WTX_SGLANG_FLEET, and with $WTX_SGLANG_FLEET_REGISTRY (etcd://HOST:PORT/PREFIX)
+    every rank joins that fleet as a rank of replica $WTX_SGLANG_REPLICA, "-dp{i}" appended on a
+    data-parallel replica: docs/fleet.md); in the tokenizer
     process, a request's weight_version is published only at the step's commit point
     (continue_generation), once every rank serves the version wtx committed. Without the
     variable it does nothing. Idempotent."""
@@ -792,6 +825,7 @@ def plugin() -> None:
         options["metric_labels"] = {"fleet": os.environ["WTX_SGLANG_FLEET"]}
     if os.environ.get("WTX_SGLANG_LINEAGE"):
         options["lineage"] = os.environ["WTX_SGLANG_LINEAGE"]
+    registry = os.environ.get("WTX_SGLANG_FLEET_REGISTRY", "")
     coordinator = os.environ.get("WTX_SGLANG_COORDINATOR_JOURNAL", "")
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -802,6 +836,16 @@ def plugin() -> None:
         base = journal if dp is None else os.path.join(journal, f"dp{dp}")
         where = (coordinator.replace("{dp_rank}", str(dp or 0)) if coordinator
                  else os.path.join(base, "coordinator"))
+        if registry:
+            # Every rank of this replica joins the fleet (docs/fleet.md); a data-parallel
+            # replica's id gets its index.
+            replica = os.environ.get("WTX_SGLANG_REPLICA", "")
+            if not replica:
+                raise Error("INVALID_ARGUMENT", "WTX_SGLANG_FLEET_REGISTRY is set but "
+                            "WTX_SGLANG_REPLICA (this server's replica id) is not")
+            options["fleet"] = {"registry": registry,
+                                "name": os.environ.get("WTX_SGLANG_FLEET", ""),
+                                "replica": replica if dp is None else f"{replica}-dp{dp}"}
         install(self, os.path.join(base, f"rank{dist.get_rank(group)}"), where, group=group,
                 **options)
 

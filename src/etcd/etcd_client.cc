@@ -210,6 +210,15 @@ bool GrpcError(const json& j, int64_t* code, std::string* message) {
 
 }  // namespace
 
+Result<std::unique_ptr<Client>> OpenClientFor(const EtcdUrl& url, const TlsFiles& tls,
+                                              std::chrono::milliseconds request_timeout) {
+  ClientOptions options;
+  options.endpoints = url.endpoints;
+  options.tls = tls;
+  options.request_timeout = request_timeout;
+  return Client::Open(std::move(options));
+}
+
 Compare Compare::CreateRevision(std::string key, Result result, int64_t revision) {
   Compare c;
   c.key = std::move(key);

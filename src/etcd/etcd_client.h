@@ -116,6 +116,13 @@ struct RangeResponse {
   std::string endpoint;
 };
 
+class Client;
+
+// A client of the members `url` names (ClientOptions' defaults otherwise): what the decision
+// log and the fleet registry open. kInvalidArgument for unusable TLS files.
+Result<std::unique_ptr<Client>> OpenClientFor(const EtcdUrl& url, const TlsFiles& tls,
+                                              std::chrono::milliseconds request_timeout);
+
 // The range end that makes [prefix, end) every key starting with `prefix` ("\0" for "").
 std::string PrefixRangeEnd(std::string_view prefix);
 

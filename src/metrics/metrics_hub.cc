@@ -92,7 +92,8 @@ const std::vector<MetricFamilyInfo>& MetricFamilies() {
        {}},
       {"wtx_held_info",
        "1 while the rank does not serve, labelled with why (not_loaded, never_committed, "
-       "dirty, in_doubt, storage_moved, stale_derived, crashed, updating).",
+       "dirty, in_doubt, storage_moved, stale_derived, crashed, updating, held: an "
+       "outside gate such as the fleet's staleness bound).",
        "gauge",
        LabelNames({"reason"}),
        {}},

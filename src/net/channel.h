@@ -19,6 +19,8 @@
 // I/O thread, which never blocks.
 #pragma once
 
+#include <utility>  // Boost.Asio's awaitable uses std::exchange without including it
+
 #include <boost/asio.hpp>
 
 #include <atomic>

@@ -237,16 +237,17 @@ json RankStatusToJson(const RankStatus& s) {
           {"stale_derived", s.stale_derived},
           {"storage_moved", s.storage_moved},
           {"lineage", s.lineage},
-          {"step", s.step ? json(*s.step) : json()}};
+          {"step", s.step ? json(*s.step) : json()},
+          {"held", OptStr(s.held)}};
 }
 
 Result<RankStatus> RankStatusFromJson(const json& j) {
   return Decode<RankStatus>("rank status", j, [&]() -> Result<RankStatus> {
     // digest: a rank's own digest as of its last commit, when a peer reports it.
-    WTX_RETURN_IF_ERROR(
-        CheckFields(j, "rank status",
-                    {"rank", "version", "committed_tx", "dirty", "loaded", "serving", "in_doubt",
-                     "active_tx", "stale_derived", "digest", "storage_moved", "lineage", "step"}));
+    WTX_RETURN_IF_ERROR(CheckFields(
+        j, "rank status",
+        {"rank", "version", "committed_tx", "dirty", "loaded", "serving", "in_doubt", "active_tx",
+         "stale_derived", "digest", "storage_moved", "lineage", "step", "held"}));
     RankStatus s;
     s.rank = RankOrThrow(j);
     s.version = GetOptStr(j, "version");
@@ -265,6 +266,7 @@ Result<RankStatus> RankStatusFromJson(const json& j) {
     if (j.contains("step") && !j.at("step").is_null()) {
       s.step = IntOrThrow(j.at("step"), "step", 0, INT64_MAX);
     }
+    s.held = GetOptStr(j, "held");  // absent from ranks of an older wtx
     return s;
   });
 }

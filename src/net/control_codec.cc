@@ -26,6 +26,20 @@ Result<T> Guard(const char* what, Fn&& fn) {
 
 }  // namespace
 
+Result<std::string> StringParam(const json& p, const std::string& m, const char* field) {
+  auto it = p.is_object() ? p.find(field) : p.end();
+  if (it == p.end() || !it->is_string()) {
+    return Status::InvalidArgument(m + "." + field + ": expected a string");
+  }
+  return it->get<std::string>();
+}
+
+const json& Param(const json& p, const char* field) {
+  static const json kNull;
+  auto it = p.is_object() ? p.find(field) : p.end();
+  return it == p.end() ? kNull : *it;
+}
+
 Status CheckControlParams(const std::string& m, const json& p) {
   if (!p.is_null() && !p.is_object()) {
     return Status::InvalidArgument(m + ": expected a map of parameters");
@@ -36,6 +50,8 @@ Status CheckControlParams(const std::string& m, const json& p) {
   if (m == "wait_ranks") return CheckFields(p, m, {"ranks", "timeout_ms"});
   if (m == "step") return CheckFields(p, m, {"step", "scope"});
   if (m == "wait_resolved") return CheckFields(p, m, {"timeout_ms"});
+  if (m == "read_live") return CheckFields(p, m, {"param", "offset", "length", "version"});
+  if (m == "catch_up") return CheckFields(p, m, {"peer", "version"});
   if (m == "arm_crash") return CheckFields(p, m, {"point"});
   if (m == "set_silent") return CheckFields(p, m, {"silent"});
   if (m == "crash") return CheckFields(p, m, {"power_loss"});

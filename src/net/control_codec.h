@@ -35,6 +35,11 @@ int FailToStart(std::string_view command, const Status& s);
 // The params of a control request: a field the method does not take is kInvalidArgument
 // "METHOD.FIELD: unknown field" (methods not listed above are refused by the handler by name).
 Status CheckControlParams(const std::string& method, const nlohmann::json& params);
+// The string parameter `field` of method `m` ("M.FIELD: expected a string" otherwise).
+Result<std::string> StringParam(const nlohmann::json& params, const std::string& m,
+                                const char* field);
+// The parameter `field` (null when absent).
+const nlohmann::json& Param(const nlohmann::json& params, const char* field);
 
 nlohmann::json BeginOutcomeToJson(const BeginOutcome& o);
 Result<BeginOutcome> BeginOutcomeFromJson(const nlohmann::json& j);

@@ -19,15 +19,6 @@ Status UnknownMethod(const std::string& m) {
   return Status::InvalidArgument("unknown method '" + m + "'");
 }
 
-// The string parameter `field` of method `m` (the fields were checked already; its type not).
-Result<std::string> StringParam(const json& p, const std::string& m, const char* field) {
-  auto it = p.is_object() ? p.find(field) : p.end();
-  if (it == p.end() || !it->is_string()) {
-    return Status::InvalidArgument(m + "." + field + ": expected a string");
-  }
-  return it->get<std::string>();
-}
-
 // Absent (or null): `dflt`, or an error when there is none.
 Result<bool> BoolParam(const json& p, const std::string& m, const char* field,
                        std::optional<bool> dflt) {
@@ -37,12 +28,6 @@ Result<bool> BoolParam(const json& p, const std::string& m, const char* field,
     return Status::InvalidArgument(m + "." + field + ": expected true or false");
   }
   return it->get<bool>();
-}
-
-const json& Param(const json& p, const char* field) {
-  static const json kNull;
-  auto it = p.is_object() ? p.find(field) : p.end();
-  return it == p.end() ? kNull : *it;
 }
 
 // The test-hook methods common to both processes; nullopt when `m` is none of them.
@@ -170,6 +155,12 @@ Result<json> RankControlService::Handle(const std::string& m, const json& q) {
                 {"last_error", StatusToJson(s.last_error)}};
   }
   if (m == "ping") return json::object();
+  if (m == "read_live") return ReadLive(*p_, q);
+  if (m == "catch_up") {
+    if (!catch_up_) return Status::InvalidArgument("catch_up: this rank is in no fleet");
+    WTX_ASSIGN_OR_RETURN(copied, CatchUpFromPeer(*p_, q, *catch_up_));
+    return json{{"bytes", copied}};
+  }
   if (m == "agent") {  // the transport agent: which coordinator, epoch, resolutions from the log
     if (agent_ == nullptr)
       return Status::InvalidArgument("agent: this rank has no transport agent");

@@ -8,7 +8,8 @@
 //  * CoordinatorControlService: begin, commit, abort, committed_version, decisions, recover,
 //    connected, wait_ranks {ranks, timeout_ms}.
 //  * RankControlService: step {step, scope}, status, verify, reattach, wait_resolved
-//    {timeout_ms}, ping.
+//    {timeout_ms}, ping, read_live {param, offset, length, version} and, once EnableCatchUp,
+//    catch_up {peer, version} (src/net/catch_up.h).
 //    The rank's `step` is applied by the RankStepHandler its owner gives (the scenario runner's,
 //    src/conformance/step_codec.h); without one, `step` is refused.
 //  * With test hooks (`--test-hooks`; a ControlTestHooks implementation, which lives in the
@@ -31,6 +32,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "src/net/catch_up.h"
 #include "src/net/channel.h"
 #include "wtx/coordinator.h"
 #include "wtx/participant.h"
@@ -95,8 +97,11 @@ class RankControlService {
   Result<nlohmann::json> Handle(const std::string& method, const nlohmann::json& params);
   // Handle, as ControlServer::Listen takes it. REQUIRES: the service outlives it.
   RequestHandler Handler();
+  // Answers catch_up, reaching peers with `options`. REQUIRES: called before Handler() serves.
+  void EnableCatchUp(CatchUpOptions options) { catch_up_ = std::move(options); }
 
  private:
+  std::optional<CatchUpOptions> catch_up_;
   Participant* p_;
   TcpRankAgent* agent_;
   RankStepHandler step_;

@@ -255,11 +255,7 @@ class EtcdDecisionLog final : public DecisionLog {
 
 Result<std::shared_ptr<DecisionLog>> OpenEtcdDecisionLog(const DecisionLogOptions& options) {
   WTX_ASSIGN_OR_RETURN(url, etcd::ParseEtcdUrl(options.url));
-  etcd::ClientOptions client_options;
-  client_options.endpoints = url.endpoints;
-  client_options.tls = options.tls;
-  client_options.request_timeout = options.request_timeout;
-  WTX_ASSIGN_OR_RETURN(client, etcd::Client::Open(std::move(client_options)));
+  WTX_ASSIGN_OR_RETURN(client, etcd::OpenClientFor(url, options.tls, options.request_timeout));
   auto log =
       std::make_shared<EtcdDecisionLog>(std::shared_ptr<etcd::Client>(std::move(client)), url);
   Status s = log->Init(options.create);

@@ -5,12 +5,17 @@
 #include <initializer_list>
 #include <vector>
 
+#include "src/etcd/stored_record.h"
 #include "src/util/json_fields.h"
 
 namespace wtx {
 
 namespace {
 
+using etcd::DumpRecord;
+using etcd::RecordCorrupt;
+using etcd::RecordInt;
+using etcd::RecordString;
 using nlohmann::json;
 
 constexpr std::string_view kMetaFormat = "wtx-decision-log";
@@ -19,54 +24,10 @@ constexpr std::string_view kDecisionFormat = "wtx-decision";
 constexpr std::string_view kEndFormat = "wtx-end";
 constexpr int64_t kRecordVersion = 1;
 
-Status RecordCorrupt(std::string_view format, const std::string& what) {
-  return Status::Corruption("not a " + std::string(format) + " record: " + what);
-}
-
-// Parses `value` as one JSON object of `format` version 1 whose fields are all in `allowed`.
+// A record of `format` at kRecordVersion (etcd::ParseRecord).
 Result<json> ParseRecord(std::string_view value, std::string_view format,
                          std::initializer_list<std::string_view> allowed) {
-  std::vector<std::string> duplicate;
-  json j = ParseJsonNoDuplicateKeys(value, &duplicate);
-  if (!duplicate.empty()) return RecordCorrupt(format, "a key appears twice");
-  if (!j.is_object()) return RecordCorrupt(format, "the value is not a JSON object");
-  const auto f = j.find("format");
-  if (f == j.end() || !f->is_string() || f->get<std::string>() != format) {
-    return RecordCorrupt(format, "\"format\" is not \"" + std::string(format) + "\"");
-  }
-  const auto v = j.find("v");
-  if (v == j.end() || !v->is_number_integer() || v->get<int64_t>() != kRecordVersion) {
-    return RecordCorrupt(format, "\"v\" is not " + std::to_string(kRecordVersion));
-  }
-  const Status fields = CheckFields(j, "", allowed);
-  if (!fields.ok()) return RecordCorrupt(format, fields.message());
-  return j;
-}
-
-// "\"name\"" (built by appending: GCC 12 warns, wrongly, about a + chain here).
-std::string RecordFieldName(const char* name) {
-  std::string out(1, '"');
-  out.append(name);
-  out.push_back('"');
-  return out;
-}
-
-Status RecordString(const json& j, std::string_view format, const char* name, std::string* out) {
-  const auto it = j.find(name);
-  if (it == j.end() || !it->is_string()) {
-    return RecordCorrupt(format, RecordFieldName(name) + " is missing or not a string");
-  }
-  *out = it->get<std::string>();
-  return Status::OK();
-}
-
-Status RecordInt(const json& j, std::string_view format, const char* name, int64_t* out) {
-  const auto it = j.find(name);
-  if (it == j.end() || !it->is_number_integer()) {
-    return RecordCorrupt(format, RecordFieldName(name) + " is missing or not an integer");
-  }
-  *out = it->get<int64_t>();
-  return Status::OK();
+  return etcd::ParseRecord(value, format, kRecordVersion, allowed);
 }
 
 Status ReadVote(const json& j, LoggedVote* vote) {
@@ -94,15 +55,6 @@ Result<DecisionLogMeta> DecodeDecisionLogMeta(std::string_view value) {
   DecisionLogMeta meta;
   WTX_RETURN_IF_ERROR(RecordInt(j, kMetaFormat, "created_micros", &meta.created_micros));
   return meta;
-}
-
-// j.dump(), or kInvalidArgument naming `what` when a string in it is not valid UTF-8.
-Result<std::string> DumpRecord(const json& j, const std::string& what) {
-  try {
-    return j.dump();
-  } catch (const json::exception&) {
-    return Status::InvalidArgument(what + ": a text field is not valid UTF-8");
-  }
 }
 
 Result<std::string> EncodeLeaderRecord(const LeaderRecord& leader) {

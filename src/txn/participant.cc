@@ -236,7 +236,13 @@ Status ParticipantImpl::Log(std::optional<ParticipantRecord> record, bool sync) 
 bool ParticipantImpl::Serving() const {
   const bool in_doubt = active_ && active_->prepared && active_->vote_yes;
   return !crashed_ && loaded_ && !DirtyLocked() && state_.version && !in_doubt &&
-         moved_count_ == 0 && StaleDerived().empty();
+         moved_count_ == 0 && StaleDerived().empty() && !hold_;
+}
+
+void ParticipantImpl::SetHold(std::optional<std::string> reason) {
+  MetricsScope metrics_scope(this, std::nullopt);
+  std::lock_guard<std::mutex> l(mu_);
+  hold_ = std::move(reason);
 }
 
 RankStatus ParticipantImpl::status() const {
@@ -267,6 +273,7 @@ RankStatus ParticipantImpl::status() const {
   s.serving = Serving();
   s.lineage = EffectiveLineage();
   s.step = state_.step;
+  s.held = hold_;
   return s;
 }
 

@@ -252,6 +252,7 @@ class ParticipantImpl : public Participant {
     std::lock_guard<std::mutex> l(mu_);
     kernel_identity_ = std::move(identity);
   }
+  void SetHold(std::optional<std::string> reason) override EXCLUDES(mu_);
   Result<Vote> Prepare(std::string_view tx) override EXCLUDES(mu_);
   Result<Vote> CheckPrepare(std::string_view tx) const override EXCLUDES(mu_);
   Status Decide(std::string_view tx, Decision decision, std::string_view version) override
@@ -483,6 +484,7 @@ class ParticipantImpl : public Participant {
   std::vector<ParamStorage> bound_ GUARDED_BY(mu_);
   std::vector<std::optional<ParamStorage>> moved_ GUARDED_BY(mu_);
   size_t moved_count_ GUARDED_BY(mu_) = 0;
+  std::optional<std::string> hold_ GUARDED_BY(mu_);  // SetHold's reason
   // Rebind adopted new storage since the bytes were last known (a full commit or a reattach):
   // Verify is then a Reattach.
   bool rebound_ GUARDED_BY(mu_) = false;

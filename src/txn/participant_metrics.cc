@@ -29,6 +29,7 @@ std::string ParticipantImpl::HeldReason() const {
   if (!state_.version) return "never_committed";
   if (DirtyLocked()) return "dirty";
   if (!StaleDerived().empty()) return "stale_derived";
+  if (hold_) return "held";
   return Serving() ? "" : "dirty";
 }
 

@@ -77,6 +77,10 @@ def engine(rank, g, args):
         os.environ["WTX_SGLANG_SERVING_GATE"] = args.get("gate", "hold")
         if args.get("lineage"):
             os.environ["WTX_SGLANG_LINEAGE"] = args["lineage"]
+        if args.get("fleet"):  # tests/python/test_fleet_registry.py
+            os.environ["WTX_SGLANG_FLEET_REGISTRY"] = args["fleet"]["registry"]
+            os.environ["WTX_SGLANG_FLEET"] = args["fleet"]["name"]
+            os.environ["WTX_SGLANG_REPLICA"] = args["fleet"]["replica"]
         scheduler = run_scheduler_process(worker, tp_group)
     else:
         scheduler = Scheduler(worker, tp_group)

@@ -35,6 +35,7 @@
 #include "tools/wtx/daemon_signals.h"
 #include "tools/wtx/decision_log_flags.h"
 #include "tools/wtx/metrics_flags.h"
+#include "wtx/fleet.h"
 #include "wtx/hf_manifest.h"
 #include "wtx/participant.h"
 #include "wtx/tcp_rank_agent.h"
@@ -71,6 +72,13 @@ struct RankArgs {
   TlsFiles tls;
   DecisionLogFlags decision_log;
   MetricsFlags metrics;
+  // --fleet: this rank registers as rank --rank of --replica (wtx/fleet.h).
+  std::string fleet;
+  std::string fleet_registry;  // default: --decision-log's url
+  std::string replica;
+  int replica_ranks = 0;
+  int64_t fleet_ttl_ms = 6000;
+  int64_t fleet_period_ms = 0;
 };
 
 int FailRank(const Status& s) { return net::FailToStart("rank", s); }
@@ -166,6 +174,16 @@ int RunRank(const RankArgs& a) {
 
   // The control port applies the scenario runner's data-plane steps (spec/scenario.md).
   net::RankControlService service(&p, &ag, sim::ControlStepHandler(), test.control);
+  if (!a.fleet.empty()) {
+    // A lagging replica of the fleet catches up from this rank's peers (`wtx fleet catch-up`),
+    // reaching them with this rank's secret: the fleet shares one.
+    net::CatchUpOptions co;
+    co.secret = secret.value();
+    co.net.max_frame_bytes = a.max_frame_bytes;
+    co.net.tls = a.tls;
+    co.request_timeout = milliseconds(a.request_timeout_ms);
+    service.EnableCatchUp(std::move(co));
+  }
   std::unique_ptr<net::ControlServer> control;
   if (!a.control.empty()) {
     signals.Stage("listening on --control");
@@ -180,6 +198,34 @@ int RunRank(const RankArgs& a) {
     control = std::move(cs).value();
   }
 
+  std::unique_ptr<FleetMember> member;
+  if (!a.fleet.empty()) {
+    signals.Stage("joining --fleet");
+    const std::string& registry = a.fleet_registry.empty() ? a.decision_log.url : a.fleet_registry;
+    if (registry.empty() || a.replica.empty()) {
+      return FailRank(Status::InvalidArgument(
+          "--fleet needs --replica, and --fleet-registry etcd://HOST:PORT/PREFIX (or "
+          "--decision-log, whose etcd and prefix it then uses)"));
+    }
+    FleetMemberOptions fo;
+    fo.fleet.url = registry;
+    fo.fleet.tls = a.decision_log.tls;
+    fo.fleet.request_timeout = milliseconds(a.decision_log.timeout_ms);
+    fo.fleet.fleet = a.fleet;
+    fo.replica = a.replica;
+    fo.rank = a.rank;
+    fo.world = a.replica_ranks;
+    fo.ttl = milliseconds(a.fleet_ttl_ms);
+    if (control) {
+      auto chp = net::ParseHostPort(a.control);
+      if (chp.ok()) fo.control = chp->first + ":" + std::to_string(control->port());
+    }
+    fo.period = milliseconds(a.fleet_period_ms);
+    auto started = FleetMember::Start(std::move(fo), &p);
+    if (!started.ok()) return FailRank(started.status());
+    member = std::move(started).value();
+  }
+
   signals.Stage("listening on --metrics-listen");
   auto metrics = StartMetricsFlags(a.metrics);
   if (!metrics.ok()) return FailRank(metrics.status());
@@ -189,6 +235,7 @@ int RunRank(const RankArgs& a) {
   if (metrics.value()) ready["metrics_port"] = metrics.value()->port();
   signals.Ready(ready);
   signals.WaitForStop();
+  member.reset();  // leaves the fleet at once (its lease revoked)
   control.reset();
   agent.value().reset();
   return kExitOk;
@@ -248,6 +295,23 @@ void RegisterRankCommand(CLI::App& app, int* exit_code) {
                 "Start --lineage on this journal even though it holds another lineage or model: "
                 "its committed version and step are forgotten (nothing serves until a full "
                 "commit)");
+  cmd->add_option("--fleet", a->fleet,
+                  "Register in this fleet's registry (next to --decision-log) and hold while "
+                  "its policy does not admit this replica's step (docs/fleet.md)");
+  cmd->add_option("--fleet-registry", a->fleet_registry,
+                  "With --fleet: etcd://HOST:PORT[,...]/PREFIX of the fleet's registry (default: "
+                  "--decision-log's; replicas with a decision log each share one PREFIX here)");
+  cmd->add_option("--replica", a->replica,
+                  "With --fleet: the replica (transaction group) this rank belongs to");
+  AddIntOption(cmd, "--replica-ranks", &a->replica_ranks, IntBounds{0, kMaxRanks},
+               "With --fleet: ranks in the replica (0: unknown; a missing rank is not noticed)")
+      ->capture_default_str();
+  AddIntOption(cmd, "--fleet-ttl-ms", &a->fleet_ttl_ms, IntBounds{1000, 600000},
+               "With --fleet: the lease of this rank's record (gone this long after a crash)")
+      ->capture_default_str();
+  AddIntOption(cmd, "--fleet-period-ms", &a->fleet_period_ms, IntBounds{0, 600000},
+               "With --fleet: between reports (0: a third of --fleet-ttl-ms)")
+      ->capture_default_str();
   AddTlsOptions(cmd, &a->tls);
   AddDecisionLogFlags(cmd, &a->decision_log);
   AddMetricsFlags(cmd, &a->metrics);

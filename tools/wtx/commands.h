@@ -55,6 +55,7 @@ void RegisterControlCommand(CLI::App& app, int* exit_code);      // cmd_control.
 void RegisterTortureCommand(CLI::App& app, int* exit_code);      // cmd_torture.cc
 void RegisterVerifyCommand(CLI::App& app, int* exit_code);       // cmd_verify.cc
 void RegisterLoadCommands(CLI::App& app, int* exit_code);        // cmd_load.cc: load, expect
+void RegisterFleetCommands(CLI::App& app, int* exit_code);       // cmd_fleet.cc: status, policy
 
 // The contents of the file `path` that option `flag` names, through the one checked read of
 // every file an option names (src/util/file_util.h): errors name the flag and the path.

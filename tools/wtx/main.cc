@@ -19,6 +19,7 @@ int Run(int argc, char** argv) {
   wtx::cli::RegisterTortureCommand(app, &exit_code);
   wtx::cli::RegisterVerifyCommand(app, &exit_code);
   wtx::cli::RegisterLoadCommands(app, &exit_code);
+  wtx::cli::RegisterFleetCommands(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

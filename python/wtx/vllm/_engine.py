@@ -43,10 +43,10 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Opt
 import torch
 import torch.distributed as dist
 
-from .. import Aborted, Error, Manifest, Participant, expected_version
+from .. import Aborted, Error, Manifest, Participant, expected_version, fleet
 from .._module_manifest import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 from .._receive import (EXPECTED_VERSION_NAME, VERSION_BYTES, InPlaceReceiver, UpdateState,
-                        default_tx, describe_failure, describe_source_failure,
+                        default_tx, report_to_fleet, describe_failure, describe_source_failure,
                         expected_version_tensor, holds, load_one, released_reason,
                         reserve_and_load, resumed_check, version_of)
 from ..torch_dist import (Group, abort_quietly, decide_update, failure_reason, gather_from_ranks,
@@ -172,6 +172,10 @@ class WtxInitInfo:
     lineage: the lineage (the policy being trained, docs/fleet.md) this rank's journal belongs
       to; a journal of another lineage or model is refused naming both, unless new_lineage
       (which starts `lineage` on it: nothing serves until a full update commits).
+    fleet: {"registry": "etcd://HOST:PORT/PREFIX", "name", "replica", "ttl", "period"}: every
+      rank joins the fleet as a rank of `replica` (wtx.fleet.join, docs/fleet.md); a rank too
+      far behind the fleet's newest step (its max_lag) holds like after an abort: vLLM's
+      forward passes and resume are refused until it serves an admissible step.
     """
 
     journal_dir: str
@@ -189,6 +193,7 @@ class WtxInitInfo:
     metric_labels: Optional[Dict[str, str]] = None
     lineage: Optional[str] = None
     new_lineage: bool = False
+    fleet: Optional[Dict[str, Any]] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.journal_dir, str) or not self.journal_dir:
@@ -222,6 +227,9 @@ class WtxInitInfo:
         if not isinstance(self.inner_init_info, dict):
             raise Error("INVALID_ARGUMENT", "init_info.inner_init_info: expected a dict, got "
                         f"{type(self.inner_init_info).__name__}")
+        if self.fleet is not None and not isinstance(self.fleet, dict):
+            raise Error("INVALID_ARGUMENT", "init_info.fleet: expected a dict (registry, name, "
+                        f"replica), got {type(self.fleet).__name__}")
 
 
 @dataclass
@@ -346,6 +354,7 @@ class WtxWeightTransferEngine(UpdateState, _ENGINE_BASE):  # type: ignore[misc, 
         # Why the live weights are not vouched for outside any update (vLLM's sleep released
         # them, or they woke with nothing committed to check them against).
         self._unvouched: Optional[str] = None
+        self._member: Optional[fleet.Member] = None  # init_info.fleet
         self._expected: Optional[str] = None
         self._updates = 0
         self._writes = _Pipeline(self._fail)
@@ -516,6 +525,9 @@ class WtxWeightTransferEngine(UpdateState, _ENGINE_BASE):  # type: ignore[misc, 
                                prepare_timeout=info.prepare_timeout, metric_labels=labels,
                                **({"manifest_groups": stages} if stages else {}))
             inner.init_transfer_engine(inner_init)
+            if info.fleet is not None:
+                self._member = fleet.join(participant, info.fleet, world=self._size,
+                                          what="init_info.fleet")
         except BaseException:
             if self.group is not None:
                 self.group.close()
@@ -705,6 +717,7 @@ class WtxWeightTransferEngine(UpdateState, _ENGINE_BASE):  # type: ignore[misc, 
             self.weight_version = out.get("version")
         if out.get("outcome") == "committed" and self._kind == "full":
             self._unvouched = None  # every byte of the model was written and proven
+        report_to_fleet(self._member)
         return out
 
     def weights_released(self, call: str = "sleep") -> None:
@@ -756,6 +769,9 @@ class WtxWeightTransferEngine(UpdateState, _ENGINE_BASE):  # type: ignore[misc, 
         coordinator and the participant. Idempotent; never raises for a peer that is gone."""
         group, participant, inner, tx = self.group, self.participant, self._inner, self._tx
         self.group, self.participant, self._inner, self._tx = None, None, None, None
+        member, self._member = self._member, None
+        if member is not None:
+            member.close()  # leaves the fleet (its lease revoked) before the participant closes
         if group is not None and tx is not None:
             try:
                 abort_quietly(group, tx)
