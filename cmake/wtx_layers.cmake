@@ -122,7 +122,7 @@ wtx_layer(txn
   DEPS metrics journal etcd memory layouts manifest util)
 wtx_layer(history
   SOURCES src/history/history.cc src/history/journal_reader.cc src/history/journal_views.cc
-          src/history/live_verify.cc
+          src/history/live_verify.cc src/history/served_at.cc
   DEPS txn etcd journal memory manifest util)
 # Fleets (wtx/fleet.h): the replicas' registry in etcd, the staleness gate, fleet status.
 wtx_layer(fleet

@@ -8,6 +8,7 @@
 #include "src/txn/participant_records.h"
 #include "tests/test_util.h"
 #include "wtx/content_hash.h"
+#include "wtx/journal_reader.h"
 
 using namespace wtx;
 using namespace wtx::testing;
@@ -231,4 +232,85 @@ TEST_CASE("NoStepFollowsTheLargestOne") {
   CHECK(next.status.code() == ErrorCode::kStepRegression);
   CHECK_THAT(next.status.message(), Catch::Contains("no step follows"));
   CHECK(c.rank(0).status().serving);
+}
+
+namespace {
+
+HistoryEntry Entry(std::string tx, int64_t begin, int64_t total, std::string outcome,
+                   std::optional<std::string> version = std::nullopt, bool dirty_after = false) {
+  HistoryEntry e;
+  e.tx = std::move(tx);
+  e.time_micros = begin;
+  e.outcome = std::move(outcome);
+  if (e.outcome != "active" && e.outcome != "prepared") e.timings_us["total"] = total;
+  e.version = std::move(version);
+  e.dirty_after = dirty_after;
+  e.reason = e.outcome == "aborted" ? "E_COVERAGE_INCOMPLETE" : "";
+  e.lineage = "grpo";
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("ServedAtFollowsCommitsOpenUpdatesAndAborts") {
+  JournalHistory h;
+  h.owner.role = "participant";
+  h.entries = {Entry("t1", 100, 10, "committed", "v1"),        // serves v1 from 110
+               Entry("t2", 200, 10, "aborted", std::nullopt),  // clean abort: v1 again from 210
+               Entry("t3", 300, 10, "aborted", std::nullopt, true),  // dirty from 310
+               Entry("t4", 400, 10, "committed", "v4"),              // v4 from 410
+               Entry("t5", 500, 0, "active")};                       // open from 500 on
+  h.entries[0].step = 1;
+  h.entries[3].step = 4;
+  auto at = [&](int64_t t) {
+    auto r = ServedAtTime(h, t);
+    REQUIRE(r.ok());
+    return r.value();
+  };
+  ServedAt s = at(50);
+  CHECK_FALSE(s.serving);
+  CHECK(s.reason == "no version committed yet");
+  CHECK(s.until_micros == 100);
+  s = at(105);
+  CHECK_FALSE(s.serving);
+  CHECK_THAT(s.reason, Catch::Contains("update 't1' in progress"));
+  s = at(150);
+  CHECK(s.serving);
+  CHECK(s.version == "v1");
+  CHECK(s.step == 1);
+  CHECK(s.since_micros == 110);
+  CHECK(s.until_micros == 200);
+  s = at(250);
+  CHECK(s.serving);
+  CHECK(s.version == "v1");
+  CHECK(s.since_micros == 210);
+  s = at(350);
+  CHECK_FALSE(s.serving);
+  CHECK(s.version == "v1");  // still the committed one, held
+  CHECK_THAT(s.reason, Catch::Contains("dirty: 't3' aborted"));
+  s = at(450);
+  CHECK(s.serving);
+  CHECK(s.version == "v4");
+  CHECK(s.committed_tx == "t4");
+  CHECK(s.step == 4);
+  s = at(10'000);
+  CHECK_FALSE(s.serving);
+  CHECK_THAT(s.reason, Catch::Contains("update 't5' in progress"));
+  CHECK_FALSE(s.until_micros.has_value());
+  h.owner.role = "coordinator";
+  CHECK(ServedAtTime(h, 150).status().code() == ErrorCode::kInvalidArgument);
+}
+
+TEST_CASE("ServedAtReadsARanksRealJournal") {
+  Cluster c(1, SmallManifest());
+  REQUIRE(StepCommit(c, "t1", 3, "policy").status.ok());
+  auto h = ReadJournalHistory(c.rank_dir(0));
+  REQUIRE(h.ok());
+  auto s = ServedAtTime(h.value(), INT64_MAX / 2);
+  REQUIRE(s.ok());
+  CHECK(s->serving);
+  CHECK(s->committed_tx == "t1");
+  CHECK(s->step == 3);
+  CHECK(s->lineage == "policy");
+  CHECK(s->version == c.rank(0).status().version);
 }

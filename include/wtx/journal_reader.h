@@ -95,6 +95,25 @@ struct JournalHistory {
 
 Result<JournalHistory> ReadJournalHistory(const std::string& dir);
 
+// What a rank served at one moment, as its journal tells it (docs/fleet.md, "Serving
+// intervals"): a committed version serves from its commit until the next transaction begins
+// (an open update holds the rank), and again after a noop or an abort that left the rank clean;
+// an abort that left it dirty serves nothing until a full update commits. A process restart
+// that lost the bytes is not a record: the journal's answer is what wtx vouched for.
+struct ServedAt {
+  int64_t at_micros = 0;
+  bool serving = false;
+  std::optional<std::string> version;  // the committed version then (served or held)
+  std::optional<std::string> committed_tx;
+  std::string lineage;
+  std::optional<int64_t> step;
+  std::string reason;                   // why it did not serve; "" when it did
+  int64_t since_micros = 0;             // when this state began (0: the journal's start)
+  std::optional<int64_t> until_micros;  // when it ended; nullopt: it lasts to the journal's end
+};
+// kInvalidArgument for a coordinator's journal (it serves nothing).
+Result<ServedAt> ServedAtTime(const JournalHistory& history, int64_t at_micros);
+
 // One stored record (`wtx show` prints them under "records").
 struct StoredRecord {
   std::string type;  // "BEGIN", "WRITE", "PREPARED", "DECISION", ...

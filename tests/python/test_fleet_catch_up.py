@@ -104,7 +104,9 @@ def test_BytesThatDoNotHashToThePeersVersionAbortTheCatchUp(fleet_of_two):
     assert "E_VERSION_MISMATCH" in out.stderr and "aborted" in out.stderr, out.stderr
     for s in b.statuses():
         assert not s["serving"] and s["step"] == 1 and s["active_tx"] is None, s
-    assert replica_of(wtx.fleet.status(url, "rollout"), "b")["state"] == "held"
+    # Its members report the abort at their next period (catching_up until then).
+    wait_for(lambda: replica_of(wtx.fleet.status(url, "rollout"), "b")["state"] == "held",
+             "b held in the registry after the aborted catch-up")
 
 
 def test_APeerThatIsUpdatingIsNotCopiedFrom(fleet_of_two):
@@ -139,3 +141,26 @@ def test_CatchUpRefusesWhatItCannotDoByName(fleet_of_two):
     out = run.cli("fleet", "catch-up", "--decision-log", url, "--fleet", "rollout", "--replica",
                   "ghost", "--coordinator", f"127.0.0.1:{b.port}", "--secret-file", run.secret)
     assert out.returncode == 2 and "replica 'ghost' is not registered" in out.stderr
+
+
+def test_ShowAtAnswersWhichVersionAReplicaServedWhen(fleet_of_two):
+    url, run, a, b, v2 = fleet_of_two
+    import time as _time
+    journal = os.path.join(run.dir, "a-rank-0")
+    before_two = _time.time()  # a serves step 2 since the fixture; b step 1
+    a.step(3, 3)
+    # a's journal is held open by its daemon: the reader reads it alongside (wtx show/log do).
+    out = run.cli("show", journal, "--at", "%.6f" % before_two, "--json")
+    assert out.returncode == 0, out.stderr
+    then = json.loads(out.stdout)
+    assert then["serving"] and then["version"] == v2 and then["step"] == 2, then
+    assert then["committed_tx"] == "a-s2" and then["until"] is not None
+    now = json.loads(run.cli("show", journal, "--at", "%.6f" % (_time.time() + 1), "--json").stdout)
+    assert now["serving"] and now["step"] == 3 and now["until"] is None, now
+    early = json.loads(run.cli("show", journal, "--at", "1", "--json").stdout)
+    assert not early["serving"] and early["reason"] == "no version committed yet", early
+    for bad in ["yesterday", "2026-13-01T00:00:00Z", "-5"]:
+        out = run.cli("show", journal, "--at", bad)
+        assert out.returncode == 2 and "--at" in out.stderr, (bad, out.stderr)
+    out = run.cli("show", journal, "a-s2", "--at", "1")
+    assert out.returncode == 2 and "--at takes a rank's journal DIR alone" in out.stderr

@@ -9,6 +9,7 @@
 // local audit journal DIR with it: a decision the two hold differently, or one the journal
 // holds unended that the shared log lacks, is reported (exit 3).
 #include <algorithm>
+#include <cctype>
 #include <ctime>
 #include <iomanip>
 #include <iostream>
@@ -229,6 +230,66 @@ int Log(const std::string& dir, bool as_json) {
   return kExitOk;
 }
 
+// --at TIME: seconds since the epoch ("1796400000.25") or UTC as `wtx log` prints it
+// ("2026-12-07T15:04:05.123Z", the fraction and the Z optional); microseconds since the epoch.
+Result<int64_t> ParseTimeArg(const std::string& text) {
+  const Status bad =
+      Status::InvalidArgument("--at '" + text +
+                              "': expected seconds since the epoch or a UTC time such as "
+                              "2026-12-07T15:04:05.123Z");
+  if (!text.empty() && text.find_first_not_of("0123456789.") == std::string::npos) {
+    size_t used = 0;
+    double seconds = 0;
+    try {
+      seconds = std::stod(text, &used);
+    } catch (const std::exception&) {
+      return bad;
+    }
+    if (used != text.size() || !(seconds >= 0) || seconds > 1e11) return bad;
+    return static_cast<int64_t>(seconds * 1e6);
+  }
+  std::tm tm{};
+  std::istringstream in(text);
+  in >> std::get_time(&tm, "%Y-%m-%dT%H:%M:%S");
+  if (in.fail()) return bad;
+  int64_t micros = 0;
+  if (in.peek() == '.') {
+    in.get();
+    std::string digits;
+    while (std::isdigit(in.peek())) digits.push_back(static_cast<char>(in.get()));
+    if (digits.empty() || digits.size() > 6) return bad;
+    digits.resize(6, '0');
+    micros = std::stoll(digits);
+  }
+  if (in.peek() == 'Z') in.get();
+  if (in.peek() != std::char_traits<char>::eof()) return bad;
+  return static_cast<int64_t>(timegm(&tm)) * 1000000 + micros;
+}
+
+// wtx show DIR --at TIME: what the rank served then (ServedAtTime).
+int ShowAt(const std::string& dir, const std::string& at, bool as_json) {
+  auto when = ParseTimeArg(at);
+  if (!when.ok()) return Refuse("show", when.status());
+  if (Status s = CheckJournalDir(dir); !s.ok()) return Refuse("show", s);
+  auto h = ReadJournalHistory(dir);
+  if (!h.ok()) return Refuse("show", h.status());
+  Warn("show", h->warnings);
+  auto served = ServedAtTime(h.value(), when.value());
+  if (!served.ok()) return Refuse("show", served.status());
+  const ServedAt& s = served.value();
+  json out = {{"at", Time(s.at_micros)},
+              {"serving", s.serving},
+              {"version", OptionalJson(s.version)},
+              {"committed_tx", OptionalJson(s.committed_tx)},
+              {"lineage", s.lineage},
+              {"step", s.step ? json(*s.step) : json()},
+              {"reason", s.reason.empty() ? json() : json(s.reason)},
+              {"since", s.since_micros > 0 ? json(Time(s.since_micros)) : json()},
+              {"until", s.until_micros ? json(Time(*s.until_micros)) : json()}};
+  std::cout << out.dump(as_json ? -1 : 2) << "\n";
+  return kExitOk;
+}
+
 int Show(const std::string& dir, const std::string& tx, bool as_json) {
   if (Status s = CheckJournalDir(dir); !s.ok()) return Refuse("show", s);
   auto h = ReadJournalHistory(dir);
@@ -402,8 +463,21 @@ void RegisterJournalCommands(CLI::App& app, int* exit_code) {
   show->add_option("dir", *dir, "Journal directory (omitted with --decision-log)");
   show->add_option("tx", *tx, "Transaction id");
   show->add_flag("--json", *as_json, "Compact JSON output");
+  auto at = std::make_shared<std::string>();
+  show->add_option("--at", *at,
+                   "Instead of TX: what the rank served at TIME (seconds since the epoch, or UTC "
+                   "as wtx log prints it): version, step, since, until, or why it held");
   AddDecisionLogFlags(show, shared.get());
   show->callback([=] {
+    if (!at->empty()) {
+      if (!tx->empty() || !shared->url.empty() || dir->empty()) {
+        std::cerr << "wtx show: --at takes a rank's journal DIR alone (no TX, no --decision-log)\n";
+        *exit_code = kExitInvalidInput;
+        return;
+      }
+      *exit_code = ShowAt(*dir, *at, *as_json);
+      return;
+    }
     // With --decision-log the one positional is the transaction id.
     const std::string id = !shared->url.empty() && tx->empty() ? *dir : *tx;
     if (id.empty() || (shared->url.empty() && dir->empty())) {
