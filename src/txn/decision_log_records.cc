@@ -22,6 +22,7 @@ constexpr std::string_view kMetaFormat = "wtx-decision-log";
 constexpr std::string_view kLeaderFormat = "wtx-leader";
 constexpr std::string_view kDecisionFormat = "wtx-decision";
 constexpr std::string_view kEndFormat = "wtx-end";
+constexpr std::string_view kBeatFormat = "wtx-beat";
 constexpr int64_t kRecordVersion = 1;
 
 // A record of `format` at kRecordVersion (etcd::ParseRecord).
@@ -149,6 +150,23 @@ Result<LoggedDecision> DecodeDecisionRecord(std::string_view value, std::string_
     d.votes.push_back(std::move(vote));
   }
   return d;
+}
+
+std::string EncodeBeatRecord(const BeatRecord& beat) {
+  return json{{"format", kBeatFormat},
+              {"v", kRecordVersion},
+              {"epoch", beat.epoch},
+              {"ttl_ms", beat.ttl_ms}}
+      .dump();
+}
+
+Result<BeatRecord> DecodeBeatRecord(std::string_view value) {
+  WTX_ASSIGN_OR_RETURN(j, ParseRecord(value, kBeatFormat, {"format", "v", "epoch", "ttl_ms"}));
+  BeatRecord beat;
+  WTX_RETURN_IF_ERROR(RecordInt(j, kBeatFormat, "epoch", &beat.epoch));
+  WTX_RETURN_IF_ERROR(RecordInt(j, kBeatFormat, "ttl_ms", &beat.ttl_ms));
+  if (beat.ttl_ms <= 0) return RecordCorrupt(kBeatFormat, "\"ttl_ms\" is not positive");
+  return beat;
 }
 
 std::string EncodeEndRecord() { return json{{"format", kEndFormat}, {"v", kRecordVersion}}.dump(); }

@@ -8,6 +8,9 @@
 //                      "version","reason","writer","epoch","time_micros",["prepare_us"],
 //                      "votes":[{"rank","vote","error"}]}
 //   PREFIX/end/<tx>   {"format":"wtx-end","v":1}
+//   PREFIX/beat       {"format":"wtx-beat","v":1,"epoch":N,"ttl_ms":T}: the leader's heartbeat,
+//                     rewritten every renewal while PREFIX/leader is its
+//                     (src/txn/etcd_leadership.h)
 //
 // A decoder accepts exactly what its encoder writes: a value that is not JSON, names another
 // format or version, lacks a field, has a field of the wrong type or one it does not know is
@@ -46,6 +49,14 @@ Result<LeaderRecord> DecodeLeaderRecord(std::string_view value);
 Result<std::string> EncodeDecisionRecord(const LoggedDecision& d);
 // Also kJournalCorrupt when the record's "tx" is not `tx` (the key's suffix).
 Result<LoggedDecision> DecodeDecisionRecord(std::string_view value, std::string_view tx);
+
+// The leader's heartbeat: its epoch and the TTL its standbys give it.
+struct BeatRecord {
+  int64_t epoch = 0;
+  int64_t ttl_ms = 0;
+};
+std::string EncodeBeatRecord(const BeatRecord& beat);
+Result<BeatRecord> DecodeBeatRecord(std::string_view value);
 
 std::string EncodeEndRecord();
 Status DecodeEndRecord(std::string_view value);

@@ -1,6 +1,7 @@
 #include "src/txn/etcd_leadership.h"
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 #include "src/txn/decision_log_records.h"
@@ -14,12 +15,55 @@ using std::chrono::milliseconds;
 // The lease's TTL: whole seconds, at least `ttl` (so the lease outlives what Leads() trusts).
 int64_t LeaseSeconds(milliseconds ttl) { return std::max<int64_t>(1, (ttl.count() + 999) / 1000); }
 
+// PREFIX/beat beside PREFIX/leader.
+std::string BeatKey(const std::string& leader_key) {
+  return leader_key.substr(0, leader_key.rfind('/') + 1) + "beat";
+}
+
 }  // namespace
+
+bool EtcdLeadership::SilenceWatch::Observe(const etcd::KeyValue& leader,
+                                           const etcd::TxnResponse& txn) {
+  const etcd::KeyValue* beat = txn.responses.size() > 1 && !txn.responses[1].kvs.empty()
+                                   ? &txn.responses[1].kvs[0]
+                                   : nullptr;
+  const int64_t beat_rev = beat ? beat->mod_revision : 0;
+  const Clock::time_point now = Clock::now();
+  if (leader.create_revision != leader_rev || beat_rev != this->beat_rev) {
+    leader_rev = leader.create_revision;
+    this->beat_rev = beat_rev;
+    changed_at = now;
+    deadline = own_ttl;
+    if (beat != nullptr) {
+      auto record = DecodeBeatRecord(beat->value);
+      if (record.ok() && record->epoch == leader_rev) {
+        deadline = std::max(own_ttl, milliseconds(record->ttl_ms));
+      }
+    }
+    return false;
+  }
+  return now - changed_at > deadline;
+}
+
+bool EtcdLeadership::DeposeSilentLeader(const SilenceWatch& silence, const std::string& holder) {
+  etcd::Compare same_beat;
+  same_beat.key = beat_key_;
+  same_beat.target = etcd::Compare::Target::kMod;
+  same_beat.result = etcd::Compare::Result::kEqual;
+  same_beat.number = silence.beat_rev;
+  auto deposed = client_->Txn({etcd::Compare::CreateRevision(
+                                   leader_key_, etcd::Compare::Result::kEqual, silence.leader_rev),
+                               same_beat},
+                              {etcd::Op::Delete(leader_key_)}, {},
+                              "depose the silent leader '" + holder + "' of " + log_name_);
+  return deposed.ok() && deposed->succeeded;
+}
 
 EtcdLeadership::EtcdLeadership(std::shared_ptr<etcd::Client> client, std::string leader_key,
                                std::string holder, milliseconds ttl, std::string log_name)
     : client_(std::move(client)),
       leader_key_(std::move(leader_key)),
+      beat_key_(BeatKey(leader_key_)),
       holder_(std::move(holder)),
       ttl_(ttl),
       log_name_(std::move(log_name)) {}
@@ -71,6 +115,8 @@ Result<int64_t> EtcdLeadership::Acquire(milliseconds timeout) {
   if (!granted.ok()) return granted.status();
   int64_t lease = *granted;
   WTX_ASSIGN_OR_RETURN(value, EncodeLeaderRecord(LeaderRecord{holder_, lease}));
+  SilenceWatch silence;  // how long the current leader has not beaten
+  silence.own_ttl = ttl_;
   while (true) {
     if (Clock::now() - renewed > ttl_ / 3) {  // still waiting: keep the lease alive
       const Clock::time_point sent = Clock::now();
@@ -87,9 +133,10 @@ Result<int64_t> EtcdLeadership::Acquire(milliseconds timeout) {
       }
       renewed = sent;
     }
-    auto attempt = client_->Txn(
-        {etcd::Compare::CreateRevision(leader_key_, etcd::Compare::Result::kEqual, 0)},
-        {etcd::Op::Put(leader_key_, value, lease)}, {etcd::Op::Get(leader_key_)}, what);
+    auto attempt =
+        client_->Txn({etcd::Compare::CreateRevision(leader_key_, etcd::Compare::Result::kEqual, 0)},
+                     {etcd::Op::Put(leader_key_, value, lease)},
+                     {etcd::Op::Get(leader_key_), etcd::Op::Get(beat_key_)}, what);
     if (!attempt.ok() && transient(attempt.status())) continue;
     if (!attempt.ok()) return attempt.status();
     const etcd::TxnResponse& txn = *attempt;
@@ -102,6 +149,8 @@ Result<int64_t> EtcdLeadership::Acquire(milliseconds timeout) {
       if (!holder.ok()) return NameStoredKey(holder.status(), leader_key_, txn.endpoint);
       if (holder->lease == lease) {
         epoch = kv.create_revision;  // ours: an earlier try was applied but its answer lost
+      } else if (silence.Observe(kv, txn) && DeposeSilentLeader(silence, holder->holder)) {
+        continue;  // the key is gone: create it at once
       } else if (Clock::now() + poll > deadline) {
         client_->LeaseRevoke(lease, what).ok();  // best effort: it would expire anyway
         return Status(ErrorCode::kTimeout,
@@ -124,12 +173,12 @@ Result<int64_t> EtcdLeadership::Acquire(milliseconds timeout) {
     lease_ = lease;
     valid_until_ = renewed + ttl_;
     stop_ = false;
-    keeper_ = std::thread([this, lease] { KeepAliveLoop(lease); });
+    keeper_ = std::thread([this, lease, epoch] { KeepAliveLoop(lease, epoch); });
     return epoch;
   }
 }
 
-void EtcdLeadership::KeepAliveLoop(int64_t lease) {
+void EtcdLeadership::KeepAliveLoop(int64_t lease, int64_t epoch) {
   const std::string what = "renew the leadership lease of " + log_name_;
   const milliseconds period = ttl_ / 4;
   const milliseconds retry = std::max(ttl_ / 20, milliseconds(50));
@@ -143,9 +192,26 @@ void EtcdLeadership::KeepAliveLoop(int64_t lease) {
     }
     const Clock::time_point sent = Clock::now();
     auto ttl = client_->LeaseKeepAlive(lease, what, member_timeout);
+    // The heartbeat, written only while PREFIX/leader is still this leadership's: standbys
+    // depose a leader whose beat stops for a TTL, a deadline etcd does not extend at its own
+    // elections as it extends leases. nullopt: not written (etcd did not answer).
+    std::optional<bool> holds_key;
+    if (ttl.ok() && *ttl > 0) {
+      auto beat = client_->Txn(
+          {etcd::Compare::CreateRevision(leader_key_, etcd::Compare::Result::kEqual, epoch)},
+          {etcd::Op::Put(beat_key_, EncodeBeatRecord(BeatRecord{epoch, ttl_.count()}))}, {},
+          "beat as the leader of " + log_name_);
+      if (beat.ok()) holds_key = beat->succeeded;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return;
-    if (ttl.ok() && *ttl > 0) {
+    if (holds_key == false) {
+      ended_ = true;  // deposed: a standby found this leader silent and took the key
+      return;
+    }
+    if (ttl.ok() && *ttl > 0 && !holds_key.has_value()) {
+      wait = retry;  // renewed but not beaten: what Leads() trusts is not extended
+    } else if (ttl.ok() && *ttl > 0) {
       const milliseconds left = std::min<milliseconds>(ttl_, std::chrono::seconds(*ttl));
       valid_until_ = std::max(valid_until_, sent + left);
       // Renew when what is left drops to 3/4 of the TTL: a period after a prompt answer, at

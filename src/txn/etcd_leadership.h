@@ -22,6 +22,18 @@
 //    (Leads() false, not Ended()) leads again after the next successful renewal: the lease,
 //    and so the leader key and the epoch, were never lost (etcd extends every lease when a new
 //    raft leader is elected).
+//  * The leader beats: after every renewal it rewrites PREFIX/beat (its epoch and TTL) in a
+//    transaction that requires PREFIX/leader to be its own (create revision == epoch); Leads()
+//    is extended only by a renewal whose beat was written. A beat refused because the key is no
+//    longer its own ends the leadership (deposed).
+//  * A standby waiting in Acquire deposes a silent leader: when neither PREFIX/leader's create
+//    revision nor PREFIX/beat's mod revision has changed for the larger of its TTL and the
+//    leader's, by its own clock, it deletes PREFIX/leader in a transaction requiring both
+//    unchanged, and creates it at once. etcd extends every lease when it elects a new raft
+//    leader, so a dead leader's key would outlive the election by a whole TTL; this deadline is
+//    wtx's own and etcd does not extend it. A live leader deposed this way (it could not write
+//    a beat for a TTL) is fenced like any deposed leader: its decisions require its epoch and
+//    are refused (E_STALE_COORDINATOR), so nothing is decided twice.
 //  * Resign revokes the lease (deleting the key: a standby may take over at once). The
 //    destructor only stops the renewals: like a crashed process, it leaves the key to expire.
 //
@@ -33,6 +45,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -58,13 +71,32 @@ class EtcdLeadership final : public Leadership {
  private:
   using Clock = std::chrono::steady_clock;
 
-  // Renews `lease` every ttl/4 until stopped or the lease is gone.
-  void KeepAliveLoop(int64_t lease);
+  // What a standby saw of the leader it waits for: the leader key's create revision and the
+  // beat's mod revision, when either last changed (its own clock), and how long a silence it
+  // allows (the larger of its TTL and the one the leader's beat states).
+  struct SilenceWatch {
+    int64_t leader_rev = -1;
+    int64_t beat_rev = -1;
+    Clock::time_point changed_at;
+    std::chrono::milliseconds own_ttl{0};
+    std::chrono::milliseconds deadline{0};
+    // Records what `txn` (the failed create: [leader, beat] read back) shows; true when the
+    // leader `leader` has been silent past the deadline.
+    bool Observe(const etcd::KeyValue& leader, const etcd::TxnResponse& txn);
+  };
+  // Deletes PREFIX/leader if neither it nor the beat changed since `silence` saw them; true if
+  // it did.
+  bool DeposeSilentLeader(const SilenceWatch& silence, const std::string& holder);
+
+  // Renews `lease` every ttl/4, beating as leader `epoch`, until stopped, the lease is gone or
+  // the leader key is no longer this leadership's.
+  void KeepAliveLoop(int64_t lease, int64_t epoch);
   // Stops and joins the renewal thread, if any.
   void StopKeepAlive() REQUIRES(acquire_mu_);
 
   const std::shared_ptr<etcd::Client> client_;
   const std::string leader_key_;
+  const std::string beat_key_;  // PREFIX/beat
   const std::string holder_;
   const std::chrono::milliseconds ttl_;
   const std::string log_name_;

@@ -213,6 +213,58 @@ TEST_CASE("DeposedLeaderIsFencedAndWritesNothing") {
   CHECK(Contains(after.status().message(), "no coordinator leads now"));
 }
 
+// Issue 51, point 7: etcd extends every lease when it elects a raft leader, so a dead leader's
+// key can outlive its process by a whole TTL more; a standby deposes a leader whose beat stopped
+// for a TTL by its own clock instead. Here the silent leader's lease lives for a minute: only
+// the deadline can end its leadership.
+TEST_CASE("ASilentLeaderWhoseLeaseLivesIsDeposedAtWtxsOwnDeadline") {
+  REQUIRE_ETCD();
+  auto cluster = StartCluster();
+  auto log = OpenLog(*cluster, "wtx/silent");
+  auto raw = RawClient(*cluster);
+  auto lease = raw->LeaseGrant(60, "test lease");
+  REQUIRE(lease.ok());
+  auto record = EncodeLeaderRecord(LeaderRecord{"ghost", *lease});
+  REQUIRE(record.ok());
+  auto put = raw->Put("wtx/silent/leader", *record, *lease, "plant a silent leader");
+  REQUIRE(put.ok());
+  auto b = log->NewLeadership("coordinator B", 1000ms);
+  REQUIRE(b.ok());
+  auto epoch_b = (*b)->Acquire(30s);  // far less than the ghost's lease of 60 s
+  INFO(epoch_b.status().ToString());
+  REQUIRE(epoch_b.ok());
+  CHECK(*epoch_b > *put);
+  auto ghost_ttl = raw->LeaseKeepAlive(*lease, "the ghost's lease");
+  REQUIRE(ghost_ttl.ok());
+  CHECK(*ghost_ttl > 0);  // its lease lives on: the deadline deposed it, not the lease
+  auto stale = log->Decide(MakeDecision("late", Decision::kCommit, *put));
+  REQUIRE_FALSE(stale.ok());
+  CHECK(stale.status().code() == ErrorCode::kStaleCoordinator);
+}
+
+TEST_CASE("ALeaderThatBeatsIsNeverDeposedAndOneWhoseKeyIsTakenEnds") {
+  REQUIRE_ETCD();
+  auto cluster = StartCluster();
+  auto log = OpenLog(*cluster, "wtx/beat");
+  auto a = log->NewLeadership("coordinator A", 1000ms);
+  REQUIRE(a.ok());
+  auto epoch_a = (*a)->Acquire(5s);
+  REQUIRE(epoch_a.ok());
+  auto b = log->NewLeadership("coordinator B", 1000ms);
+  REQUIRE(b.ok());
+  auto waited = (*b)->Acquire(3500ms);  // three TTLs of beats: A is never silent that long
+  CHECK(waited.status().code() == ErrorCode::kTimeout);
+  CHECK((*a)->Leads());
+  CHECK_FALSE((*a)->Ended());
+  // The key taken from under A (as a standby deposing it would): A's next beat is refused and
+  // its leadership ends.
+  auto raw = RawClient(*cluster);
+  REQUIRE(raw->DeleteRange(etcd::Op::Delete("wtx/beat/leader"), "take the key").ok());
+  for (int i = 0; i < 100 && !(*a)->Ended(); ++i) std::this_thread::sleep_for(50ms);
+  CHECK((*a)->Ended());
+  CHECK_FALSE((*a)->Leads());
+}
+
 TEST_CASE("LeaderlessAbortWaitsForTheLeaseAndLosesToACommit") {
   REQUIRE_ETCD();
   auto cluster = StartCluster();
