@@ -4,8 +4,9 @@
 //
 // Contract:
 //  * Every rank of a replica registers itself (FleetMember) under a lease of its own: replica
-//    id, rank, lineage, step, version, state and why it is not serving. A rank that dies
-//    disappears when its lease ends; a replica missing a rank is held.
+//    id, rank, lineage, step, version, state and why it is not serving, rewritten when any of
+//    them changes (its time: when that state began). A rank that dies disappears when its lease
+//    ends; a replica missing a rank is held.
 //  * The fleet's newest step (the largest step any replica of the fleet's lineage committed) is
 //    kept in etcd and never goes back, even when the replica that committed it dies. A step is
 //    published once `quorum` replicas (every live replica by default) serve it or a newer one;
@@ -130,7 +131,10 @@ class FleetMember {
   virtual Status ReportNow() = 0;
   // Why the member holds its participant now; nullopt when it does not.
   virtual std::optional<std::string> hold() const = 0;
-  // The fleet as the last successful report read it; nullopt before one.
+  // The fleet as the last successful report read it; nullopt before one. Its replicas are
+  // listed only when that report read them (a report reads the policy and the newest and
+  // published steps, and every replica only when this rank serves a step newer than the
+  // published one); ReadFleetStatus reads everything.
   virtual std::optional<FleetStatus> last_status() const = 0;
 };
 

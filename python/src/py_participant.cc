@@ -644,7 +644,14 @@ open). Returns the participant; a context manager (close() on leaving the block)
             return Unwrap(std::move(r));
           },
           py::arg("name") = "*")
-      .def("status", [](PyParticipant& self) { return StatusToPy(self.get().status()); })
+      // Every call that takes the participant's lock releases the GIL first: the participant may
+      // need the GIL under that lock (the storage resolver asks Python where the tensors are)
+      // when another thread (a wtx.fleet.Member's) calls it.
+      .def("status",
+           [](PyParticipant& self) {
+             Participant& p = self.get();
+             return StatusToPy(WithoutGil([&] { return p.status(); }));
+           })
       .def("_reserve", &Reserve, py::arg("param") = py::none(), py::arg("shard") = py::none(),
            py::arg("box") = py::none(), py::arg("source") = py::none(),
            py::arg("source_box") = py::none())
@@ -666,11 +673,21 @@ open). Returns the participant; a context manager (close() on leaving the block)
           "After reopening over surviving borrowed tensors: an exact match with the committed "
           "chunk digests makes the rank serve again without a reload.")
       .def("set_kernel_identity",
-           [](PyParticipant& self, std::string id) { self.get().SetKernelIdentity(std::move(id)); })
+           [](PyParticipant& self, std::string id) {
+             Participant& p = self.get();
+             WithoutGil([&] {
+               p.SetKernelIdentity(std::move(id));
+               return 0;
+             });
+           })
       .def(
           "set_hold",
           [](PyParticipant& self, std::optional<std::string> reason) {
-            self.get().SetHold(std::move(reason));
+            Participant& p = self.get();
+            WithoutGil([&] {
+              p.SetHold(std::move(reason));
+              return 0;
+            });
           },
           py::arg("reason"),
           "Holds this rank (status()['serving'] False, status()['held'] = reason) whatever its "
@@ -678,7 +695,8 @@ open). Returns the participant; a context manager (close() on leaving the block)
           "(wtx.fleet.Member). Nothing durable changes.")
       .def("describe",
            [](PyParticipant& self) {
-             RankDescription d = self.get().Describe();
+             Participant& p = self.get();
+             RankDescription d = WithoutGil([&] { return p.Describe(); });
              py::dict out;
              out["rank"] = d.rank;
              out["fingerprint"] = d.fingerprint;

@@ -148,7 +148,9 @@ class Member:
     @property
     def last_status(self) -> Optional[Dict[str, Any]]:
         """The fleet (as status() returns it) at the last successful report; None before (or
-        once closed)."""
+        once closed). Its "replicas" are listed only when that report read them (a report reads
+        the policy and the newest and published steps, and every replica only while this rank
+        serves a step newer than the published one); status() reads everything."""
         return self._member.last_status if self._member is not None else None
 
     def close(self) -> None:

@@ -157,32 +157,57 @@ class FleetMemberImpl : public FleetMember {
     record.lineage = st.lineage;
     record.step = st.step;
     record.version = st.version;
-    record.time_micros = Clock::Real()->NowMicros();
     record.control = options_.control;
     OwnState(st, &record);
     WTX_ASSIGN_OR_RETURN(lease, Lease());
-    WTX_RETURN_IF_ERROR(registry_->PutRank(record, lease));
-    WTX_ASSIGN_OR_RETURN(contents, registry_->Read());
-    FleetStatus fleet = fleet::ComputeFleetStatus(registry_->fleet(), contents);
+    // One put per change of state (its time: when the state began), not per period: the lease
+    // alone says the rank is alive. A fleet of many ranks then writes to etcd as often as it
+    // changes.
+    record.time_micros = Clock::Real()->NowMicros();
+    if (RankRecord same = record; last_put_ && lease == last_lease_) {
+      same.time_micros = last_put_->time_micros;
+      if (same == *last_put_) record = same;
+    }
+    if (!last_put_ || lease != last_lease_ || record != *last_put_) {
+      WTX_RETURN_IF_ERROR(registry_->PutRank(record, lease));
+      last_put_ = record;
+      last_lease_ = lease;
+    }
+    // What judging this rank needs: the policy and the newest and published steps.
+    WTX_ASSIGN_OR_RETURN(marks, registry_->ReadMarks());
+    FleetStatus fleet = fleet::ComputeFleetStatus(registry_->fleet(), marks);
+    const std::string lineage = fleet.lineage.empty() ? record.lineage : fleet.lineage;
     // This rank's committed step is the fleet's newest when it is the largest: kept in etcd, so
     // that the newest step outlives the replicas that committed it.
-    if (record.step && record.lineage == fleet.lineage && record.version &&
-        (!contents.newest || contents.newest->lineage != fleet.lineage ||
-         contents.newest->step < *record.step)) {
+    if (record.step && record.version && record.lineage == lineage &&
+        (!marks.newest || marks.newest->lineage != lineage || marks.newest->step < *record.step)) {
       StepMark mark{record.lineage, *record.step, *record.version, record.replica,
                     record.time_micros};
-      WTX_RETURN_IF_ERROR(
-          registry_->RaiseMark(registry_->keys().newest(), mark, fleet.lineage).status());
-    }
-    if (auto earned = fleet::EarnedPublishedStep(fleet);
-        earned && (!contents.published || contents.published->lineage != fleet.lineage ||
-                   contents.published->step < *earned)) {
-      StepMark mark{fleet.lineage, *earned, "", record.replica, record.time_micros};
-      for (const FleetReplica& r : fleet.replicas) {
-        if (r.step == earned && r.version) mark.version = *r.version;
+      WTX_ASSIGN_OR_RETURN(raised, registry_->RaiseMark(registry_->keys().newest(), mark, lineage));
+      if (raised) {
+        marks.newest = mark;
+        fleet = fleet::ComputeFleetStatus(registry_->fleet(), marks);
       }
-      WTX_RETURN_IF_ERROR(
-          registry_->RaiseMark(registry_->keys().published(), mark, fleet.lineage).status());
+    }
+    // A step newer than the published one may be published once a quorum serves it: only then
+    // is every replica read.
+    const bool may_publish = record.state == ReplicaState::kServing && record.step &&
+                             record.lineage == lineage &&
+                             (!marks.published || marks.published->lineage != lineage ||
+                              marks.published->step < *record.step);
+    if (may_publish) {
+      WTX_ASSIGN_OR_RETURN(contents, registry_->Read());
+      fleet = fleet::ComputeFleetStatus(registry_->fleet(), contents);
+      if (auto earned = fleet::EarnedPublishedStep(fleet);
+          earned && (!contents.published || contents.published->lineage != fleet.lineage ||
+                     contents.published->step < *earned)) {
+        StepMark mark{fleet.lineage, *earned, "", record.replica, record.time_micros};
+        for (const FleetReplica& r : fleet.replicas) {
+          if (r.step == earned && r.version) mark.version = *r.version;
+        }
+        WTX_RETURN_IF_ERROR(
+            registry_->RaiseMark(registry_->keys().published(), mark, fleet.lineage).status());
+      }
     }
     std::optional<std::string> hold = fleet::StalenessHold(fleet, st.lineage, st.step);
     SetHoldAndStatus(std::move(hold), std::move(fleet));
@@ -197,6 +222,8 @@ class FleetMemberImpl : public FleetMember {
 
   std::mutex report_mu_;  // one report at a time (the thread's and ReportNow's)
   int64_t lease_ GUARDED_BY(report_mu_) = 0;
+  std::optional<RankRecord> last_put_ GUARDED_BY(report_mu_);  // what etcd holds of this rank
+  int64_t last_lease_ GUARDED_BY(report_mu_) = 0;              // the lease it is under
   int64_t last_success_us_ GUARDED_BY(report_mu_) = 0;
 
   mutable std::mutex mu_;

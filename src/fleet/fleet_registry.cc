@@ -51,19 +51,16 @@ Result<std::unique_ptr<Registry>> Registry::Open(const FleetOptions& options) {
       std::move(client), FleetKeys(url.prefix, options.fleet), options.fleet, std::move(name)));
 }
 
-Result<RegistryContents> Registry::Read() {
-  WTX_ASSIGN_OR_RETURN(
-      range, client_->Range(etcd::Op::GetPrefix(keys_.base, /*by_create=*/false), "read " + name_));
-  RegistryContents c;
-  for (const etcd::KeyValue& kv : range.kvs) {
+Status Registry::Decode(const std::vector<etcd::KeyValue>& kvs, RegistryContents* c) const {
+  for (const etcd::KeyValue& kv : kvs) {
     if (kv.key == keys_.policy()) {
       auto policy = DecodePolicy(kv.value);
       if (!policy.ok()) return AtKey(policy.status(), kv.key);
-      c.policy = std::move(policy).value();
+      c->policy = std::move(policy).value();
     } else if (kv.key == keys_.newest() || kv.key == keys_.published()) {
       auto mark = DecodeStepMark(kv.value);
       if (!mark.ok()) return AtKey(mark.status(), kv.key);
-      (kv.key == keys_.newest() ? c.newest : c.published) = std::move(mark).value();
+      (kv.key == keys_.newest() ? c->newest : c->published) = std::move(mark).value();
     } else if (kv.key.rfind(keys_.ranks(), 0) == 0) {
       auto record = DecodeRankRecord(kv.value);
       if (record.ok() && keys_.rank(record->replica, record->rank) != kv.key) {
@@ -71,12 +68,31 @@ Result<RegistryContents> Registry::Read() {
                                     std::to_string(record->rank) + ", not its key's");
       }
       if (record.ok()) {
-        c.ranks.push_back(std::move(record).value());
+        c->ranks.push_back(std::move(record).value());
       } else if (auto undecoded = UndecodedRank(kv.key, keys_.ranks(), record.status())) {
-        c.ranks.push_back(std::move(*undecoded));
+        c->ranks.push_back(std::move(*undecoded));
       }
     }
   }
+  return Status::OK();
+}
+
+Result<RegistryContents> Registry::Read() {
+  WTX_ASSIGN_OR_RETURN(
+      range, client_->Range(etcd::Op::GetPrefix(keys_.base, /*by_create=*/false), "read " + name_));
+  RegistryContents c;
+  WTX_RETURN_IF_ERROR(Decode(range.kvs, &c));
+  return c;
+}
+
+Result<RegistryContents> Registry::ReadMarks() {
+  WTX_ASSIGN_OR_RETURN(txn,
+                       client_->Txn({},
+                                    {etcd::Op::Get(keys_.policy()), etcd::Op::Get(keys_.newest()),
+                                     etcd::Op::Get(keys_.published())},
+                                    {}, "read the steps of " + name_));
+  RegistryContents c;
+  for (const etcd::OpResponse& r : txn.responses) WTX_RETURN_IF_ERROR(Decode(r.kvs, &c));
   return c;
 }
 

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "src/etcd/etcd_client.h"
 #include "src/fleet/fleet_records.h"
@@ -25,6 +26,9 @@ class Registry {
   // for its rank as held, naming the key and what is wrong; a policy or step mark that does not
   // decode is kJournalCorrupt naming the key.
   Result<RegistryContents> Read();
+  // The policy and the newest and published steps only (no rank records), in one request: what
+  // a member needs to judge its own step.
+  Result<RegistryContents> ReadMarks();
   // Writes `record` under its rank's key, attached to `lease`.
   Status PutRank(const RankRecord& record, int64_t lease);
   // Raises the mark under `key` (keys().newest() or keys().published()) to `mark`: written when
@@ -43,6 +47,8 @@ class Registry {
  private:
   Registry(std::unique_ptr<etcd::Client> client, FleetKeys keys, std::string fleet,
            std::string name);
+  // Adds what `kvs` hold to *c (see Read for records that do not decode).
+  Status Decode(const std::vector<etcd::KeyValue>& kvs, RegistryContents* c) const;
 
   const std::unique_ptr<etcd::Client> client_;
   const FleetKeys keys_;

@@ -33,13 +33,17 @@ bool EtcdLeadership::SilenceWatch::Observe(const etcd::KeyValue& leader,
     leader_rev = leader.create_revision;
     this->beat_rev = beat_rev;
     changed_at = now;
-    deadline = own_ttl;
+    // Two TTLs of silence: a live leader's beats stop for an etcd election (1-2 s with etcd's
+    // defaults) plus one renewal period, well within; a dead one is deposed sooner than its
+    // lease, which etcd extends by a whole TTL after the election.
+    milliseconds ttl = own_ttl;
     if (beat != nullptr) {
       auto record = DecodeBeatRecord(beat->value);
       if (record.ok() && record->epoch == leader_rev) {
-        deadline = std::max(own_ttl, milliseconds(record->ttl_ms));
+        ttl = std::max(own_ttl, milliseconds(record->ttl_ms));
       }
     }
+    deadline = 2 * ttl;
     return false;
   }
   return now - changed_at > deadline;

@@ -27,8 +27,8 @@
 //    is extended only by a renewal whose beat was written. A beat refused because the key is no
 //    longer its own ends the leadership (deposed).
 //  * A standby waiting in Acquire deposes a silent leader: when neither PREFIX/leader's create
-//    revision nor PREFIX/beat's mod revision has changed for the larger of its TTL and the
-//    leader's, by its own clock, it deletes PREFIX/leader in a transaction requiring both
+//    revision nor PREFIX/beat's mod revision has changed for two TTLs (the larger of its own and
+//    the leader's), by its own clock, it deletes PREFIX/leader in a transaction requiring both
 //    unchanged, and creates it at once. etcd extends every lease when it elects a new raft
 //    leader, so a dead leader's key would outlive the election by a whole TTL; this deadline is
 //    wtx's own and etcd does not extend it. A live leader deposed this way (it could not write
@@ -73,7 +73,7 @@ class EtcdLeadership final : public Leadership {
 
   // What a standby saw of the leader it waits for: the leader key's create revision and the
   // beat's mod revision, when either last changed (its own clock), and how long a silence it
-  // allows (the larger of its TTL and the one the leader's beat states).
+  // allows (two TTLs: the larger of its own and the one the leader's beat states).
   struct SilenceWatch {
     int64_t leader_rev = -1;
     int64_t beat_rev = -1;
