@@ -41,6 +41,19 @@ void DefineFleet(py::module_& m) {
       },
       py::arg("url"), py::arg("fleet"), py::arg("request_timeout") = 2.0);
   m.def(
+      "fleet_serving",
+      [](const std::string& url, const std::string& fleet, std::optional<int64_t> min_step,
+         double request_timeout) {
+        FleetOptions o = PyFleetOptions(url, fleet, request_timeout);
+        auto r = WithoutGil([&] { return ServingReplicas(o, min_step); });
+        py::list out;
+        for (const FleetReplica& replica : Unwrap(std::move(r))) {
+          out.append(ToPy(fleet::FleetReplicaToJson(replica)));
+        }
+        return out;
+      },
+      py::arg("url"), py::arg("fleet"), py::arg("min_step"), py::arg("request_timeout") = 2.0);
+  m.def(
       "set_fleet_policy",
       [](const std::string& url, const std::string& fleet, std::optional<int64_t> max_lag,
          int quorum, const std::string& lineage, double request_timeout) {

@@ -45,14 +45,7 @@ def serving(decision_log: str, fleet: str, min_step: Optional[int] = None, *,
                                  or min_step < 0):
         raise _wtx.Error("INVALID_ARGUMENT",
                          f"min_step: expected a whole number >= 0, got {min_step!r}")
-    out = []
-    for r in status(decision_log, fleet, request_timeout=request_timeout)["replicas"]:
-        if r["state"] != "serving" or r["step"] is None:
-            continue
-        if min_step is not None and r["step"] < min_step:
-            continue
-        out.append(r)
-    return out
+    return _wtx.fleet_serving(decision_log, fleet, min_step, request_timeout)
 
 
 def policy(decision_log: str, fleet: str, *, request_timeout: float = 2.0) -> Dict[str, Any]:

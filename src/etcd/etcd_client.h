@@ -23,6 +23,7 @@
 // and io_context, and the only shared state (which member answered last) is under a mutex.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -122,6 +123,11 @@ class Client;
 // log and the fleet registry open. kInvalidArgument for unusable TLS files.
 Result<std::unique_ptr<Client>> OpenClientFor(const EtcdUrl& url, const TlsFiles& tls,
                                               std::chrono::milliseconds request_timeout);
+
+// A lease TTL as etcd takes it: whole seconds, at least `ttl` and at least 1.
+inline int64_t LeaseSeconds(std::chrono::milliseconds ttl) {
+  return std::max<int64_t>(1, (ttl.count() + 999) / 1000);
+}
 
 // The range end that makes [prefix, end) every key starting with `prefix` ("\0" for "").
 std::string PrefixRangeEnd(std::string_view prefix);

@@ -55,7 +55,7 @@ class FleetMemberImpl : public FleetMember {
       : options_(std::move(options)),
         participant_(participant),
         registry_(std::move(registry)),
-        ttl_seconds_(std::max<int64_t>(1, (options_.ttl.count() + 999) / 1000)),
+        ttl_seconds_(etcd::LeaseSeconds(options_.ttl)),
         period_(options_.period.count() > 0
                     ? options_.period
                     : std::max(milliseconds(100), milliseconds(ttl_seconds_ * 1000 / 3))) {
@@ -125,6 +125,7 @@ class FleetMemberImpl : public FleetMember {
     }
     WTX_ASSIGN_OR_RETURN(lease, registry_->client().LeaseGrant(ttl_seconds_, "lease for " + Who()));
     lease_ = lease;
+    last_put_.reset();  // the record went with the old lease
     return lease_;
   }
 
@@ -164,14 +165,13 @@ class FleetMemberImpl : public FleetMember {
     // alone says the rank is alive. A fleet of many ranks then writes to etcd as often as it
     // changes.
     record.time_micros = Clock::Real()->NowMicros();
-    if (RankRecord same = record; last_put_ && lease == last_lease_) {
+    if (RankRecord same = record; last_put_) {
       same.time_micros = last_put_->time_micros;
       if (same == *last_put_) record = same;
     }
-    if (!last_put_ || lease != last_lease_ || record != *last_put_) {
+    if (!last_put_ || record != *last_put_) {
       WTX_RETURN_IF_ERROR(registry_->PutRank(record, lease));
       last_put_ = record;
-      last_lease_ = lease;
     }
     // What judging this rank needs: the policy and the newest and published steps.
     WTX_ASSIGN_OR_RETURN(marks, registry_->ReadMarks());
@@ -222,8 +222,8 @@ class FleetMemberImpl : public FleetMember {
 
   std::mutex report_mu_;  // one report at a time (the thread's and ReportNow's)
   int64_t lease_ GUARDED_BY(report_mu_) = 0;
-  std::optional<RankRecord> last_put_ GUARDED_BY(report_mu_);  // what etcd holds of this rank
-  int64_t last_lease_ GUARDED_BY(report_mu_) = 0;              // the lease it is under
+  // What etcd holds of this rank under lease_ (reset when a new lease is granted).
+  std::optional<RankRecord> last_put_ GUARDED_BY(report_mu_);
   int64_t last_success_us_ GUARDED_BY(report_mu_) = 0;
 
   mutable std::mutex mu_;

@@ -13,7 +13,7 @@ namespace {
 using std::chrono::milliseconds;
 
 // The lease's TTL: whole seconds, at least `ttl` (so the lease outlives what Leads() trusts).
-int64_t LeaseSeconds(milliseconds ttl) { return std::max<int64_t>(1, (ttl.count() + 999) / 1000); }
+using etcd::LeaseSeconds;
 
 // PREFIX/beat beside PREFIX/leader.
 std::string BeatKey(const std::string& leader_key) {

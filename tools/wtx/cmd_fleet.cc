@@ -42,15 +42,7 @@ int FleetFail(const std::string& cmd, const Status& s) {
 
 Result<FleetOptions> Options(const FleetArgs& a) {
   if (a.log.url.empty()) return Status::InvalidArgument("--decision-log etcd://... is required");
-  if (a.log.tls.cert.empty() != a.log.tls.key.empty()) {
-    return Status::InvalidArgument("--etcd-cert and --etcd-key go together");
-  }
-  FleetOptions o;
-  o.url = a.log.url;
-  o.tls = a.log.tls;
-  o.request_timeout = std::chrono::milliseconds(a.log.timeout_ms);
-  o.fleet = a.fleet;
-  return o;
+  return FleetOptionsFromFlags(a.log, a.log.url, a.fleet);
 }
 
 std::string Opt(const std::optional<int64_t>& v) { return v ? std::to_string(*v) : "-"; }

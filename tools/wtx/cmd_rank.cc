@@ -207,11 +207,10 @@ int RunRank(const RankArgs& a) {
           "--fleet needs --replica, and --fleet-registry etcd://HOST:PORT/PREFIX (or "
           "--decision-log, whose etcd and prefix it then uses)"));
     }
+    auto fleet = FleetOptionsFromFlags(a.decision_log, registry, a.fleet);
+    if (!fleet.ok()) return FailRank(fleet.status());
     FleetMemberOptions fo;
-    fo.fleet.url = registry;
-    fo.fleet.tls = a.decision_log.tls;
-    fo.fleet.request_timeout = milliseconds(a.decision_log.timeout_ms);
-    fo.fleet.fleet = a.fleet;
+    fo.fleet = std::move(fleet).value();
     fo.replica = a.replica;
     fo.rank = a.rank;
     fo.world = a.replica_ranks;

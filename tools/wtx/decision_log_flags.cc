@@ -27,6 +27,31 @@ void AddDecisionLogFlags(CLI::App* cmd, DecisionLogFlags* flags) {
       ->capture_default_str();
 }
 
+Status CheckEtcdTlsFlags(const TlsFiles& tls) {
+  if (tls.cert.empty() != tls.key.empty() || (!tls.cert.empty() && tls.ca.empty())) {
+    return Status::InvalidArgument(
+        "give --etcd-cert and --etcd-key together, and with --etcd-ca (client certificates)");
+  }
+  for (const auto& [flag, path] :
+       {std::pair<std::string_view, const std::string&>{"--etcd-ca", tls.ca},
+        {"--etcd-cert", tls.cert},
+        {"--etcd-key", tls.key}}) {
+    if (!path.empty()) WTX_RETURN_IF_ERROR(ReadFileArg(flag, path).status());
+  }
+  return Status::OK();
+}
+
+Result<FleetOptions> FleetOptionsFromFlags(const DecisionLogFlags& flags, const std::string& url,
+                                           const std::string& fleet) {
+  WTX_RETURN_IF_ERROR(CheckEtcdTlsFlags(flags.tls));
+  FleetOptions o;
+  o.url = url;
+  o.tls = flags.tls;
+  o.request_timeout = std::chrono::milliseconds(flags.timeout_ms);
+  o.fleet = fleet;
+  return o;
+}
+
 Result<std::shared_ptr<DecisionLog>> OpenDecisionLogFlags(const DecisionLogFlags& flags,
                                                           bool create) {
   const bool any_tls = !flags.tls.ca.empty() || !flags.tls.cert.empty() || !flags.tls.key.empty();
@@ -37,17 +62,7 @@ Result<std::shared_ptr<DecisionLog>> OpenDecisionLogFlags(const DecisionLogFlags
     }
     return std::shared_ptr<DecisionLog>();
   }
-  if (flags.tls.cert.empty() != flags.tls.key.empty() ||
-      (!flags.tls.cert.empty() && flags.tls.ca.empty())) {
-    return Status::InvalidArgument(
-        "give --etcd-cert and --etcd-key together, and with --etcd-ca (client certificates)");
-  }
-  for (const auto& [flag, path] :
-       {std::pair<std::string_view, const std::string&>{"--etcd-ca", flags.tls.ca},
-        {"--etcd-cert", flags.tls.cert},
-        {"--etcd-key", flags.tls.key}}) {
-    if (!path.empty()) WTX_RETURN_IF_ERROR(ReadFileArg(flag, path).status());
-  }
+  WTX_RETURN_IF_ERROR(CheckEtcdTlsFlags(flags.tls));
   DecisionLogOptions o;
   o.url = flags.url;
   o.tls = flags.tls;

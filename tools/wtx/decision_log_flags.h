@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "wtx/decision_log.h"
+#include "wtx/fleet.h"
 #include "wtx/tls_files.h"
 
 namespace wtx::cli {
@@ -29,5 +30,14 @@ void AddDecisionLogFlags(CLI::App* cmd, DecisionLogFlags* flags);
 // do not).
 Result<std::shared_ptr<DecisionLog>> OpenDecisionLogFlags(const DecisionLogFlags& flags,
                                                           bool create = false);
+
+// --etcd-cert/--etcd-key given together and with --etcd-ca, each file readable
+// (kInvalidArgument naming the flag and the file).
+Status CheckEtcdTlsFlags(const TlsFiles& tls);
+
+// The fleet registry at `url` (wtx/fleet.h) with the flags' etcd TLS files (checked as for the
+// decision log) and per-member timeout.
+Result<FleetOptions> FleetOptionsFromFlags(const DecisionLogFlags& flags, const std::string& url,
+                                           const std::string& fleet);
 
 }  // namespace wtx::cli
