@@ -78,7 +78,7 @@ wtx_layer(memory
   SOURCES src/memory/content_hash.cc src/memory/chunk_hash_pool.cc
           src/memory/expected_version.cc src/memory/host_arena.cc src/memory/live_memory.cc
           src/memory/chunks_before_declare.cc src/memory/storage_identity.cc
-          src/memory/piece_digest.cc
+          src/memory/piece_digest.cc src/memory/checkpoint_image_digest.cc
   DEPS layouts manifest util)
 # The kernels' CPU references and device live memory (kernels/): the memory layer's device
 # side, its own installed library (wtx_kernels); the CUDA kernels are wtx_gpu (wtx_gpu.cmake).

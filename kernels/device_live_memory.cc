@@ -19,7 +19,7 @@ class ReferenceDeviceLiveMemory : public LiveMemory {
   // Owned, zeroed buffers.
   explicit ReferenceDeviceLiveMemory(const Manifest& m) {
     for (const auto& p : m.params()) {
-      owned_.emplace_back(static_cast<size_t>(p.num_bytes()), 0);
+      owned_.emplace_back(static_cast<size_t>(p.live_bytes()), 0);
       bufs_.emplace_back(owned_.back().data(), owned_.back().size());
       names_.push_back(p.name);
     }
@@ -100,7 +100,7 @@ Result<std::unique_ptr<LiveMemory>> NewBorrowedReferenceDeviceLiveMemory(
   WTX_RETURN_IF_ERROR(kernel_args::CheckBufferCount("buffer", spans.size(), params.size()));
   for (size_t i = 0; i < params.size(); ++i) {
     WTX_RETURN_IF_ERROR(kernel_args::CheckBufferSize("buffer", params[i].name, spans[i].size(),
-                                                     static_cast<size_t>(params[i].num_bytes())));
+                                                     static_cast<size_t>(params[i].live_bytes())));
   }
   return std::unique_ptr<LiveMemory>(
       std::make_unique<ReferenceDeviceLiveMemory>(manifest, std::move(spans)));

@@ -49,7 +49,7 @@ class CudaLiveMemory : public LiveMemory {
   Status Allocate(const Manifest& m) {
     owned_ = true;
     for (const auto& p : m.params()) {
-      const size_t n = static_cast<size_t>(p.num_bytes());
+      const size_t n = static_cast<size_t>(p.live_bytes());
       void* d = nullptr;
       WTX_RETURN_IF_ERROR(Cuda(cudaMalloc(&d, n ? n : 1), "allocating '" + p.name + "'"));
       bufs_.push_back(d);
@@ -65,9 +65,9 @@ class CudaLiveMemory : public LiveMemory {
     WTX_RETURN_IF_ERROR(
         kernel_args::CheckBufferCount("device tensor", spans.size(), params.size()));
     for (size_t i = 0; i < params.size(); ++i) {
-      WTX_RETURN_IF_ERROR(kernel_args::CheckBufferSize("device tensor", params[i].name,
-                                                       spans[i].bytes,
-                                                       static_cast<size_t>(params[i].num_bytes())));
+      WTX_RETURN_IF_ERROR(
+          kernel_args::CheckBufferSize("device tensor", params[i].name, spans[i].bytes,
+                                       static_cast<size_t>(params[i].live_bytes())));
       if (spans[i].ptr == 0 && spans[i].bytes > 0) {
         return Status::InvalidArgument("device tensor of '" + params[i].name + "' is null");
       }

@@ -54,7 +54,7 @@ if [ "${SANITIZE_SKIP_ASAN:-0}" != 1 ]; then
       recovery_test coverage_test crash_safety_test journal_corruption_test journal_record_test \
       journal_reader_test landing_test checkpoint_test input_limits_test protocol_bounds_test \
       participant_concurrency_test fuzz_regression_test gpu_ref_test source_file_test host_arena_test \
-      storage_identity_test \
+      storage_identity_test two_digests_test \
       fuzz_scenario fuzz_manifest fuzz_record fuzz_safetensors
   phase "test build-asan"
   # RocksDB keeps some allocations in static storage until exit: no leak checking; any

@@ -279,7 +279,7 @@ class SlowTransport : public Transport {
       }
       return in()->Prepare(tx, timeout);
     }
-    Status Decide(const std::string& tx, Decision d, const std::string& v) override {
+    Status Decide(const std::string& tx, Decision d, const DecidedVersion& v) override {
       return in()->Decide(tx, d, v);
     }
 

@@ -42,7 +42,11 @@ uint64_t CopyAndChunkDigest(void* dst, const void* src, size_t size);
 uint64_t ParamDigestFromChunks(std::span<const uint64_t> chunk_digests);
 // Whole-buffer reference: chunks + combination in one call.
 uint64_t ParamDigest(std::span<const uint8_t> bytes);
+// The rank's checkpoint digest: each parameter's digest of its checkpoint bytes (dtype, shape).
 std::string RankDigest(const Manifest& manifest, std::span<const uint64_t> param_digests);
+// The rank's served digest: each parameter's digest of its live bytes, a processed parameter
+// described by its served form. Equal to RankDigest where no parameter is processed.
+std::string ServedRankDigest(const Manifest& manifest, std::span<const uint64_t> live_digests);
 std::string CombineRankDigests(std::span<const std::string> rank_digests);
 
 class ParamHashCache {

@@ -125,7 +125,10 @@ struct CommitOutcome {
   Status status;                     // OK for committed and noop
   std::optional<Decision> decision;  // nullopt when the coordinator died before deciding
   bool decision_logged = false;
-  std::string version;  // committed: the new version
+  std::string version;  // committed: the new version (the checkpoint version)
+  // committed: its served digest, the live bytes after processing (equal to `version` where
+  // nothing processes)
+  std::string served_digest;
   // The lineage and step the transaction was begun with (BeginRequest; the step Begin chose
   // when the request named none); "" / nullopt when this coordinator did not begin it.
   std::string lineage;
@@ -154,6 +157,8 @@ struct DecisionEntry {
   int64_t time_micros = 0;
   std::string lineage;          // "" where none was named
   std::optional<int64_t> step;  // nullopt where the decision carries none
+  // commit: the served digest ("" where equal to `version`; DecidedVersion)
+  std::string served_digest = {};
 };
 
 class Coordinator : public DecisionOracle {

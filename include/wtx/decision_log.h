@@ -52,6 +52,9 @@ struct LoggedDecision {
   std::string tx;
   Decision decision = Decision::kAbort;
   std::string version;  // commit: the committed version; empty otherwise
+  // commit: the served digest (DecidedVersion); "" where equal to `version` (and in logs from
+  // before two digests)
+  std::string served_digest;
   std::string reason;
   std::string writer;  // who wrote it: "coordinator", "rank 3", ...
   int64_t epoch = 0;   // the writer's leader epoch; 0: not fenced (ranks, the embedded log)

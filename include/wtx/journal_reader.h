@@ -53,6 +53,7 @@ struct HistoryEntry {
   // coordinator: "committed", "aborted" or "noop".
   std::string outcome;
   std::optional<std::string> version;         // committed: the version
+  std::optional<std::string> served_digest;   // committed: its served digest (two digests)
   std::string reason;                         // why it aborted ("" otherwise)
   std::string lineage;                        // the lineage it commits a step of ("" if none)
   std::optional<int64_t> step;                // that step (nullopt: none named or recorded)
@@ -103,7 +104,8 @@ Result<JournalHistory> ReadJournalHistory(const std::string& dir);
 struct ServedAt {
   int64_t at_micros = 0;
   bool serving = false;
-  std::optional<std::string> version;  // the committed version then (served or held)
+  std::optional<std::string> version;        // the committed version then (served or held)
+  std::optional<std::string> served_digest;  // its served digest
   std::optional<std::string> committed_tx;
   std::string lineage;
   std::optional<int64_t> step;
@@ -135,9 +137,10 @@ struct JournalState {
   uint64_t records = 0;
   // Participant journals (the process's state as of its last record; the live bytes of a
   // running process are not in the journal).
-  std::optional<std::string> version;       // last committed version
-  std::optional<std::string> committed_tx;  // the transaction that committed it
-  bool dirty = false;                       // from BEGIN to a clean commit
+  std::optional<std::string> version;        // last committed version
+  std::optional<std::string> served_digest;  // its served digest (the version's where equal)
+  std::optional<std::string> committed_tx;   // the transaction that committed it
+  bool dirty = false;                        // from BEGIN to a clean commit
   bool loaded = false;
   std::optional<std::string> active_tx;  // begun, not decided
   std::optional<std::string> in_doubt;   // active and voted yes

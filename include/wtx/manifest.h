@@ -11,8 +11,8 @@
 // kMaxManifestBytes (wtx/limits.h); a manifest beyond them is refused naming the parameter.
 // A padding shard (vLLM's padded vocabulary rows) has no source: it is not indexed by source,
 // and no transaction requires it to be written. Its Fingerprint() is canonical over names,
-// dtypes, shapes, shard ids, modules and derived states (not over per-rank source boxes), so all
-// ranks of a TP group agree on it.
+// dtypes, shapes, shard ids, served forms, modules and derived states (not over per-rank source
+// boxes), so all ranks of a TP group agree on it.
 //
 // Thread-safety: a Manifest is immutable after construction; concurrent reads are safe.
 #pragma once
@@ -49,11 +49,34 @@ struct ShardSpec {
   bool padding = false;
 };
 
-struct ParamSpec {
-  std::string name;
+// How a processed parameter is served (docs/manifest.md, "Processed parameters"): the engine's
+// post-load processing turns the checkpoint bytes (the parameter's dtype and shape, what its
+// shards and the trainer describe) into live storage of another form (fp8 quantization on
+// load, repacking). The live tensor bound to the parameter has this dtype and shape.
+struct ServedForm {
   DType dtype = DType::kF32;
   Shape shape;
+  int64_t num_bytes() const {
+    int64_t b = 0;
+    if (__builtin_mul_overflow(NumElements(shape), static_cast<int64_t>(DTypeSize(dtype)), &b)) {
+      return INT64_MAX;
+    }
+    return b;
+  }
+  bool operator==(const ServedForm&) const = default;
+};
+
+struct ParamSpec {
+  std::string name;
+  DType dtype = DType::kF32;  // checkpoint coordinates: what its shards carry
+  Shape shape;
   std::vector<ShardSpec> shards;  // never empty once built
+  // Set: a processed parameter; its checkpoint bytes never sit in live memory. They are
+  // declared as they pass to the engine's loader (Participant::Declare) and the live tensor
+  // holds this form. nullopt: the live tensor is the checkpoint bytes.
+  std::optional<ServedForm> served;
+  // Bytes of the live tensor: the served form's, else the checkpoint's.
+  int64_t live_bytes() const { return served ? served->num_bytes() : num_bytes(); }
   int64_t num_elements() const { return NumElements(shape); }
   // Saturates at INT64_MAX; a built manifest keeps it within kMaxTensorBytes (wtx/limits.h).
   int64_t num_bytes() const {

@@ -40,9 +40,10 @@ using NcclRecord = std::array<uint8_t, kNcclRecordBytes>;
 NcclRecord PackVoteRecord(const std::string& tx, const Vote& vote);
 // A record for another transaction, or malformed, reads as a "no" vote.
 Vote UnpackVoteRecord(const std::string& tx, int rank, const NcclRecord& record);
-NcclRecord PackDecisionRecord(const std::string& tx, Decision d, const std::string& version);
-Result<std::pair<Decision, std::string>> UnpackDecisionRecord(const std::string& tx,
-                                                              const NcclRecord& record);
+// The checkpoint version and, where it differs, the served digest (DecidedVersion).
+NcclRecord PackDecisionRecord(const std::string& tx, Decision d, const DecidedVersion& version);
+Result<std::pair<Decision, DecidedVersion>> UnpackDecisionRecord(const std::string& tx,
+                                                                 const NcclRecord& record);
 
 struct NcclVoteOptions {
   std::chrono::milliseconds timeout{10000};
@@ -61,8 +62,8 @@ class NcclVoteGroup {
   // Collective: every rank passes its vote on `tx`; returns every rank's, in rank order.
   Result<std::vector<Vote>> ExchangeVotes(const std::string& tx, const Vote& mine);
   // Collective: rank 0's (decision, version) reaches every rank; others pass anything.
-  Result<std::pair<Decision, std::string>> BroadcastDecision(const std::string& tx, Decision d,
-                                                             const std::string& version);
+  Result<std::pair<Decision, DecidedVersion>> BroadcastDecision(const std::string& tx, Decision d,
+                                                                const DecidedVersion& version);
   // A rank other than 0 in an SPMD commit: prepare, exchange, receive the decision, apply it.
   Status FollowCommit(Participant& participant, const std::string& tx);
 

@@ -78,8 +78,9 @@ namespace wtx {
 class DecisionOracle {
  public:
   virtual ~DecisionOracle() = default;
-  // The logged decision for `tx` and its version; presumed abort when none was logged.
-  virtual Result<std::pair<Decision, std::string>> QueryDecision(const std::string& tx) = 0;
+  // The logged decision for `tx` and its version (and served digest); presumed abort when
+  // none was logged.
+  virtual Result<std::pair<Decision, DecidedVersion>> QueryDecision(const std::string& tx) = 0;
 };
 
 struct ParticipantOptions {
@@ -300,6 +301,20 @@ class Participant {
   // E_BAD_WRITE, naming the read) and its abort leaves the rank dirty unless the transaction
   // saves rollback before-images.
   virtual Result<int> WriteSourceFromFile(std::string_view source, const SourceFile& file) = 0;
+  // Processed parameters (ParamSpec::served; docs/manifest.md): the checkpoint bytes of
+  // `pieces`, host buffers in the parameter's checkpoint dtype and coordinates, pass to the
+  // engine's loader, which processes them into the served form, instead of into live memory.
+  // Checked and recorded exactly as Write (scope, range, overlap, coverage, the durable dirty
+  // flag, derived state), hashed into the parameter's checkpoint digest (the version's), and
+  // every live chunk of the parameter is rehashed at prepare (the served digest), after the
+  // engine's processing. With rollback, the whole live tensor's before-image is kept. Errors:
+  // those of Write; kInvalidArgument for a parameter that is not processed (Write, Reserve or
+  // WriteSource it) or a device buffer. Write, Reserve, Patch and ExpectPiece of a processed
+  // parameter are refused (E_BAD_WRITE naming it): its live bytes are not checkpoint bytes.
+  virtual Status Declare(std::span<const WritePiece> pieces) = 0;
+  // Declare by source name: `data` the FULL source tensor, as WriteSource. Returns the number
+  // of shards declared (0 when this rank holds none of `source`).
+  virtual Result<int> DeclareSource(std::string_view source, const void* data, size_t bytes) = 0;
   // The transaction carries a sender's digest of one piece: prepare computes the same digest
   // over the piece's bytes as they landed in live memory, and a difference votes no with
   // E_VERSION_MISMATCH naming the source, the box and the sender. Call it before prepare,
@@ -357,7 +372,7 @@ class Participant {
   // Prepare would cast now, without its digest. Hashes, logs and changes nothing; for progress
   // reports and benchmarks.
   virtual Result<Vote> CheckPrepare(std::string_view tx) const = 0;
-  virtual Status Decide(std::string_view tx, Decision decision, std::string_view version) = 0;
+  virtual Status Decide(std::string_view tx, Decision decision, const DecidedVersion& version) = 0;
   // If in doubt, asks `oracle` and applies the answer.
   virtual Status ResolveInDoubt(DecisionOracle& oracle) = 0;
 
@@ -365,7 +380,8 @@ class Participant {
   virtual const Manifest& manifest() const = 0;
   // REQUIRES: no concurrent Write/Patch while the caller uses the bytes.
   virtual LiveMemory& memory() = 0;
-  // Recomputes this rank's digest from the live bytes, bypassing caches. IOError when the live
+  // Recomputes this rank's served digest (ServedRankDigest: the live bytes; its checkpoint
+  // digest where nothing is processed) from the live bytes, bypassing caches. IOError when the live
   // memory cannot be read (a device error).
   virtual Result<std::string> RecomputeDigest() = 0;
   // Peak bytes of coverage bookkeeping held by the current/last transaction.

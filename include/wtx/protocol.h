@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "wtx/box.h"
@@ -81,8 +82,11 @@ struct Vote {
   int rank = -1;
   std::string tx;
   bool yes = false;
-  bool wrote = false;                // this rank changed live bytes in the transaction
-  std::string digest;                // yes: this rank's content digest (hex)
+  bool wrote = false;  // this rank changed live bytes in the transaction
+  std::string digest;  // yes: this rank's checkpoint digest (hex)
+  // yes: this rank's served digest, the live bytes after the engine's post-load processing
+  // (equal to `digest` where the manifest processes nothing; "" from wtx before two digests)
+  std::string served_digest;
   ErrorCode error = ErrorCode::kOk;  // no: the first failing check
   std::string message;
   std::vector<ErrorCode> errors;      // no: every failing check
@@ -92,6 +96,25 @@ struct Vote {
 };
 
 enum class Decision { kCommit, kAbort, kNoop };
+
+// What a commit decided (Decide, QueryDecision, the decision logs): the checkpoint version
+// (the bytes as the trainer sent them, what wtx.expected_version computes, what
+// expect_version, delta bases and M-to-N refer to) and the served digest (the live bytes after
+// the engine's post-load processing, what verify checks). Equal where nothing processes; both
+// "" for an abort or a noop. `served_digest` "" in a commit means "the version" (a decision
+// from wtx before two digests).
+struct DecidedVersion {
+  DecidedVersion() = default;
+  // A version alone: its served digest is the version's (nothing processed).
+  DecidedVersion(std::string v) : version(std::move(v)) {}  // NOLINT(google-explicit-constructor)
+  DecidedVersion(const char* v) : version(v) {}             // NOLINT(google-explicit-constructor)
+  DecidedVersion(std::string v, std::string served)
+      : version(std::move(v)), served_digest(std::move(served)) {}
+
+  std::string version;
+  std::string served_digest;
+  const std::string& served() const { return served_digest.empty() ? version : served_digest; }
+};
 std::string_view DecisionName(Decision d);
 // What a transaction decided so became: "committed", "aborted" or "noop" (the history's
 // "outcome", wtx_transactions_total's and wtx_decisions_total's outcome label).
@@ -113,6 +136,9 @@ struct RankDescription {
 struct RankStatus {
   int rank = -1;
   std::optional<std::string> version;  // committed version; nullopt if never committed
+  // The served digest of the committed version (DecidedVersion): equal to `version` where
+  // nothing processes; nullopt if never committed.
+  std::optional<std::string> served_digest;
   std::optional<std::string> committed_tx;
   // This rank's own content digest as of its last commit (Vote::digest); nullopt before one.
   std::optional<std::string> digest;

@@ -26,7 +26,8 @@ class ParticipantEndpoint {
   virtual Status CheckBegin(const BeginRequest& req, std::vector<bool>* holds) = 0;
   virtual Status Begin(const BeginRequest& req) = 0;
   virtual Result<Vote> Prepare(const std::string& tx, std::chrono::milliseconds timeout) = 0;
-  virtual Status Decide(const std::string& tx, Decision decision, const std::string& version) = 0;
+  virtual Status Decide(const std::string& tx, Decision decision,
+                        const DecidedVersion& version) = 0;
 };
 
 class Transport {

@@ -84,14 +84,17 @@ inline std::unique_ptr<CrashPoints> ArmTestCrashPoint(const std::optional<std::s
 class PyOracle : public DecisionOracle {
  public:
   explicit PyOracle(py::function fn) : fn_(std::move(fn)) {}
-  Result<std::pair<Decision, std::string>> QueryDecision(const std::string& tx) override {
+  // The oracle answers (decision, version) or (decision, version, served_digest).
+  Result<std::pair<Decision, DecidedVersion>> QueryDecision(const std::string& tx) override {
     py::gil_scoped_acquire gil;
     try {
       py::tuple r = fn_(tx);
       const std::string name = r[0].cast<std::string>();
       auto d = DecisionFromName(name);
       if (!d) return Status::InvalidArgument("oracle answered unknown decision '" + name + "'");
-      return std::make_pair(*d, r[1].is_none() ? std::string() : r[1].cast<std::string>());
+      DecidedVersion v(r[1].is_none() ? std::string() : r[1].cast<std::string>());
+      if (r.size() > 2 && !r[2].is_none()) v.served_digest = r[2].cast<std::string>();
+      return std::make_pair(*d, std::move(v));
     } catch (const std::exception& e) {
       return Status(ErrorCode::kCrashed, std::string("the decision oracle failed: ") + e.what());
     }

@@ -46,6 +46,7 @@ py::dict VoteToPy(const VoteReport& v) {
     case VoteReport::Kind::kYes:
       d["wrote"] = v.vote.wrote;
       d["digest"] = v.vote.digest;
+      d["served_digest"] = v.vote.served_digest.empty() ? v.vote.digest : v.vote.served_digest;
       break;
     case VoteReport::Kind::kNo: {
       d["wrote"] = v.vote.wrote;
@@ -88,6 +89,8 @@ py::dict OutcomeToPy(const CommitOutcome& o) {
   }
   d["outcome"] = outcome;
   d["version"] = o.version.empty() ? py::object(py::none()) : py::object(py::str(o.version));
+  d["served_digest"] =
+      o.version.empty() ? py::object(py::none()) : py::object(py::str(o.served_digest));
   d["lineage"] = o.lineage;
   d["step"] = o.step ? py::object(py::int_(*o.step)) : py::object(py::none());
   d["error"] = StatusOrNone(o.status);
@@ -364,7 +367,7 @@ wtx.torch_dist); a context manager.)")
             Coordinator& c = self.get();
             auto r = WithoutGil([&] { return c.QueryDecision(tx); });
             auto d = Unwrap(std::move(r));
-            return py::make_tuple(std::string(DecisionName(d.first)), d.second);
+            return py::make_tuple(std::string(DecisionName(d.first)), d.second.version);
           },
           py::arg("tx"))
       .def_property_readonly("epoch", [](PyCoordinator& self) { return self.get().epoch(); })
@@ -384,6 +387,9 @@ wtx.torch_dist); a context manager.)")
                d["tx"] = e.tx;
                d["decision"] = std::string(DecisionName(e.decision));
                d["version"] = e.version;
+               d["served_digest"] = e.decision == Decision::kCommit
+                                        ? DecidedVersion(e.version, e.served_digest).served()
+                                        : std::string();
                d["reason"] = e.reason;
                d["lineage"] = e.lineage;
                d["step"] = e.step ? py::object(py::int_(*e.step)) : py::object(py::none());

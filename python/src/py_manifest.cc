@@ -33,6 +33,12 @@ py::list ParamsToPy(const Manifest& m) {
     d["name"] = p.name;
     d["dtype"] = std::string(DTypeName(p.dtype));
     d["shape"] = p.shape;
+    if (p.served) {
+      py::dict served;
+      served["dtype"] = std::string(DTypeName(p.served->dtype));
+      served["shape"] = p.served->shape;
+      d["served"] = served;
+    }
     py::list shards;
     for (const ShardSpec& s : p.shards) shards.append(ShardToPy(s));
     d["shards"] = shards;

@@ -24,7 +24,12 @@ TensorInfo CheckLiveTensor(py::handle t, const ParamSpec& ps, const std::string&
     Raise(Status(ErrorCode::kBadWrite,
                  what + " is on " + info.device + "; live tensors must be cpu or cuda tensors"));
   }
-  CheckTensor(info, ps.dtype, ps.shape, what, /*allow_cuda=*/true);
+  if (ps.served) {
+    CheckTensor(info, ps.served->dtype, ps.served->shape, what + " (its served form)",
+                /*allow_cuda=*/true);
+  } else {
+    CheckTensor(info, ps.dtype, ps.shape, what, /*allow_cuda=*/true);
+  }
   return info;
 }
 
@@ -324,15 +329,21 @@ py::object AsLiveSource(py::object tensor, DType live, const std::string& what) 
 
 namespace {
 
+// `given` as the participant takes source `source` (held here): converted to the dtype of the
+// parameters it feeds (AsLiveSource), with that dtype.
+std::pair<py::object, DType> HeldSourceTensor(const Manifest& m, const std::string& source,
+                                              py::object given, const std::string& what) {
+  const DType live = m.params()[m.ShardsOfSource(source)[0].param].dtype;
+  return {AsLiveSource(std::move(given), live, what), live};
+}
+
 int WriteSource(PyParticipant& self, const std::string& source, py::object given,
                 const py::object& source_box) {
   Participant& p = self.get();
   const Manifest& m = *self.manifest;
-  const auto& refs = m.ShardsOfSource(source);
-  if (refs.empty()) return NotHeldHere(self, source);
+  if (!m.HoldsSource(source)) return NotHeldHere(self, source);
   const std::string what = "source tensor '" + source + "'";
-  const DType live = m.params()[refs[0].param].dtype;
-  py::object tensor = AsLiveSource(std::move(given), live, what);
+  auto [tensor, live] = HeldSourceTensor(m, source, std::move(given), what);
   TensorInfo t = InspectTensor(tensor, what);
   const Shape shape = *m.SourceShape(source);  // SourceShape returns by value
   auto pre = PrefetchFor(self, m.ParamsOfSource(source));
@@ -350,6 +361,25 @@ int WriteSource(PyParticipant& self, const std::string& source, py::object given
   }
   auto r = WithoutGil(
       [&] { return p.WriteSource(source, reinterpret_cast<const void*>(t.ptr), t.bytes, box); });
+  return Unwrap(std::move(r));
+}
+
+// A processed parameter's checkpoint bytes on their way to the engine's loader
+// (Participant::DeclareSource): hashed from host memory (a device tensor is copied to the host
+// first), never written to live memory.
+int DeclareSource(PyParticipant& self, const std::string& source, py::object given) {
+  Participant& p = self.get();
+  const Manifest& m = *self.manifest;
+  if (!m.HoldsSource(source)) return NotHeldHere(self, source);
+  const std::string what = "source tensor '" + source + "'";
+  auto [tensor, live] = HeldSourceTensor(m, source, std::move(given), what);
+  if (InspectTensor(tensor, what).device != "cpu" && py::hasattr(tensor, "cpu")) {
+    tensor = tensor.attr("cpu")();
+  }
+  TensorInfo t = InspectTensor(tensor, what);
+  CheckHostTensor(t, live, *m.SourceShape(source), what);
+  auto r = WithoutGil(
+      [&] { return p.DeclareSource(source, reinterpret_cast<const void*>(t.ptr), t.bytes); });
   return Unwrap(std::move(r));
 }
 
@@ -432,6 +462,7 @@ py::dict StatusToPy(const RankStatus& s) {
   py::dict d;
   d["rank"] = s.rank;
   d["version"] = s.version ? py::object(py::str(*s.version)) : py::none();
+  d["served_digest"] = s.served_digest ? py::object(py::str(*s.served_digest)) : py::none();
   d["committed_tx"] = s.committed_tx ? py::object(py::str(*s.committed_tx)) : py::none();
   d["dirty"] = s.dirty;
   d["loaded"] = s.loaded;
@@ -609,6 +640,13 @@ open). Returns the participant; a context manager (close() on leaving the block)
            "intersection with every shard this rank holds is written (0: none intersects); "
            "pieces from many senders cover the source exactly once (an overlap is "
            "E_DUPLICATE_WRITE naming both boxes, a box outside the source E_OUT_OF_RANGE).")
+      .def("declare_source", &DeclareSource, py::arg("source"), py::arg("tensor"),
+           "A processed parameter's checkpoint bytes (manifest `served`: the engine's post-load "
+           "processing turns them into another served form): `tensor` is the full source as the "
+           "trainer sent it, on its way to the engine's own loader. Checked and recorded as "
+           "write_source is (scope, range, overlap, coverage), hashed into the checkpoint "
+           "version, and never written to live memory; the live tensor is rehashed at prepare "
+           "(the served digest). Returns the number of shards declared (0: none held here).")
       .def("write_source_from_file", &WriteSourceFromFile, py::arg("source"), py::arg("file"),
            py::arg("offset"),
            "write_source with the source read from `file` (an open file or a descriptor) at "

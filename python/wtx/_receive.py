@@ -6,7 +6,7 @@ the transaction id every rank derives alike, and when a rank must not serve (hol
 Thread-safety: none of its own; each adapter calls it from one thread per rank."""
 
 import logging
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 import torch
 
@@ -176,13 +176,34 @@ def reserve_and_load(p: Participant, model: Any, name: str, value: Any) -> bool:
     return True
 
 
-def load_one(p: Participant, model: Any, mode: str, name: str, value: Any) -> None:
+def processed_sources(p: Participant) -> FrozenSet[str]:
+    """The sources that feed this rank's processed parameters (manifest `served`: the engine's
+    post-load processing turns their checkpoint bytes into another served form)."""
+    return frozenset(s["source"] for q in p.manifest.params if q.get("served")
+                     for s in q["shards"] if s.get("source"))
+
+
+def declare_and_load(p: Participant, model: Any, name: str, value: Any) -> None:
+    """A source of processed parameters: its checkpoint bytes are declared (hashed into the
+    checkpoint version, counted as coverage), then handed to the model's own `load_weights`,
+    whose post-load processing writes the served form; prepare hashes that (the served
+    digest)."""
+    p.declare_source(name, value)
+    loader = model.load_weights if hasattr(model, "load_weights") else model
+    loader([(name, value)])
+
+
+def load_one(p: Participant, model: Any, mode: str, name: str, value: Any,
+             processed: FrozenSet[str] = frozenset()) -> None:
     """One received item through wtx: a sparse patch `(indices, values)` (flat indices into the
     source), else the full source tensor written by name ("write_source") or loaded by the
-    model's own `load_weights` between reserve_source and landed_source ("load_weights")."""
+    model's own `load_weights` between reserve_source and landed_source ("load_weights"); a
+    source of `processed` (processed_sources) declared and loaded by the model's loader."""
     if isinstance(value, (tuple, list)) and len(value) == 2:
         indices, values = value
         p.patch(name, indices, values)
+    elif name in processed:
+        declare_and_load(p, model, name, value)
     elif mode == "write_source":
         p.write_source(name, value)
     elif reserve_and_load(p, model, name, value):

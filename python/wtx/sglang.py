@@ -57,7 +57,8 @@ from . import fleet as wtx_fleet
 from ._module_manifest import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 from ._receive import (EXPECTED_VERSION_NAME, InPlaceReceiver, UpdateState, default_tx,
                        describe_source_failure, expected_version_tensor, holds, load_one,
-                       released_reason, report_to_fleet, resumed_check, version_of)
+                       processed_sources, released_reason, report_to_fleet, resumed_check,
+                       version_of)
 from .torch_dist import (Group, abort_quietly, decide_update, failure_reason, gather_from_ranks,
                          gather_stages, sources_held_elsewhere)
 
@@ -124,6 +125,7 @@ class WtxSglangAdapter(UpdateState):
         self._updates = 0
         self._kind = "full"
         self._receiver = InPlaceReceiver()
+        self._processed: FrozenSet[str] = frozenset()  # sources of processed parameters
         self.last_message: Optional[str] = None  # the answer of the last commit point
         # Why the live weights are not vouched for outside any step: their memory released
         # (release_memory_occupation), or resumed with nothing committed to check them
@@ -208,6 +210,7 @@ class WtxSglangAdapter(UpdateState):
             raise
         self.participant, self._load, self._gate = p, load, serving_gate
         self._elsewhere = sources_held_elsewhere(p, self.group)
+        self._processed = processed_sources(p)
         _ADAPTERS[id(self.model)] = self
         return p.status()
 
@@ -424,7 +427,8 @@ class WtxSglangAdapter(UpdateState):
                         if self._receiver.owns(name):
                             self._receiver.land(self._p, name, value)
                         else:
-                            load_one(self._p, self.model, self._load, name, value)
+                            load_one(self._p, self.model, self._load, name, value,
+                                     self._processed)
                     except Exception as e:
                         self._failure = describe_source_failure(name, e)
         except Exception as e:  # the transport itself (the trainer gone)

@@ -101,7 +101,8 @@ Result<CheckpointLoadPlan> PlanCheckpointLoad(const CheckpointLoadRequest& reque
 }
 
 json CheckpointLoadOutput(const CheckpointLoadPlan& plan, const json& run) {
-  json out = {{"tx", kLoadTx}, {"outcome", nullptr}, {"version", nullptr}};
+  json out = {
+      {"tx", kLoadTx}, {"outcome", nullptr}, {"version", nullptr}, {"served_digest", nullptr}};
   const json steps = run.value("steps", json::array());
   const json* failed = nullptr;
   const json* commit = nullptr;
@@ -112,6 +113,7 @@ json CheckpointLoadOutput(const CheckpointLoadPlan& plan, const json& run) {
   if (commit) {
     if (commit->contains("outcome")) out["outcome"] = (*commit)["outcome"];
     if (commit->contains("version")) out["version"] = (*commit)["version"];
+    if (commit->contains("served_digest")) out["served_digest"] = (*commit)["served_digest"];
     for (const char* k : {"lineage", "step"}) {
       if (commit->contains(k)) out[k] = (*commit)[k];
     }
@@ -133,7 +135,8 @@ json CheckpointLoadOutput(const CheckpointLoadPlan& plan, const json& run) {
   json ranks = json::array();
   for (const json& r : run.value("ranks", json::array())) {
     json jr = {{"rank", r.value("rank", -1)}};
-    for (const char* k : {"digest", "version", "dirty", "loaded", "serving", "lineage", "step"}) {
+    for (const char* k :
+         {"digest", "version", "served_digest", "dirty", "loaded", "serving", "lineage", "step"}) {
       jr[k] = r.value(k, json());
     }
     ranks.push_back(std::move(jr));

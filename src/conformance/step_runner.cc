@@ -202,6 +202,7 @@ class Runner {
       for (const auto& v : o.votes) digests.push_back(v.vote.digest);
       committed_digests_[st.tx] = std::move(digests);
       out["version"] = o.version;
+      out["served_digest"] = o.served_digest;
     }
     if (o.step) out["step"] = *o.step;
     if (!o.lineage.empty()) out["lineage"] = o.lineage;
@@ -283,6 +284,7 @@ class Runner {
     if (procs_.RankAlive(r)) {
       RankStatus s = procs_.RankState(r);
       j["version"] = s.version ? json(*s.version) : json();
+      j["served_digest"] = s.served_digest ? json(*s.served_digest) : json();
       j["digest"] = s.digest ? json(*s.digest) : json();
       j["dirty"] = s.dirty;
       j["loaded"] = s.loaded;

@@ -51,6 +51,8 @@ Result<std::vector<json>> CoordinatorHistory(const Journal& journal, std::vector
                      {"decision", std::string(DecisionName(d->decision))},
                      {"outcome", std::string(DecisionOutcomeName(d->decision))},
                      {"version", OptionalStringJson(d->version)},
+                     {"served_digest",
+                      d->version ? json(d->served_digest.value_or(*d->version)) : json(nullptr)},
                      {"reason", d->reason},
                      {"time", d->ts},
                      {"votes", std::move(votes)},
@@ -76,6 +78,7 @@ Result<std::vector<json>> CoordinatorHistory(const Journal& journal, std::vector
                      {"decision", nullptr},
                      {"outcome", "refused"},
                      {"version", nullptr},
+                     {"served_digest", nullptr},
                      {"reason", reason},
                      {"time", b->ts},
                      {"refused", std::move(ranks)},
@@ -130,6 +133,7 @@ Result<std::vector<json>> ParticipantHistory(const Journal& journal, std::vector
                      {"kind", std::string(TxKindName(b->kind))},
                      {"base", OptionalStringJson(b->base)},
                      {"version", nullptr},
+                     {"served_digest", nullptr},
                      {"outcome", "active"},
                      {"reason", ""},
                      {"time", b->ts},
@@ -181,6 +185,8 @@ Result<std::vector<json>> ParticipantHistory(const Journal& journal, std::vector
     } else if (const auto* o = std::get_if<OutcomeRecord>(&rec)) {
       e["outcome"] = std::string(DecisionOutcomeName(o->decision));
       e["version"] = OptionalStringJson(o->version);
+      e["served_digest"] =
+          o->version ? json(o->served_digest.value_or(*o->version)) : json(nullptr);
       if (o->decision == Decision::kNoop) e["reason"] = "";  // checks of an empty tx do not apply
       if (o->reason) {
         const std::string before = e["reason"].get<std::string>();

@@ -44,6 +44,8 @@ HistoryEntry EntryFromJson(const json& e) {
   h.time_micros = Int(e, "time");
   h.outcome = String(e, "outcome");
   h.version = OptString(e, "version");
+  h.served_digest = OptString(e, "served_digest");
+  if (!h.served_digest) h.served_digest = h.version;
   h.reason = String(e, "reason");
   h.lineage = OptString(e, "lineage").value_or("");
   if (auto s = e.find("step"); s != e.end() && s->is_number_integer()) h.step = s->get<int64_t>();

@@ -53,6 +53,8 @@ Result<JournalState> ReadJournalState(const std::string& dir) {
   }
   const json act = st.value("active", json());
   out.version = OptionalString(st, "version");
+  out.served_digest = OptionalString(st, "served_digest");
+  if (!out.served_digest) out.served_digest = out.version;
   out.committed_tx = OptionalString(st, "committed_tx");
   // From BEGIN to the decision the rank is dirty (the state says so since BEGIN records carry
   // it; an older journal's BEGIN did not, hence the active transaction here too).

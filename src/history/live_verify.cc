@@ -60,7 +60,8 @@ Result<CommittedDigest> ReadCommittedDigest(const std::string& journal_dir) {
     WTX_ASSIGN_OR_RETURN(type, ParticipantRecordTypeOf(*ref.json));
     if (type != ParticipantRecordType::kPrepared) return Status::OK();
     WTX_ASSIGN_OR_RETURN(p, DecodePrepared(*ref.json));
-    if (p.tx == c.committed_tx && p.digest) c.rank_digest = *p.digest;  // the last one wins
+    // The live bytes are the served form: the served digest where it differs (the last wins).
+    if (p.tx == c.committed_tx && p.digest) c.rank_digest = p.served_digest.value_or(*p.digest);
     return Status::OK();
   }));
   if (c.rank_digest.empty()) {
@@ -84,7 +85,7 @@ Result<LiveVerifyReport> VerifyLive(Participant& participant, const std::string&
 
 Result<std::string> RankDigestOfImage(const Manifest& manifest, std::span<const uint8_t> image) {
   size_t total = 0;
-  for (const auto& p : manifest.params()) total += static_cast<size_t>(p.num_bytes());
+  for (const auto& p : manifest.params()) total += static_cast<size_t>(p.live_bytes());
   if (image.size() != total) {
     return Status::InvalidArgument("live image is " + std::to_string(image.size()) +
                                    " bytes; the manifest's parameters total " +
@@ -93,11 +94,11 @@ Result<std::string> RankDigestOfImage(const Manifest& manifest, std::span<const 
   std::vector<uint64_t> digests;
   size_t off = 0;
   for (const auto& p : manifest.params()) {
-    const size_t n = static_cast<size_t>(p.num_bytes());
+    const size_t n = static_cast<size_t>(p.live_bytes());
     digests.push_back(ParamDigest(image.subspan(off, n)));
     off += n;
   }
-  return RankDigest(manifest, digests);
+  return ServedRankDigest(manifest, digests);
 }
 
 Result<LiveVerifyReport> VerifyImage(const Manifest& manifest, std::span<const uint8_t> image,

@@ -41,6 +41,7 @@ Result<ServedAt> ServedAtTime(const JournalHistory& h, int64_t at) {
     s.since_micros = *end;
     if (e.outcome == "committed") {
       s.version = e.version;
+      s.served_digest = e.served_digest;
       s.committed_tx = e.tx;
       s.lineage = e.lineage;
       s.step = e.step;

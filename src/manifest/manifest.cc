@@ -290,6 +290,17 @@ Status Manifest::Index() {
       return Invalid(where + ".shape", "parameter '" + p.name + "' brings the manifest above " +
                                            std::to_string(kMaxManifestBytes) + " bytes");
     }
+    if (p.served) {
+      for (int64_t d : p.served->shape) {
+        if (d == 0) {
+          return Invalid(where + ".served.shape", "parameter '" + p.name + "' is served as " +
+                                                      ShapeToString(p.served->shape) +
+                                                      ": a zero-extent served form");
+        }
+      }
+      WTX_RETURN_IF_ERROR(ValidateTensorSize(p.served->shape, p.served->dtype, "served form of",
+                                             p.name, where + ".served.shape", nullptr));
+    }
     std::unordered_map<std::string_view, int> ids;
     ids.reserve(p.shards.size());
     for (uint32_t k = 0; k < p.shards.size(); ++k) {
@@ -368,6 +379,19 @@ Status Manifest::Index() {
     std::sort(ids.begin(), ids.end());
     h.U64(ids.size());
     for (auto id : ids) h.Str(id);
+  }
+  // Served forms only where some parameter has one: the fingerprints of manifests without
+  // processed parameters are those of wtx before them (journals store them).
+  if (std::any_of(params_.begin(), params_.end(), [](const ParamSpec& p) { return p.served; })) {
+    h.Str("served-forms");
+    for (uint32_t i : canonical_order_) {
+      const ParamSpec& p = params_[i];
+      if (!p.served) continue;
+      h.Str(p.name);
+      h.Str(DTypeName(p.served->dtype));
+      h.U64(p.served->shape.size());
+      for (int64_t d : p.served->shape) h.U64(static_cast<uint64_t>(d));
+    }
   }
   std::vector<uint32_t> mo(modules_.size());
   for (uint32_t i = 0; i < mo.size(); ++i) mo[i] = i;
@@ -457,6 +481,9 @@ json Manifest::ToJson() const {
   json ps = json::array();
   for (const auto& p : params_) {
     json jp = {{"name", p.name}, {"dtype", DTypeName(p.dtype)}, {"shape", p.shape}};
+    if (p.served) {
+      jp["served"] = {{"dtype", DTypeName(p.served->dtype)}, {"shape", p.served->shape}};
+    }
     json sh = json::array();
     for (const auto& s : p.shards) {
       if (s.padding) {
@@ -497,7 +524,7 @@ Result<ManifestPtr> ParseManifest(const json& j) {
     const std::string where = "params[" + std::to_string(i) + "]";
     const json& e = jp[i];
     if (!e.is_object()) return Invalid(where, "expected an object");
-    WTX_RETURN_IF_ERROR(CheckFields(e, where, {"name", "dtype", "shape", "shards"}));
+    WTX_RETURN_IF_ERROR(CheckFields(e, where, {"name", "dtype", "shape", "shards", "served"}));
     ParamSpec p;
     WTX_ASSIGN_OR_RETURN(name, ParseString(e, "name", where));
     p.name = std::move(name);
@@ -508,6 +535,17 @@ Result<ManifestPtr> ParseManifest(const json& j) {
     if (!e.contains("shape")) return Invalid(where + ".shape", "missing");
     WTX_ASSIGN_OR_RETURN(shape, ParseShape(e["shape"], where + ".shape"));
     p.shape = std::move(shape);
+    if (auto it = e.find("served"); it != e.end() && !it->is_null()) {
+      const std::string sw = where + ".served";
+      if (!it->is_object()) return Invalid(sw, "expected an object {dtype, shape}");
+      WTX_RETURN_IF_ERROR(CheckFields(*it, sw, {"dtype", "shape"}));
+      WTX_ASSIGN_OR_RETURN(sdts, ParseString(*it, "dtype", sw));
+      auto sdt = DTypeFromName(sdts);
+      if (!sdt) return Invalid(sw + ".dtype", "unknown dtype '" + sdts + "'");
+      if (!it->contains("shape")) return Invalid(sw + ".shape", "missing");
+      WTX_ASSIGN_OR_RETURN(sshape, ParseShape((*it)["shape"], sw + ".shape"));
+      p.served = ServedForm{*sdt, std::move(sshape)};
+    }
     if (auto it = e.find("shards"); it != e.end() && !it->is_null()) {
       if (!it->is_array() || it->empty()) {
         return Invalid(where + ".shards", "expected a non-empty array");

@@ -44,7 +44,7 @@ constexpr size_t kStripe = 64;
 constexpr size_t kSecretSize = 192;
 constexpr size_t kStripesPerBlock = (kSecretSize - kStripe) / 8;  // 16
 constexpr size_t kBlock = kStripe * kStripesPerBlock;             // 1024
-constexpr size_t kPrefetchAhead = 4 * kBlock;  // see CopyHashLongAvx2
+constexpr size_t kPrefetchAhead = 4 * kBlock;                     // see CopyHashLongAvx2
 constexpr uint64_t kPrime32_1 = 0x9E3779B1U;
 constexpr uint64_t kPrime32_2 = 0x85EBCA77U;
 constexpr uint64_t kPrime32_3 = 0xC2B2AE3DU;
@@ -299,20 +299,35 @@ uint64_t ParamDigest(std::span<const uint8_t> bytes) {
   return ParamDigestFromChunks(chunks);
 }
 
-std::string RankDigest(const Manifest& manifest, std::span<const uint64_t> param_digests) {
+namespace {
+
+std::string RankDigestOf(const Manifest& manifest, std::span<const uint64_t> param_digests,
+                         bool served) {
   assert(param_digests.size() == manifest.params().size() && "one digest per parameter");
   Hasher128 h;
   h.Str("wtx-rank-v1");
   h.U64(param_digests.size());
   for (uint32_t i : manifest.CanonicalOrder()) {
     const ParamSpec& p = manifest.params()[i];
+    const bool form = served && p.served;
     h.Str(p.name);
-    h.Str(DTypeName(p.dtype));
-    h.U64(p.shape.size());
-    for (int64_t d : p.shape) h.U64(static_cast<uint64_t>(d));
+    h.Str(DTypeName(form ? p.served->dtype : p.dtype));
+    const Shape& shape = form ? p.served->shape : p.shape;
+    h.U64(shape.size());
+    for (int64_t d : shape) h.U64(static_cast<uint64_t>(d));
     h.U64(param_digests[i]);
   }
   return h.HexDigest();
+}
+
+}  // namespace
+
+std::string RankDigest(const Manifest& manifest, std::span<const uint64_t> param_digests) {
+  return RankDigestOf(manifest, param_digests, /*served=*/false);
+}
+
+std::string ServedRankDigest(const Manifest& manifest, std::span<const uint64_t> live_digests) {
+  return RankDigestOf(manifest, live_digests, /*served=*/true);
 }
 
 std::string CombineRankDigests(std::span<const std::string> rank_digests) {

@@ -71,7 +71,7 @@ namespace {
 class HostLiveMemory : public LiveMemory {
  public:
   explicit HostLiveMemory(const Manifest& m) {
-    for (const auto& p : m.params()) sizes_.push_back(static_cast<size_t>(p.num_bytes()));
+    for (const auto& p : m.params()) sizes_.push_back(static_cast<size_t>(p.live_bytes()));
     Allocate();
   }
   std::span<uint8_t> Param(uint32_t i) override { return arena_->Region(i); }
@@ -118,10 +118,10 @@ Result<std::unique_ptr<LiveMemory>> NewBorrowedLiveMemory(const Manifest& manife
   }
   for (size_t i = 0; i < spans.size(); ++i) {
     const auto& p = manifest.params()[i];
-    if (spans[i].size() != static_cast<size_t>(p.num_bytes())) {
+    if (spans[i].size() != static_cast<size_t>(p.live_bytes())) {
       return Status::InvalidArgument("borrowed memory: buffer of " + p.name + " has " +
                                      std::to_string(spans[i].size()) + " bytes, expected " +
-                                     std::to_string(p.num_bytes()));
+                                     std::to_string(p.live_bytes()));
     }
   }
   return std::unique_ptr<LiveMemory>(std::make_unique<BorrowedLiveMemory>(std::move(spans)));

@@ -118,25 +118,41 @@ json VoteToJson(const Vote& v) {
     stale.push_back(
         {{"name", s.name}, {"phase", PhaseName(s.phase)}, {"sources", s.written_sources}});
   }
-  return {{"rank", v.rank},       {"tx", v.tx},
-          {"yes", v.yes},         {"wrote", v.wrote},
-          {"digest", v.digest},   {"error", ErrorCodeName(v.error)},
-          {"message", v.message}, {"errors", errors},
-          {"missing", missing},   {"missing_total", v.missing_total},
-          {"stale", stale}};
+  json out = {{"rank", v.rank},       {"tx", v.tx},
+              {"yes", v.yes},         {"wrote", v.wrote},
+              {"digest", v.digest},   {"error", ErrorCodeName(v.error)},
+              {"message", v.message}, {"errors", errors},
+              {"missing", missing},   {"missing_total", v.missing_total},
+              {"stale", stale}};
+  // Only where it differs: a coordinator of an older wtx refuses fields it does not know.
+  if (!v.served_digest.empty() && v.served_digest != v.digest) {
+    out["served_digest"] = v.served_digest;
+  }
+  return out;
+}
+
+json DecideParams(const std::string& tx, Decision d, const DecidedVersion& version) {
+  json p = {{"tx", tx}, {"decision", DecisionName(d)}, {"version", version.version}};
+  // Only where it differs: a rank of an older wtx refuses fields it does not know.
+  if (d == Decision::kCommit && version.served() != version.version) {
+    p["served_digest"] = version.served();
+  }
+  return p;
 }
 
 Result<Vote> VoteFromJson(const json& j) {
   return Decode<Vote>("vote", j, [&]() -> Result<Vote> {
-    WTX_RETURN_IF_ERROR(CheckFields(j, "vote",
-                                    {"rank", "tx", "yes", "wrote", "digest", "error", "message",
-                                     "errors", "missing", "missing_total", "stale"}));
+    WTX_RETURN_IF_ERROR(
+        CheckFields(j, "vote",
+                    {"rank", "tx", "yes", "wrote", "digest", "served_digest", "error", "message",
+                     "errors", "missing", "missing_total", "stale"}));
     Vote v;
     v.rank = RankOrThrow(j);
     v.tx = j.at("tx").get<std::string>();
     v.yes = j.at("yes").get<bool>();
     v.wrote = j.at("wrote").get<bool>();
     v.digest = j.at("digest").get<std::string>();
+    if (j.contains("served_digest")) v.served_digest = j.at("served_digest").get<std::string>();
     v.error = CodeFromJson(j.at("error"));
     v.message = j.at("message").get<std::string>();
     for (const auto& e : j.at("errors").get_ref<const json::array_t&>()) {
@@ -227,6 +243,7 @@ json VerifyReportToJson(const VerifyReport& r) {
 json RankStatusToJson(const RankStatus& s) {
   return {{"rank", s.rank},
           {"version", OptStr(s.version)},
+          {"served_digest", OptStr(s.served_digest)},
           {"committed_tx", OptStr(s.committed_tx)},
           {"digest", OptStr(s.digest)},
           {"dirty", s.dirty},
@@ -247,10 +264,12 @@ Result<RankStatus> RankStatusFromJson(const json& j) {
     WTX_RETURN_IF_ERROR(CheckFields(
         j, "rank status",
         {"rank", "version", "committed_tx", "dirty", "loaded", "serving", "in_doubt", "active_tx",
-         "stale_derived", "digest", "storage_moved", "lineage", "step", "held"}));
+         "stale_derived", "digest", "storage_moved", "lineage", "step", "held", "served_digest"}));
     RankStatus s;
     s.rank = RankOrThrow(j);
     s.version = GetOptStr(j, "version");
+    // Absent from ranks of an older wtx: the version's.
+    s.served_digest = j.contains("served_digest") ? GetOptStr(j, "served_digest") : s.version;
     s.committed_tx = GetOptStr(j, "committed_tx");
     s.digest = GetOptStr(j, "digest");
     s.dirty = j.at("dirty").get<bool>();

@@ -21,6 +21,9 @@ Result<BeginRequest> BeginRequestFromJson(const nlohmann::json& j);
 
 nlohmann::json VoteToJson(const Vote& vote);
 Result<Vote> VoteFromJson(const nlohmann::json& j);
+// The "decide" request's params: {tx, decision, version, served_digest (a commit whose served
+// digest differs from its version)}.
+nlohmann::json DecideParams(const std::string& tx, Decision d, const DecidedVersion& version);
 
 nlohmann::json RankDescriptionToJson(const RankDescription& d);
 Result<RankDescription> RankDescriptionFromJson(const nlohmann::json& j);

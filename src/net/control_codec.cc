@@ -148,6 +148,7 @@ json CommitOutcomeToJson(const CommitOutcome& o) {
             {"decision", o.decision ? json(DecisionName(*o.decision)) : json()},
             {"decision_logged", o.decision_logged},
             {"version", o.version},
+            {"served_digest", o.served_digest},
             {"votes", votes},
             {"unacknowledged", o.unacknowledged}};
   AddLineageStep(j, o.lineage, o.step);
@@ -159,8 +160,9 @@ Result<CommitOutcome> CommitOutcomeFromJson(const json& j) {
   return Guard<CommitOutcome>("commit outcome", [&]() -> Result<CommitOutcome> {
     // crash_fired: added by `wtx coordinator --test-hooks` beside the outcome.
     WTX_RETURN_IF_ERROR(CheckFields(j, "commit outcome",
-                                    {"status", "decision", "decision_logged", "version", "votes",
-                                     "unacknowledged", "crash_fired", "lineage", "step"}));
+                                    {"status", "decision", "decision_logged", "version",
+                                     "served_digest", "votes", "unacknowledged", "crash_fired",
+                                     "lineage", "step"}));
     CommitOutcome o;
     ReadLineageStep(j, &o.lineage, &o.step);
     o.status = net::StatusOrOkFromJson(j.at("status"));
@@ -171,6 +173,9 @@ Result<CommitOutcome> CommitOutcomeFromJson(const json& j) {
     }
     o.decision_logged = j.at("decision_logged").get<bool>();
     o.version = j.at("version").get<std::string>();
+    // Absent from a coordinator of an older wtx: the version's.
+    o.served_digest = j.contains("served_digest") ? j.at("served_digest").get<std::string>()
+                                                  : o.version;
     for (const auto& v : j.at("votes")) {
       WTX_RETURN_IF_ERROR(
           CheckFields(v, "commit outcome.votes[]", {"rank", "kind", "vote", "status"}));
@@ -204,6 +209,7 @@ json DecisionsToJson(const std::vector<DecisionEntry>& ds) {
                  {"version", d.version},
                  {"reason", d.reason},
                  {"ts", d.time_micros}});
+    if (!d.served_digest.empty()) a.back()["served_digest"] = d.served_digest;
     AddLineageStep(a.back(), d.lineage, d.step);
   }
   return a;
@@ -216,13 +222,15 @@ Result<std::vector<DecisionEntry>> DecisionsFromJson(const json& j) {
         std::vector<DecisionEntry> out;
         for (const auto& e : j) {
           WTX_RETURN_IF_ERROR(CheckFields(
-              e, "decisions[]", {"tx", "decision", "version", "reason", "ts", "lineage", "step"}));
+              e, "decisions[]",
+              {"tx", "decision", "version", "served_digest", "reason", "ts", "lineage", "step"}));
           DecisionEntry d;
           ReadLineageStep(e, &d.lineage, &d.step);
           d.tx = e.at("tx").get<std::string>();
           d.decision =
               DecisionFromName(e.at("decision").get<std::string>()).value_or(Decision::kAbort);
           d.version = e.at("version").get<std::string>();
+          d.served_digest = e.value("served_digest", std::string());
           d.reason = e.at("reason").get<std::string>();
           d.time_micros = JsonIntOrThrow(e.at("ts"), "ts", INT64_MIN, INT64_MAX);
           out.push_back(std::move(d));

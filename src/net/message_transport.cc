@@ -64,10 +64,8 @@ class MessageTransport::Endpoint : public ParticipantEndpoint {
     return v;
   }
 
-  Status Decide(const std::string& tx, Decision d, const std::string& version) override {
-    return Call("decide", {{"tx", tx}, {"decision", DecisionName(d)}, {"version", version}},
-                timeout_)
-        .status();
+  Status Decide(const std::string& tx, Decision d, const DecidedVersion& version) override {
+    return Call("decide", DecideParams(tx, d, version), timeout_).status();
   }
 
  private:

@@ -18,10 +18,12 @@ namespace {
 
 // Record layout (little-endian, 128 bytes):
 //   [0]  magic 'W'   [1] kind (1 vote, 2 decision)   [2] yes / decision   [3] wrote
-//   [4..8)  error code (vote)   [8..24) SHA-256(tx) prefix   [24] digest/version length
-//   [25..25+len) digest or version, ASCII (at most 96 bytes)
+//   [4..8)  error code (vote)   [8..24) SHA-256(tx) prefix
+//   [24] length, [25..25+len) the checkpoint digest or version, ASCII (at most 48 bytes)
+//   [73] length, [74..74+len) the served digest, ASCII (at most 48 bytes; 0: the first's)
 constexpr uint8_t kMagic = 'W';
-constexpr size_t kTextMax = 96;
+constexpr size_t kTextMax = 48;
+constexpr size_t kText[2] = {24, 73};
 
 void PutTx(NcclRecord& r, const std::string& tx) {
   const auto h = net::Sha256Of(tx);
@@ -31,14 +33,14 @@ bool SameTx(const NcclRecord& r, const std::string& tx) {
   const auto h = net::Sha256Of(tx);
   return std::memcmp(r.data() + 8, h.data(), 16) == 0;
 }
-void PutText(NcclRecord& r, const std::string& s) {
+void PutText(NcclRecord& r, int slot, const std::string& s) {
   const size_t n = std::min(s.size(), kTextMax);
-  r[24] = static_cast<uint8_t>(n);
-  std::memcpy(r.data() + 25, s.data(), n);
+  r[kText[slot]] = static_cast<uint8_t>(n);
+  std::memcpy(r.data() + kText[slot] + 1, s.data(), n);
 }
-std::string GetText(const NcclRecord& r) {
-  const size_t n = std::min<size_t>(r[24], kTextMax);
-  return std::string(reinterpret_cast<const char*>(r.data() + 25), n);
+std::string GetText(const NcclRecord& r, int slot) {
+  const size_t n = std::min<size_t>(r[kText[slot]], kTextMax);
+  return std::string(reinterpret_cast<const char*>(r.data() + kText[slot] + 1), n);
 }
 
 Status CudaErr(const char* what, cudaError_t e) {
@@ -59,7 +61,8 @@ NcclRecord PackVoteRecord(const std::string& tx, const Vote& v) {
   const int32_t e = static_cast<int32_t>(v.error);
   std::memcpy(r.data() + 4, &e, 4);
   PutTx(r, tx);
-  PutText(r, v.digest);
+  PutText(r, 0, v.digest);
+  if (v.served_digest != v.digest) PutText(r, 1, v.served_digest);
   return r;
 }
 
@@ -84,26 +87,29 @@ Vote UnpackVoteRecord(const std::string& tx, int rank, const NcclRecord& r) {
     v.message = "rank " + std::to_string(rank) + " voted no (" +
                 std::string(ErrorCodeName(v.error)) + "); details in its journal";
   }
-  v.digest = GetText(r);
+  v.digest = GetText(r, 0);
+  v.served_digest = GetText(r, 1);
+  if (v.served_digest.empty()) v.served_digest = v.digest;
   return v;
 }
 
-NcclRecord PackDecisionRecord(const std::string& tx, Decision d, const std::string& version) {
+NcclRecord PackDecisionRecord(const std::string& tx, Decision d, const DecidedVersion& version) {
   NcclRecord r{};
   r[0] = kMagic;
   r[1] = 2;
   r[2] = static_cast<uint8_t>(d);
   PutTx(r, tx);
-  PutText(r, version);
+  PutText(r, 0, version.version);
+  if (version.served() != version.version) PutText(r, 1, version.served());
   return r;
 }
 
-Result<std::pair<Decision, std::string>> UnpackDecisionRecord(const std::string& tx,
-                                                              const NcclRecord& r) {
+Result<std::pair<Decision, DecidedVersion>> UnpackDecisionRecord(const std::string& tx,
+                                                                 const NcclRecord& r) {
   if (r[0] != kMagic || r[1] != 2 || !SameTx(r, tx) || r[2] > 2) {
     return Status(ErrorCode::kNoTx, "the broadcast decision is not for '" + tx + "'");
   }
-  return std::make_pair(static_cast<Decision>(r[2]), GetText(r));
+  return std::make_pair(static_cast<Decision>(r[2]), DecidedVersion{GetText(r, 0), GetText(r, 1)});
 }
 
 Result<std::unique_ptr<NcclVoteGroup>> NcclVoteGroup::Create(ncclComm_t comm, int rank, int nranks,
@@ -190,8 +196,8 @@ Result<std::vector<Vote>> NcclVoteGroup::ExchangeVotes(const std::string& tx, co
   return votes;
 }
 
-Result<std::pair<Decision, std::string>> NcclVoteGroup::BroadcastDecision(
-    const std::string& tx, Decision d, const std::string& version) {
+Result<std::pair<Decision, DecidedVersion>> NcclVoteGroup::BroadcastDecision(
+    const std::string& tx, Decision d, const DecidedVersion& version) {
   if (broken_) return Status(ErrorCode::kCrashed, "the NCCL communicator was aborted");
   auto s = static_cast<cudaStream_t>(stream_);
   NcclRecord rec = PackDecisionRecord(tx, d, version);
@@ -286,7 +292,7 @@ class NcclVoteTransport::Endpoint : public ParticipantEndpoint {
     return x.votes[rank_];
   }
 
-  Status Decide(const std::string& tx, Decision d, const std::string& version) override {
+  Status Decide(const std::string& tx, Decision d, const DecidedVersion& version) override {
     Exchange& x = *t_->exchange_;
     std::unique_lock<std::mutex> l(x.mu);
     if (x.voted_tx == tx && x.broadcast_tx != tx) {

@@ -91,7 +91,7 @@ class TcpRankAgent::Impl : public DecisionOracle {
 
   // DecisionOracle over the current connection. Any failure (no connection, the coordinator
   // not ready, a malformed answer) marks the attempt for a retry.
-  Result<std::pair<Decision, std::string>> QueryDecision(const std::string& tx) override {
+  Result<std::pair<Decision, DecidedVersion>> QueryDecision(const std::string& tx) override {
     std::shared_ptr<net::Channel> c;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -113,8 +113,13 @@ class TcpRankAgent::Impl : public DecisionOracle {
     }
     auto decision = DecisionFromName(d->get<std::string>());
     if (!decision) return Status::InvalidArgument("unknown decision " + d->dump());
+    DecidedVersion version{v->get<std::string>(), ""};
+    if (auto s = j.find("served_digest"); s != j.end()) {  // absent from older coordinators
+      if (!s->is_string()) return Status::InvalidArgument("malformed query_decision answer");
+      version.served_digest = s->get<std::string>();
+    }
     oracle_failed_ = false;
-    return std::make_pair(*decision, v->get<std::string>());
+    return std::make_pair(*decision, std::move(version));
   }
 
  private:

@@ -25,7 +25,8 @@ Status CheckRankParams(const std::string& m, const json& params) {
   if (m == "describe" || m == "ping") return CheckFields(params, m, {"epoch"});
   if (m == "check_begin" || m == "begin") return CheckFields(params, m, {"req", "epoch"});
   if (m == "prepare") return CheckFields(params, m, {"tx", "epoch"});
-  if (m == "decide") return CheckFields(params, m, {"tx", "decision", "version", "epoch"});
+  if (m == "decide")
+    return CheckFields(params, m, {"tx", "decision", "version", "served_digest", "epoch"});
   return Status::OK();  // an unknown method is refused by name below
 }
 
@@ -77,7 +78,13 @@ Result<json> ServeRankRequest(Participant& p, const std::string& m, const json& 
     WTX_ASSIGN_OR_RETURN(version, StringField(params, "decide", "version"));
     auto d = DecisionFromName(name);
     if (!d) return Status::InvalidArgument("decide: unknown decision '" + name + "'");
-    WTX_RETURN_IF_ERROR(p.Decide(tx, *d, version));
+    // A coordinator from before two digests sends the version alone.
+    std::string served;
+    if (auto it = params.find("served_digest"); it != params.end()) {
+      if (!it->is_string()) return Status::InvalidArgument("decide: served_digest is not a string");
+      served = it->get<std::string>();
+    }
+    WTX_RETURN_IF_ERROR(p.Decide(tx, *d, DecidedVersion{version, served}));
     return json::object();
   }
   if (m == "ping") return json::object();

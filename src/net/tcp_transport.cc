@@ -184,7 +184,9 @@ class TcpTransport::Impl {
       }
       auto d = oracle->QueryDecision(tx->get<std::string>());
       if (!d.ok()) return Result<json>(d.status());
-      return Result<json>(json{{"decision", DecisionName(d->first)}, {"version", d->second}});
+      return Result<json>(json{{"decision", DecisionName(d->first)},
+                               {"version", d->second.version},
+                               {"served_digest", d->second.served()}});
     }
     if (method == "ping") return Result<json>(json::object());
     ControlHandler h;
@@ -280,9 +282,8 @@ class TcpTransport::Impl::Proxy : public ParticipantEndpoint {
     return v;
   }
 
-  Status Decide(const std::string& tx, Decision d, const std::string& version) override {
-    return Call("decide", {{"tx", tx}, {"decision", DecisionName(d)}, {"version", version}},
-                t_->options_.request_timeout, nullptr)
+  Status Decide(const std::string& tx, Decision d, const DecidedVersion& version) override {
+    return Call("decide", net::DecideParams(tx, d, version), t_->options_.request_timeout, nullptr)
         .status();
   }
 

@@ -68,7 +68,7 @@ class CoordinatorImpl : public Coordinator {
     }
     return order_[it->second].version;
   }
-  Result<std::pair<Decision, std::string>> QueryDecision(const std::string& tx) override;
+  Result<std::pair<Decision, DecidedVersion>> QueryDecision(const std::string& tx) override;
   int64_t epoch() const override { return epoch_; }
   bool leads() const override {
     std::lock_guard<std::mutex> l(mu_);
@@ -166,7 +166,7 @@ class CoordinatorImpl : public Coordinator {
   // already ended). REQUIRES: mu_ not held.
   Status EndIfAcked(const std::string& tx, const std::vector<int>& unacked);
   // Sends the decision to every rank at once (or to `only` when given). REQUIRES: mu_ not held.
-  std::vector<int> Deliver(const std::string& tx, Decision d, const std::string& version,
+  std::vector<int> Deliver(const std::string& tx, Decision d, const DecidedVersion& version,
                            const std::vector<int>* only = nullptr);
   // Aborts the transactions ranks hold active that no decision covers and no call of this
   // process runs or began. REQUIRES: mu_ not held.
@@ -249,8 +249,11 @@ std::string AbortCode(const LoggedDecision& d) {
   return "other";
 }
 
+DecidedVersion DecidedOf(const DecisionEntry& e) { return {e.version, e.served_digest}; }
+
 DecisionEntry EntryOf(const LoggedDecision& d) {
-  return DecisionEntry{d.tx, d.decision, d.version, d.reason, d.time_micros, d.lineage, d.step};
+  return DecisionEntry{d.tx,          d.decision, d.version, d.reason,
+                       d.time_micros, d.lineage,  d.step,    d.served_digest};
 }
 
 std::string DefaultHolder() {
@@ -366,6 +369,7 @@ Result<DecisionEntry> CoordinatorImpl::DecideOnce(const DecisionEntry& e,
   d.tx = e.tx;
   d.decision = e.decision;
   d.version = e.version;
+  d.served_digest = e.served_digest;
   d.reason = e.reason;
   d.writer = writer_;
   d.epoch = epoch_;
@@ -457,7 +461,7 @@ void CoordinatorImpl::EndInBackground() {
 }
 
 std::vector<int> CoordinatorImpl::Deliver(const std::string& tx, Decision d,
-                                          const std::string& version,
+                                          const DecidedVersion& version,
                                           const std::vector<int>* only) {
   const int n = transport_->num_ranks();
   std::vector<char> acked(n, 0);
@@ -597,7 +601,7 @@ BeginOutcome CoordinatorImpl::Begin(const BeginRequest& req) {
       // it where it began, so a refused begin changes nothing.
       fan_out_.Run(n, [&](int r) {
         if (st[r].ok() || aborted_meanwhile) {
-          transport_->endpoint(r)->Decide(req.tx, Decision::kAbort, "").ok();
+          transport_->endpoint(r)->Decide(req.tx, Decision::kAbort, {}).ok();
         }
       });
     }
@@ -683,7 +687,7 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
   metrics_.Phase("vote", static_cast<double>(t1 - t0) / 1e6);
   bool any_no = false, any_undeclared = false, any_missing = false, any_wrote = false,
        all_unknown = true;
-  std::vector<std::string> digests(n);
+  std::vector<std::string> digests(n), served(n);
   for (const VoteReport& rep : out.votes) {
     if (rep.kind == VoteReport::Kind::kTimeout || rep.kind == VoteReport::Kind::kCrashed) {
       any_missing = true;
@@ -699,6 +703,8 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
       any_wrote = any_wrote || rep.vote.wrote;
       all_unknown = all_unknown && rep.vote.error == ErrorCode::kNoTx;
       digests[rep.rank] = rep.vote.digest;
+      // A vote from wtx before two digests carries one: the served bytes are the version's.
+      served[rep.rank] = rep.vote.served_digest.empty() ? rep.vote.digest : rep.vote.served_digest;
     }
   }
   DecisionEntry e;
@@ -734,6 +740,8 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
   } else {
     e.decision = Decision::kCommit;
     e.version = CombineRankDigests(digests);
+    std::string served_version = CombineRankDigests(served);
+    if (served_version != e.version) e.served_digest = std::move(served_version);
   }
   std::vector<LoggedVote> votes;
   AwaitLeadership();
@@ -783,6 +791,7 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
   out.decision = e.decision;
   out.decision_logged = true;
   out.version = e.decision == Decision::kCommit ? e.version : "";
+  out.served_digest = e.decision == Decision::kCommit ? DecidedOf(e).served() : "";
   {
     std::lock_guard<std::mutex> l(mu_);
     if (CrashAt("after_decision_logged")) {
@@ -792,7 +801,7 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
       return out;
     }
   }
-  out.unacknowledged = Deliver(tx, e.decision, e.version);
+  out.unacknowledged = Deliver(tx, e.decision, DecidedOf(e));
   EndIfAcked(tx, out.unacknowledged).ok();
   return out;
 }
@@ -922,13 +931,13 @@ BeginOutcome CoordinatorImpl::Abort(const std::string& tx) {
       out.status = Status(ErrorCode::kNoTx, "transaction '" + tx + "' already committed");
       return out;
     }
-    EndIfAcked(tx, Deliver(tx, Decision::kAbort, "")).ok();
+    EndIfAcked(tx, Deliver(tx, Decision::kAbort, {})).ok();
     return out;
   }
   const int n = transport_->num_ranks();
   std::vector<Status> st(n);
   fan_out_.Run(n,
-               [&](int r) { st[r] = transport_->endpoint(r)->Decide(tx, Decision::kAbort, ""); });
+               [&](int r) { st[r] = transport_->endpoint(r)->Decide(tx, Decision::kAbort, {}); });
   int unknown = 0;
   std::vector<int> unacked;
   for (int r = 0; r < n; ++r) {
@@ -951,11 +960,11 @@ BeginOutcome CoordinatorImpl::Abort(const std::string& tx) {
   }
   if (won->decision == Decision::kCommit) {
     // Committed first by another writer: the ranks that could hear it learn it now.
-    EndIfAcked(tx, Deliver(tx, Decision::kCommit, won->version)).ok();
+    EndIfAcked(tx, Deliver(tx, Decision::kCommit, DecidedOf(won.value()))).ok();
     out.status = Status(ErrorCode::kNoTx, "transaction '" + tx + "' already committed");
     return out;
   }
-  if (!unacked.empty()) unacked = Deliver(tx, Decision::kAbort, "", &unacked);
+  if (!unacked.empty()) unacked = Deliver(tx, Decision::kAbort, {}, &unacked);
   if (unacked.empty()) {
     // Every rank that was asked knows; the others answered E_NO_TX.
     if (Status s = EndIfAcked(tx, unacked); !s.ok()) out.status = s;
@@ -985,7 +994,7 @@ Status CoordinatorImpl::Recover() {
     for (const auto& [tx, _] : pending_) todo.push_back(order_[decided_[tx]]);
   }
   for (const auto& e : todo) {
-    std::vector<int> unacked = Deliver(e.tx, e.decision, e.version);
+    std::vector<int> unacked = Deliver(e.tx, e.decision, DecidedOf(e));
     WTX_RETURN_IF_ERROR(EndIfAcked(e.tx, unacked));
   }
   WTX_RETURN_IF_ERROR(AbortOrphans());
@@ -1030,7 +1039,7 @@ Status CoordinatorImpl::AbortOrphans() {
       std::lock_guard<std::mutex> l(mu_);
       e = *DecidedLocked(tx);
     }
-    Deliver(tx, e.decision, e.version, &ranks);
+    Deliver(tx, e.decision, DecidedOf(e), &ranks);
   }
   for (const auto& [tx, ranks] : orphans) {
     // Begun by a coordinator that died before deciding: nobody will ever commit it.
@@ -1044,12 +1053,12 @@ Status CoordinatorImpl::AbortOrphans() {
         std::nullopt};
     auto won = DecideOnce(abort_entry, {}, std::nullopt);
     if (!won.ok()) return won.status();
-    EndIfAcked(tx, Deliver(tx, won->decision, won->version)).ok();
+    EndIfAcked(tx, Deliver(tx, won->decision, DecidedOf(won.value()))).ok();
   }
   return Status::OK();
 }
 
-Result<std::pair<Decision, std::string>> CoordinatorImpl::QueryDecision(const std::string& tx) {
+Result<std::pair<Decision, DecidedVersion>> CoordinatorImpl::QueryDecision(const std::string& tx) {
   {
     std::unique_lock<std::mutex> l(mu_);
     WTX_RETURN_IF_ERROR(CheckAlive());
@@ -1061,7 +1070,7 @@ Result<std::pair<Decision, std::string>> CoordinatorImpl::QueryDecision(const st
         l, limit, [&] { return crashed_ || decided_.count(tx) || !collecting_.count(tx); });
     WTX_RETURN_IF_ERROR(CheckAlive());
     if (const DecisionEntry* e = DecidedLocked(tx)) {
-      return std::make_pair(e->decision, e->version);
+      return std::make_pair(e->decision, DecidedOf(*e));
     }
   }
   // Presumed abort; logged so that the transaction can never commit later (a Begin or Commit
@@ -1071,8 +1080,8 @@ Result<std::pair<Decision, std::string>> CoordinatorImpl::QueryDecision(const st
       tx, Decision::kAbort, "", "presumed abort (never decided)", options_.env.clock->NowMicros(),
       "", std::nullopt};
   WTX_ASSIGN_OR_RETURN(won, DecideOnce(abort_entry, {}, std::nullopt));
-  WTX_RETURN_IF_ERROR(EndIfAcked(tx, Deliver(tx, won.decision, won.version)));
-  return std::make_pair(won.decision, won.version);
+  WTX_RETURN_IF_ERROR(EndIfAcked(tx, Deliver(tx, won.decision, DecidedOf(won))));
+  return std::make_pair(won.decision, DecidedOf(won));
 }
 
 }  // namespace

@@ -65,6 +65,7 @@ json Encode(const DecisionRecord& r) {
     out["votes"] = std::move(votes);
   }
   if (r.prepare_us) out["timings_us"] = {{"prepare", *r.prepare_us}};
+  if (r.served_digest) out["served_digest"] = *r.served_digest;
   if (r.writer) out["writer"] = *r.writer;
   if (r.epoch) out["epoch"] = *r.epoch;
   if (!r.lineage.empty()) out["lineage"] = r.lineage;
@@ -77,6 +78,8 @@ Result<DecisionRecord> DecodeDecision(const json& j) {
   DecisionRecord r;
   r.tx = f.String("tx");
   ReadDecision(f, &r.decision, &r.version);
+  r.served_digest = f.OptString("served_digest");
+  if (f.ok() && r.served_digest && !r.version) f.Fail("served_digest", "without a version");
   r.reason = f.OptString("reason").value_or("");
   f.ForEachObject("votes", false, [&](RecordFields& v) {
     DecisionVote dv;

@@ -43,6 +43,9 @@ struct DecisionRecord {
   std::string tx;
   Decision decision = Decision::kAbort;
   std::optional<std::string> version;  // commit: the version
+  // commit: the served digest where it differs from the version (absent otherwise, and in
+  // journals from before two digests)
+  std::optional<std::string> served_digest;
   std::string reason;
   std::vector<DecisionVote> votes;    // decided by collecting votes (absent otherwise)
   std::optional<int64_t> prepare_us;  // timings_us.prepare

@@ -14,6 +14,7 @@ LoggedDecision FromRecord(const DecisionRecord& r) {
   d.tx = r.tx;
   d.decision = r.decision;
   d.version = r.version.value_or("");
+  d.served_digest = r.served_digest.value_or("");
   d.reason = r.reason;
   d.writer = r.writer.value_or("coordinator");
   d.epoch = r.epoch.value_or(0);
@@ -30,6 +31,7 @@ DecisionRecord ToRecord(const LoggedDecision& d) {
   r.tx = d.tx;
   r.decision = d.decision;
   if (!d.version.empty()) r.version = d.version;
+  if (!d.served_digest.empty() && d.served_digest != d.version) r.served_digest = d.served_digest;
   r.reason = d.reason;
   r.ts = d.time_micros;
   r.prepare_us = d.prepare_us;

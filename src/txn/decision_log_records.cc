@@ -102,6 +102,9 @@ Result<std::string> EncodeDecisionRecord(const LoggedDecision& d) {
   if (d.prepare_us) j["prepare_us"] = *d.prepare_us;
   if (!d.lineage.empty()) j["lineage"] = d.lineage;
   if (d.step) j["step"] = *d.step;
+  if (!d.served_digest.empty() && d.served_digest != d.version) {
+    j["served_digest"] = d.served_digest;
+  }
   return DumpRecord(j, "decision on tx '" + d.tx + "'");
 }
 
@@ -109,7 +112,7 @@ Result<LoggedDecision> DecodeDecisionRecord(std::string_view value, std::string_
   WTX_ASSIGN_OR_RETURN(
       j, ParseRecord(value, kDecisionFormat,
                      {"format", "v", "tx", "decision", "version", "reason", "writer", "epoch",
-                      "time_micros", "prepare_us", "votes", "lineage", "step"}));
+                      "time_micros", "prepare_us", "votes", "lineage", "step", "served_digest"}));
   LoggedDecision d;
   WTX_RETURN_IF_ERROR(RecordString(j, kDecisionFormat, "tx", &d.tx));
   if (d.tx != tx) {
@@ -133,6 +136,11 @@ Result<LoggedDecision> DecodeDecisionRecord(std::string_view value, std::string_
   }
   if (j.contains("lineage")) {
     WTX_RETURN_IF_ERROR(RecordString(j, kDecisionFormat, "lineage", &d.lineage));
+  }
+  if (j.contains("served_digest")) {
+    WTX_RETURN_IF_ERROR(RecordString(j, kDecisionFormat, "served_digest", &d.served_digest));
+    if (d.version.empty())
+      return RecordCorrupt(kDecisionFormat, "\"served_digest\" without a version");
   }
   if (j.contains("step")) {
     int64_t step = 0;

@@ -43,7 +43,7 @@ class InProcTransport::Endpoint : public ParticipantEndpoint {
     }
     return p->Prepare(tx);
   }
-  Status Decide(const std::string& tx, Decision d, const std::string& version) override {
+  Status Decide(const std::string& tx, Decision d, const DecidedVersion& version) override {
     Participant* p = Get();
     if (!p) return Dead();
     return p->Decide(tx, d, version);

@@ -7,7 +7,10 @@ nlohmann::json LoggedDecisionToJson(const LoggedDecision& d) {
                       {"reason", d.reason}, {"writer", d.writer},
                       {"epoch", d.epoch},   {"time_micros", d.time_micros},
                       {"ended", d.ended}};
-  if (d.decision == Decision::kCommit) j["version"] = d.version;
+  if (d.decision == Decision::kCommit) {
+    j["version"] = d.version;
+    j["served_digest"] = d.served_digest.empty() ? d.version : d.served_digest;
+  }
   if (d.prepare_us) j["prepare_us"] = *d.prepare_us;
   if (!d.lineage.empty()) j["lineage"] = d.lineage;
   if (d.step) j["step"] = *d.step;

@@ -41,14 +41,14 @@ Status ParticipantImpl::Init() {
   if (workers > 0 && host_memory_) data_pool_ = std::make_unique<ChunkHashPool>(workers);
   const auto& params = manifest_->params();
   for (uint32_t i = 0; i < params.size(); ++i) {
-    if (memory_->Size(i) != static_cast<size_t>(params[i].num_bytes())) {
+    if (memory_->Size(i) != static_cast<size_t>(params[i].live_bytes())) {
       return Status::InvalidArgument("live memory of '" + params[i].name + "' has " +
                                      std::to_string(memory_->Size(i)) + " bytes, expected " +
-                                     std::to_string(params[i].num_bytes()));
+                                     std::to_string(params[i].live_bytes()));
     }
     if (host_memory_ && memory_->Size(i) > 0 && memory_->Param(i).data() == nullptr) {
       return Status::InvalidArgument("live memory of '" + params[i].name + "': cannot allocate " +
-                                     std::to_string(params[i].num_bytes()) + " bytes");
+                                     std::to_string(params[i].live_bytes()) + " bytes");
     }
   }
   {
@@ -63,8 +63,9 @@ Status ParticipantImpl::Init() {
   }
   WTX_RETURN_IF_ERROR(InitIdentity());
   hash_.reserve(params.size());
-  for (const auto& p : params) hash_.emplace_back(static_cast<size_t>(p.num_bytes()));
+  for (const auto& p : params) hash_.emplace_back(static_cast<size_t>(p.live_bytes()));
   param_epoch_.assign(params.size(), 0);
+  checkpoint_digest_.assign(params.size(), std::nullopt);
   derived_epoch_.assign(manifest_->derived().size(), 0);
   derived_restored_.assign(manifest_->derived().size(), {});
 
@@ -257,7 +258,10 @@ RankStatus ParticipantImpl::status() const {
   }
   RankStatus s;
   s.rank = options_.rank;
-  if (state_.version) s.version = *state_.version;
+  if (state_.version) {
+    s.version = *state_.version;
+    s.served_digest = state_.served_digest.value_or(*state_.version);
+  }
   if (state_.committed_tx) s.committed_tx = *state_.committed_tx;
   if (state_.digest) s.digest = *state_.digest;
   s.dirty = DirtyLocked() || crashed_;

@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "journal/journal.h"
+#include "src/memory/checkpoint_image_digest.h"
 #include "src/memory/chunk_hash_pool.h"
 #include "src/memory/chunks_before_declare.h"
 #include "src/metrics/rank_metrics.h"
@@ -81,6 +82,17 @@ inline std::vector<uint32_t> Distinct(std::vector<uint32_t> params) {
   std::sort(params.begin(), params.end());
   params.erase(std::unique(params.begin(), params.end()), params.end());
   return params;
+}
+
+// Why a processed parameter (ParamSpec::served) takes no write, landing, patch or piece
+// digest: its live bytes are its served form, not checkpoint bytes.
+inline std::string ProcessedRefusal(const ParamSpec& p) {
+  std::string shape;
+  for (int64_t d : p.served->shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+  return "'" + p.name + "' is processed (served as " + std::string(DTypeName(p.served->dtype)) +
+         " [" + shape +
+         "]): its live bytes are not checkpoint bytes; declare its checkpoint "
+         "bytes as they pass to the engine's loader (Participant::Declare)";
 }
 
 // Per-source accounting of delta patch parts.
@@ -158,6 +170,9 @@ struct ActiveTx {
   std::vector<uint64_t> first_write_epoch;  // rollback: per parameter, this tx's first write
                                             // (0: not written)
   std::vector<BeforeImage> before;
+  // Declare: each processed parameter's checkpoint bytes declared so far (their digest), and
+  // its live (served) bytes, which the engine's processing rewrites, taken as touched whole.
+  std::map<uint32_t, CheckpointImageDigest> checkpoint;
   uint64_t begin_epoch = 0;
   // Audit counters.
   std::set<std::pair<uint32_t, uint32_t>> shards_touched;
@@ -226,9 +241,13 @@ class ParticipantImpl : public Participant {
     uint64_t file_offset = 0;
     const std::string* file = nullptr;
   };
-  // Write, with layouts[i] describing pieces[i] (empty: every piece contiguous).
-  Status WriteLocked(std::span<const WritePiece> pieces, std::span<const SourceLayout> layouts)
-      REQUIRES(mu_);
+  // Write, with layouts[i] describing pieces[i] (empty: every piece contiguous); `declare`:
+  // Declare (the bytes go to the processed parameters' checkpoint digests, not live memory).
+  Status WriteLocked(std::span<const WritePiece> pieces, std::span<const SourceLayout> layouts,
+                     bool declare) REQUIRES(mu_);
+  Status Declare(std::span<const WritePiece> pieces) override EXCLUDES(mu_);
+  Result<int> DeclareSource(std::string_view source, const void* data, size_t bytes) override
+      EXCLUDES(mu_);
   Status Patch(const PatchRequest& req) override EXCLUDES(mu_);
   Result<int> WriteSource(std::string_view source, const void* data, size_t bytes) override
       EXCLUDES(mu_);
@@ -236,9 +255,10 @@ class ParticipantImpl : public Participant {
       EXCLUDES(mu_);
   Result<int> WriteSource(std::string_view source, const void* data, size_t bytes,
                           const Box& source_box) override EXCLUDES(mu_);
-  // WriteSource's slicing, from `data` (may be null when `file` is given) or `file`.
+  // WriteSource's slicing, from `data` (may be null when `file` is given) or `file`;
+  // `declare`: DeclareSource.
   Result<int> WriteSourceFrom(std::string_view source, const void* data, size_t bytes,
-                              const SourceFile* file) EXCLUDES(mu_);
+                              const SourceFile* file, bool declare = false) EXCLUDES(mu_);
   Status ExpectPiece(const ExpectedPiece& piece) override EXCLUDES(mu_);
   Result<std::vector<std::string>> Refresh(std::string_view name) override EXCLUDES(mu_);
   Result<std::vector<Reservation>> Reserve(const LandingRegion& region) override EXCLUDES(mu_);
@@ -255,7 +275,7 @@ class ParticipantImpl : public Participant {
   void SetHold(std::optional<std::string> reason) override EXCLUDES(mu_);
   Result<Vote> Prepare(std::string_view tx) override EXCLUDES(mu_);
   Result<Vote> CheckPrepare(std::string_view tx) const override EXCLUDES(mu_);
-  Status Decide(std::string_view tx, Decision decision, std::string_view version) override
+  Status Decide(std::string_view tx, Decision decision, const DecidedVersion& version) override
       EXCLUDES(mu_);
   Status ResolveInDoubt(DecisionOracle& oracle) override EXCLUDES(mu_);
   RankStatus status() const override EXCLUDES(mu_);
@@ -328,7 +348,15 @@ class ParticipantImpl : public Participant {
   // The expected pieces' digests over the live bytes: a difference adds E_VERSION_MISMATCH to
   // *vote, naming each piece (participant_piece_digest.cc). Errors: reading device memory.
   Status CheckPieceDigests(Vote* vote) REQUIRES(mu_);
-  Result<std::string> DigestLocked() REQUIRES(mu_);
+  // The rank's two digests from the hash caches (and, for processed parameters, their
+  // checkpoint digests: this transaction's declared bytes, else the committed ones). An
+  // unknown checkpoint digest of a processed parameter is kCoverageIncomplete naming it.
+  struct RankDigests {
+    std::string checkpoint;
+    std::string served;
+    std::vector<std::pair<uint32_t, uint64_t>> processed;  // (param, checkpoint digest)
+  };
+  Result<RankDigests> DigestLocked() REQUIRES(mu_);
   // A live-memory operation failed (a device error): the live bytes are no longer known, so
   // the rank refuses everything from now on, as after a journal failure.
   Status MemoryFailed(const Status& s) REQUIRES(mu_) {
@@ -477,6 +505,10 @@ class ParticipantImpl : public Participant {
   // commit and by Reattach; empty otherwise).
   std::vector<std::vector<uint64_t>> committed_chunks_ GUARDED_BY(mu_);
   bool committed_chunks_known_ GUARDED_BY(mu_) = false;
+  // Processed parameters (ParamSpec::served): the checkpoint digest of the committed version,
+  // when known in this process (set at commit, and from the journal's CHUNKS record by
+  // LoadCommitted); nullopt otherwise and for the other parameters.
+  std::vector<std::optional<uint64_t>> checkpoint_digest_ GUARDED_BY(mu_);
   // Identity (storage_identity.h): the resolver (null: nothing moves), the storage each
   // parameter is bound to, and what the resolver said of those found moved (not rebound yet).
   std::shared_ptr<StorageResolver> resolver_;

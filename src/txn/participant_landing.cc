@@ -117,6 +117,10 @@ Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& r
                          }));
     targets.push_back(std::move(t));
   }
+  for (const Target& t : targets) {
+    const ParamSpec& p = manifest_->params()[t.param];
+    if (p.served) return Err(ErrorCode::kBadWrite, "reserve " + name + ": " + ProcessedRefusal(p));
+  }
   // Runs, checked against what this transaction already wrote or reserved, and each other.
   Landing landing;
   landing.name = name;

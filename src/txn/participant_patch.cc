@@ -117,6 +117,10 @@ Status ParticipantImpl::PatchLocked(const PatchRequest& req) {
   }
   const auto& refs = manifest_->ShardsOfSource(req.source);
   if (refs.empty()) return Status::OK();  // this rank holds none of the source
+  for (const ShardRef& ref : refs) {
+    const ParamSpec& p = manifest_->params()[ref.param];
+    if (p.served) return Err(ErrorCode::kBadWrite, where + ": " + ProcessedRefusal(p));
+  }
   // Looked up, not inserted: a refused patch must leave no trace in the part accounting.
   static const PatchState kNoParts;
   auto existing = tx.patches.find(req.source);

@@ -24,6 +24,12 @@ Status ParticipantImpl::ExpectPiece(const ExpectedPiece& piece) {
                where + ": rank " + Rank() + " holds none of this source (sent to the wrong rank)");
   }
   const auto& params = manifest_->params();
+  for (const ShardRef& r : refs) {
+    if (params[r.param].served) {
+      return Err(ErrorCode::kBadWrite, where + ": " + ProcessedRefusal(params[r.param]) +
+                                           " (the expected version covers its bytes)");
+    }
+  }
   const ShardSpec& first = params[refs[0].param].shards[refs[0].shard];
   WTX_RETURN_IF_ERROR(CheckSourceBox(piece.source_box, first.source_shape, where));
   const ShardRef* home = nullptr;

@@ -131,7 +131,7 @@ Result<int> ParticipantImpl::WriteSource(std::string_view source, const void* da
         }
       }
     }
-    s = WriteLocked(pieces, layouts);
+    s = WriteLocked(pieces, layouts, /*declare=*/false);
     if (s.ok() && active_) active_->source_pieces[std::string(source)].push_back(source_box);
   }
   if (!s.ok()) return Status(s.code(), where + ": " + s.message());

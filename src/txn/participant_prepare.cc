@@ -56,22 +56,48 @@ Result<Vote> ParticipantImpl::CheckPrepare(std::string_view txid) const {
   return vote;
 }
 
-Result<std::string> ParticipantImpl::DigestLocked() {
+Result<ParticipantImpl::RankDigests> ParticipantImpl::DigestLocked() {
   DrainLandingHashes();
   const auto& params = manifest_->params();
-  std::vector<uint64_t> digests(params.size());
+  std::vector<uint64_t> live(params.size());
   for (uint32_t i = 0; i < params.size(); ++i) {
     if (host_memory_) {
-      digests[i] = hash_[i].Digest(memory_->Param(i));
+      live[i] = hash_[i].Digest(memory_->Param(i));
       continue;
     }
     auto d = hash_[i].Digest([&](size_t first, size_t count, uint64_t* out) {
       return memory_->ChunkDigests(i, first, count, out);
     });
     if (!d.ok()) return MemoryFailed(d.status());
-    digests[i] = d.value();
+    live[i] = d.value();
   }
-  return RankDigest(*manifest_, digests);
+  RankDigests out;
+  out.served = ServedRankDigest(*manifest_, live);
+  // A processed parameter's checkpoint digest: of the bytes this transaction declared, else
+  // the committed version's.
+  std::vector<uint64_t> checkpoint = live;
+  for (uint32_t i = 0; i < params.size(); ++i) {
+    if (!params[i].served) continue;
+    const CheckpointImageDigest* declared = nullptr;
+    if (active_) {
+      auto it = active_->checkpoint.find(i);
+      if (it != active_->checkpoint.end() && it->second.complete()) declared = &it->second;
+    }
+    if (declared) {
+      checkpoint[i] = declared->Digest();
+    } else if (checkpoint_digest_[i]) {
+      checkpoint[i] = *checkpoint_digest_[i];
+    } else {
+      return Err(ErrorCode::kCoverageIncomplete,
+                 "rank " + Rank() + ": the checkpoint digest of processed parameter '" +
+                     params[i].name +
+                     "' is not known (not declared in this transaction, and none committed in "
+                     "this process or stored in the journal): a full update must declare it");
+    }
+    out.processed.emplace_back(i, checkpoint[i]);
+  }
+  out.checkpoint = out.processed.empty() ? out.served : RankDigest(*manifest_, checkpoint);
+  return out;
 }
 
 Result<std::string> ParticipantImpl::RecomputeDigest() {
@@ -91,7 +117,7 @@ Result<std::string> ParticipantImpl::RecomputeDigest() {
     if (!s.ok()) return Status::IOError("rank " + Rank() + ": live memory: " + s.ToString());
     digests[i] = ParamDigestFromChunks(c);
   }
-  return RankDigest(*manifest_, digests);
+  return ServedRankDigest(*manifest_, digests);
 }
 
 Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
@@ -111,7 +137,10 @@ Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
   if (tx.prepared) {  // a repeated prepare gets the same answer
     vote.yes = tx.vote_yes;
     vote.wrote = tx.wrote;
-    if (tx.vote_yes && state_.active) vote.digest = state_.active->digest.value_or("");
+    if (tx.vote_yes && state_.active) {
+      vote.digest = state_.active->digest.value_or("");
+      vote.served_digest = state_.active->served_digest.value_or(vote.digest);
+    }
     return vote;
   }
   const int64_t t0 = options_.env.clock->NowMicros();
@@ -148,10 +177,24 @@ Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
       tx.undeclared = true;
     }
   }
+  std::optional<RankDigests> digests;
   if (vote.yes) {
-    auto digest = DigestLocked();
-    if (!digest.ok()) return digest.status();
-    vote.digest = std::move(digest).value();
+    // A processed parameter whose checkpoint digest is unknown here (a reattached rank whose
+    // journal predates them) votes no, naming it.
+    auto d = DigestLocked();
+    if (!d.ok() && d.status().code() != ErrorCode::kCoverageIncomplete) return d.status();
+    if (!d.ok()) {
+      vote.yes = false;
+      vote.error = ErrorCode::kCoverageIncomplete;
+      vote.errors.insert(vote.errors.begin(), ErrorCode::kCoverageIncomplete);
+      vote.message = d.status().message();
+    } else {
+      digests = std::move(d).value();
+    }
+  }
+  if (vote.yes) {
+    vote.digest = digests->checkpoint;
+    vote.served_digest = digests->served;
     // The chunk digests behind this yes, for Reattach after a restart (same batch as PREPARED).
     const auto& params = manifest_->params();
     ChunksRecord chunks;
@@ -164,6 +207,12 @@ Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
         for (int b = 0; b < 8; ++b) chunks.digests.push_back(static_cast<uint8_t>(v >> (8 * b)));
       }
     }
+    for (const auto& [param, digest] : digests->processed) {
+      chunks.checkpoint_params.push_back(param);
+      for (int b = 0; b < 8; ++b) {
+        chunks.checkpoint_digests.push_back(static_cast<uint8_t>(digest >> (8 * b)));
+      }
+    }
     chunks.ts = options_.env.clock->NowMicros();
     pending_.emplace_back(std::move(chunks));
   }
@@ -174,7 +223,10 @@ Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
   PreparedRecord rec;
   rec.tx = tx.req.tx;
   rec.yes = vote.yes;
-  if (vote.yes) rec.digest = vote.digest;
+  if (vote.yes) {
+    rec.digest = vote.digest;
+    if (vote.served_digest != vote.digest) rec.served_digest = vote.served_digest;
+  }
   for (auto e : vote.errors) rec.errors.emplace_back(ErrorCodeName(e));
   rec.message = vote.message;
   rec.coverage = PreparedCoverage{static_cast<int64_t>(tx.shards_touched.size()),
@@ -202,7 +254,8 @@ Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
   return vote;
 }
 
-Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::string_view version) {
+Status ParticipantImpl::Decide(std::string_view txid, Decision decision,
+                               const DecidedVersion& version) {
   MetricsScope metrics_scope(this, std::nullopt);  // the phase is known at the end (EndMetrics)
   const auto t0 = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> l(mu_);
@@ -251,6 +304,9 @@ Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::st
           committed_chunks_.emplace_back(h.chunk_digests().begin(), h.chunk_digests().end());
         }
       }
+      for (const auto& [param, image] : tx.checkpoint) {
+        if (image.complete()) checkpoint_digest_[param] = image.Digest();
+      }
       break;
     case Decision::kAbort:
       if (effect.restored) {
@@ -266,7 +322,10 @@ Status ParticipantImpl::Decide(std::string_view txid, Decision decision, std::st
   OutcomeRecord rec;
   rec.tx = tx.req.tx;
   rec.decision = decision;
-  if (decision == Decision::kCommit) rec.version = std::string(version);
+  if (decision == Decision::kCommit) {
+    rec.version = version.version;
+    if (version.served() != version.version) rec.served_digest = version.served();
+  }
   if (!reason.empty()) rec.reason = reason;
   rec.interrupted = tx.interrupted;
   rec.dirty = effect.dirty;

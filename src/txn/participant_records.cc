@@ -317,6 +317,7 @@ M PreparedFields(const PreparedRecord& r) {
       .Text("tx", r.tx)
       .Text("vote", r.yes ? "yes" : "no")
       .OptText("digest", r.digest)
+      .OptText("served_digest", r.served_digest)
       .Texts("errors", r.errors)
       .Text("message", r.message)
       .Maps("missing", missing)
@@ -352,6 +353,7 @@ Result<PreparedRecord> DecodePrepared(const json& j) {
   r.yes = f.Enum<bool>("vote", VoteFromName, "is not yes or no").value_or(false);
   r.digest = f.OptString("digest");
   if (f.ok() && r.yes && !r.digest) f.Fail("digest", "is missing from a yes vote");
+  r.served_digest = f.OptString("served_digest");
   r.errors = f.Strings("errors");
   r.message = f.OptString("message").value_or("");
   f.WithObject("coverage", false, [&](RecordFields& c) {
@@ -397,6 +399,10 @@ M ChunksFields(const ChunksRecord& r) {
       .Ints("counts", r.counts)
       .Binary("digests", r.digests)
       .Int("ts", r.ts);
+  if (!r.checkpoint_params.empty()) {
+    out.Ints("checkpoint_params", r.checkpoint_params)
+        .Binary("checkpoint_digests", r.checkpoint_digests);
+  }
   return out;
 }
 
@@ -423,6 +429,19 @@ Result<ChunksRecord> DecodeChunks(const json& j) {
   if (f.ok() && r.digests.size() != static_cast<size_t>(total) * 8) {
     f.Fail("digests", "does not hold 8 bytes for each chunk the counts name");
   }
+  if (j.contains("checkpoint_params")) {
+    r.checkpoint_params = f.Ints("checkpoint_params", true);
+    for (int64_t p : r.checkpoint_params) {
+      if (p < 0 || static_cast<size_t>(p) >= r.counts.size()) {
+        f.Fail("checkpoint_params", "names a parameter out of range");
+        break;
+      }
+    }
+    r.checkpoint_digests = f.Binary("checkpoint_digests");
+    if (f.ok() && r.checkpoint_digests.size() != r.checkpoint_params.size() * 8) {
+      f.Fail("checkpoint_digests", "does not hold 8 bytes for each of checkpoint_params");
+    }
+  }
   r.ts = f.OptInt("ts").value_or(0);
   return FieldsResult(f, std::move(r));
 }
@@ -438,6 +457,7 @@ M OutcomeFields(const OutcomeRecord& r) {
       .Text("tx", r.tx)
       .Text("decision", DecisionName(r.decision))
       .OptText("version", r.version)
+      .OptText("served_digest", r.served_digest)
       .Int("ts", r.ts);
   if (r.reason) out.Text("reason", *r.reason);
   if (r.interrupted) out.Bool("interrupted", *r.interrupted);
@@ -456,6 +476,8 @@ Result<OutcomeRecord> DecodeOutcome(const json& j) {
   OutcomeRecord r;
   r.tx = f.String("tx");
   ReadDecision(f, &r.decision, &r.version);
+  r.served_digest = f.OptString("served_digest");
+  if (f.ok() && r.served_digest && !r.version) f.Fail("served_digest", "without a version");
   r.reason = f.OptString("reason");
   r.interrupted = f.OptBool("interrupted");
   r.dirty = f.OptBool("dirty");

@@ -141,7 +141,7 @@ struct PreparedCoverage {
 struct PreparedRecord {
   std::string tx;
   bool yes = false;                   // "vote": "yes" / "no"
-  std::optional<std::string> digest;  // yes: the rank digest
+  std::optional<std::string> digest;  // yes: the rank digest (checkpoint)
   std::vector<std::string> errors;    // error code names
   std::string message;
   std::optional<PreparedCoverage> coverage;
@@ -151,6 +151,9 @@ struct PreparedRecord {
   int64_t prepare_us = 0;
   bool has_timings = false;
   int64_t ts = 0;
+  // yes: the rank's served digest; nullopt when equal to `digest` (nothing processed, or a
+  // journal from before two digests)
+  std::optional<std::string> served_digest = std::nullopt;
 };
 
 // The chunk digests behind a yes vote (every chunk, manifest order), for Reattach/Verify.
@@ -160,6 +163,10 @@ struct ChunksRecord {
   std::vector<int64_t> counts;   // chunks per parameter
   std::vector<uint8_t> digests;  // u64 little endian per chunk
   int64_t ts = 0;
+  // Processed parameters (ParamSpec::served): their checkpoint digests (u64 little endian,
+  // one per index of `checkpoint_params`), which the live bytes no longer show.
+  std::vector<int64_t> checkpoint_params = {};
+  std::vector<uint8_t> checkpoint_digests = {};
 };
 
 // The decision as this rank applied it, and the facts the dirty rule derives from. `dirty`,
@@ -178,6 +185,8 @@ struct OutcomeRecord {
   std::optional<bool> loaded;    // derived; checked (absent: a recovery abort, see above)
   std::optional<bool> restored;  // derived; checked
   int64_t ts = 0;
+  // commit: its served digest; nullopt when equal to `version` (or from before two digests)
+  std::optional<std::string> served_digest = std::nullopt;
 };
 
 // A process (re)opened the journal: it holds no live bytes of an earlier one.

@@ -79,6 +79,7 @@ M StateFields(const ParticipantState& s) {
       .Text("lineage", s.lineage);
   if (s.step) out.Int("step", *s.step);
   if (s.digest) out.Text("digest", *s.digest);  // set by the first commit
+  if (s.served_digest) out.Text("served_digest", *s.served_digest);
   if (!s.active) {
     out.Null("active");
     return out;
@@ -98,6 +99,7 @@ M StateFields(const ParticipantState& s) {
       .Bool("dirty_at_begin", a.dirty_at_begin)
       .Bool("undeclared", a.undeclared)
       .Bool("interrupted", a.interrupted);
+  if (a.served_digest) act.Text("served_digest", *a.served_digest);
   if (!a.lineage.empty()) act.Text("lineage", a.lineage);
   if (a.step) act.Int("step", *a.step);
   if (a.vote_yes) {
@@ -127,6 +129,7 @@ Result<ParticipantState> DecodeParticipantState(const json& j, std::string_view 
   s.version = f.OptString("version");
   s.committed_tx = f.OptString("committed_tx");
   s.digest = f.OptString("digest");
+  s.served_digest = f.OptString("served_digest");
   s.dirty = f.Bool("dirty");
   s.loaded = f.OptBool("loaded").value_or(false);
   s.txs = f.Int("txs");
@@ -148,6 +151,7 @@ Result<ParticipantState> DecodeParticipantState(const json& j, std::string_view 
     t.prepared = af.OptBool("prepared").value_or(false);
     t.vote_yes = af.Enum<bool>("vote", VoteFromName, "is not yes or no", /*required=*/false);
     t.digest = af.OptString("digest");
+    t.served_digest = af.OptString("served_digest");
     // A snapshot of the active transaction written before these facts existed has none of the
     // three keys.
     if (legacy_facts && !a->contains("dirty_at_begin") && !a->contains("undeclared") &&
@@ -299,6 +303,7 @@ Status ParticipantReplay::Apply(const ParticipantRecord& record, uint64_t seq) {
           s.active->prepared = true;
           s.active->vote_yes = r.yes;
           s.active->digest = r.digest;
+          s.active->served_digest = r.served_digest;
         } else if constexpr (std::is_same_v<T, UndeclaredRecord>) {
           // The verifier found live bytes that changed without a declared write.
           if (r.tx) {
@@ -352,6 +357,7 @@ Status ParticipantReplay::Apply(const ParticipantRecord& record, uint64_t seq) {
                                         ", which this rank did not vote yes on");
             }
             s.version = r.version;
+            s.served_digest = r.served_digest;
             s.committed_tx = r.tx;
             s.digest = s.active->digest;
           }

@@ -46,6 +46,8 @@ struct ActiveTxState {
   bool interrupted = false;          // a RESTART came after BEGIN: the live bytes were lost
   std::string lineage = {};          // BEGIN's lineage ("" when it named none)
   std::optional<int64_t> step = {};  // BEGIN's step (nullopt in journals from before steps)
+  // A yes vote's rank served digest, where it differs from `digest` (a processed manifest).
+  std::optional<std::string> served_digest = {};
 
   bool operator==(const ActiveTxState&) const = default;
 };
@@ -55,7 +57,9 @@ struct ParticipantState {
   std::optional<std::string> version;       // committed version
   std::optional<std::string> committed_tx;  // the transaction that committed it
   std::optional<std::string> digest;        // its rank digest
-  bool dirty = false;                       // live bytes may differ from the committed version
+  // The committed version's served digest, where it differs from `version` (the OUTCOME's).
+  std::optional<std::string> served_digest;
+  bool dirty = false;   // live bytes may differ from the committed version
   bool loaded = false;  // this process's live bytes are known (a full commit or reattach)
   std::optional<ActiveTxState> active;
   int64_t txs = 0;  // transactions begun

@@ -147,7 +147,10 @@ Status ParticipantImpl::LoadCommitted(std::optional<std::vector<std::vector<uint
     }
     WTX_ASSIGN_OR_RETURN(rec, DecodeParticipantRecord(*r.json));
     if (const auto* p = std::get_if<PreparedRecord>(&rec)) {
-      if (p->tx == committed && p->yes && p->digest) *rank_digest = *p->digest;
+      // The live bytes are the served form: the served digest where it differs.
+      if (p->tx == committed && p->yes && p->digest) {
+        *rank_digest = p->served_digest.value_or(*p->digest);
+      }
     } else if (const auto* c = std::get_if<ChunksRecord>(&rec); c && c->tx == committed) {
       if (c->counts.size() != params.size()) {
         bad =
@@ -172,6 +175,12 @@ Status ParticipantImpl::LoadCommitted(std::optional<std::vector<std::vector<uint
         }
       }
       *chunks = std::move(out);
+      // Processed parameters' checkpoint digests, which the live bytes do not show.
+      for (size_t k = 0; k < c->checkpoint_params.size(); ++k) {
+        uint64_t v = 0;
+        for (int b = 7; b >= 0; --b) v = (v << 8) | c->checkpoint_digests[k * 8 + b];
+        checkpoint_digest_[static_cast<size_t>(c->checkpoint_params[k])] = v;
+      }
       bad = Status::OK();
     }
     return Status::OK();
@@ -257,7 +266,7 @@ Result<VerifyReport> ParticipantImpl::ReattachLocked() {
     auto live = DigestLocked();
     if (!live.ok()) return live.status();
     rep.comparable = true;
-    rep.ok = live.value() == committed_digest;
+    rep.ok = live.value().served == committed_digest;
     rep.message = "rank " + Rank() +
                   (rep.ok ? ": live bytes match the committed digest"
                           : ": live bytes differ from the committed digest "

@@ -321,11 +321,23 @@ Status ParticipantImpl::ResolveSource(const WritePiece& w, std::vector<WritePiec
 Status ParticipantImpl::Write(std::span<const WritePiece> given) {
   MetricsScope metrics_scope(this, metrics::RankPhase::kWrite);
   std::lock_guard<std::mutex> l(mu_);
-  return WriteLocked(given, {});
+  return WriteLocked(given, {}, /*declare=*/false);
+}
+
+Status ParticipantImpl::Declare(std::span<const WritePiece> given) {
+  MetricsScope metrics_scope(this, metrics::RankPhase::kWrite);
+  std::lock_guard<std::mutex> l(mu_);
+  return WriteLocked(given, {}, /*declare=*/true);
+}
+
+Result<int> ParticipantImpl::DeclareSource(std::string_view source, const void* data,
+                                           size_t bytes) {
+  MetricsScope metrics_scope(this, metrics::RankPhase::kWrite);
+  return WriteSourceFrom(source, data, bytes, nullptr, /*declare=*/true);
 }
 
 Status ParticipantImpl::WriteLocked(std::span<const WritePiece> given,
-                                    std::span<const SourceLayout> layouts) {
+                                    std::span<const SourceLayout> layouts, bool declare) {
   assert((layouts.empty() || layouts.size() == given.size()) && "one layout per piece");
   assert((layouts.empty() || std::none_of(given.begin(), given.end(),
                                           [](const WritePiece& w) { return !w.source.empty(); })) &&
@@ -370,6 +382,17 @@ Status ParticipantImpl::WriteLocked(std::span<const WritePiece> given,
       return Status::InvalidArgument(where +
                                      ": a write from device memory needs device live "
                                      "memory (this rank's live bytes are host memory)");
+    }
+    if (declare && !p.served) {
+      return Status::InvalidArgument(where +
+                                     ": is not processed (its live tensor holds the checkpoint "
+                                     "bytes): write or reserve it instead of declaring it");
+    }
+    if (!declare && p.served) {
+      return Err(ErrorCode::kBadWrite, where + ": " + ProcessedRefusal(p));
+    }
+    if (declare && w.location == BufferLocation::kDevice) {
+      return Status::InvalidArgument(where + ": declared checkpoint bytes must be in host memory");
     }
     const size_t esz = DTypeSize(p.dtype);
     const size_t want = static_cast<size_t>(NumElements(box)) * esz;
@@ -489,9 +512,22 @@ Status ParticipantImpl::WriteLocked(std::span<const WritePiece> given,
     const size_t esz = DTypeSize(p.dtype);
     const size_t off = static_cast<size_t>(r.begin) * esz;
     const size_t len = static_cast<size_t>(r.len) * esz;
-    WTX_RETURN_IF_ERROR(CheckBeforeDeclare(r.param, off, len));
-    if (tx.req.rollback) WTX_RETURN_IF_ERROR(SaveBefore(r.param, off, len));
-    if (hooks_.benchmark_coverage_only) {
+    if (declare) {
+      auto [image, fresh] = tx.checkpoint.try_emplace(r.param, static_cast<size_t>(p.num_bytes()));
+      if (fresh) {
+        // The engine's processing rewrites the whole live tensor: every chunk of it is declared
+        // and rehashed at prepare, and its before-image kept.
+        const size_t live = memory_->Size(r.param);
+        WTX_RETURN_IF_ERROR(CheckBeforeDeclare(r.param, 0, live));
+        if (tx.req.rollback) WTX_RETURN_IF_ERROR(SaveBefore(r.param, 0, live));
+        TouchBytes(r.param, 0, live);
+      }
+      image->second.Add(off, static_cast<const uint8_t*>(r.src), len);
+    } else {
+      WTX_RETURN_IF_ERROR(CheckBeforeDeclare(r.param, off, len));
+      if (tx.req.rollback) WTX_RETURN_IF_ERROR(SaveBefore(r.param, off, len));
+    }
+    if (declare || hooks_.benchmark_coverage_only) {
       // nothing lands
     } else if (r.fd >= 0) {
       // Read from the file straight into host live memory, several reads in flight on the
@@ -587,7 +623,7 @@ Result<int> ParticipantImpl::WriteSourceFromFile(std::string_view source, const 
 }
 
 Result<int> ParticipantImpl::WriteSourceFrom(std::string_view source, const void* data,
-                                             size_t bytes, const SourceFile* file) {
+                                             size_t bytes, const SourceFile* file, bool declare) {
   // The manifest is immutable: the slicing needs no lock; the write below takes it.
   const std::vector<ShardRef>& refs = manifest_->ShardsOfSource(source);
   if (refs.empty()) return 0;
@@ -628,6 +664,8 @@ Result<int> ParticipantImpl::WriteSourceFrom(std::string_view source, const void
   // contiguous run as a plain piece, the others (column slices) row by row through their
   // layout, without a gathered copy; into device memory, where a store per row would cost a
   // transfer per row, those are gathered first and go over in one store.
+  // Declared bytes are read from host memory whatever the live memory.
+  const bool host = host_memory_ || declare;
   std::vector<std::vector<uint8_t>> gathered;
   std::vector<WritePiece> pieces;
   std::vector<SourceLayout> layouts;
@@ -648,7 +686,7 @@ Result<int> ParticipantImpl::WriteSourceFrom(std::string_view source, const void
       int64_t run_begin = 0;
       ForEachFlatRun(shape, sh.source_box, [&](int64_t b, int64_t) { run_begin = b; });
       const size_t at = static_cast<size_t>(run_begin) * esz;
-      if (file != nullptr && host_memory_) {
+      if (file != nullptr && host) {
         layout.fd = file->fd;
         layout.file_offset = file->offset + at;
         layout.file = &file->name;
@@ -656,7 +694,7 @@ Result<int> ParticipantImpl::WriteSourceFrom(std::string_view source, const void
         WTX_ASSIGN_OR_RETURN(base, source_bytes());
         w.data = base + at;
       }
-    } else if (host_memory_) {
+    } else if (host) {
       WTX_ASSIGN_OR_RETURN(base, source_bytes());
       w.data = base;
       layout.shape = &shape;
@@ -673,7 +711,7 @@ Result<int> ParticipantImpl::WriteSourceFrom(std::string_view source, const void
   Status s;
   {
     std::lock_guard<std::mutex> l(mu_);
-    s = WriteLocked(pieces, layouts);
+    s = WriteLocked(pieces, layouts, declare);
   }
   if (!s.ok()) return Status(s.code(), where + ": " + s.message());
   return static_cast<int>(pieces.size());

@@ -24,7 +24,7 @@ Result<std::optional<LoggedDecision>> ResolveFromDecisionLog(Participant& partic
     WTX_ASSIGN_OR_RETURN(w, log.DecideIfLeaderless(abort));
     won = std::move(w);
   }
-  WTX_RETURN_IF_ERROR(participant.Decide(tx, won.decision, won.version));
+  WTX_RETURN_IF_ERROR(participant.Decide(tx, won.decision, {won.version, won.served_digest}));
   return std::optional<LoggedDecision>(std::move(won));
 }
 

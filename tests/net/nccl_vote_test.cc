@@ -26,6 +26,11 @@ TEST_CASE("NcclVoteRecordsRoundTrip", "[nccl]") {
   CHECK(back.yes);
   CHECK(back.wrote);
   CHECK(back.digest == v.digest);
+  CHECK(back.served_digest == v.digest);  // one digest: the served bytes are the checkpoint's
+  v.served_digest = "fedcba9876543210fedcba9876543210";
+  back = UnpackVoteRecord("t1", 2, PackVoteRecord("t1", v));
+  CHECK(back.digest == v.digest);
+  CHECK(back.served_digest == v.served_digest);
   // A record for another transaction is a no.
   CHECK_FALSE(UnpackVoteRecord("t2", 2, PackVoteRecord("t1", v)).yes);
   Vote no;
@@ -36,7 +41,13 @@ TEST_CASE("NcclVoteRecordsRoundTrip", "[nccl]") {
   auto d = UnpackDecisionRecord("t1", PackDecisionRecord("t1", Decision::kCommit, v.digest));
   REQUIRE(d.ok());
   CHECK(d->first == Decision::kCommit);
-  CHECK(d->second == v.digest);
+  CHECK(d->second.version == v.digest);
+  CHECK(d->second.served() == v.digest);
+  d = UnpackDecisionRecord(
+      "t1", PackDecisionRecord("t1", Decision::kCommit, DecidedVersion{v.digest, v.served_digest}));
+  REQUIRE(d.ok());
+  CHECK(d->second.version == v.digest);
+  CHECK(d->second.served() == v.served_digest);
   CHECK_FALSE(UnpackDecisionRecord("t9", PackDecisionRecord("t1", Decision::kCommit, "")).ok());
 }
 

@@ -280,6 +280,7 @@ int ShowAt(const std::string& dir, const std::string& at, bool as_json) {
   json out = {{"at", Time(s.at_micros)},
               {"serving", s.serving},
               {"version", OptionalJson(s.version)},
+              {"served_digest", OptionalJson(s.served_digest)},
               {"committed_tx", OptionalJson(s.committed_tx)},
               {"lineage", s.lineage},
               {"step", s.step ? json(*s.step) : json()},
@@ -322,6 +323,7 @@ json StateJson(const JournalState& st) {
   }
   out["rank"] = st.owner.rank;
   out["version"] = OptionalJson(st.version);
+  out["served_digest"] = OptionalJson(st.served_digest);
   out["committed_tx"] = OptionalJson(st.committed_tx);
   out["dirty"] = st.dirty;
   out["loaded"] = st.loaded;

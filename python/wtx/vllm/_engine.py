@@ -47,8 +47,9 @@ from .. import Aborted, Error, Manifest, Participant, expected_version, fleet
 from .._module_manifest import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 from .._receive import (EXPECTED_VERSION_NAME, VERSION_BYTES, InPlaceReceiver, UpdateState,
                         default_tx, report_to_fleet, describe_failure, describe_source_failure,
-                        expected_version_tensor, holds, load_one, released_reason,
-                        reserve_and_load, resumed_check, version_of)
+                        declare_and_load, expected_version_tensor, holds, load_one,
+                        processed_sources, released_reason, reserve_and_load, resumed_check,
+                        version_of)
 from ..torch_dist import (Group, abort_quietly, decide_update, failure_reason, gather_from_ranks,
                           sources_held_elsewhere)
 from ._broadcast import TorchBroadcastEngine
@@ -372,6 +373,7 @@ class WtxWeightTransferEngine(UpdateState, _ENGINE_BASE):  # type: ignore[misc, 
         # Sources only other ranks of the group hold (other pipeline stages, other experts):
         # received and dropped here.
         self._elsewhere: FrozenSet[str] = frozenset()
+        self._processed: FrozenSet[str] = frozenset()  # sources of processed parameters
 
     # vLLM's base keeps these; without vLLM the engine has its own.
     if _ENGINE_BASE is object:
@@ -535,6 +537,7 @@ class WtxWeightTransferEngine(UpdateState, _ENGINE_BASE):  # type: ignore[misc, 
             participant.close()
             raise
         self.participant = participant
+        self._processed = processed_sources(participant)
         self._pinned = pinned
         self._elsewhere = sources_held_elsewhere(participant, self.group)
         self._adopt_inner(inner, info)
@@ -1097,6 +1100,14 @@ class WtxWeightTransferEngine(UpdateState, _ENGINE_BASE):  # type: ignore[misc, 
             if self._receiver.owns(name):
                 try:
                     self._receiver.land(p, name, value)
+                except BaseException as e:
+                    self._fail_on(name, e)
+                    continue
+            elif name in self._processed and not isinstance(value, (tuple, list)):
+                # Checkpoint bytes of processed parameters: declared, then the model's loader
+                # and its post-load processing write the served form (hashed at prepare).
+                try:
+                    declare_and_load(p, self._model_load or self.model, name, value)
                 except BaseException as e:
                     self._fail_on(name, e)
                     continue
