@@ -182,6 +182,50 @@ def test_RankFailingAloneAbortsEveryRankHoldsAndTheNextFullUpdateServes(tmp_path
         assert r[rank]["lora_resets"] == 2  # two finishes that returned
 
 
+def _fleet_hold(worker, tp_rank):
+    # What a fleet member does from its own thread of the worker process (wtx.fleet.Member).
+    worker.weight_transfer_engine.participant.set_hold("fleet 'f': 3 steps behind (max_lag 0)")
+
+
+def _fleet_release(worker, tp_rank):
+    worker.weight_transfer_engine.participant.set_hold(None)
+
+
+def _held_between_updates(front, args):
+    out = {}
+    _trainer_engine(front, args, None, Source(hf_weights(1))).send_weights()
+    out["before"] = _forward(front)
+    front.to_workers(_fleet_hold)
+    # No update call follows: the engine core's step asks the gate and pauses the scheduler,
+    # as vLLM's own pause does; the step runs nothing and the core stays alive.
+    out["forward_held"] = _forward(front)
+    out["core_alive"] = not front.core.errored
+    out["paused_held"] = _get(front, "is_paused")
+    out["resume_held"] = _post(front, "resume")
+    # The worker's refusal is for bytes no committed version vouches for: a staleness hold
+    # alone does not make a step fail (the bytes are the committed version).
+    out["execute_held"] = front.executor.execute_model(IDS) is not None
+    front.to_workers(_fleet_release)
+    out["after"] = _forward(front)
+    out["paused_after"] = _get(front, "is_paused")
+    return out
+
+
+def test_AFleetHoldBetweenUpdatesPausesTheSchedulerAndNeverKillsTheEngineCore(tmp_path,
+                                                                              monkeypatch):
+    monkeypatch.setenv("WTX_VLLM_GATE_INTERVAL_S", "0")  # the gate asked before every step
+    f = world(_held_between_updates, {"dir": str(tmp_path)})[0]
+    ref = reference_forward(hf_weights(1), IDS)
+    assert_matches(f["before"], ref)
+    assert f["forward_held"] is None and f["core_alive"]
+    assert f["paused_held"] == (200, {"is_paused": True}), f["paused_held"]
+    code, body = f["resume_held"]
+    assert code == 500 and "3 steps behind" in body["error"], body
+    assert f["execute_held"]
+    assert_matches(f["after"], ref)
+    assert f["paused_after"] == (200, {"is_paused": False}), f["paused_after"]
+
+
 class _Labelled:
     """vLLM's HTTP client whose finish carries the trainer's weight_version label."""
 

@@ -792,13 +792,18 @@ class WtxWeightTransferEngine(UpdateState, _ENGINE_BASE):  # type: ignore[misc, 
 
     def serving_state(self) -> Dict[str, Any]:
         """What the serving gate reads: {"rank", "serving" (False while this rank holds),
-        "reason", "version", "last_outcome" (of the last update: "committed", "noop",
-        "aborted")} (wtx.vllm.register's hooks of vLLM's engine core and worker)."""
+        "reason", "policy_hold" (True when the only reason is an outside hold, the fleet's
+        staleness gate: the live bytes are still the committed version), "version",
+        "last_outcome" (of the last update: "committed", "noop", "aborted")}
+        (wtx.vllm.register's hooks of vLLM's engine core and worker)."""
         if self.participant is None:
-            return {"rank": self._rank, "serving": True, "reason": None, "version": None}
+            return {"rank": self._rank, "serving": True, "reason": None, "version": None,
+                    "policy_hold": False}
         st = self.participant.status()
         why = holds(st) or self._unvouched
+        bytes_why = holds(dict(st, held=None)) or self._unvouched
         return {"rank": self._rank, "serving": why is None, "reason": why,
+                "policy_hold": why is not None and bytes_why is None,
                 "version": st.get("version"),
                 "last_outcome": (self.last_outcome or {}).get("outcome")}
 

@@ -16,7 +16,13 @@ worker or an engine). It
     still ends the worker's session (its flag cleared, its target reset), so the next update
     can start: vLLM leaves the session set after an engine's finish raised;
   - Worker.wtx_serving_state (new): the engine's serving state, for collective_rpc;
-  - Worker.execute_model: refused (RuntimeError naming the rank and why) while the rank holds;
+  - Worker.execute_model: refused (RuntimeError naming the rank and why) while the rank's
+    bytes are not a committed version (an outside hold alone, the fleet's staleness gate, is
+    enforced by the engine core's pause, below: the bytes are still a committed version);
+  - EngineCore.step / step_with_batch_queue: at most every $WTX_VLLM_GATE_INTERVAL_S seconds
+    (default 1) the gate is asked before the step, so a hold that came between updates (the
+    fleet's, set by a thread of the worker) pauses the scheduler as vLLM's own pause does
+    instead of failing the step, and wtx's pause is lifted once every rank serves;
   - EngineCore.resume_scheduler: refused while any rank holds (generation stays paused);
   - EngineCore.set_weight_version / get_weight_version: a version is set, and read, only while
     every rank serves the version wtx committed (/weight_info answers an error otherwise).
@@ -27,6 +33,8 @@ engine itself refuses to initialize where the worker hook is missing (gate_missi
 import functools
 import importlib
 import logging
+import os
+import time
 from typing import Any, Callable, List, Optional
 
 from .. import Error
@@ -187,7 +195,7 @@ def _hook_worker(worker_cls: Any) -> None:
             engine: Any = _wtx_engine(self)
             if engine is not None:
                 state = engine.serving_state()
-                if not state["serving"]:
+                if not state["serving"] and not state.get("policy_hold"):
                     raise RuntimeError(_held_message("execute_model refused", [state]))
             return original(self, *args, **kwargs)
         return execute_model
@@ -299,13 +307,36 @@ def _hook_engine_core(core_cls: Any) -> None:
             return original(self, *args, **kwargs)
         return pause_scheduler
 
+    def stepping(original: Callable[..., Any]) -> Callable[..., Any]:
+        def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+            now = time.monotonic()
+            if now - getattr(self, "_wtx_gate_checked", float("-inf")) >= _gate_interval():
+                self._wtx_gate_checked = now
+                _hold_or_release(self, states(self))
+            return original(self, *args, **kwargs)
+        return step
+
     _wrap(core_cls, "collective_rpc", gated)
+    _wrap(core_cls, "step", stepping)
+    _wrap(core_cls, "step_with_batch_queue", stepping)
     _wrap(core_cls, "wake_up", waking)
     _wrap(core_cls, "pause_scheduler", owned)
     _wrap(core_cls, "resume_scheduler", refused_while_held(lambda *a: "generation stays paused",
                                                            paused_while_waking=True))
     _wrap(core_cls, "set_weight_version", versioned)
     _wrap(core_cls, "get_weight_version", refused_while_held(lambda *a: "not ready"))
+
+
+def _gate_interval() -> float:
+    """Seconds between the engine core's gate checks before a step
+    ($WTX_VLLM_GATE_INTERVAL_S, default 1; 0: before every step)."""
+    raw = os.environ.get("WTX_VLLM_GATE_INTERVAL_S", "1")
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        logger.warning("wtx: $WTX_VLLM_GATE_INTERVAL_S=%r is not a number of seconds; the "
+                       "gate is checked every 1 s", raw)
+        return 1.0
 
 
 def _hold_or_release(core: Any, states: List[Any]) -> None:
