@@ -251,6 +251,55 @@ TEST_CASE("TheCheckpointDigestOfAProcessedParameterSurvivesARestart") {
   CHECK(o.version == next.Expected(*m));
 }
 
+TEST_CASE("ACatchUpAdoptsThePeersServedBytesAndMustReproduceItsServedDigest") {
+  ManifestPtr m = ProcessedManifest();
+  Cluster peer(1, m);
+  Sources s(8);
+  CommitOutcome theirs = Update(peer, "t1", s, TxKind::kFull);
+  REQUIRE(theirs.decision == Decision::kCommit);
+  Participant& a = peer.rank(0);
+  const auto checkpoint = a.CommittedCheckpointDigest(0);
+  REQUIRE(checkpoint);
+  CHECK_FALSE(a.CommittedCheckpointDigest(1));  // "n" is not processed
+  const std::vector<uint8_t> served = testing::LiveBytes(a.memory(), 0);
+  const std::vector<uint8_t> norm = testing::LiveBytes(a.memory(), 1);
+  // `flip`: one served byte differs from the peer's on the way.
+  auto catch_up = [&](Cluster& c, const std::string& tx, bool flip) {
+    Participant& b = c.rank(0);
+    REQUIRE(c.coordinator().Begin(Req(tx, TxKind::kFull)).status.ok());
+    std::vector<uint8_t> bytes = served;
+    if (flip) bytes[1234] ^= 1;
+    REQUIRE(b.AdoptServed("w", bytes.data(), bytes.size(), *checkpoint).ok());
+    WritePiece w{"n", "", std::nullopt, norm.data(), norm.size()};
+    REQUIRE(b.Write({&w, 1}).ok());
+    REQUIRE(b.Refresh("*").ok());
+    CommitOptions o;
+    o.expect_version = theirs.version;
+    o.expect_served_digest = theirs.served_digest;
+    return c.coordinator().Commit(tx, o);
+  };
+  Cluster lagging(1, m);
+  // The checkpoint version alone cannot tell (its digest of "w" is the peer's): the served
+  // digest does.
+  CommitOutcome bad = catch_up(lagging, "catch-up.1", /*flip=*/true);
+  CHECK(bad.decision == Decision::kAbort);
+  CHECK(bad.status.code() == ErrorCode::kVersionMismatch);
+  CHECK_THAT(bad.status.message(), Catch::Contains("served digests"));
+  CommitOutcome ok = catch_up(lagging, "catch-up.2", /*flip=*/false);
+  INFO(ok.status.ToString());
+  REQUIRE(ok.decision == Decision::kCommit);
+  CHECK(ok.version == theirs.version);
+  CHECK(ok.served_digest == theirs.served_digest);
+  CHECK(lagging.rank(0).CommittedCheckpointDigest(0) == checkpoint);
+  // Adopting a parameter that is not processed, or the wrong size, is refused by name.
+  REQUIRE(lagging.coordinator().Begin(Req("t3", TxKind::kFull)).status.ok());
+  Status st = lagging.rank(0).AdoptServed("n", norm.data(), norm.size(), 1);
+  CHECK(st.code() == ErrorCode::kInvalidArgument);
+  st = lagging.rank(0).AdoptServed("w", served.data(), served.size() - 1, 1);
+  CHECK(st.code() == ErrorCode::kBadWrite);
+  CHECK_THAT(st.message(), Catch::Contains("'w'"));
+}
+
 TEST_CASE("ServedFormsAreInTheFingerprintOnlyWhereTheyExist") {
   json j = ProcessedManifestJson();
   ManifestPtr processed = ParseManifest(j).value();

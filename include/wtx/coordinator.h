@@ -147,6 +147,9 @@ struct CommitOptions {
   // Optional: each rank's expected digest, in rank order (ExpectedVersion::rank_digests); lets
   // the mismatch name the ranks that differ. Ignored unless its size is the rank count.
   std::vector<std::string> expect_rank_digests;
+  // The served digest the transaction must commit (a catch-up from a peer: the peer's live
+  // bytes reproduced); a different one aborts with E_VERSION_MISMATCH, as expect_version.
+  std::optional<std::string> expect_served_digest = std::nullopt;
 };
 
 struct DecisionEntry {

@@ -315,6 +315,19 @@ class Participant {
   // Declare by source name: `data` the FULL source tensor, as WriteSource. Returns the number
   // of shards declared (0 when this rank holds none of `source`).
   virtual Result<int> DeclareSource(std::string_view source, const void* data, size_t bytes) = 0;
+  // Catch-up from a peer replica (docs/fleet.md) of a processed parameter: `data` its whole
+  // served form, read from a peer rank that serves the version this transaction must commit,
+  // and `checkpoint_digest` the peer's checkpoint digest of it (CommittedCheckpointDigest),
+  // which the served bytes cannot show. Written into live memory and counted as every shard of
+  // the parameter; the commit must reproduce the peer's version and served digest
+  // (CommitOptions), which proves the bytes. Errors as Write's; kInvalidArgument for a
+  // parameter that is not processed (Write it) or `bytes` other than its served size.
+  virtual Status AdoptServed(std::string_view param, const void* data, size_t bytes,
+                             uint64_t checkpoint_digest) = 0;
+  // A processed parameter's checkpoint digest in the committed version, when this process
+  // knows it (it committed it, or reattached from a journal that stores it); nullopt for the
+  // other parameters.
+  virtual std::optional<uint64_t> CommittedCheckpointDigest(uint32_t param) const = 0;
   // The transaction carries a sender's digest of one piece: prepare computes the same digest
   // over the piece's bytes as they landed in live memory, and a difference votes no with
   // E_VERSION_MISMATCH naming the source, the box and the sender. Call it before prepare,

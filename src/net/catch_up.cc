@@ -1,6 +1,7 @@
 #include "src/net/catch_up.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -56,14 +57,27 @@ Result<json> ReadLive(Participant& p, const json& q) {
                          rank + " changed its version while '" + param +
                              "' was read: " + why.value_or("another transaction committed"));
   }
-  return json{{"fingerprint", p.Describe().fingerprint},
+  json out = {{"fingerprint", p.Describe().fingerprint},
               {"version", version},
+              {"served_digest", after.served_digest.value_or(version)},
               {"lineage", after.lineage},
               {"step", after.step ? json(*after.step) : json()},
               {"data", json::binary(std::move(bytes))}};
+  if (p.manifest().params()[*index].served) {
+    const auto digest = p.CommittedCheckpointDigest(*index);
+    if (!digest) {
+      return Status::Error(ErrorCode::kVersionMismatch,
+                           rank +
+                               " cannot be copied from: it does not know the checkpoint digest "
+                               "of processed parameter '" +
+                               param + "' (reattach it first)");
+    }
+    out["checkpoint_digest"] = *digest;
+  }
+  return out;
 }
 
-Result<int64_t> CatchUpFromPeer(Participant& p, const json& q, const CatchUpOptions& options) {
+Result<CatchUpCopy> CatchUpFromPeer(Participant& p, const json& q, const CatchUpOptions& options) {
   WTX_ASSIGN_OR_RETURN(peer, StringParam(q, "catch_up", "peer"));
   WTX_ASSIGN_OR_RETURN(version, StringParam(q, "catch_up", "version"));
   WTX_ASSIGN_OR_RETURN(hp, ParseHostPort(peer));
@@ -75,12 +89,13 @@ Result<int64_t> CatchUpFromPeer(Participant& p, const json& q, const CatchUpOpti
   }
   const std::string fingerprint = p.Describe().fingerprint;
   const size_t piece = PieceBytes(options.net);
-  int64_t copied = 0;
+  CatchUpCopy copied;
   const auto& params = p.manifest().params();
   for (uint32_t i = 0; i < params.size(); ++i) {
     const std::string& name = params[i].name;
     const size_t size = p.memory().Size(i);
     std::vector<uint8_t> bytes(size);
+    std::optional<uint64_t> checkpoint;  // a processed parameter's, from the peer
     for (size_t offset = 0; offset < size || (size == 0 && offset == 0); offset += piece) {
       const size_t length = std::min(piece, size - offset);
       auto answer = client.value()->Call(
@@ -105,8 +120,21 @@ Result<int64_t> CatchUpFromPeer(Participant& p, const json& q, const CatchUpOpti
                                        std::to_string(length) + " bytes");
       }
       std::copy(data->get_binary().begin(), data->get_binary().end(), bytes.begin() + offset);
-      copied += static_cast<int64_t>(length);
+      copied.bytes += static_cast<int64_t>(length);
+      copied.served_digest = a.value("served_digest", version);
+      if (auto c = a.find("checkpoint_digest"); c != a.end() && c->is_number_unsigned()) {
+        checkpoint = c->get<uint64_t>();
+      }
       if (size == 0) break;
+    }
+    if (params[i].served) {
+      if (!checkpoint) {
+        return Status::Error(
+            ErrorCode::kVersionMismatch,
+            who + " sent processed parameter '" + name + "' without its checkpoint digest");
+      }
+      WTX_RETURN_IF_ERROR(p.AdoptServed(name, bytes.data(), bytes.size(), *checkpoint));
+      continue;
     }
     WritePiece w;
     w.param = name;

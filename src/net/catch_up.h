@@ -5,13 +5,16 @@
 // the bytes are proven equal before anything serves.
 //
 //  * Peer side, rank control `read_live {param, offset, length, version}`: `length` bytes of
-//    `param` from `offset`, with the rank's fingerprint, version, lineage and step. Refused
+//    `param` from `offset`, with the rank's fingerprint, version, served digest, lineage and
+//    step, and for a processed parameter (manifest `served`) its checkpoint digest. Refused
 //    (E_VERSION_MISMATCH) unless the rank serves exactly `version` with nothing open, both
 //    before and after the read: a peer that changes its version mid-copy is named, never
 //    copied from.
 //  * Lagging side, rank control `catch_up {peer, version}`: every parameter read from the peer
-//    `peer` (HOST:PORT of its rank control) in pieces and written (Participant::Write), then
-//    every derived tensor refreshed. A peer of another layout is E_MANIFEST_MISMATCH, a peer
+//    `peer` (HOST:PORT of its rank control) in pieces and written (Participant::Write; a
+//    processed parameter's served form adopted with the peer's checkpoint digest,
+//    Participant::AdoptServed), then every derived tensor refreshed; the answer carries the
+//    peer's served digest, which the driver's commit must reproduce. A peer of another layout is E_MANIFEST_MISMATCH, a peer
 //    that cannot be reached or dies is kCrashed/kTimeout naming it; nothing is committed here.
 //
 // Thread-safety: pure functions over a thread-safe Participant; each catch-up has its own
@@ -41,8 +44,12 @@ struct CatchUpOptions {
 // read_live's answer (see above). `params` as the control request carries them.
 Result<nlohmann::json> ReadLive(Participant& participant, const nlohmann::json& params);
 
-// catch_up's work (see above): the bytes copied.
-Result<int64_t> CatchUpFromPeer(Participant& participant, const nlohmann::json& params,
-                                const CatchUpOptions& options);
+// catch_up's work (see above): the bytes copied and the peer's served digest.
+struct CatchUpCopy {
+  int64_t bytes = 0;
+  std::string served_digest;
+};
+Result<CatchUpCopy> CatchUpFromPeer(Participant& participant, const nlohmann::json& params,
+                                    const CatchUpOptions& options);
 
 }  // namespace wtx::net

@@ -108,21 +108,31 @@ Result<BeginOutcome> BeginOutcomeFromJson(const json& j) {
 }
 
 json CommitOptionsToJson(const CommitOptions& o) {
-  return {{"expect_version", o.expect_version ? json(*o.expect_version) : json()},
-          {"expect_rank_digests", o.expect_rank_digests}};
+  json j = {{"expect_version", o.expect_version ? json(*o.expect_version) : json()},
+            {"expect_rank_digests", o.expect_rank_digests}};
+  if (o.expect_served_digest) j["expect_served_digest"] = *o.expect_served_digest;
+  return j;
 }
 
 Result<CommitOptions> CommitOptionsFromJson(const json& j) {
   CommitOptions o;
   if (j.is_null()) return o;
   if (!j.is_object()) return Status::InvalidArgument("commit options: expected a map");
-  WTX_RETURN_IF_ERROR(CheckFields(j, "commit.options", {"expect_version", "expect_rank_digests"}));
+  WTX_RETURN_IF_ERROR(CheckFields(
+      j, "commit.options", {"expect_version", "expect_rank_digests", "expect_served_digest"}));
   return Guard<CommitOptions>("commit options", [&]() -> Result<CommitOptions> {
     if (auto v = j.find("expect_version"); v != j.end() && !v->is_null()) {
       if (!v->is_string() || v->get_ref<const std::string&>().empty()) {
         return Status::InvalidArgument("commit.options.expect_version: expected a version string");
       }
       o.expect_version = v->get<std::string>();
+    }
+    if (auto v = j.find("expect_served_digest"); v != j.end() && !v->is_null()) {
+      if (!v->is_string() || v->get_ref<const std::string&>().empty()) {
+        return Status::InvalidArgument(
+            "commit.options.expect_served_digest: expected a digest string");
+      }
+      o.expect_served_digest = v->get<std::string>();
     }
     if (auto d = j.find("expect_rank_digests"); d != j.end() && !d->is_null()) {
       if (!d->is_array() ||
@@ -159,10 +169,10 @@ Result<CommitOutcome> CommitOutcomeFromJson(const json& j) {
   if (!j.is_object()) return Status::InvalidArgument("commit outcome: expected a map");
   return Guard<CommitOutcome>("commit outcome", [&]() -> Result<CommitOutcome> {
     // crash_fired: added by `wtx coordinator --test-hooks` beside the outcome.
-    WTX_RETURN_IF_ERROR(CheckFields(j, "commit outcome",
-                                    {"status", "decision", "decision_logged", "version",
-                                     "served_digest", "votes", "unacknowledged", "crash_fired",
-                                     "lineage", "step"}));
+    WTX_RETURN_IF_ERROR(
+        CheckFields(j, "commit outcome",
+                    {"status", "decision", "decision_logged", "version", "served_digest", "votes",
+                     "unacknowledged", "crash_fired", "lineage", "step"}));
     CommitOutcome o;
     ReadLineageStep(j, &o.lineage, &o.step);
     o.status = net::StatusOrOkFromJson(j.at("status"));
@@ -174,8 +184,8 @@ Result<CommitOutcome> CommitOutcomeFromJson(const json& j) {
     o.decision_logged = j.at("decision_logged").get<bool>();
     o.version = j.at("version").get<std::string>();
     // Absent from a coordinator of an older wtx: the version's.
-    o.served_digest = j.contains("served_digest") ? j.at("served_digest").get<std::string>()
-                                                  : o.version;
+    o.served_digest =
+        j.contains("served_digest") ? j.at("served_digest").get<std::string>() : o.version;
     for (const auto& v : j.at("votes")) {
       WTX_RETURN_IF_ERROR(
           CheckFields(v, "commit outcome.votes[]", {"rank", "kind", "vote", "status"}));

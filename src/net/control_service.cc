@@ -159,7 +159,7 @@ Result<json> RankControlService::Handle(const std::string& m, const json& q) {
   if (m == "catch_up") {
     if (!catch_up_) return Status::InvalidArgument("catch_up: this rank is in no fleet");
     WTX_ASSIGN_OR_RETURN(copied, CatchUpFromPeer(*p_, q, *catch_up_));
-    return json{{"bytes", copied}};
+    return json{{"bytes", copied.bytes}, {"served_digest", copied.served_digest}};
   }
   if (m == "agent") {  // the transport agent: which coordinator, epoch, resolutions from the log
     if (agent_ == nullptr)

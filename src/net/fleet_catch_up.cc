@@ -93,6 +93,7 @@ Result<std::unique_ptr<ControlClient>> Connect(const std::string& where, const s
 struct RankCopy {
   Status status;
   int64_t bytes = 0;
+  std::string served_digest;  // the peer's, as its rank reported it
 };
 
 }  // namespace
@@ -156,6 +157,7 @@ Result<FleetCatchUpReport> CatchUpReplica(const FleetCatchUpRequest& req) {
         return;
       }
       copies[r].bytes = answer->value("bytes", int64_t{0});
+      copies[r].served_digest = answer->value("served_digest", std::string());
     });
   }
   for (auto& t : threads) t.join();
@@ -170,6 +172,10 @@ Result<FleetCatchUpReport> CatchUpReplica(const FleetCatchUpRequest& req) {
   }
   CommitOptions options;
   options.expect_version = report.version;
+  // The peer's live bytes reproduced: its served digest, as every peer rank reported it.
+  if (!copies.empty() && !copies[0].served_digest.empty()) {
+    options.expect_served_digest = copies[0].served_digest;
+  }
   WTX_ASSIGN_OR_RETURN(
       committed_json,
       coordinator->Call("commit",

@@ -161,7 +161,8 @@ class CoordinatorImpl : public Coordinator {
   // E_VERSION_MISMATCH when `opts` expects a version the yes votes' digests do not combine to,
   // naming the ranks whose digest differs.
   static Status CheckExpectedVersion(const CommitOptions& opts,
-                                     const std::vector<std::string>& digests);
+                                     const std::vector<std::string>& digests,
+                                     const std::vector<std::string>& served);
   // Records, once every rank acknowledged the decision on `tx`, that it has ended (nothing if
   // already ended). REQUIRES: mu_ not held.
   Status EndIfAcked(const std::string& tx, const std::vector<int>& unacked);
@@ -719,7 +720,7 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
   out.lineage = e.lineage;
   out.step = e.step;
   Status expected = Status::OK();
-  if (!any_no && !any_missing) expected = CheckExpectedVersion(opts, digests);
+  if (!any_no && !any_missing) expected = CheckExpectedVersion(opts, digests, served);
   if (!any_missing && !any_wrote && !any_undeclared && expected.ok()) {
     e.decision = Decision::kNoop;
     e.reason = "nothing was written";
@@ -861,7 +862,15 @@ Result<std::pair<std::string, int64_t>> CoordinatorImpl::ChooseStep(
 }
 
 Status CoordinatorImpl::CheckExpectedVersion(const CommitOptions& opts,
-                                             const std::vector<std::string>& digests) {
+                                             const std::vector<std::string>& digests,
+                                             const std::vector<std::string>& served) {
+  if (opts.expect_served_digest) {
+    const std::string got = CombineRankDigests(served);
+    if (got != *opts.expect_served_digest) {
+      return Status(ErrorCode::kVersionMismatch, "the ranks' served digests combine to " + got +
+                                                     ", expected " + *opts.expect_served_digest);
+    }
+  }
   if (!opts.expect_version) return Status::OK();
   const std::string version = CombineRankDigests(digests);
   const bool per_rank = opts.expect_rank_digests.size() == digests.size();

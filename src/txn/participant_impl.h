@@ -173,6 +173,7 @@ struct ActiveTx {
   // Declare: each processed parameter's checkpoint bytes declared so far (their digest), and
   // its live (served) bytes, which the engine's processing rewrites, taken as touched whole.
   std::map<uint32_t, CheckpointImageDigest> checkpoint;
+  std::map<uint32_t, uint64_t> adopted;  // AdoptServed: the peer's checkpoint digests
   uint64_t begin_epoch = 0;
   // Audit counters.
   std::set<std::pair<uint32_t, uint32_t>> shards_touched;
@@ -248,6 +249,12 @@ class ParticipantImpl : public Participant {
   Status Declare(std::span<const WritePiece> pieces) override EXCLUDES(mu_);
   Result<int> DeclareSource(std::string_view source, const void* data, size_t bytes) override
       EXCLUDES(mu_);
+  Status AdoptServed(std::string_view param, const void* data, size_t bytes,
+                     uint64_t checkpoint_digest) override EXCLUDES(mu_);
+  std::optional<uint64_t> CommittedCheckpointDigest(uint32_t param) const override EXCLUDES(mu_) {
+    std::lock_guard<std::mutex> l(mu_);
+    return param < checkpoint_digest_.size() ? checkpoint_digest_[param] : std::nullopt;
+  }
   Status Patch(const PatchRequest& req) override EXCLUDES(mu_);
   Result<int> WriteSource(std::string_view source, const void* data, size_t bytes) override
       EXCLUDES(mu_);

@@ -79,12 +79,17 @@ Result<ParticipantImpl::RankDigests> ParticipantImpl::DigestLocked() {
   for (uint32_t i = 0; i < params.size(); ++i) {
     if (!params[i].served) continue;
     const CheckpointImageDigest* declared = nullptr;
+    const uint64_t* adopted = nullptr;
     if (active_) {
       auto it = active_->checkpoint.find(i);
       if (it != active_->checkpoint.end() && it->second.complete()) declared = &it->second;
+      auto a = active_->adopted.find(i);
+      if (a != active_->adopted.end()) adopted = &a->second;
     }
     if (declared) {
       checkpoint[i] = declared->Digest();
+    } else if (adopted) {
+      checkpoint[i] = *adopted;
     } else if (checkpoint_digest_[i]) {
       checkpoint[i] = *checkpoint_digest_[i];
     } else {
@@ -307,6 +312,7 @@ Status ParticipantImpl::Decide(std::string_view txid, Decision decision,
       for (const auto& [param, image] : tx.checkpoint) {
         if (image.complete()) checkpoint_digest_[param] = image.Digest();
       }
+      for (const auto& [param, digest] : tx.adopted) checkpoint_digest_[param] = digest;
       break;
     case Decision::kAbort:
       if (effect.restored) {

@@ -336,6 +336,71 @@ Result<int> ParticipantImpl::DeclareSource(std::string_view source, const void* 
   return WriteSourceFrom(source, data, bytes, nullptr, /*declare=*/true);
 }
 
+Status ParticipantImpl::AdoptServed(std::string_view param_name, const void* data, size_t bytes,
+                                    uint64_t checkpoint_digest) {
+  MetricsScope metrics_scope(this, metrics::RankPhase::kWrite);
+  std::lock_guard<std::mutex> l(mu_);
+  WTX_RETURN_IF_ERROR(CheckWritable());
+  ActiveTx& tx = *active_;
+  const std::string name(param_name);
+  WTX_ASSIGN_OR_RETURN(target, ResolveBox(name, "", std::nullopt, [&](uint32_t param) {
+                         if (tx.req.kind == TxKind::kDelta) {
+                           return Err(ErrorCode::kOutOfScope,
+                                      "'" + name + "': transaction '" + tx.req.tx +
+                                          "' is a delta; it takes patches, not writes");
+                         }
+                         return CheckInScope(tx, param);
+                       }));
+  const uint32_t pi = target.param;
+  const ParamSpec& p = manifest_->params()[pi];
+  if (!p.served) {
+    return Status::InvalidArgument("'" + name + "' is not processed: write its bytes instead");
+  }
+  const size_t size = memory_->Size(pi);
+  if (bytes != size || (size > 0 && data == nullptr)) {
+    return Err(ErrorCode::kBadWrite, "'" + name + "': " + std::to_string(bytes) +
+                                         " served bytes, expected " + std::to_string(size));
+  }
+  const int64_t elements = p.num_elements();
+  if (OverlapsDeclared(tx, pi, 0, elements)) {
+    return Err(ErrorCode::kDuplicateWrite,
+               "'" + name + "' overlaps elements this transaction already wrote or reserved");
+  }
+  WTX_RETURN_IF_ERROR(CheckIdentityLocked(std::span<const uint32_t>(&pi, 1)));
+  WTX_RETURN_IF_ERROR(CheckBeforeDeclare(pi, 0, size));
+  if (tx.req.rollback) WTX_RETURN_IF_ERROR(SaveBefore(pi, 0, size));
+  if (Status st = memory_->Store(pi, 0, data, size); !st.ok()) return MemoryFailed(st);
+  TouchBytes(pi, 0, size);  // hashed at prepare: the served digest must be the peer's
+  tx.adopted[pi] = checkpoint_digest;
+  auto& cov = tx.coverage[pi];
+  if (!cov) cov = std::make_unique<CoverageSet>(elements, p.shape.empty() ? 0 : p.shape.back());
+  cov->Add(0, elements);
+  tx.covered_elements += elements;
+  NoteWritten(pi);
+  const int64_t now = options_.env.clock->NowMicros();
+  if (!tx.wrote) tx.t_first_write = now;
+  tx.t_last_write = now;
+  tx.wrote = true;
+  tx.elements += elements;
+  tx.bytes += static_cast<int64_t>(size);
+  tx.pieces += 1;
+  WriteRecord rec;
+  rec.tx = tx.req.tx;
+  rec.param = p.name;
+  rec.box = WholeBox(p.shape);
+  rec.elements = elements;
+  rec.bytes = static_cast<int64_t>(size);
+  for (uint32_t k = 0; k < p.shards.size(); ++k) {
+    rec.shards.push_back(p.shards[k].id);
+    tx.shards_touched.emplace(pi, k);
+  }
+  rec.ts = now;
+  pending_.emplace_back(std::move(rec));
+  UpdateCoveragePeak();
+  if (pending_.size() >= kWriteRecordBatch) return FlushPending();
+  return Status::OK();
+}
+
 Status ParticipantImpl::WriteLocked(std::span<const WritePiece> given,
                                     std::span<const SourceLayout> layouts, bool declare) {
   assert((layouts.empty() || layouts.size() == given.size()) && "one layout per piece");
