@@ -415,6 +415,24 @@ TEST_CASE("JournalsWrittenBeforeTwoDigestsReadWithTheServedDigestEqualToTheVersi
     REQUIRE(st.ok());
     if (std::string(which) == "rank-0") CHECK(st->served_digest == versions.back());
   }
+  // The CLI's JSON names both, equal here (wtx log, show, show --at, status).
+  {
+    LegacyCopy c("rank-0");
+    const std::string wtx = std::string(WTX_BINARY) + " ";
+    auto run = [&](const std::string& args) {
+      testing::CommandResult r = testing::RunCommand(wtx + args, /*merge_stderr=*/false);
+      INFO(args << ": " << r.out);
+      REQUIRE(r.code == 0);
+      return json::parse(r.out);
+    };
+    json log = run("log " + c.path + " --json");
+    REQUIRE(log.is_array());
+    CHECK(log.back()["served_digest"] == versions.back());
+    CHECK(run("show " + c.path + " t2 --json")["served_digest"] == versions[1]);
+    CHECK(run("status " + c.path + " --json")["served_digest"] == versions.back());
+    CHECK(run("show " + c.path + " --at " + std::to_string(time(nullptr)) +
+              " --json")["served_digest"] == versions.back());
+  }
   // The participant opens on it: the committed version serves as its own served digest.
   LegacyCopy r("rank-0");
   std::ifstream in(std::string(WTX_SOURCE_DIR) + "/tests/data/legacy-one-digest/manifest.json");
