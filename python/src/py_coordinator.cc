@@ -288,14 +288,19 @@ py::dict Begin(PyCoordinator& self, const std::string& tx, const std::string& ki
 
 py::dict Commit(PyCoordinator& self, const std::string& tx,
                 std::optional<std::string> expect_version,
-                std::optional<std::vector<std::string>> expect_rank_digests) {
+                std::optional<std::vector<std::string>> expect_rank_digests,
+                std::optional<std::string> expect_served_digest) {
   if (expect_version && expect_version->empty()) {
     Raise(Status::InvalidArgument("commit: expect_version must be a version, not empty"));
+  }
+  if (expect_served_digest && expect_served_digest->empty()) {
+    Raise(Status::InvalidArgument("commit: expect_served_digest must be a digest, not empty"));
   }
   Coordinator& c = self.get();
   CommitOptions opts;
   opts.expect_version = std::move(expect_version);
   if (expect_rank_digests) opts.expect_rank_digests = std::move(*expect_rank_digests);
+  opts.expect_served_digest = std::move(expect_served_digest);
   auto pre = PrefetchRanks(self);
   const CommitOutcome o = WithoutGil([&] { return c.Commit(tx, opts); });
   // Misuse (no such transaction, decided already) is an error; a decision is an outcome.
@@ -353,8 +358,11 @@ wtx.torch_dist); a context manager.)")
            "E_STEP_REGRESSION. Returns {'tx', 'lineage', 'step'}.")
       .def("commit", &Commit, py::arg("tx"), py::kw_only(), py::arg("expect_version") = py::none(),
            py::arg("expect_rank_digests") = py::none(),
-           "Prepares everywhere and decides. With expect_version (wtx.expected_version), a "
-           "commit whose combined version differs aborts with E_VERSION_MISMATCH.")
+           py::arg("expect_served_digest") = py::none(),
+           "Prepares everywhere and decides. With expect_version (wtx.expected_version: the "
+           "checkpoint version), a commit whose combined version differs aborts with "
+           "E_VERSION_MISMATCH; expect_served_digest likewise for the served digest (the live "
+           "bytes after processing, e.g. a copy of a peer replica's).")
       .def("abort", &Abort, py::arg("tx"))
       .def("recover",
            [](PyCoordinator& self) {

@@ -104,6 +104,19 @@ def test_TheTrainersExpectedVersionCommitsAQuantizedModel(quant):
     assert p.verify()["ok"]
     # The history says both, the decisions too.
     assert c.decisions()[-1]["served_digest"] == out["served_digest"]
+    # The served digest can be expected too (a copy of a peer's live bytes): the same bytes
+    # again commit it; another expectation aborts.
+    c.begin("t1b")
+    for name in ("mlp.gate", "mlp.up"):
+        p.declare_source(name, src[name])
+        model.load_weights([(name, src[name])])
+    model.process_weights_after_loading()
+    p.write_source("norm", src["norm"])
+    p.refresh("*")
+    again = c.commit("t1b", expect_version=expected, expect_served_digest=out["served_digest"])
+    assert again["outcome"] == "committed" and again["served_digest"] == out["served_digest"]
+    with pytest.raises(wtx.Error):
+        c.commit("t1c", expect_served_digest="")
     # Expecting the served digest is expecting bytes the trainer never sent.
     out = full_update(p, c, model, sources(2), "t2", expect=out["served_digest"])
     assert out["outcome"] == "aborted" and out["error"]["code"] == "E_VERSION_MISMATCH"
