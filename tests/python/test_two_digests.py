@@ -317,3 +317,23 @@ def test_TheVllmBackendDeclaresProcessedSourcesAndCommitsTheTrainersVersion(vllm
         _round(eng, bad, "t2", expect_version=want)
     assert "E_VERSION_MISMATCH" in str(e.value)
     assert not eng.participant.status()["serving"]
+
+
+def test_TheEnginesReceivePathDeclaresProcessedSourcesAndLoadsThemThroughTheModel(quant):
+    """The receive path both engine integrations share (wtx._receive.load_one, the SGLang
+    adapter's and the vLLM backend's): a processed source is declared and handed to the
+    model's own loader; any other goes its usual way."""
+    from wtx._receive import load_one, processed_sources
+    m, model, p, c = quant
+    processed = processed_sources(p)
+    assert processed == {"mlp.gate", "mlp.up"}
+    src = sources(21)
+    c.begin("t1")
+    for name in ("mlp.gate", "mlp.up"):
+        load_one(p, model, "write_source", name, src[name], processed)
+    assert set(model.staged) == {"mlp.gate", "mlp.up"}  # the model's loader took them
+    model.process_weights_after_loading()
+    load_one(p, model, "write_source", "norm", src["norm"], processed)
+    p.refresh("*")
+    out = c.commit("t1", expect_version=wtx.expected_version([m], src)["version"])
+    assert out["outcome"] == "committed", out["error"]
