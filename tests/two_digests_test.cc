@@ -152,6 +152,9 @@ TEST_CASE("AFlippedServedByteIsFoundByVerify") {
   CHECK_FALSE(rep->ok);
   REQUIRE(rep->params.size() == 1);
   CHECK(rep->params[0] == "w");
+  // The box is in the live tensor's coordinates (u8 [256, 256]: its one chunk is every row).
+  REQUIRE(rep->differences.size() == 1);
+  CHECK(rep->differences[0].box == Box{{0, 256}, {0, 256}});
   CHECK_FALSE(p.status().serving);
 }
 

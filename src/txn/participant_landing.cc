@@ -190,7 +190,7 @@ Result<std::vector<Reservation>> ParticipantImpl::Reserve(const LandingRegion& r
     r.param_index = t.param;
     r.host = host_memory_ ? memory_->Param(t.param).data() : nullptr;
     r.device_ptr = host_memory_ ? 0 : memory_->DeviceAddress(t.param);
-    r.param_bytes = static_cast<size_t>(p.num_bytes());
+    r.param_bytes = static_cast<size_t>(p.live_bytes());
     if (t.shard) {
       tx.shards_touched.insert({t.param, *t.shard});
     } else {

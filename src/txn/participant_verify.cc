@@ -68,13 +68,16 @@ Status ParticipantImpl::VerifyLiveLocked(const ActiveTx* tx,
   // Boxes: the elements each run of differing chunks holds (bounding box of the flat range).
   for (auto& d : report->differences) {
     const ParamSpec& p = params[*manifest_->FindParam(d.param)];
-    const int64_t esz = static_cast<int64_t>(DTypeSize(p.dtype));
+    // In the live tensor's coordinates: a processed parameter's served form.
+    const DType dtype = p.served ? p.served->dtype : p.dtype;
+    const Shape& shape = p.served ? p.served->shape : p.shape;
+    const int64_t esz = static_cast<int64_t>(DTypeSize(dtype));
     const int64_t b = static_cast<int64_t>(d.first_chunk * kHashChunkBytes) / esz;
     const int64_t e = std::min<int64_t>(
-        p.num_elements(),
+        NumElements(shape),
         (static_cast<int64_t>((d.first_chunk + d.chunks) * kHashChunkBytes) + esz - 1) / esz);
     std::vector<Box> boxes;
-    if (e > b) FlatIntervalToBoxes(p.shape, b, e, &boxes);
+    if (e > b) FlatIntervalToBoxes(shape, b, e, &boxes);
     if (!boxes.empty()) {
       Box bb = boxes.front();
       for (const Box& x : boxes) {

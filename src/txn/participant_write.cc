@@ -46,7 +46,8 @@ Status ParticipantImpl::CheckBeginLocked(const BeginRequest& req) const {
       auto mi = manifest_->FindModule(m);
       if (!mi) return Err(ErrorCode::kUnknownParam, "unknown module '" + m + "'");
       for (const auto& pn : manifest_->modules()[*mi].params) {
-        rollback_bytes += manifest_->params()[*manifest_->FindParam(pn)].num_bytes();
+        // Before-images are of live bytes (a processed parameter's served form, whole).
+        rollback_bytes += manifest_->params()[*manifest_->FindParam(pn)].live_bytes();
       }
     }
   }
@@ -62,7 +63,7 @@ Status ParticipantImpl::CheckBeginLocked(const BeginRequest& req) const {
     }
   }
   if (req.kind == TxKind::kFull && FullRollbackRestores()) {
-    for (const ParamSpec& p : manifest_->params()) rollback_bytes += p.num_bytes();
+    for (const ParamSpec& p : manifest_->params()) rollback_bytes += p.live_bytes();
   }
   if (req.rollback && rollback_bytes > options_.rollback_budget_bytes) {
     return Err(ErrorCode::kBudgetExceeded, "rank " + Rank() + ": rollback needs up to " +
