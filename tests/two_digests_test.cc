@@ -303,6 +303,91 @@ TEST_CASE("ACatchUpAdoptsThePeersServedBytesAndMustReproduceItsServedDigest") {
   CHECK_THAT(st.message(), Catch::Contains("'w'"));
 }
 
+// An MLA layer: kv_b as sent, and W_UV the engine absorbs from it (served only: no source).
+json MlaManifestJson() {
+  return json::parse(R"({
+    "params": [
+      {"name": "kv_b", "dtype": "bf16", "shape": [64, 32]},
+      {"name": "W_UV", "dtype": "bf16", "shape": [32, 32],
+       "served": {"dtype": "bf16", "shape": [32, 32]},
+       "shards": [{"id": "absorbed", "layout": "padding", "box": [[0, 32], [0, 32]]}]}
+    ],
+    "modules": [{"name": "attn", "params": ["kv_b", "W_UV"]}],
+    "derived": [{"name": "absorb", "sources": ["kv_b"], "phase": "attention"}]
+  })");
+}
+
+// The engine's absorption: W_UV from kv_b's live bytes (any deterministic function will do).
+void Absorb(Participant& p) {
+  std::vector<uint8_t> kv = testing::LiveBytes(p.memory(), 0);
+  std::vector<uint8_t> uv(32 * 32 * 2);
+  for (size_t i = 0; i < uv.size(); ++i) uv[i] = static_cast<uint8_t>(kv[i] * 3 + kv[i + 7]);
+  REQUIRE(p.memory().Store(1, 0, uv.data(), uv.size()).ok());
+  REQUIRE(p.Refresh("*").ok());
+}
+
+TEST_CASE("AServedOnlyTensorCountsInTheServedDigestAndIsRestoredOnAbort") {
+  ManifestPtr m = ParseManifest(MlaManifestJson()).value();
+  Cluster c(1, m);
+  Participant& p = c.rank(0);
+  std::vector<uint8_t> kv = Bytes(64 * 32 * 2, 3);
+  SourceTensor src{"kv_b", {64, 32}, DType::kBF16, kv.data(), kv.size()};
+  auto expected = ComputeExpectedVersion({m.get()}, {src});
+  REQUIRE(expected.ok());
+  REQUIRE(c.coordinator().Begin(Req("t1", TxKind::kFull)).status.ok());
+  REQUIRE(p.WriteSource("kv_b", kv.data(), kv.size()).ok());
+  // Nothing is declared for it: it has no source.
+  WritePiece w{"W_UV", "", std::nullopt, kv.data(), 32 * 32 * 2};
+  Status declared = p.Declare({&w, 1});
+  CHECK(declared.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(declared.message(), Catch::Contains("served only"));
+  Absorb(p);
+  CommitOptions o;
+  o.expect_version = expected->version;
+  CommitOutcome first = c.coordinator().Commit("t1", o);
+  INFO(first.status.ToString());
+  REQUIRE(first.decision == Decision::kCommit);
+  CHECK(first.version == expected->version);  // the trainer's: W_UV counts as zeros there
+  CHECK(first.served_digest != first.version);
+  const std::vector<uint8_t> uv_before = testing::LiveBytes(p.memory(), 1);
+  // A rolled-back delta whose absorption ran, then aborted: W_UV's bytes come back too.
+  REQUIRE(c.coordinator()
+              .Begin(Req("t2", TxKind::kDelta, first.version, {}, {"kv_b"}, /*rollback=*/true))
+              .status.ok());
+  const int64_t idx[] = {5};
+  const uint16_t value = 0x4000;
+  PatchRequest patch;
+  patch.source = "kv_b";
+  patch.indices = idx;
+  patch.values = &value;
+  patch.value_bytes = sizeof(value);
+  REQUIRE(p.Patch(patch).ok());
+  Absorb(p);
+  CHECK(testing::LiveBytes(p.memory(), 1) != uv_before);
+  CHECK(c.coordinator().Abort("t2").status.ok());
+  CHECK(testing::LiveBytes(p.memory(), 1) == uv_before);
+  // The absorption refreshed from the aborted bytes is stale until the engine runs it again
+  // (it recomputes the restored bytes: the same).
+  CHECK(p.status().stale_derived == std::vector<std::string>{"absorb"});
+  Absorb(p);
+  CHECK(testing::LiveBytes(p.memory(), 1) == uv_before);
+  RankStatus st = p.status();
+  CHECK(st.serving);
+  CHECK(st.served_digest == first.served_digest);
+  auto rep = p.Verify();
+  REQUIRE(rep.ok());
+  CHECK(rep->ok);
+  // A flipped absorbed byte: verify finds it, naming W_UV.
+  uint8_t b = 0;
+  REQUIRE(p.memory().Load(1, 100, &b, 1).ok());
+  b ^= 0x40;
+  REQUIRE(p.memory().Store(1, 100, &b, 1).ok());
+  rep = p.Verify();
+  REQUIRE(rep.ok());
+  CHECK_FALSE(rep->ok);
+  CHECK(rep->params == std::vector<std::string>{"W_UV"});
+}
+
 TEST_CASE("ServedFormsAreInTheFingerprintOnlyWhereTheyExist") {
   json j = ProcessedManifestJson();
   ManifestPtr processed = ParseManifest(j).value();

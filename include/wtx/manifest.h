@@ -77,6 +77,17 @@ struct ParamSpec {
   std::optional<ServedForm> served;
   // Bytes of the live tensor: the served form's, else the checkpoint's.
   int64_t live_bytes() const { return served ? served->num_bytes() : num_bytes(); }
+  // A tensor the engine computes itself in its post-load processing (MLA's absorbed
+  // W_UK_T / W_UV): processed, and fed by no source (padding shards only). Nothing is sent
+  // for it: its checkpoint bytes are zeros (as the trainer's expected version counts padding)
+  // and its live bytes count in the served digest, rehashed at every prepare that wrote.
+  bool served_only() const {
+    if (!served) return false;
+    for (const ShardSpec& s : shards) {
+      if (!s.padding) return false;
+    }
+    return true;
+  }
   int64_t num_elements() const { return NumElements(shape); }
   // Saturates at INT64_MAX; a built manifest keeps it within kMaxTensorBytes (wtx/limits.h).
   int64_t num_bytes() const {

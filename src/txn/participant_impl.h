@@ -253,8 +253,12 @@ class ParticipantImpl : public Participant {
                      uint64_t checkpoint_digest) override EXCLUDES(mu_);
   std::optional<uint64_t> CommittedCheckpointDigest(uint32_t param) const override EXCLUDES(mu_) {
     std::lock_guard<std::mutex> l(mu_);
-    return param < checkpoint_digest_.size() ? checkpoint_digest_[param] : std::nullopt;
+    if (param >= checkpoint_digest_.size()) return std::nullopt;
+    if (manifest_->params()[param].served_only()) return ZeroImageDigest(param);
+    return checkpoint_digest_[param];
   }
+  // The checkpoint digest of a served-only parameter (ParamSpec::served_only): of zeros.
+  uint64_t ZeroImageDigest(uint32_t param) const;
   Status Patch(const PatchRequest& req) override EXCLUDES(mu_);
   Result<int> WriteSource(std::string_view source, const void* data, size_t bytes) override
       EXCLUDES(mu_);

@@ -76,8 +76,14 @@ Result<ParticipantImpl::RankDigests> ParticipantImpl::DigestLocked() {
   // A processed parameter's checkpoint digest: of the bytes this transaction declared, else
   // the committed version's.
   std::vector<uint64_t> checkpoint = live;
+  bool any_processed = false;
   for (uint32_t i = 0; i < params.size(); ++i) {
     if (!params[i].served) continue;
+    any_processed = true;
+    if (params[i].served_only()) {  // nothing is sent for it: zeros, as the trainer counts it
+      checkpoint[i] = ZeroImageDigest(i);
+      continue;
+    }
     const CheckpointImageDigest* declared = nullptr;
     const uint64_t* adopted = nullptr;
     if (active_) {
@@ -101,8 +107,19 @@ Result<ParticipantImpl::RankDigests> ParticipantImpl::DigestLocked() {
     }
     out.processed.emplace_back(i, checkpoint[i]);
   }
-  out.checkpoint = out.processed.empty() ? out.served : RankDigest(*manifest_, checkpoint);
+  out.checkpoint = any_processed ? RankDigest(*manifest_, checkpoint) : out.served;
   return out;
+}
+
+uint64_t ParticipantImpl::ZeroImageDigest(uint32_t param) const {
+  const size_t bytes = static_cast<size_t>(manifest_->params()[param].num_bytes());
+  static const std::vector<uint8_t> kZeros(kHashChunkBytes, 0);
+  static const uint64_t kZeroChunk = ChunkDigest(kZeros.data(), kZeros.size());
+  std::vector<uint64_t> chunks(bytes / kHashChunkBytes, kZeroChunk);
+  if (bytes % kHashChunkBytes != 0) {
+    chunks.push_back(ChunkDigest(kZeros.data(), bytes % kHashChunkBytes));
+  }
+  return ParamDigestFromChunks(chunks);
 }
 
 Result<std::string> ParticipantImpl::RecomputeDigest() {
@@ -159,6 +176,13 @@ Result<Vote> ParticipantImpl::Prepare(std::string_view txid) {
     vote.error = ErrorCode::kStorageMoved;
     vote.yes = false;
     vote.message = moved.message();
+  }
+  // Served-only tensors (MLA's absorbed matrices) are the engine's own work in a transaction
+  // that wrote: declared changed, and rehashed whole for the served digest.
+  if (tx.wrote) {
+    for (uint32_t i = 0; i < manifest_->params().size(); ++i) {
+      if (manifest_->params()[i].served_only()) TouchBytes(i, 0, memory_->Size(i));
+    }
   }
   VerifyReport verified;
   if (tx.req.verify == VerifyMode::kAll && !tx.interrupted) {

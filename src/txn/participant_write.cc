@@ -65,6 +65,11 @@ Status ParticipantImpl::CheckBeginLocked(const BeginRequest& req) const {
   if (req.kind == TxKind::kFull && FullRollbackRestores()) {
     for (const ParamSpec& p : manifest_->params()) rollback_bytes += p.live_bytes();
   }
+  if (req.kind != TxKind::kFull) {  // a full one counted every parameter above
+    for (const ParamSpec& p : manifest_->params()) {
+      if (p.served_only()) rollback_bytes += p.live_bytes();  // Begin saves them whole
+    }
+  }
   if (req.rollback && rollback_bytes > options_.rollback_budget_bytes) {
     return Err(ErrorCode::kBudgetExceeded, "rank " + Rank() + ": rollback needs up to " +
                                                std::to_string(rollback_bytes) +
@@ -163,6 +168,15 @@ Status ParticipantImpl::Begin(const BeginRequest& req) {
   coverage_peak_bytes_ = 0;
   metrics_bytes_reported_ = 0;
   active_ = std::move(tx);
+  // Served-only tensors change when the engine processes, at a moment wtx is not told of:
+  // their before-images are taken now.
+  if (active_->req.rollback) {
+    for (uint32_t i = 0; i < manifest_->params().size(); ++i) {
+      if (manifest_->params()[i].served_only()) {
+        WTX_RETURN_IF_ERROR(SaveBefore(i, 0, memory_->Size(i)));
+      }
+    }
+  }
   return Status::OK();
 }
 
@@ -448,6 +462,11 @@ Status ParticipantImpl::WriteLocked(std::span<const WritePiece> given,
       return Status::InvalidArgument(where +
                                      ": a write from device memory needs device live "
                                      "memory (this rank's live bytes are host memory)");
+    }
+    if (declare && p.served_only()) {
+      return Status::InvalidArgument(where +
+                                     ": is served only (the engine computes it; no source "
+                                     "feeds it): nothing is declared for it");
     }
     if (declare && !p.served) {
       return Status::InvalidArgument(where +

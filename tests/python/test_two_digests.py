@@ -168,38 +168,55 @@ def test_AProcessedParameterIsNeverWrittenInPlace(quant):
 
 
 def mla_manifest():
+    """kv_b_proj as sent; W_UK_T and W_UV absorbed from it by the engine (served only: padding
+    shards, no source), so their live bytes count in the served digest."""
+    absorbed = [{"id": "absorbed", "layout": "padding", "box": [[0, 32], [0, 32]]}]
     return wtx.Manifest.from_json(json.dumps({
         "params": [{"name": "kv_b_proj", "dtype": "bf16", "shape": [64, 32]},
-                   {"name": "q_proj", "dtype": "bf16", "shape": [32, 32]}],
-        "modules": [{"name": "attn", "params": ["kv_b_proj", "q_proj"]}],
-        "derived": [{"name": "W_UK_T", "sources": ["kv_b_proj"], "phase": "attention"},
-                    {"name": "W_UV", "sources": ["kv_b_proj"], "phase": "attention"}],
+                   {"name": "q_proj", "dtype": "bf16", "shape": [32, 32]},
+                   {"name": "W_UK_T", "dtype": "bf16", "shape": [32, 32],
+                    "served": {"dtype": "bf16", "shape": [32, 32]}, "shards": absorbed},
+                   {"name": "W_UV", "dtype": "bf16", "shape": [32, 32],
+                    "served": {"dtype": "bf16", "shape": [32, 32]}, "shards": absorbed}],
+        "modules": [{"name": "attn", "params": ["kv_b_proj", "q_proj", "W_UK_T", "W_UV"]}],
+        "derived": [{"name": "absorb", "sources": ["kv_b_proj"], "phase": "attention"}],
     }))
 
 
-def test_AnMlaModelCommitsTheCheckpointVersionAndVerifiesItsServedBytes(tmp_path):
+def test_AnMlaModelCommitsTheCheckpointVersionAndVerifiesItsAbsorbedBytes(tmp_path):
     m = mla_manifest()
     live = {"kv_b_proj": torch.zeros(64, 32, dtype=torch.bfloat16),
-            "q_proj": torch.zeros(32, 32, dtype=torch.bfloat16)}
+            "q_proj": torch.zeros(32, 32, dtype=torch.bfloat16),
+            "W_UK_T": torch.zeros(32, 32, dtype=torch.bfloat16),
+            "W_UV": torch.zeros(32, 32, dtype=torch.bfloat16)}
     p = wtx.Participant.open(str(tmp_path / "r"), m, tensors=live, kernel_identity="mla")
     c = wtx.Coordinator.open(str(tmp_path / "c"), participants=[p])
     g = torch.Generator().manual_seed(7)
-    src = {n: torch.randn(t.shape, generator=g).to(torch.bfloat16) for n, t in live.items()}
+    src = {n: torch.randn(live[n].shape, generator=g).to(torch.bfloat16)
+           for n in ("kv_b_proj", "q_proj")}
     c.begin("t1")
     for n, t in src.items():
         p.write_source(n, t)
-    # Absorption reads kv_b_proj and leaves it as sent: both derived states refreshed after.
-    w_uk_t, w_uv = live["kv_b_proj"].float().split(32)
-    absorbed = (w_uk_t.t().contiguous(), w_uv.contiguous())
-    assert absorbed[0].shape == (32, 32)
+    # The engine's absorption (MLA's process_weights_after_loading) writes W_UK_T and W_UV
+    # from kv_b_proj; the trainer sends neither.
+    w_uk, w_uv = live["kv_b_proj"].float().split(32)
+    live["W_UK_T"].copy_(w_uk.t())
+    live["W_UV"].copy_(w_uv)
     p.refresh("*")
-    out = c.commit("t1", expect_version=wtx.expected_version([m], src)["version"])
-    assert out["outcome"] == "committed"
-    assert out["served_digest"] == out["version"]  # nothing processed: the two are equal
-    assert p.status()["served_digest"] == out["version"]
-    live["kv_b_proj"].view(torch.int16).view(-1)[17] ^= 1
+    expected = wtx.expected_version([m], src)["version"]
+    out = c.commit("t1", expect_version=expected)
+    assert out["outcome"] == "committed", out["error"]
+    assert out["version"] == expected
+    assert out["served_digest"] != expected  # the absorbed bytes are served, not sent
+    assert p.verify()["ok"]
+    live["W_UV"].view(torch.int16).view(-1)[17] ^= 1
     rep = p.verify()
-    assert not rep["ok"] and rep["params"] == ["kv_b_proj"]
+    assert not rep["ok"] and rep["params"] == ["W_UV"]
+    c.begin("t2")
+    with pytest.raises(wtx.Error) as e:  # nothing is written for it either
+        p.write("W_UV", live["W_UV"].clone())
+    assert e.value.code == "E_BAD_WRITE" and "'W_UV' is processed" in e.value.message
+    c.abort("t2")
     c.close()
     p.close()
 
