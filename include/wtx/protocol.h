@@ -93,6 +93,8 @@ struct Vote {
   std::vector<MissingPiece> missing;  // never truncated (see MissingPiece)
   size_t missing_total = 0;           // gap boxes missing (the sum of missing[].boxes)
   std::vector<StaleDerivedState> stale;
+  // The served digest, "" read as `digest` (one digest: nothing processed, or an older peer).
+  const std::string& served() const { return served_digest.empty() ? digest : served_digest; }
 };
 
 enum class Decision { kCommit, kAbort, kNoop };

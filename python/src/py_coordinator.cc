@@ -46,7 +46,7 @@ py::dict VoteToPy(const VoteReport& v) {
     case VoteReport::Kind::kYes:
       d["wrote"] = v.vote.wrote;
       d["digest"] = v.vote.digest;
-      d["served_digest"] = v.vote.served_digest.empty() ? v.vote.digest : v.vote.served_digest;
+      d["served_digest"] = v.vote.served();
       break;
     case VoteReport::Kind::kNo: {
       d["wrote"] = v.vote.wrote;

@@ -125,7 +125,7 @@ json VoteToJson(const Vote& v) {
               {"missing", missing},   {"missing_total", v.missing_total},
               {"stale", stale}};
   // Only where it differs: a coordinator of an older wtx refuses fields it does not know.
-  if (!v.served_digest.empty() && v.served_digest != v.digest) {
+  if (v.served() != v.digest) {
     out["served_digest"] = v.served_digest;
   }
   return out;

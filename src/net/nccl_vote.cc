@@ -62,7 +62,7 @@ NcclRecord PackVoteRecord(const std::string& tx, const Vote& v) {
   std::memcpy(r.data() + 4, &e, 4);
   PutTx(r, tx);
   PutText(r, 0, v.digest);
-  if (v.served_digest != v.digest) PutText(r, 1, v.served_digest);
+  if (v.served() != v.digest) PutText(r, 1, v.served());
   return r;
 }
 

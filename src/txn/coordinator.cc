@@ -705,7 +705,7 @@ CommitOutcome CoordinatorImpl::Commit(const std::string& tx, const CommitOptions
       all_unknown = all_unknown && rep.vote.error == ErrorCode::kNoTx;
       digests[rep.rank] = rep.vote.digest;
       // A vote from wtx before two digests carries one: the served bytes are the version's.
-      served[rep.rank] = rep.vote.served_digest.empty() ? rep.vote.digest : rep.vote.served_digest;
+      served[rep.rank] = rep.vote.served();
     }
   }
   DecisionEntry e;

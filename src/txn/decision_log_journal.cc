@@ -31,7 +31,9 @@ DecisionRecord ToRecord(const LoggedDecision& d) {
   r.tx = d.tx;
   r.decision = d.decision;
   if (!d.version.empty()) r.version = d.version;
-  if (!d.served_digest.empty() && d.served_digest != d.version) r.served_digest = d.served_digest;
+  if (const DecidedVersion v(d.version, d.served_digest); v.served() != v.version) {
+    r.served_digest = v.served();
+  }
   r.reason = d.reason;
   r.ts = d.time_micros;
   r.prepare_us = d.prepare_us;

@@ -102,8 +102,8 @@ Result<std::string> EncodeDecisionRecord(const LoggedDecision& d) {
   if (d.prepare_us) j["prepare_us"] = *d.prepare_us;
   if (!d.lineage.empty()) j["lineage"] = d.lineage;
   if (d.step) j["step"] = *d.step;
-  if (!d.served_digest.empty() && d.served_digest != d.version) {
-    j["served_digest"] = d.served_digest;
+  if (const DecidedVersion v(d.version, d.served_digest); v.served() != v.version) {
+    j["served_digest"] = v.served();
   }
   return DumpRecord(j, "decision on tx '" + d.tx + "'");
 }

@@ -9,7 +9,7 @@ nlohmann::json LoggedDecisionToJson(const LoggedDecision& d) {
                       {"ended", d.ended}};
   if (d.decision == Decision::kCommit) {
     j["version"] = d.version;
-    j["served_digest"] = d.served_digest.empty() ? d.version : d.served_digest;
+    j["served_digest"] = DecidedVersion(d.version, d.served_digest).served();
   }
   if (d.prepare_us) j["prepare_us"] = *d.prepare_us;
   if (!d.lineage.empty()) j["lineage"] = d.lineage;
