@@ -28,13 +28,22 @@ if(WTX_HAVE_PYTHON)
   # Two builds of the extension: wtx_python, the build tree's (build/python/wtx, what the tests
   # import: with the fault injection of test_crash_at), and wtx_python_installable (what
   # `pip install` ships, setup.py: compiled without it, so the installed module has no crash
-  # points), as the build tree's `wtx` CLI keeps test flags the installed one lacks.
+  # points), as the build tree's `wtx` CLI keeps test flags the installed one lacks. Only
+  # py_coordinator.cc and py_participant.cc (where test_crash_at is armed: ArmTestCrashPoint in
+  # py_binding.h) differ between them: the other sources are compiled once, into wtx_python_objects, with the module's own flags (hidden
+  # visibility, pybind11's and Python's headers).
+  add_library(wtx_python_objects OBJECT python/src/module.cc python/src/py_common.cc
+              python/src/py_manifest.cc
+              python/src/py_transfer_plan.cc python/src/py_decision_log.cc
+              python/src/py_storage.cc python/src/py_metrics.cc python/src/py_fleet.cc)
+  set_target_properties(wtx_python_objects PROPERTIES
+    CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON UNITY_BUILD OFF)
+  target_include_directories(wtx_python_objects PRIVATE ${PROJECT_SOURCE_DIR})
+  target_link_libraries(wtx_python_objects PRIVATE pybind11::headers pybind11::module
+                                                   wtx_net wtx_kernels wtx_core)
   function(wtx_python_module target outdir)
-    pybind11_add_module(${target} MODULE python/src/module.cc python/src/py_common.cc
-                        python/src/py_manifest.cc python/src/py_participant.cc
-                        python/src/py_transfer_plan.cc
-                        python/src/py_decision_log.cc python/src/py_coordinator.cc
-                        python/src/py_storage.cc python/src/py_metrics.cc python/src/py_fleet.cc)
+    pybind11_add_module(${target} MODULE python/src/py_coordinator.cc
+                        python/src/py_participant.cc $<TARGET_OBJECTS:wtx_python_objects>)
     set_target_properties(${target} PROPERTIES
       OUTPUT_NAME _wtx
       LIBRARY_OUTPUT_DIRECTORY "${outdir}"

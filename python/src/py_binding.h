@@ -46,41 +46,6 @@ struct PyManifest {
   ManifestPtr m;
 };
 
-#ifdef WTX_PY_TEST_HOOKS
-// Kills the process (exit status 137, as SIGKILL) at an armed protocol point
-// ("before_prepare_logged", "after_prepare_logged", "before_decision_logged",
-// "after_decision_logged"): the fault injection of `test_crash_at` (a real process death, for
-// multi-process tests), as `wtx rank --test-hooks` offers over its control connection. Only in
-// the build tree's module (target wtx_python); the installed one (wtx_python_installable, what
-// `pip install` ships) is compiled without it.
-class ExitAtCrashPoint : public CrashPoints {
- public:
-  explicit ExitAtCrashPoint(std::string point) : point_(std::move(point)) {}
-  bool ShouldCrash(std::string_view point) override {
-    if (point == point_) ::_exit(137);
-    return false;
-  }
-
- private:
-  std::string point_;
-};
-
-inline std::unique_ptr<CrashPoints> ArmTestCrashPoint(const std::optional<std::string>& point) {
-  if (!point) return nullptr;
-  return std::make_unique<ExitAtCrashPoint>(*point);
-}
-#else
-// The installed module has no fault injection: test_crash_at is refused by name.
-inline std::unique_ptr<CrashPoints> ArmTestCrashPoint(const std::optional<std::string>& point) {
-  if (point) {
-    Raise(Status::InvalidArgument(
-        "test_crash_at: this wtx is the installed module, which has no crash points (they "
-        "exist only in the build tree's test module, build/python)"));
-  }
-  return nullptr;
-}
-#endif
-
 class PyOracle : public DecisionOracle {
  public:
   explicit PyOracle(py::function fn) : fn_(std::move(fn)) {}

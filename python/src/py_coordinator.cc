@@ -1,6 +1,7 @@
 // wtx.Coordinator: in-process (over wtx.Participant objects) or over a message carrier
 // (wtx.torch_dist), with an optional shared decision log (docs/python.md).
 #include "py_binding.h"
+#include "py_crash_points.h"
 
 namespace wtx::python {
 

@@ -1,6 +1,7 @@
 // wtx.Participant: a rank's participant over the engine's tensors (docs/python.md): writes by
 // parameter or source, patches, in-place landings, verification and identity.
 #include "py_binding.h"
+#include "py_crash_points.h"
 
 namespace wtx::python {
 
