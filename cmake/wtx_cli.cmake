@@ -13,7 +13,7 @@ if(WTX_BUILD_TOOLS)
     tools/wtx/cmd_manifest.cc tools/wtx/cmd_plan.cc tools/wtx/hf_flags.cc
     tools/wtx/cmd_bench.cc tools/bench/bench.cc tools/bench/bench_journal.cc
     tools/bench/bench_landing.cc
-    tools/bench/bench_load.cc
+    tools/bench/bench_load.cc tools/bench/bench_expect.cc
     tools/wtx/cmd_torture.cc tools/torture/torture.cc tools/torture/model.cc
     tools/torture/script_plan.cc tools/torture/script_processes.cc tools/torture/script_ops.cc
     tools/torture/script_checks.cc

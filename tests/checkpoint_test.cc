@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -1054,6 +1055,106 @@ TEST_CASE("ExpectedVersionRefusesMissingSourcesWrongShapesAndInexactDtypes") {
   e = ComputeExpectedVersion(Raw(ms), Lookup(f32));
   REQUIRE_FALSE(e.ok());
   CHECK(e.status().message().find("cannot be converted exactly") != std::string::npos);
+}
+
+SourceTensor TensorOf(const Source& s) {
+  return SourceTensor{s.name, s.shape, s.dtype, s.bytes.data(), s.bytes.size()};
+}
+
+TEST_CASE("ExpectedVersionBuiltSourceBySourceInAnyOrderEqualsTheWholeComputation") {
+  // tiny-deepseek: MLA, experts, padding; tp 2 slices fused and row-parallel columns.
+  for (const char* model : {"tiny-llama", "tiny-deepseek", "tiny-qwen2"}) {
+    INFO(model);
+    auto ms = TpManifests(model, 2);
+    auto sources = SourcesOf(ms, 5);
+    auto whole = ComputeExpectedVersion(Raw(ms), Lookup(sources));
+    REQUIRE(whole.ok());
+    std::vector<const Source*> order;
+    for (const auto& [_, s] : sources) order.push_back(&s);
+    std::reverse(order.begin(), order.end());  // another order than the manifests'
+    auto b = ExpectedVersionBuilder::Create(Raw(ms));
+    REQUIRE(b.ok());
+    for (const Source* s : order) {
+      auto fed = b.value()->Add(TensorOf(*s));
+      REQUIRE(fed.ok());
+      CHECK(fed.value() > 0);
+    }
+    CHECK(b.value()->sources_added() == sources.size());
+    auto built = b.value()->Finish();
+    REQUIRE(built.ok());
+    CHECK(built.value().version == whole.value().version);
+    CHECK(built.value().rank_digests == whole.value().rank_digests);
+  }
+}
+
+TEST_CASE("ExpectedVersionBuilderRefusesADuplicateOrMisshapenSourceAndTakesNothingFromIt") {
+  auto ms = TpManifests("tiny-llama", 2);
+  auto sources = SourcesOf(ms, 7);
+  auto whole = ComputeExpectedVersion(Raw(ms), Lookup(sources));
+  REQUIRE(whole.ok());
+  auto b = ExpectedVersionBuilder::Create(Raw(ms));
+  REQUIRE(b.ok());
+  ExpectedVersionBuilder& builder = *b.value();
+  const Source& qkv = sources.at("model.layers.0.self_attn.q_proj.weight");
+  Source wrong = qkv;
+  wrong.shape = {wrong.shape[1], wrong.shape[0] * 2};
+  wrong.bytes.resize(wrong.bytes.size() * 2);
+  auto r = builder.Add(TensorOf(wrong));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("q_proj.weight") != std::string::npos);
+  CHECK(r.status().message().find("source shape") != std::string::npos);
+  Source short_bytes = qkv;
+  short_bytes.bytes.pop_back();
+  CHECK_FALSE(builder.Add(TensorOf(short_bytes)).ok());
+  CHECK(builder.sources_added() == 0);
+  Source unknown{"model.not_a_tensor", {4}, DType::kBF16, std::vector<uint8_t>(8)};
+  auto ignored = builder.Add(TensorOf(unknown));
+  REQUIRE(ignored.ok());
+  CHECK(ignored.value() == 0);
+  for (const auto& [_, s] : sources) REQUIRE(builder.Add(TensorOf(s)).ok());
+  auto twice = builder.Add(TensorOf(qkv));
+  REQUIRE_FALSE(twice.ok());
+  CHECK(twice.status().message().find("given twice") != std::string::npos);
+  auto built = builder.Finish();
+  REQUIRE(built.ok());
+  CHECK(built.value().version == whole.value().version);
+}
+
+TEST_CASE("ExpectedVersionBuilderNamesTheFirstMissingSourceAtFinish") {
+  auto ms = TpManifests("tiny-llama", 2);
+  auto sources = SourcesOf(ms, 7);
+  auto b = ExpectedVersionBuilder::Create(Raw(ms));
+  REQUIRE(b.ok());
+  for (const auto& [name, s] : sources) {
+    if (name != "model.norm.weight") REQUIRE(b.value()->Add(TensorOf(s)).ok());
+  }
+  auto built = b.value()->Finish();
+  REQUIRE_FALSE(built.ok());
+  CHECK(built.status().code() == ErrorCode::kNotFound);
+  CHECK(built.status().message().find("rank 0: parameter 'model.norm.weight'") !=
+        std::string::npos);
+}
+
+TEST_CASE("ExpectedVersionBuilderConvertsAnExactSourceDtypeAsTheWholeComputationDoes") {
+  auto ms = TpManifests("tiny-llama", 2, DType::kF32);
+  auto bf16 = SourcesOf(ms, 9, DType::kBF16);  // bf16 into f32 live: exact
+  auto whole = ComputeExpectedVersion(Raw(ms), Lookup(bf16));
+  REQUIRE(whole.ok());
+  std::map<std::string, Source> f32;
+  for (const auto& [name, s] : bf16) {
+    Source c{name, s.shape, DType::kF32, std::vector<uint8_t>(s.bytes.size() * 2)};
+    ConvertDType(DType::kBF16, DType::kF32, s.bytes.data(), c.bytes.data(), s.bytes.size() / 2);
+    f32[name] = std::move(c);
+  }
+  auto converted = ComputeExpectedVersion(Raw(ms), Lookup(f32));
+  REQUIRE(converted.ok());
+  CHECK(converted.value().version == whole.value().version);
+  auto b = ExpectedVersionBuilder::Create(Raw(ms));
+  REQUIRE(b.ok());
+  for (const auto& [_, s] : bf16) REQUIRE(b.value()->Add(TensorOf(s)).ok());
+  auto built = b.value()->Finish();
+  REQUIRE(built.ok());
+  CHECK(built.value().version == whole.value().version);
 }
 
 TEST_CASE("ScenarioCommitExpectVersionOfAnEarlierTxCommitsOrAbortsAndRanksReportDigests") {

@@ -11,7 +11,9 @@
 
 #include <xxhash.h>
 
+#include "src/memory/checkpoint_image_digest.h"
 #include "src/memory/chunk_hash_pool.h"
+#include "src/util/xxh3.h"
 #include "tests/test_util.h"
 #include "wtx/content_hash.h"
 
@@ -180,6 +182,76 @@ std::string Commit(Participant& p, const BeginRequest& req,
 }
 
 }  // namespace
+
+TEST_CASE("Xxh3StreamOverPiecesEqualsTheOneShotDigest") {
+  std::mt19937_64 rng(3);
+  std::vector<uint8_t> bytes(200000);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  Xxh3Stream stream;
+  for (size_t total : {size_t{0}, size_t{1}, size_t{17}, size_t{240}, size_t{241}, size_t{4864},
+                       size_t{65536}, bytes.size()}) {
+    stream.Reset();
+    for (size_t off = 0; off < total;) {
+      const size_t piece = std::min<size_t>(total - off, 1 + rng() % 5000);
+      stream.Update(bytes.data() + off, piece);
+      off += piece;
+    }
+    CHECK(stream.Digest() == Xxh3_64(bytes.data(), total));
+  }
+}
+
+TEST_CASE("CheckpointImageOfRunsInAnyOrderAndBatchesEqualsTheWholeImagesDigest") {
+  // An image of 5 chunks and a bit, filled as a sender's sources fill it: batches of rows in
+  // order (chunks filled whole by several runs are hashed from the runs), runs that cut chunks,
+  // single runs out of order, and a gap left for DigestZeroFilled.
+  std::mt19937_64 rng(5);
+  const size_t n = 5 * kHashChunkBytes + 1234;
+  std::vector<uint8_t> image(n);
+  for (auto& b : image) b = static_cast<uint8_t>(rng());
+  for (int trial = 0; trial < 20; ++trial) {
+    INFO("trial " << trial);
+    // Cut the image into runs of random sizes (some far larger than a chunk).
+    std::vector<CheckpointImageDigest::Run> runs;
+    for (size_t off = 0; off < n;) {
+      const size_t len = std::min(n - off, trial % 2 ? 1 + rng() % 9000 : 1 + rng() % 150000);
+      runs.push_back({off, image.data() + off, len});
+      off += len;
+    }
+    // Group consecutive runs into batches; the batches come in a shuffled order, one batch's
+    // runs may come one by one through Add, and with gap = true one run never comes.
+    std::vector<std::vector<CheckpointImageDigest::Run>> batches;
+    for (size_t i = 0; i < runs.size();) {
+      const size_t m = std::min(runs.size() - i, 1 + rng() % 6);
+      batches.emplace_back(runs.begin() + static_cast<ptrdiff_t>(i),
+                           runs.begin() + static_cast<ptrdiff_t>(i + m));
+      i += m;
+    }
+    std::shuffle(batches.begin(), batches.end(), rng);
+    const bool gap = trial % 4 == 3 && batches.size() > 1;
+    std::vector<uint8_t> expected = image;
+    CheckpointImageDigest d(n);
+    for (size_t b = 0; b < batches.size(); ++b) {
+      if (gap && b == 0) {
+        for (const auto& r : batches[b]) std::memset(expected.data() + r.offset, 0, r.len);
+        continue;
+      }
+      if (b % 3 == 2) {
+        for (const auto& r : batches[b]) d.Add(r.offset, r.data, r.len);
+      } else {
+        d.AddRuns(batches[b]);
+      }
+    }
+    if (gap) {
+      CHECK_FALSE(d.complete());
+      CHECK(d.DigestZeroFilled() == ParamDigest(expected));
+    } else {
+      REQUIRE(d.complete());
+      CHECK(d.pending_bytes() == 0);
+      CHECK(d.Digest() == ParamDigest(image));
+      CHECK(d.DigestZeroFilled() == ParamDigest(image));
+    }
+  }
+}
 
 TEST_CASE("CopyAndChunkDigestEqualsXxh3ForEveryLengthAndAlignment") {
   const size_t max = 3 * kHashChunkBytes + 200;

@@ -64,38 +64,90 @@ PyManifest FromHfConfig(py::object config, py::object tp, py::object rank,
 
 // -------------------------------------------------------------------------- Expected version
 
-// What a full transaction writing exactly `sources` ({name: full tensor}) must commit.
-py::dict ExpectedVersionOf(const std::vector<PyManifest>& manifests, py::dict sources) {
+// `tensor` as the source `name` of these ranks: converted to the live dtype of the first rank
+// that holds it; `keep` holds the converted tensor alive while its bytes are read.
+SourceTensor ToSourceTensor(const std::vector<const Manifest*>& ms, const std::string& name,
+                            py::object tensor, py::object* keep) {
+  for (const Manifest* m : ms) {
+    const auto& refs = m->ShardsOfSource(name);
+    if (refs.empty()) continue;
+    tensor = AsLiveSource(tensor, m->params()[refs[0].param].dtype, "source tensor '" + name + "'");
+    break;
+  }
+  *keep = tensor;
+  TensorInfo t = InspectTensor(tensor, "source tensor '" + name + "'");
+  if (t.device != "cpu" || !t.contiguous || !t.dtype) {
+    Raise(Status(ErrorCode::kBadWrite,
+                 "source tensor '" + name + "' must be a contiguous cpu tensor of a wtx dtype"));
+  }
+  return SourceTensor{name, t.shape, *t.dtype, reinterpret_cast<const void*>(t.ptr), t.bytes};
+}
+
+std::vector<const Manifest*> Raw(const std::vector<PyManifest>& manifests) {
   std::vector<const Manifest*> ms;
   for (const PyManifest& m : manifests) ms.push_back(m.m.get());
-  std::vector<SourceTensor> st;
-  std::vector<py::object> keep;  // converted sources, alive for the computation
-  for (auto item : sources) {
-    const std::string name = py::str(item.first);
-    py::object tensor = py::reinterpret_borrow<py::object>(item.second);
-    for (const Manifest* m : ms) {  // the live dtype of the first rank that holds it
-      const auto& refs = m->ShardsOfSource(name);
-      if (refs.empty()) continue;
-      tensor =
-          AsLiveSource(tensor, m->params()[refs[0].param].dtype, "source tensor '" + name + "'");
-      break;
-    }
-    keep.push_back(tensor);
-    TensorInfo t = InspectTensor(tensor, "source tensor '" + name + "'");
-    if (t.device != "cpu" || !t.contiguous || !t.dtype) {
-      Raise(Status(ErrorCode::kBadWrite,
-                   "source tensor '" + name + "' must be a contiguous cpu tensor of a wtx dtype"));
-    }
-    st.push_back(
-        SourceTensor{name, t.shape, *t.dtype, reinterpret_cast<const void*>(t.ptr), t.bytes});
-  }
-  auto r = WithoutGil([&] { return ComputeExpectedVersion(ms, st); });
-  ExpectedVersion ev = Unwrap(std::move(r));
+  return ms;
+}
+
+py::dict ExpectedVersionToPy(const ExpectedVersion& ev) {
   py::dict d;
   d["version"] = ev.version;
   d["rank_digests"] = ev.rank_digests;
   return d;
 }
+
+// What a full transaction writing exactly `sources` ({name: full tensor}) must commit.
+py::dict ExpectedVersionOf(const std::vector<PyManifest>& manifests, py::dict sources) {
+  std::vector<const Manifest*> ms = Raw(manifests);
+  std::vector<SourceTensor> st;
+  std::vector<py::object> keep(sources.size());  // converted sources, alive for the computation
+  for (auto item : sources) {
+    st.push_back(ToSourceTensor(ms, py::str(item.first),
+                                py::reinterpret_borrow<py::object>(item.second), &keep[st.size()]));
+  }
+  auto r = WithoutGil([&] { return ComputeExpectedVersion(ms, st); });
+  return ExpectedVersionToPy(Unwrap(std::move(r)));
+}
+
+// wtx.ExpectedVersionBuilder: the same version, one source at a time as the sender sends.
+class PyExpectedVersionBuilder {
+ public:
+  explicit PyExpectedVersionBuilder(std::vector<PyManifest> manifests)
+      : manifests_(std::move(manifests)),
+        builder_(Unwrap(ExpectedVersionBuilder::Create(Raw(manifests_)))) {}
+
+  size_t Add(const std::string& name, py::object tensor) {
+    py::object keep;
+    SourceTensor t = ToSourceTensor(Raw(manifests_), name, std::move(tensor), &keep);
+    auto r = WithoutGil([&]() -> Result<size_t> {
+      std::lock_guard<std::mutex> l(mu_);
+      if (finished_) return Status::InvalidArgument("add('" + name + "'): already finished");
+      return builder_->Add(t);
+    });
+    return Unwrap(std::move(r));
+  }
+
+  py::dict Finish() {
+    auto r = WithoutGil([&]() -> Result<ExpectedVersion> {
+      std::lock_guard<std::mutex> l(mu_);
+      if (finished_) return Status::InvalidArgument("finish: already finished");
+      finished_ = true;
+      return builder_->Finish();
+    });
+    return ExpectedVersionToPy(Unwrap(std::move(r)));
+  }
+
+  size_t sources_added() {
+    std::lock_guard<std::mutex> l(mu_);
+    return builder_->sources_added();
+  }
+
+ private:
+  std::vector<PyManifest> manifests_;                // alive as long as the builder reads them
+  std::mutex mu_;                                    // add() runs without the GIL
+  std::unique_ptr<ExpectedVersionBuilder> builder_;  // guarded by mu_
+  bool finished_ = false;                            // guarded by mu_
+};
 
 // ----------------------------------------------------------------------------------- History
 
@@ -168,6 +220,23 @@ from_json; immutable.)")
   m.def("expected_version", &ExpectedVersionOf, py::arg("manifests"), py::arg("sources"),
         "The version a full transaction writing exactly `sources` ({name: full tensor}) into "
         "ranks with these manifests must commit: {version, rank_digests}.");
+  py::class_<PyExpectedVersionBuilder>(
+      m, "ExpectedVersionBuilder",
+      "The version a full transaction must commit (what wtx.expected_version returns), computed "
+      "one source at a time as the sender sends: add(name, tensor) hashes each piece once, where "
+      "it lands in every rank's parameters; finish() returns {version, rank_digests}. A sender "
+      "calls add() for each tensor right after it goes out (overlapped with the next send), "
+      "then finish(). Errors (wtx.Error): a source given twice, a wrong shape or dtype, a "
+      "source missing at finish; a source no rank holds is ignored (add returns 0).")
+      .def(py::init<std::vector<PyManifest>>(), py::arg("manifests"))
+      .def("add", &PyExpectedVersionBuilder::Add, py::arg("name"), py::arg("tensor"),
+           "Hashes `tensor` (a contiguous cpu tensor) as the source `name`; returns the number "
+           "of shards it feeds (0: no rank holds it). Releases the GIL while hashing.")
+      .def("finish", &PyExpectedVersionBuilder::Finish,
+           "{version, rank_digests} once every source has come (wtx.Error NOT_FOUND naming the "
+           "first missing one). Once.")
+      .def_property_readonly("sources_added", &PyExpectedVersionBuilder::sources_added,
+                             "Sources taken so far.");
   m.def("history", &History, py::arg("journal_dir"),
         "The journal's transactions, oldest first (dicts: tx, kind, base, outcome, version, "
         "reason, timings_us, ...).");

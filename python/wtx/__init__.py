@@ -13,8 +13,9 @@ engine processes over torch.distributed; `wtx.vllm` is a worker extension with v
 
 import math
 
-from ._wtx import (Aborted, Coordinator, DecisionLog, Error, Manifest, Participant,
-                   TransferPlan, expected_version, history, piece_digest, plan_transfer)
+from ._wtx import (Aborted, Coordinator, DecisionLog, Error, ExpectedVersionBuilder, Manifest,
+                   Participant, TransferPlan, expected_version, history, piece_digest,
+                   plan_transfer)
 
 from . import metrics as _metrics
 
@@ -22,8 +23,8 @@ from . import metrics as _metrics
 # (wtx/metrics.py, docs/metrics.md): the engines' own /metrics endpoints show them.
 _metrics.install()
 
-__all__ = ["Aborted", "Coordinator", "DecisionLog", "Error", "Manifest", "Participant",
-           "TransferPlan", "expected_version", "history", "module_from_manifest",
+__all__ = ["Aborted", "Coordinator", "DecisionLog", "Error", "ExpectedVersionBuilder", "Manifest",
+           "Participant", "TransferPlan", "expected_version", "history", "module_from_manifest",
            "piece_digest", "plan_transfer", "slice_source"]
 
 

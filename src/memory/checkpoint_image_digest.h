@@ -24,10 +24,23 @@ class CheckpointImageDigest {
   // REQUIRES: inside the image, disjoint from every earlier run (the caller's coverage refuses
   // overlaps before any byte is taken).
   void Add(size_t offset, const uint8_t* data, size_t len);
+  // One piece of a batch: bytes [offset, offset + len) of the image.
+  struct Run {
+    size_t offset;
+    const uint8_t* data;
+    size_t len;
+  };
+  // The runs of one source in increasing offset order (the rows of a column slice): a chunk
+  // the batch fills whole is hashed straight from the pieces, in order (no copy); the others
+  // as Add does. REQUIRES: what Add requires of each run; offsets increasing.
+  void AddRuns(const std::vector<Run>& runs);
   // Every byte of the image has come.
   bool complete() const { return done_ == chunks_.size(); }
   // REQUIRES: complete()
   uint64_t Digest() const;
+  // The digest of the image with every byte that has not come a zero (padding, bytes no shard
+  // holds): the chunks cut are hashed as they stand, the untouched ones as zeros.
+  uint64_t DigestZeroFilled() const;
   // Bytes held for chunks still cut.
   size_t pending_bytes() const { return pending_bytes_; }
 
@@ -38,6 +51,7 @@ class CheckpointImageDigest {
   std::vector<uint64_t> chunks_;
   std::vector<uint32_t> filled_;  // bytes of each chunk that have come
   std::unordered_map<size_t, std::vector<uint8_t>> cut_;
+  std::vector<std::vector<uint8_t>> spare_;  // buffers of chunks hashed, reused for the next cut
   size_t done_ = 0;
   size_t pending_bytes_ = 0;
 };

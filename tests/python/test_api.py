@@ -241,6 +241,65 @@ def test_UnknownTransactionIsAnError(tmp_path, tiny_llama_config):
     assert "kind" in e.value.message
 
 
+def test_ExpectedVersionBuiltOneSourceAtATimeEqualsTheWholeComputation(tmp_path,
+                                                                      tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    sources = hf_sources(ms)
+    whole = wtx.expected_version(ms, sources)
+    b = wtx.ExpectedVersionBuilder(ms)
+    for name in reversed(list(sources)):
+        assert b.add(name, sources[name]) >= 1
+    assert b.add("not.a.source", torch.zeros(3)) == 0  # no rank holds it: ignored
+    assert b.sources_added == len(sources)
+    with pytest.raises(wtx.Error) as e:
+        b.add("model.norm.weight", sources["model.norm.weight"])
+    assert "given twice" in e.value.message
+    assert b.finish() == whole
+    with pytest.raises(wtx.Error) as e:
+        b.finish()
+    assert e.value.code == "INVALID_ARGUMENT" and "already finished" in e.value.message
+
+
+def test_ExpectedVersionBuilderRefusesAWrongShapeAndNamesAMissingSource(tmp_path,
+                                                                      tiny_llama_config):
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    sources = hf_sources(ms)
+    b = wtx.ExpectedVersionBuilder(ms)
+    name = "model.layers.0.mlp.down_proj.weight"
+    with pytest.raises(wtx.Error) as e:
+        b.add(name, sources[name].t().contiguous())
+    assert name in e.value.message and "source shape" in e.value.message
+    assert b.sources_added == 0
+    for n, t in sources.items():
+        if n != name:
+            b.add(n, t)
+    with pytest.raises(wtx.Error) as e:
+        b.finish()
+    assert e.value.code == "NOT_FOUND" and name in e.value.message
+
+
+def test_SendHasherHashesEachPieceAsItLeavesAndRaisesAfterTheSend(tmp_path, tiny_llama_config):
+    from wtx._expect import SendHasher, hashed_as_sent
+    ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
+    sources = hf_sources(ms)
+    hasher = SendHasher(ms)
+    sent = [n for n, _ in hashed_as_sent(sources.items(), hasher)]
+    assert sent == list(sources)
+    assert hasher.version() == wtx.expected_version(ms, sources)["version"]
+    # A piece sent twice, and a manifest that cannot be read: the send still runs to its end
+    # (the engines get every tensor), version() raises.
+    twice = SendHasher(ms)
+    items = list(sources.items())
+    assert len(list(hashed_as_sent(items + items[:1], twice))) == len(items) + 1
+    with pytest.raises(wtx.Error) as e:
+        twice.version()
+    assert "given twice" in e.value.message
+    broken = SendHasher(["{not json"])
+    assert len(list(hashed_as_sent(items, broken))) == len(items)
+    with pytest.raises(wtx.Error):
+        broken.version()
+
+
 def test_ExpectedVersionCommitsWhatWasSentAndRefusesOtherBytes(tmp_path, tiny_llama_config):
     ms, tensors, ps, c = open_group(tmp_path, tiny_llama_config)
     sources = hf_sources(ms)

@@ -73,6 +73,12 @@ Result<nlohmann::json> BenchSyncs(const BenchOptions& options);
 // replay_records_per_s, details.
 Result<nlohmann::json> BenchReplay(const BenchOptions& options);
 
+// expected_version_vs_xxh3: the trainer's expected version of a full update of options.model at
+// tp 2 (ExpectedVersionBuilder, source by source) against one XXH3 pass over the same source
+// bytes. Keys: expected_version_vs_xxh3, details (assembled_vs_xxh3: the reference that
+// assembles each rank's parameters before hashing).
+Result<nlohmann::json> BenchExpect(const BenchOptions& options);
+
 // journal_vs_rocksdb: Journal::Append (unsynced, batches of write records plus the state)
 // against WriteBatch puts of the very same keys and values into a RocksDB with the journal's
 // options. Keys: journal_vs_rocksdb, details.

@@ -28,6 +28,10 @@ interleaved and the order rotating, one full update of every source by each arm:
   * wtx-vllm-nccl: the same engine as the wtx backend's inner, the same trainer broadcasts:
     wtx receives in place over that engine's own communicator (wtx/vllm/_direct.py), every
     source reserved, landed, hashed and committed.
+  * vllm-nccl-packed / wtx-vllm-nccl-packed: the same two with vLLM main's default wire, packed
+    rounds (the trainer packs tensors into buffers of --packed-mib MiB, vLLM's default 1024, and
+    broadcasts each; the engine receives each buffer and hands its views to the loader): wtx
+    writes each view into its live parameters, copying and hashing in one pass.
 
 vLLM cannot be installed here: the last two arms run vLLM's engine as the double in
 tests/python/vllm_double mirrors it (its communicator over gloo), put first on sys.path.
@@ -35,10 +39,12 @@ tests/python/vllm_double mirrors it (its communicator over gloo), put first on s
 The time of a round runs on the trainer from its first send to the engine's answer that the
 update is in (committed, for the wtx arms). Figures (min and median over rounds): the ratio
 inner / wtx (1.0: the transaction costs nothing over the transport; the issue's goal: >= 0.95),
-inner / wtx+expect, and vllm-nccl / wtx-vllm-nccl (the same goal through vLLM's own engine).
+inner / wtx+expect, vllm-nccl / wtx-vllm-nccl and vllm-nccl-packed / wtx-vllm-nccl-packed (the
+same goal through vLLM's own engine, unpacked and packed).
 
     PYTHONPATH=build/python /usr/bin/python3 tools/bench/vllm_backend_bench.py \\
         [--model tests/conformance/models/qwen2.5-0.5b/config.json] [--rounds 5] [--json]
+        [--packed-mib 1024]
 """
 
 import argparse
@@ -68,9 +74,12 @@ DEFAULT_MODEL = os.path.join(HERE, "..", "..", "tests", "conformance", "models",
                              "config.json")
 TRAINER, ENGINE = 0, 1  # the trainer is rank 0 of vLLM's NCCL group, as vLLM has it
 THREADS = int(os.environ.get("WTX_BENCH_THREADS", "0"))  # the participant's data-path threads
-ARMS = ("physical", "inner", "wtx", "wtx-copy", "wtx+expect", "vllm-nccl", "wtx-vllm-nccl")
+ARMS = ("physical", "inner", "wtx", "wtx-copy", "wtx+expect", "vllm-nccl", "wtx-vllm-nccl",
+        "vllm-nccl-packed", "wtx-vllm-nccl-packed")
 NCCL_ADDRESS = ("127.0.0.1", 29611)  # the key of vLLM's (gloo) update group in the double
-VLLM_ARMS = ("vllm-nccl", "wtx-vllm-nccl")
+VLLM_ARMS = ("vllm-nccl", "wtx-vllm-nccl", "vllm-nccl-packed", "wtx-vllm-nccl-packed")
+# --packed-mib (vLLM's DEFAULT_PACKED_BUFFER_SIZE_BYTES: 1 GiB)
+PACKED_BYTES = int(os.environ.get("WTX_BENCH_PACKED_MIB", "1024")) << 20
 
 
 def sources_of(manifest):
@@ -127,10 +136,12 @@ def engine(manifest, work, tp_group):
         model_config=SimpleNamespace(dtype=torch.bfloat16), speculative_config=None)
     nccl_init = {"master_address": NCCL_ADDRESS[0], "master_port": NCCL_ADDRESS[1],
                  "rank_offset": 1, "world_size": 2}
-    vllm_alone = NCCLWeightTransferEngine(
+    packed_init = dict(nccl_init, packed=True, packed_buffer_size_bytes=PACKED_BYTES)
+    vllm_alone, vllm_packed = (NCCLWeightTransferEngine(
         WeightTransferConfig(backend="nccl", reload_mode="direct"), vllm_config,
-        torch.device("cpu"), model)
+        torch.device("cpu"), model) for _ in range(2))
     vllm_alone.init_transfer_engine(vllm_alone.parse_init_info(nccl_init))
+    vllm_packed.init_transfer_engine(vllm_packed.parse_init_info(packed_init))
 
     wtx.vllm.install_hooks()  # the serving gate, as the plugin installs it in vLLM's workers
     eng = wtx.vllm.WtxWeightTransferEngine(
@@ -140,7 +151,8 @@ def engine(manifest, work, tp_group):
     init = {"journal_dir": os.path.join(work, "rank0"),
             "coordinator_journal": os.path.join(work, "coord"),
             "manifest": manifest.to_json(), "threads": THREADS}
-    inners = {"torch_broadcast": {"src": TRAINER}, "nccl": nccl_init}
+    inners = {"torch_broadcast": {"src": TRAINER}, "nccl": nccl_init,
+              "nccl-packed": packed_init}
     current = "torch_broadcast"
     eng.init_transfer_engine(dict(init, inner=current, inner_init_info=inners[current]))
     while True:
@@ -149,10 +161,12 @@ def engine(manifest, work, tp_group):
         arm, info = box[0]
         if arm == "exit":
             break
-        want = "nccl" if arm == "wtx-vllm-nccl" else "torch_broadcast"
-        if arm != "vllm-nccl" and want != current:  # outside the timed round
+        want = {"wtx-vllm-nccl": "nccl", "wtx-vllm-nccl-packed": "nccl-packed"}.get(
+            arm, "torch_broadcast")
+        if arm not in ("vllm-nccl", "vllm-nccl-packed") and want != current:  # not timed
             current = want
-            eng.init_transfer_engine(dict(init, inner=current, inner_init_info=inners[current]))
+            eng.init_transfer_engine(dict(init, inner=current.split("-")[0],
+                                          inner_init_info=inners[current]))
         dist.barrier()  # the round starts on both sides together
         t0 = time.perf_counter()
         if arm == "physical":
@@ -163,10 +177,11 @@ def engine(manifest, work, tp_group):
             inner.receive_weights(inner.parse_update_info(info), plain_loader)
             ok = True
             phases = {"receive": time.perf_counter() - t0}
-        elif arm == "vllm-nccl":  # as vLLM's worker drives its own engine
-            vllm_alone.start_weight_update()
-            vllm_alone.receive_weights(vllm_alone.parse_update_info(info))
-            vllm_alone.finish_weight_update()
+        elif arm in ("vllm-nccl", "vllm-nccl-packed"):  # as vLLM's worker drives its own
+            alone = vllm_alone if arm == "vllm-nccl" else vllm_packed
+            alone.start_weight_update()
+            alone.receive_weights(alone.parse_update_info(info))
+            alone.finish_weight_update()
             ok = True
             phases = {"receive": time.perf_counter() - t0}
         else:
@@ -185,6 +200,7 @@ def engine(manifest, work, tp_group):
 
 def trainer(manifest, rounds):
     from vllm.distributed.weight_transfer.nccl_engine import _group_of
+    from vllm.distributed.weight_transfer.packed_tensor import packed_nccl_broadcast_producer
     nccl = _group_of(*NCCL_ADDRESS)  # vLLM's trainer-side communicator (rank 0 of it)
     g = torch.Generator().manual_seed(1)
     items = [(n, torch.randn(shape, generator=g).to(torch.bfloat16))
@@ -198,12 +214,15 @@ def trainer(manifest, rounds):
             expect = arm == "wtx+expect"
             info = wtx.vllm.trainer_update_info(items, tx=f"bench-{n}", kind="full",
                                                 expect_version=expect)
-            if arm in ("inner", "physical", "vllm-nccl"):
+            if arm in ("inner", "physical", "vllm-nccl", "vllm-nccl-packed"):
                 info.pop("wtx")
             dist.broadcast_object_list([(arm, info)], src=TRAINER)
             dist.barrier()
             t0 = time.perf_counter()
-            if arm in VLLM_ARMS:  # vLLM's trainer side: one broadcast per tensor from rank 0
+            if arm.endswith("-packed"):  # vLLM main's default trainer wire: packed buffers
+                packed_nccl_broadcast_producer(iter(items), nccl, 0, lambda item: item[1],
+                                               buffer_size_bytes=PACKED_BYTES)
+            elif arm in VLLM_ARMS:  # vLLM's trainer side unpacked: one broadcast per tensor
                 for _, t in items:
                     nccl.broadcast(t, src=0, stream=None)
             else:
@@ -240,7 +259,10 @@ def main():
     ap.add_argument("--model", default=DEFAULT_MODEL, help="HF config.json (tp 1, bf16)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--packed-mib", type=int, default=1024,
+                    help="the packed arms' buffer size (vLLM's default: 1024)")
     a = ap.parse_args()
+    os.environ["WTX_BENCH_PACKED_MIB"] = str(a.packed_mib)  # the spawned processes read it
     work = tempfile.mkdtemp(prefix="wtx-backend-bench-")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -268,9 +290,12 @@ def main():
                                  "median": round(statistics.median(ratio("wtx-copy")), 3)},
            "inner_vs_wtx_expect": {"min": round(min(ratio("wtx+expect")), 3),
                                    "median": round(statistics.median(ratio("wtx+expect")), 3)}}
-    vllm = [i / w for i, w in zip(times["vllm-nccl"], times["wtx-vllm-nccl"])]
-    out["vllm_nccl_vs_wtx_vllm_nccl"] = {"min": round(min(vllm), 3),
-                                         "median": round(statistics.median(vllm), 3)}
+    for alone, with_wtx in (("vllm-nccl", "wtx-vllm-nccl"),
+                            ("vllm-nccl-packed", "wtx-vllm-nccl-packed")):
+        r = [i / w for i, w in zip(times[alone], times[with_wtx])]
+        out[f"{alone}_vs_{with_wtx}".replace("-", "_")] = {
+            "min": round(min(r), 3), "median": round(statistics.median(r), 3)}
+    out["packed_mib"] = a.packed_mib
     # Every arm against the physical limit (physical / arm; 1.0: as fast as the limit).
     limit = lambda arm: [p / w for p, w in zip(times["physical"], times[arm])]  # noqa: E731
     out["physical_vs"] = {arm: {"min": round(min(limit(arm)), 3),

@@ -39,7 +39,7 @@ struct BenchArgs {
   bool coverage_tp_given = false;
   bool model_given = false;           // --model was on the command line
   bool coverage_model_given = false;  // --coverage-model was on the command line
-  std::string compare;  // --compare OLD.json: an earlier `wtx bench --json`
+  std::string compare;                // --compare OLD.json: an earlier `wtx bench --json`
 };
 
 // Where the model configs (models/<name>/config.json) come from, and which lookup found them.
@@ -115,6 +115,8 @@ const Figure kFigures[] = {
     {"hash_at_prepare_landed_update_vs_memcpy", "(extra)", nullptr},
     {"verify_all_vs_xxh3", "<= 1.10", [](double v) { return v <= 1.10; }},
     {"load_vs_read", ">= 0.85", [](double v) { return v >= 0.85; }},
+    // The trainer's expected version against one read of what it sends: no second pass.
+    {"expected_version_vs_xxh3", ">= 0.90", [](double v) { return v >= 0.90; }},
 };
 
 // The figures of kFigures measurement `name` gives (--only's names).
@@ -129,6 +131,7 @@ std::vector<const char*> FiguresOf(const std::string& name) {
       {"landing",
        {"landed_update_vs_memcpy", "landed_update_vs_memcpy_one_thread", "verify_all_vs_xxh3"}},
       {"load", {"load_vs_read"}},
+      {"expect", {"expected_version_vs_xxh3"}},
   };
   auto it = kOf.find(name);
   return it == kOf.end() ? std::vector<const char*>{} : it->second;
@@ -212,6 +215,12 @@ std::string Baseline(const std::string& name, const json& d) {
     return "read() of the files " + g("read_ms") + " ms (" + g("read_gb_per_s") + " GB/s, " +
            d.value("threads", json(1)).dump() + " in flight), wtx load " + g("load_ms") +
            " ms for " + d.value("bytes", json(0)).dump() + " bytes";
+  }
+  if (name == "expect") {
+    return "XXH3 of the sources " + g("xxh3_ms") + " ms, expected version (tp " +
+           d.value("tp", json(0)).dump() + ", source by source) " + g("builder_ms") +
+           " ms; assembled then hashed (the reference) " + g("assembled_ms") + " ms for " +
+           d.value("bytes", json(0)).dump() + " bytes";
   }
   if (name == "journal") {
     return "raw RocksDB " + g("rocksdb_records_per_s") + " records/s, journal " +
@@ -340,13 +349,14 @@ int RunBench(BenchArgs a) {
       {"coverage", bench::BenchCoverage}, {"syncs", bench::BenchSyncs},
       {"replay", bench::BenchReplay},     {"journal", bench::BenchJournal},
       {"landing", bench::BenchLanding},   {"load", bench::BenchLoad},
+      {"expect", bench::BenchExpect},
   };
   for (const auto& name : a.only) {
     bool known = false;
     for (const auto& [n, fn] : all) known = known || n == name;
     if (!known) {
       std::cerr << "wtx bench: --only: unknown measurement '" << name
-                << "' (update, hash, coverage, syncs, replay, journal, landing, load)\n";
+                << "' (update, hash, coverage, syncs, replay, journal, landing, load, expect)\n";
       return 2;
     }
   }
@@ -492,7 +502,7 @@ void RegisterBenchCommand(CLI::App& app, int* exit_code) {
                   "fsync costs are those of its filesystem");
   cmd->add_option("--only", a->only,
                   "run only these measurements: update, hash, coverage, syncs, replay, journal, "
-                  "landing, load")
+                  "landing, load, expect")
       ->delimiter(',');
   cmd->add_flag("--json", a->json, "print one JSON object with every figure and detail");
   cmd->add_flag("--quick", a->quick, "small sizes: a smoke test of a few seconds");

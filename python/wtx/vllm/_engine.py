@@ -43,7 +43,8 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Opt
 import torch
 import torch.distributed as dist
 
-from .. import Aborted, Error, Manifest, Participant, expected_version, fleet
+from .. import Aborted, Error, Manifest, Participant, fleet
+from .._expect import SendHasher, hashed_as_sent
 from .._module_manifest import LLAMA_STACKED_PARAMS_MAPPING, manifest_from_module
 from .._receive import (EXPECTED_VERSION_NAME, VERSION_BYTES, InPlaceReceiver, UpdateState,
                         default_tx, report_to_fleet, describe_failure, describe_source_failure,
@@ -828,27 +829,20 @@ class WtxWeightTransferEngine(UpdateState, _ENGINE_BASE):  # type: ignore[misc, 
         if manifests is None:
             send(iterator, inner_args)
             return None
-        ms = [m if isinstance(m, Manifest) else Manifest.from_json(m) for m in manifests]
-        items = list(iterator)
-        result: Dict[str, Any] = {}
-
-        def compute() -> None:
-            try:
-                result["version"] = expected_version(
-                    ms, {n: t.detach().to("cpu").contiguous() for n, t in items})["version"]
-            except BaseException as e:  # raised below, after the weights went out
-                result["error"] = e
-
-        hashing = threading.Thread(target=compute, name="wtx-expected-version")
-        hashing.start()
+        hasher = SendHasher(manifests)  # each piece hashed as it leaves, beside the send
         try:
-            send(iter(items), inner_args)
-        finally:
-            hashing.join()
-        version = result.get("version", "")
+            send(hashed_as_sent(iterator, hasher), inner_args)
+        except BaseException:
+            hasher.close()
+            raise
+        error: Optional[BaseException] = None
+        try:
+            version = hasher.version()
+        except BaseException as e:  # raised below, after the engine got its last tensor
+            version, error = "", e
         send(iter([(EXPECTED_VERSION_NAME, expected_version_tensor(version))]), inner_args)
-        if "error" in result:
-            raise result["error"]
+        if error is not None:
+            raise error
         return version
 
     # -- internals -------------------------------------------------------------------------

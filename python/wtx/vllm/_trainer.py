@@ -11,18 +11,18 @@ its send) as vLLM's trainer engines are driven:
 `client` is any VLLMWeightSyncClient (vLLM's HTTP or Ray client). The wrapper turns the inner
 engine's init_weight_transfer_engine into wtx's init_info (the inner's own init info inside
 it), labels every update with a transaction id every engine rank shares, and, given the engine
-ranks' manifests, computes the version the update must commit beside the send (hashing the
-source on a thread) and hands it to the engine ranks before finish: a commit of anything else
+ranks' manifests, computes the version the update must commit as it sends (each piece hashed
+on a thread as the inner engine takes it from the source, _expect.py) and hands it to the engine ranks before finish: a commit of anything else
 aborts with E_VERSION_MISMATCH. The expected version applies where the served bytes are the
 checkpoint's (no quantization or repacking in post-load processing).
 """
 
-import threading
 import uuid
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, ClassVar, Dict, List, Optional
 
-from .. import Error, Manifest, expected_version
+from .. import Error
+from .._expect import HashingSource, SendHasher
 
 
 def _vllm_base(name: str) -> Any:
@@ -126,6 +126,7 @@ class WtxTrainerWeightTransferEngine(_EngineBase):  # type: ignore[misc, valid-t
         self.inner: Any = None
         self.wrapped: Optional[_WtxClient] = None
         self.info: Optional[WtxTrainerInitInfo] = None
+        self.hashing_source: Optional[HashingSource] = None
 
     @classmethod
     def trainer_init(cls, init_info: WtxTrainerInitInfo, *, client: Any,
@@ -147,45 +148,38 @@ class WtxTrainerWeightTransferEngine(_EngineBase):  # type: ignore[misc, valid-t
         engine = cls(client=client, source=source, is_sender=init_info.rank == 0)
         engine.info = init_info
         engine.wrapped = _WtxClient(client, init_info)
-        engine.inner = inner_cls.trainer_init(inner_info, client=engine.wrapped, source=source)
+        # The inner iterates the source as it sends: each piece goes to the expected version's
+        # hasher as it leaves (_expect.py).
+        engine.hashing_source = HashingSource(source) if source is not None else None
+        engine.inner = inner_cls.trainer_init(inner_info, client=engine.wrapped,
+                                              source=engine.hashing_source)
         return engine
 
     def send_weights(self) -> None:
         """The inner engine's send (start, update_weights, finish through the wrapped client),
-        with the expected version hashed beside it when the manifests are known."""
+        with the expected version hashed as each piece leaves when the manifests are known."""
         assert self.wrapped is not None and self.info is not None, "built by trainer_init"
-        result: Dict[str, Any] = {}
-        hashing: Optional[threading.Thread] = None
-        if self.is_sender and self.info.manifests is not None and self.source is not None:
-            manifests = [m if isinstance(m, Manifest) else Manifest.from_json(m)
-                         for m in self.info.manifests]
+        source = self.hashing_source
+        if not (self.is_sender and self.info.manifests is not None and source is not None):
+            self.inner.send_weights()
+            return None
+        hasher = SendHasher(self.info.manifests)
+        source.hasher = hasher
+        finish = self.wrapped.finish_weight_update
 
-            def compute() -> None:
-                try:
-                    tensors = {n: t.detach().to("cpu").contiguous() for n, t in self.source}
-                    result["version"] = expected_version(manifests, tensors)["version"]
-                except BaseException as e:
-                    result["error"] = e
+        def finish_with_version(weight_version: Optional[str] = None) -> None:
+            source.hasher = None  # type: ignore[union-attr]
+            self.wrapped.expected = hasher.version()  # type: ignore[union-attr]
+            finish(weight_version)
 
-            hashing = threading.Thread(target=compute, name="wtx-expected-version")
-            hashing.start()
-            finish = self.wrapped.finish_weight_update
-
-            def finish_with_version(weight_version: Optional[str] = None) -> None:
-                hashing.join()  # type: ignore[union-attr]
-                if "error" in result:
-                    raise result["error"]
-                self.wrapped.expected = result["version"]  # type: ignore[union-attr]
-                finish(weight_version)
-
-            self.wrapped.finish_weight_update = finish_with_version  # type: ignore[assignment]
+        self.wrapped.finish_weight_update = finish_with_version  # type: ignore[assignment]
         try:
             self.inner.send_weights()
         finally:
-            if hashing is not None:
-                hashing.join()
-                self.wrapped.expected = None
-                del self.wrapped.finish_weight_update
+            source.hasher = None
+            hasher.close()
+            self.wrapped.expected = None
+            del self.wrapped.finish_weight_update
         return None
 
     def shutdown(self) -> None:
