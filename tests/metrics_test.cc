@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "src/metrics/metrics_hub.h"
+#include "src/testing/armed_crash_point.h"
 #include "tests/test_util.h"
 #include "wtx/metrics.h"
 
@@ -127,6 +128,29 @@ TEST_CASE("MetricsFollowCommitsAndAborts") {
     // The committed version is still t1's.
     CHECK(Value("wtx_version_info", Rank(r, {{"version", o.version}})) == 1);
   }
+}
+
+TEST_CASE("AnInDoubtTransactionKeepsItsStartTimeAcrossARestart") {
+  // The coordinator dies after the votes, before its decision: both ranks are in doubt. Rank 1
+  // restarts (its process died too) and is in doubt again: the open-update gauge must still say
+  // when the transaction began (from its BEGIN record), not 0 ("no transaction") nor the
+  // restart's time.
+  Cluster c(2, SmallManifest());
+  ArmedCrashPoint cp;
+  cp.Arm("before_decision_logged");
+  REQUIRE(c.RestartCoordinator(&cp).ok());
+  CommitOutcome o = c.FullCommit("t1", 1);
+  REQUIRE(o.status.code() == ErrorCode::kCrashed);
+  const double began = Value("wtx_transaction_start_timestamp_seconds", Rank(1));
+  REQUIRE(began > 0);
+  c.KillCoordinator(false);
+  c.Kill(1, false);
+  REQUIRE(c.Restart(1).ok());  // the coordinator is down: rank 1 stays in doubt
+  REQUIRE(c.rank(1).status().in_doubt == "t1");
+  CHECK(Value("wtx_transaction_start_timestamp_seconds", Rank(1)) == began);
+  REQUIRE(c.RestartCoordinator().ok());  // presumed abort: nothing open any more
+  CHECK_FALSE(c.rank(1).status().in_doubt);
+  CHECK(Value("wtx_transaction_start_timestamp_seconds", Rank(1)) == 0);
 }
 
 TEST_CASE("RankGaugesGoWithTheirParticipant") {

@@ -123,7 +123,8 @@ Status ParticipantImpl::Init() {
       tx->vote_yes = true;
       tx->wrote = act.wrote;
       tx->interrupted = true;
-      tx->dirty_at_begin = true;  // this process never had the bytes the journal describes
+      tx->dirty_at_begin = true;   // this process never had the bytes the journal describes
+      tx->t_begin = act.begin_ts;  // when it began, for status and the open-update metric
       active_ = std::move(tx);
     } else {
       // Not prepared (or voted no): presumed abort, by a process that never had its bytes.

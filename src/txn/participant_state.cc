@@ -102,6 +102,7 @@ M StateFields(const ParticipantState& s) {
   if (a.served_digest) act.Text("served_digest", *a.served_digest);
   if (!a.lineage.empty()) act.Text("lineage", a.lineage);
   if (a.step) act.Int("step", *a.step);
+  if (a.begin_ts != 0) act.Int("begin_ts", a.begin_ts);
   if (a.vote_yes) {
     act.Text("vote", *a.vote_yes ? "yes" : "no");
   } else {
@@ -163,6 +164,7 @@ Result<ParticipantState> DecodeParticipantState(const json& j, std::string_view 
     t.interrupted = af.OptBool("interrupted").value_or(false);
     t.lineage = af.OptString("lineage").value_or("");
     t.step = af.OptInt("step");
+    t.begin_ts = af.OptInt("begin_ts").value_or(0);
     if (!af.ok()) return af.status();
     s.active = std::move(t);
   }
@@ -277,6 +279,7 @@ Status ParticipantReplay::Apply(const ParticipantRecord& record, uint64_t seq) {
           a.dirty_at_begin = s.dirty;
           a.lineage = r.lineage;
           a.step = r.step;
+          a.begin_ts = r.ts;
           s.active = std::move(a);
           s.txs += 1;
           // Durably dirty from BEGIN to the decision (WRITE records are batched). A BEGIN
@@ -447,6 +450,10 @@ Status CheckParticipantState(const Journal& journal) {
     want.active->dirty_at_begin = replayed->active->dirty_at_begin;
     want.active->undeclared = replayed->active->undeclared;
     want.active->interrupted = replayed->active->interrupted;
+  }
+  if (want.active && replayed->active && want.active->begin_ts == 0) {
+    // Written before BEGIN's time was stored with the active transaction: the replay's.
+    want.active->begin_ts = replayed->active->begin_ts;
   }
   if (*replayed != want) {
     return Status::Corruption(

@@ -48,6 +48,9 @@ struct ActiveTxState {
   std::optional<int64_t> step = {};  // BEGIN's step (nullopt in journals from before steps)
   // A yes vote's rank served digest, where it differs from `digest` (a processed manifest).
   std::optional<std::string> served_digest = {};
+  // BEGIN's time (BeginRecord::ts, microseconds since the epoch), so that a transaction left
+  // in doubt by a crash reports when it began after the restart; 0 in snapshots from before.
+  int64_t begin_ts = 0;
 
   bool operator==(const ActiveTxState&) const = default;
 };
