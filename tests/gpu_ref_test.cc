@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/xxh3_hd.h"
+#include "src/testing/fault_injection_fs.h"
 #include "tests/device_participant_run.h"
 #include "tests/test_util.h"
 #include "wtx/content_hash.h"
@@ -315,6 +316,37 @@ TEST_CASE("VerifyLive catches bytes changed outside a transaction") {
   REQUIRE(rep.ok());
   CHECK(rep->match);
   CHECK(rep->committed.committed_tx == "t3");
+}
+
+TEST_CASE("DumpLiveImageGoesThroughTheEnvsFilesystemAndNamesTheFileItCannotWrite") {
+  testing::TempDir files;
+  const std::string image = files.sub("live.bin");
+  Rank r;
+  r.Full("t1", 1, Decision::kCommit);
+  auto fs = std::make_shared<FaultInjectionFileSystem>(rocksdb::FileSystem::Default());
+  Env env;
+  env.fs = fs;
+  // A failed write and a failed sync each surface as an error naming the file.
+  fs->FailNextWrites(1);
+  Status s = DumpLiveImage(*r.p, image, env);
+  CHECK(s.code() == ErrorCode::kIOError);
+  CHECK(s.message().find(image) != std::string::npos);
+  CHECK(fs->injected_errors() == 1);
+  fs->FailNextSyncs(1);
+  s = DumpLiveImage(*r.p, image, env);
+  CHECK(s.code() == ErrorCode::kIOError);
+  CHECK(s.message().find("cannot sync") != std::string::npos);
+  // Through the same filesystem, a good dump is synced and verifies against the journal.
+  const uint64_t syncs = fs->syncs();
+  REQUIRE(DumpLiveImage(*r.p, image, env).ok());
+  CHECK(fs->syncs() == syncs + 1);
+  std::ifstream in(image, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  r.p.reset();
+  auto rep = VerifyImage(
+      *r.manifest, {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, r.journal());
+  REQUIRE(rep.ok());
+  CHECK(rep->match);
 }
 
 #ifdef WTX_BINARY

@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 
+#include "wtx/env.h"
 #include "wtx/manifest.h"
 #include "wtx/participant.h"
 #include "wtx/status.h"
@@ -55,8 +56,10 @@ Result<std::string> RankDigestOfImage(const Manifest& manifest, std::span<const 
 Result<LiveVerifyReport> VerifyImage(const Manifest& manifest, std::span<const uint8_t> image,
                                      const std::string& journal_dir);
 
-// Writes participant.memory()'s parameters, manifest order, to `path`.
+// Writes participant.memory()'s parameters, manifest order, to `path` (replaced if it exists),
+// synced, through `env.fs` (the default filesystem when null): a fault-injection filesystem
+// reaches it. IOError naming `path` when it cannot be created, written or synced.
 // REQUIRES: no concurrent Write/Patch.
-Status DumpLiveImage(Participant& participant, const std::string& path);
+Status DumpLiveImage(Participant& participant, const std::string& path, const Env& env = {});
 
 }  // namespace wtx

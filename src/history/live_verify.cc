@@ -1,6 +1,8 @@
 #include "wtx/live_verify.h"
 
-#include <fstream>
+#include <memory>
+
+#include <rocksdb/file_system.h>
 
 #include "journal/journal.h"
 #include "src/txn/participant_records.h"
@@ -110,9 +112,14 @@ Result<LiveVerifyReport> VerifyImage(const Manifest& manifest, std::span<const u
   return Compare(std::move(c).value(), std::move(live).value(), /*loaded=*/true);
 }
 
-Status DumpLiveImage(Participant& participant, const std::string& path) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return Status::IOError("cannot create " + path);
+Status DumpLiveImage(Participant& participant, const std::string& path, const Env& env) {
+  const std::shared_ptr<rocksdb::FileSystem> fs = env.fs ? env.fs : rocksdb::FileSystem::Default();
+  auto failed = [&](const char* what, const rocksdb::IOStatus& s) {
+    return Status::IOError(std::string("cannot ") + what + " " + path + ": " + s.ToString());
+  };
+  std::unique_ptr<rocksdb::FSWritableFile> out;
+  rocksdb::IOStatus s = fs->NewWritableFile(path, rocksdb::FileOptions(), &out, nullptr);
+  if (!s.ok()) return failed("create", s);
   LiveMemory& mem = participant.memory();
   std::string staged;
   for (uint32_t i = 0; i < participant.manifest().params().size(); ++i) {
@@ -122,10 +129,14 @@ Status DumpLiveImage(Participant& participant, const std::string& path) {
       WTX_RETURN_IF_ERROR(mem.Load(i, 0, staged.data(), staged.size()));
       b = {reinterpret_cast<const uint8_t*>(staged.data()), staged.size()};
     }
-    out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+    s = out->Append(rocksdb::Slice(reinterpret_cast<const char*>(b.data()), b.size()),
+                    rocksdb::IOOptions(), nullptr);
+    if (!s.ok()) return failed("write", s);
   }
-  out.close();
-  if (!out) return Status::IOError("cannot write " + path);
+  s = out->Fsync(rocksdb::IOOptions(), nullptr);
+  if (!s.ok()) return failed("sync", s);
+  s = out->Close(rocksdb::IOOptions(), nullptr);
+  if (!s.ok()) return failed("close", s);
   return Status::OK();
 }
 
