@@ -108,5 +108,8 @@ class HashingSource:
             return iter(self._source)
         return hashed_as_sent(self._source, self.hasher)
 
+    def __len__(self) -> int:
+        return len(self._source)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._source, name)
