@@ -191,9 +191,14 @@ Result<std::unique_ptr<ExpectedVersionBuilder>> ExpectedVersionBuilder::Create(
         if (s.padding) continue;
         // A shard's box and source box hold the same elements in row-major order (a stacked
         // expert's box has a leading extent 1 the source lacks); packed ones do not.
-        if (s.packed || NumElements(s.box) != NumElements(s.source_box)) {
+        if (s.packed) {
           return Status::InvalidArgument(Where(static_cast<int>(r), p, s) +
                                          " is packed: its live bytes cannot be predicted");
+        }
+        if (NumElements(s.box) != NumElements(s.source_box)) {  // a manifest validates this
+          return Status::InvalidArgument(
+              Where(static_cast<int>(r), p, s) + ": box " + BoxToString(s.box) +
+              " and source box " + BoxToString(s.source_box) + " hold different element counts");
         }
         st->feeds[s.source].push_back({r, i, k});
       }
