@@ -12,9 +12,11 @@ its send) as vLLM's trainer engines are driven:
 engine's init_weight_transfer_engine into wtx's init_info (the inner's own init info inside
 it), labels every update with a transaction id every engine rank shares, and, given the engine
 ranks' manifests, computes the version the update must commit as it sends (each piece hashed
-on a thread as the inner engine takes it from the source, _expect.py) and hands it to the engine ranks before finish: a commit of anything else
-aborts with E_VERSION_MISMATCH. The expected version applies where the served bytes are the
-checkpoint's (no quantization or repacking in post-load processing).
+on a thread as the inner engine takes it from the source, _expect.py) and hands it to the
+engine ranks before finish: a commit of anything else aborts with E_VERSION_MISMATCH. The
+expected version is the checkpoint version (the bytes as sent); where post-load processing serves
+another form, the manifests say so per parameter (`served`): its checkpoint bytes are hashed as
+they pass to the loader, and the served digest is what verify checks (docs/manifest.md).
 """
 
 import uuid
