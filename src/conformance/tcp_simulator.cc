@@ -366,7 +366,9 @@ Result<json> TcpProcesses::CallCoordinator(const std::string& method, json param
 Status TcpProcesses::RankStep(int r, const Step& st, const std::optional<BeginRequest>& scope) {
   json p = {{"step", RankStepToJson(st)},
             {"scope", scope ? net::BeginRequestToJson(*scope) : json()}};
-  return CallRank(r, "step", std::move(p), kCallTimeout).status();
+  Status s = CallRank(r, "step", std::move(p), kCallTimeout).status();
+  if (s.ok() && st.op == "load_checkpoint" && options_.on_rank_loaded) options_.on_rank_loaded(r);
+  return s;
 }
 
 RankStatus TcpProcesses::RankState(int r) {

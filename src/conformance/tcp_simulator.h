@@ -29,6 +29,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,9 @@ struct TcpSimOptions {
   std::vector<std::string> decision_log_args;
   int lease_ttl_ms = 1000;
   int threads = 0;  // `wtx rank --threads` of every rank (0: the rank's default)
+  // Called with the rank after its load_checkpoint step succeeded (`wtx load`'s progress: the
+  // rank processes read the checkpoint, so the driver sees a rank's bytes once it is done).
+  std::function<void(int rank)> on_rank_loaded;
 };
 
 Result<nlohmann::json> RunScenarioTcp(const Scenario& scenario, const TcpSimOptions& options);

@@ -95,6 +95,25 @@ def test_LoadShowsProgressOnATerminalAndNothingElsewhere(tmp_path):
     assert json.loads(drawn)["outcome"] == "committed"
 
 
+def test_LoadOverTcpShowsEachRanksBytesAsItsLoadReturns(tmp_path):
+    # Over --transport tcp the rank processes read the checkpoint: the line counts each rank's
+    # share when its load step returns, reaching every byte of both ranks' shares.
+    m = wtx.Manifest.from_hf_config(CONFIG, tp=1, rank=0, dtype="bf16")
+    ckpt = str(tmp_path / "model.safetensors")
+    write_checkpoint(ckpt, m)
+    args = [WTX_BIN, "load", "--checkpoint", ckpt, "--hf-config", CONFIG, "--tp", "2",
+            "--transport", "tcp"]
+    rc, drawn = run_on_terminal(args)
+    assert rc == 0, drawn
+    assert "\rload  " in drawn, drawn
+    assert "100%" in drawn, drawn
+    result = drawn.rsplit("\r", 1)[-1].strip()
+    assert result.startswith("load of ") and "committed" in result, drawn
+    piped = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0, piped.stderr
+    assert "\r" not in piped.stdout and "%" not in piped.stdout
+
+
 def test_VerifyAndCheckShowProgressOnATerminalAndNothingElsewhere(tmp_path):
     m = wtx.Manifest.from_hf_config(CONFIG, tp=1, rank=0, dtype="bf16")
     tensors = {p["name"]: torch.zeros(p["shape"], dtype=torch.bfloat16) for p in m.params}

@@ -95,33 +95,42 @@ int RunLoad(const LoadArgs& a) {
            ("wtx-load-" + std::to_string(rd()) + std::to_string(rd())))
               .string();
   }
+  // Progress on a terminal (progress.h): the bytes the ranks read of the checkpoint (each
+  // rank's share is read off the checkpoint's header only when the line is drawn). In process
+  // every read counts as it lands; over TCP the rank processes read, and a rank's bytes count
+  // when its load step returns.
+  const bool wanted = ProgressWanted(a.json);
+  std::vector<uint64_t> rank_bytes(plan.value().manifests.size(), 0);
+  uint64_t total = 0;
+  if (wanted) {
+    if (auto ckpt = SafetensorsCheckpoint::Open(plan.value().checkpoint); ckpt.ok()) {
+      for (size_t r = 0; r < rank_bytes.size(); ++r) {
+        rank_bytes[r] = CheckpointBytesFor(*ckpt.value(), *plan.value().manifests[r]);
+        total += rank_bytes[r];
+      }
+    }
+  }
+  Progress progress("load", static_cast<int64_t>(total), Progress::Unit::kBytes, wanted);
   Result<json> run = Status::InvalidArgument("unknown transport '" + a.transport + "'");
   if (a.transport == "tcp") {
     sim::TcpSimOptions o;
     o.journal_dir = dir;
     o.test_hooks = false;
     o.threads = a.threads;
+    o.on_rank_loaded = [&](int r) {
+      if (r >= 0 && static_cast<size_t>(r) < rank_bytes.size()) {
+        progress.Add(static_cast<int64_t>(rank_bytes[static_cast<size_t>(r)]));
+      }
+    };
     run = sim::RunScenarioTcp(plan.value().scenario, o);
   } else if (a.transport == "inproc") {
     sim::SimOptions o;
     o.journal_dir = dir;
     o.threads = a.threads;
-    // Progress on a terminal (progress.h): the bytes every rank reads of the checkpoint (the
-    // total is read off the checkpoint's header only when the line is drawn).
-    const bool wanted = ProgressWanted(a.json);
-    uint64_t total = 0;
-    if (wanted) {
-      if (auto ckpt = SafetensorsCheckpoint::Open(plan.value().checkpoint); ckpt.ok()) {
-        for (const ManifestPtr& m : plan.value().manifests) {
-          total += CheckpointBytesFor(*ckpt.value(), *m);
-        }
-      }
-    }
-    Progress progress("load", static_cast<int64_t>(total), Progress::Unit::kBytes, wanted);
     o.on_checkpoint_read = [&progress](uint64_t n) { progress.Add(static_cast<int64_t>(n)); };
     run = sim::RunScenario(plan.value().scenario, o);
-    progress.Finish();
   }
+  progress.Finish();
   if (temp) {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
