@@ -20,7 +20,9 @@ namespace participant_internal {
 
 Status ParticipantImpl::Init() {
   WTX_RETURN_IF_ERROR(CheckMetricLabels(options_.metric_labels));
-  metrics_ = std::make_unique<metrics::RankMetrics>(options_.rank, options_.metric_labels);
+  if (!hooks_.benchmark_no_metrics) {
+    metrics_ = std::make_unique<metrics::RankMetrics>(options_.rank, options_.metric_labels);
+  }
   kernel_identity_ = options_.kernel_identity;
   memory_ = options_.memory ? options_.memory
                             : std::shared_ptr<LiveMemory>(NewHostLiveMemory(*manifest_));

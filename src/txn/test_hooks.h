@@ -26,6 +26,9 @@ struct ParticipantHooks {
   // were hashed before), so both ways are measured in one run over the same buffers. Not
   // owned; may be null.
   const bool* benchmark_hash_landings_at_prepare = nullptr;
+  // Benchmarks only (`wtx bench --only update`): the rank records no metrics, so that the
+  // update's cost with metrics is measured against the same update without, in one run.
+  bool benchmark_no_metrics = false;
 };
 
 struct CoordinatorHooks {

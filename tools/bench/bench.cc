@@ -239,6 +239,12 @@ Result<json> BenchUpdate(const BenchOptions& o) {
   WTX_ASSIGN_OR_RETURN(rank, OpenOneRank(dir.path(), manifest, ro));
   Participant* participant = rank.participant.get();
   Coordinator* coordinator = rank.coordinator.get();
+  // The same rank recording no metrics (its own live memory and journals): the update's cost
+  // with metrics against the same update without, in the same rounds.
+  WTX_ASSIGN_OR_RETURN(quiet_dir, ScratchDir::Make(o.scratch_dir, "update-no-metrics"));
+  OneRankOptions quiet_options = ro;
+  quiet_options.hooks.benchmark_no_metrics = true;
+  WTX_ASSIGN_OR_RETURN(quiet, OpenOneRank(quiet_dir.path(), manifest, quiet_options));
 
   std::vector<WritePiece> pieces;
   std::vector<Copy> copies;  // the same shards as flat runs, for the baselines
@@ -262,7 +268,7 @@ Result<json> BenchUpdate(const BenchOptions& o) {
 
   int tx_counter = 0;
   std::string last_version;
-  auto run_tx = [&](TxTimes* t) -> Status {
+  auto run_tx_on = [&](Participant* participant, Coordinator* coordinator, TxTimes* t) -> Status {
     BeginRequest req;
     req.tx = "bench-" + std::to_string(++tx_counter);
     req.kind = TxKind::kFull;
@@ -287,6 +293,10 @@ Result<json> BenchUpdate(const BenchOptions& o) {
     last_version = c.version;
     *t = {t1 - t0, t2 - t1, t3 - t2, t3 - t0};
     return Status::OK();
+  };
+  auto run_tx = [&](TxTimes* t) { return run_tx_on(participant, coordinator, t); };
+  auto run_quiet_tx = [&](TxTimes* t) {
+    return run_tx_on(quiet.participant.get(), quiet.coordinator.get(), t);
   };
   auto run_memcpy = [&]() {
     const double t0 = NowSeconds();
@@ -316,6 +326,7 @@ Result<json> BenchUpdate(const BenchOptions& o) {
 
   // Warm-up: faults the live pages in, opens the journals' files; not counted.
   TxTimes warm;
+  WTX_RETURN_IF_ERROR(run_quiet_tx(&warm));
   WTX_RETURN_IF_ERROR(run_tx(&warm));
   run_memcpy();
   run_stream();
@@ -323,10 +334,17 @@ Result<json> BenchUpdate(const BenchOptions& o) {
 
   const int rounds = o.quick ? 3 : 7;
   std::vector<double> t_memcpy, t_stream, t_stream_threads, t_tx, t_begin, t_writes, t_commit;
+  std::vector<double> t_quiet_tx;
   for (int r = 0; r < rounds; ++r) {
     // Rotate the order so that drift on a shared machine hits every side alike.
-    for (int k = 0; k < 4; ++k) {
-      switch ((r + k) % 4) {
+    for (int k = 0; k < 5; ++k) {
+      switch ((r + k) % 5) {
+        case 4: {
+          TxTimes t;
+          WTX_RETURN_IF_ERROR(run_quiet_tx(&t));
+          t_quiet_tx.push_back(t.total);
+          break;
+        }
         case 0:
           t_memcpy.push_back(run_memcpy());
           break;
@@ -368,9 +386,12 @@ Result<json> BenchUpdate(const BenchOptions& o) {
     return a;
   };
   const double gb = static_cast<double>(total) / 1e9;
+  const double quiet_tx = Median(t_quiet_tx);
   return json{
       {"update_vs_memcpy", mc / tx},
       {"update_vs_stream_copy", stn / tx},
+      // The update with metrics against the same update recording none (1.0: metrics free).
+      {"update_metrics_on_vs_off", quiet_tx / tx},
       {"details",
        {{"model", o.model},
         {"threads", threads},
@@ -388,6 +409,7 @@ Result<json> BenchUpdate(const BenchOptions& o) {
         {"stream_copy_ms", st * 1e3},
         {"stream_copy_gb_per_s", gb / st},
         {"transaction_ms", tx * 1e3},
+        {"transaction_no_metrics_ms", quiet_tx * 1e3},
         {"transaction_gb_per_s", gb / tx},
         {"begin_ms", Median(t_begin) * 1e3},
         {"writes_ms", Median(t_writes) * 1e3},
@@ -397,7 +419,8 @@ Result<json> BenchUpdate(const BenchOptions& o) {
          {{"memcpy", ms(t_memcpy)},
           {"stream_copy", ms(t_stream)},
           {"stream_copy_threads", ms(t_stream_threads)},
-          {"transaction", ms(t_tx)}}}}}};
+          {"transaction", ms(t_tx)},
+          {"transaction_no_metrics", ms(t_quiet_tx)}}}}}};
 }
 
 // ---- hash_vs_xxh3 --------------------------------------------------------------------------

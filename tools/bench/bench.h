@@ -48,9 +48,12 @@ struct BenchOptions {
 // journal, prepare with hashing, 2PC commit through Coordinator + InProcTransport with real
 // fsync; the rank's data path on options.threads threads) against the streaming (non-temporal)
 // copy of the same shards into the same live buffers on as many threads: the limit of one pass
-// over the bytes. update_vs_memcpy: against one thread's memcpy of the same shards. Keys:
-// update_vs_memcpy, update_vs_stream_copy, details (update_vs_stream_copy_one_thread: against
-// one thread's streaming copy).
+// over the bytes. update_vs_memcpy: against one thread's memcpy of the same shards.
+// update_metrics_on_vs_off: the same transaction on a rank recording no metrics
+// (ParticipantHooks::benchmark_no_metrics) against the one recording them, interleaved (1.0:
+// metrics cost nothing). Keys: update_vs_memcpy, update_vs_stream_copy,
+// update_metrics_on_vs_off, details (update_vs_stream_copy_one_thread: against one thread's
+// streaming copy).
 Result<nlohmann::json> BenchUpdate(const BenchOptions& options);
 
 // hash_vs_xxh3: ParamDigest over a buffer larger than the caches against one XXH3_64bits pass
