@@ -97,7 +97,7 @@ wtx_layer(etcd
           src/etcd/stored_record.cc
   DEPS util
   LIBS Boost::headers OpenSSL::SSL OpenSSL::Crypto Threads::Threads)
-# The Prometheus series of participants and coordinators (docs/metrics.md): prometheus-cpp's
+# The Prometheus series of participants and coordinators (docs/observability.md): prometheus-cpp's
 # registry, its exposer for the daemons, and the event log the Python module mirrors.
 wtx_layer(metrics
   SOURCES src/metrics/metrics_hub.cc src/metrics/rank_metrics.cc

@@ -5,7 +5,7 @@ pkgs=(build-essential cmake librocksdb-dev libboost-dev nlohmann-json3-dev catch
       libssl-dev openssl  # TLS (src/net/tls.cc); the openssl CLI makes test certificates
       clang libclang-rt-14-dev  # clang: scripts/sanitize.sh (sanitizers, libFuzzer)
       etcd-server etcd-client  # the replicated decision log (docs/protocol.md) and its tests
-      prometheus-cpp-dev python3-prometheus-client  # metrics (docs/metrics.md)
+      prometheus-cpp-dev python3-prometheus-client  # metrics (docs/observability.md)
       prometheus  # its server and promtool: tests/prometheus (rules, dashboard, a real scrape)
       pybind11-dev python3-dev python3-torch python3-numpy python3-pytest  # the Python module
       python3-pip python3-setuptools python3-wheel python3-venv mypy)  # pip install ., stubs

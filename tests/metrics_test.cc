@@ -1,4 +1,4 @@
-// The metrics of docs/metrics.md recorded in process (wtx/metrics.h): what the registry holds
+// The metrics of docs/observability.md recorded in process (wtx/metrics.h): what the registry holds
 // after commits and aborts, the labels a participant may add, the scrape endpoint's address
 // checks, and the event log the Python module mirrors. The registry is process-wide, so the
 // counters are compared before and after each step. (The real scrape by a Prometheus server

@@ -1,5 +1,5 @@
 // Metrics: the Prometheus series of every wtx participant and coordinator in this process
-// (docs/metrics.md lists them: transactions and aborts, phase durations, bytes written,
+// (docs/observability.md lists them: transactions and aborts, phase durations, bytes written,
 // coverage, serving/dirty/held, the committed version, journal syncs, the decision log,
 // leader changes).
 //

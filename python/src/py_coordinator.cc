@@ -338,7 +338,7 @@ wtx.torch_dist); a context manager.)")
                   "one value must hold the same manifest, ranks of different values may differ "
                   "(pipeline stages); None: every rank the same. metric_labels: "
                   "{'replica': ..., 'fleet': ...} added to the coordinator's metrics "
-                  "(docs/metrics.md).")
+                  "(docs/observability.md).")
       .def_static("open_carried", &OpenCarried, py::arg("journal_dir"), py::kw_only(),
                   py::arg("num_ranks"), py::arg("carrier"), py::arg("prepare_timeout") = 5.0,
                   py::arg("request_timeout") = 30.0, py::arg("accept_unverified_journal") = false,

@@ -1,4 +1,4 @@
-// wtx._wtx metrics (docs/metrics.md): the families, a structured collection of the process's
+// wtx._wtx metrics (docs/observability.md): the families, a structured collection of the process's
 // registry (wtx.metrics turns it into prometheus_client families: no exposition format is
 // written here), and the event log wtx.metrics mirrors into prometheus_client's multiprocess
 // files. Also the metric_labels argument of Participant.open and Coordinator.open.
@@ -104,7 +104,7 @@ MetricLabels MetricLabelsArg(const std::optional<std::map<std::string, std::stri
 
 void DefineMetrics(py::module_& m) {
   m.def("metric_families", &Families,
-        "The wtx metric families (docs/metrics.md): name, help, type, label_names, buckets.");
+        "The wtx metric families (docs/observability.md): name, help, type, label_names, buckets.");
   m.def("metrics_collect", &Collect,
         "Every wtx series of this process, structured (wtx.metrics builds prometheus_client "
         "families from it).");

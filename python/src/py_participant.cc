@@ -592,7 +592,7 @@ tensors: where the live bytes are. A torch.nn.Module (its named_parameters() and
   shape, contiguous, all cpu or all on one cuda device), else E_BAD_WRITE naming the parameter.
 threads: data-path threads (0: one per core). rollback_budget_bytes: before-image limit.
 identity_checks: False skips the storage checks (benchmarks measure their cost; unsafe).
-metric_labels: {"replica": ..., "fleet": ...} added to this rank's metrics (docs/metrics.md).
+metric_labels: {"replica": ..., "fleet": ...} added to this rank's metrics (docs/observability.md).
 lineage: the lineage (the policy being trained) the journal belongs to. A journal belongs to
   one lineage and one model: one of another model (E_MANIFEST_MISMATCH) or of another lineage
   (E_LINEAGE_MISMATCH) is refused naming both, unless new_lineage=True, which starts `lineage`

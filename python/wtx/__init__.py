@@ -20,7 +20,7 @@ from ._wtx import (Aborted, Coordinator, DecisionLog, Error, ExpectedVersionBuil
 from . import metrics as _metrics
 
 # wtx's Prometheus series in prometheus_client's default registry, where it is importable
-# (wtx/metrics.py, docs/metrics.md): the engines' own /metrics endpoints show them.
+# (wtx/metrics.py, docs/observability.md): the engines' own /metrics endpoints show them.
 _metrics.install()
 
 __all__ = ["Aborted", "Coordinator", "DecisionLog", "Error", "ExpectedVersionBuilder", "Manifest",

@@ -1,4 +1,4 @@
-"""wtx's Prometheus metrics in prometheus_client (docs/metrics.md).
+"""wtx's Prometheus metrics in prometheus_client (docs/observability.md).
 
 Importing ``wtx`` installs them when ``prometheus_client`` is importable; there is nothing to
 call. Every series the C++ library records (every participant and coordinator of this process:

@@ -151,7 +151,7 @@ class WtxSglangAdapter(UpdateState):
         """Opens this rank's participant over the model (its manifest sharded by the runner's
         TP size and rank) and joins 2PC over `group` (collective; the TP group, or every
         pipeline stage's ranks). metric_labels: {"replica", "fleet"} on the rank's and its
-        coordinator's Prometheus series (docs/metrics.md); "replica" defaults to "dp{dp_rank}"
+        coordinator's Prometheus series (docs/observability.md); "replica" defaults to "dp{dp_rank}"
         on a data-parallel replica. lineage / new_lineage: the lineage the journal belongs to
         (docs/fleet.md; Participant.open). A step's weight_version that is a whole number
         ("57") is its step of the lineage: one at or below the committed step is refused

@@ -1,4 +1,4 @@
-// CoordinatorMetrics: the series of one coordinator (docs/metrics.md), labelled
+// CoordinatorMetrics: the series of one coordinator (docs/observability.md), labelled
 // role="coordinator" and the coordinator's extra labels (replica, fleet).
 //
 // Thread-safety: every method may be called from any thread.

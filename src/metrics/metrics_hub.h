@@ -1,5 +1,5 @@
 // MetricsHub: the one place every wtx Prometheus series of this process is recorded (the
-// families of docs/metrics.md, in wtx::MetricsRegistry()), and, for bindings whose scrape
+// families of docs/observability.md, in wtx::MetricsRegistry()), and, for bindings whose scrape
 // happens in another process, an optional log of every change (metric_events.h).
 //
 // The families are fixed (Series); each call names one and the labels of the series. A failure

@@ -17,7 +17,7 @@ Status CheckMetricLabels(const MetricLabels& labels) {
   for (const auto& [key, value] : labels) {
     if (key != "replica" && key != "fleet") {
       return Status::InvalidArgument("metric label '" + key +
-                                     "' is not one of replica, fleet (docs/metrics.md)");
+                                     "' is not one of replica, fleet (docs/observability.md)");
     }
     if (value.empty() || value.size() > 128) {
       return Status::InvalidArgument("metric label '" + key +

@@ -1,4 +1,4 @@
-// RankMetrics: the series of one participant (docs/metrics.md), labelled role="rank",
+// RankMetrics: the series of one participant (docs/observability.md), labelled role="rank",
 // rank=N and the participant's extra labels (replica, fleet).
 //
 // Counters and histograms are recorded as things happen; the gauges are published from a

@@ -191,7 +191,7 @@ class CoordinatorImpl : public Coordinator {
   Status CheckAuditAgainstLog(const std::vector<LoggedDecision>& shared);
 
   CoordinatorOptions options_;
-  // The coordinator's series (docs/metrics.md).
+  // The coordinator's series (docs/observability.md).
   metrics::CoordinatorMetrics metrics_;
   const std::vector<int> manifest_peer_;  // ManifestPeers(options_.manifest_groups)
   CoordinatorHooks hooks_;                // src/txn/test_hooks.h

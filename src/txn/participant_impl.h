@@ -36,7 +36,8 @@
 //   participant_verify.cc   VerifyLiveLocked, LogUndeclared, LoadCommitted, Verify, Reattach.
 //   participant_identity.cc InitIdentity, CheckIdentityLocked, MovedError, CheckStorage,
 //                           Rebind (storage identity, include/wtx/storage_identity.h).
-//   participant_metrics.cc  MetricsGauges, PublishMetrics (the rank's series, docs/metrics.md).
+//   participant_metrics.cc  MetricsGauges, PublishMetrics (the rank's series,
+//                           docs/observability.md).
 // The small inline methods are defined below.
 #pragma once
 
@@ -484,7 +485,7 @@ class ParticipantImpl : public Participant {
   void RestoreEpochs(const ActiveTx& tx) REQUIRES(mu_);
 
   ParticipantOptions options_;
-  // The rank's series (docs/metrics.md); set by Init, never reassigned.
+  // The rank's series (docs/observability.md); set by Init, never reassigned.
   std::unique_ptr<metrics::RankMetrics> metrics_;
   // Bytes of the active transaction already counted in wtx_bytes_written_total.
   mutable int64_t metrics_bytes_reported_ GUARDED_BY(mu_) = 0;

@@ -1,4 +1,4 @@
-// ParticipantImpl (participant_impl.h): the rank's metrics (docs/metrics.md). MetricsScope
+// ParticipantImpl (participant_impl.h): the rank's metrics (docs/observability.md). MetricsScope
 // times a public call and publishes the gauges after it; MetricsGauges reads them off the
 // state under mu_ (counters kept as the transaction goes: no pass over the parameters).
 #include <algorithm>

@@ -12,8 +12,8 @@
           an empty expression, or a panel or target whose data source is not the dashboard's
           data source variable fails too.
       (d) every metric name the rules and the dashboard use (tokens wtx_..., a histogram's
-          _bucket/_sum/_count suffix stripped) is listed in the table of docs/metrics.md or, when
-          REPO_ROOT has no docs/metrics.md, in --metrics.
+          _bucket/_sum/_count suffix stripped) is listed in the table of docs/observability.md
+          or, when REPO_ROOT has no docs/observability.md, in --metrics.
       Each failure names the file, the alert or the panel (and target), and what is wrong.
       Exit 0 when everything passes, 1 on a failure, 2 on bad arguments, 77 (skip) when
       promtool cannot be run.
@@ -37,9 +37,9 @@ import tempfile
 RULES = "deploy/prometheus/wtx-rules.yml"
 RULES_TEST = "tests/prometheus/wtx-rules.test.yml"
 DASHBOARD = "deploy/grafana/wtx.json"
-METRICS_DOC = "docs/metrics.md"
+METRICS_DOC = "docs/observability.md"
 
-# The exported families (docs/metrics.md); used by self-test only.
+# The exported families (docs/observability.md); used by self-test only.
 SELF_TEST_METRICS = [
     "wtx_transactions_total", "wtx_aborts_total", "wtx_decisions_total",
     "wtx_bytes_written_total", "wtx_leader_changes_total", "wtx_phase_duration_seconds",
@@ -450,12 +450,12 @@ def cmd_self_test(promtool):
             rc = cmd_check(promtool, root, metrics_arg, out=buf)
             return rc, buf.getvalue()
 
-        # A clean tree passes, with the names from docs/metrics.md and from --metrics.
+        # A clean tree passes, with the names from docs/observability.md and from --metrics.
         for with_doc in (True, False):
             rc, out = run(tree(f"clean-doc{int(with_doc)}", False, with_doc),
                           None if with_doc else metrics)
             if rc != 0:
-                problems.append(f"the clean tree (docs/metrics.md: {with_doc}) fails:\n{indent(out)}")
+                problems.append(f"the clean tree (docs/observability.md: {with_doc}) fails:\n{indent(out)}")
 
         # The broken dashboard: both planted panels named, with what is wrong; the fine ones not.
         rc, out = run(tree("broken-dashboard", True, False), metrics)
@@ -484,13 +484,13 @@ def cmd_self_test(promtool):
         # An unusable metric list fails rather than passing unchecked.
         rc, out = run(tree("no-names", False, False), None)
         if rc != 1 or "no --metrics" not in out:
-            problems.append(f"a tree without docs/metrics.md or --metrics does not fail:\n{indent(out)}")
+            problems.append(f"a tree without docs/observability.md or --metrics does not fail:\n{indent(out)}")
 
     for p in problems:
         print("check_deploy self-test: FAILED:", p)
     if problems:
         return 1
-    print("check_deploy self-test: a clean tree passes (names from docs/metrics.md and from "
+    print("check_deploy self-test: a clean tree passes (names from docs/observability.md and from "
           "--metrics); the planted syntax error (collapsed row), unknown dashboard metric and "
           "unknown rule metric are each named; a missing name list fails")
     return 0
@@ -502,7 +502,7 @@ def main(argv):
     ap.add_argument("--promtool", required=True, help="path of promtool")
     ap.add_argument("--root", help="repository root (check mode)")
     ap.add_argument("--metrics", help="comma-separated metric names, when there is no "
-                                      "docs/metrics.md")
+                                      "docs/observability.md")
     args = ap.parse_args(argv[1:])
     if not promtool_usable(args.promtool):
         print(f"check_deploy: SKIPPED: cannot run promtool ({args.promtool})")

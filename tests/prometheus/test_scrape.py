@@ -1,5 +1,5 @@
 """A real scrape (issue 52): Prometheus (the Debian server) scrapes a `wtx coordinator` and two
-`wtx rank` daemons through a committed and an aborted update, and the series docs/metrics.md
+`wtx rank` daemons through a committed and an aborted update, and the series docs/observability.md
 lists have, in Prometheus's own query API, the values those updates imply.
 
 Real processes only: the daemons serve their metrics with --metrics-listen (prometheus-cpp's

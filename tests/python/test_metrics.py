@@ -1,8 +1,8 @@
-"""wtx's Prometheus metrics in prometheus_client (issue 52, docs/metrics.md): what `import wtx`
-alone puts in the default registry (vLLM's and SGLang's own /metrics serve it), the labels an
-engine adds, the multiprocess mode the engines run their workers in (a worker process writes,
-another process serves /metrics from PROMETHEUS_MULTIPROC_DIR), and the metric table of
-docs/metrics.md against the families the library exports."""
+"""wtx's Prometheus metrics in prometheus_client (issue 52, docs/observability.md): what
+`import wtx` alone puts in the default registry (vLLM's and SGLang's own /metrics serve it),
+the labels an engine adds, the multiprocess mode the engines run their workers in (a worker
+process writes, another process serves /metrics from PROMETHEUS_MULTIPROC_DIR), and the metric
+table of docs/observability.md against the families the library exports."""
 
 import os
 import re
@@ -185,7 +185,7 @@ def test_MultiprocessModeShowsAWorkersSeriesInAnotherProcess(tmp_path, tiny_llam
 
 
 def test_DocsTableListsExactlyTheExportedFamilies():
-    with open(os.path.join(REPO, "docs", "metrics.md"), encoding="utf-8") as f:
+    with open(os.path.join(REPO, "docs", "observability.md"), encoding="utf-8") as f:
         rows = [line for line in f if line.lstrip().startswith("| `wtx_")]
     documented = {re.match(r"\|\s*`(wtx_[a-z_]+)`", row).group(1) for row in rows}
     exported = {f["name"] for f in wtx._wtx.metric_families()}

@@ -15,7 +15,7 @@
 // (status 4) when it loses the leadership (its lease found gone, or not renewed for a whole
 // TTL), so that a deposed coordinator serves no one; an etcd election that holds renewals up
 // for less than that only pauses its decisions.
-// With --metrics-listen it serves its Prometheus metrics (docs/metrics.md).
+// With --metrics-listen it serves its Prometheus metrics (docs/observability.md).
 // Prints one JSON line on stdout once ready (journal recovered, listening): {"ready": true,
 // "port": P[, "metrics_port": M]}; SIGINT/SIGTERM stop it at any stage, start-up and the wait for
 // ranks included (daemon_signals.h).

@@ -12,7 +12,7 @@
 // flags and wires.
 // Prints one JSON line on stdout once ready (manifest and journal loaded, TLS files read, the
 // control port listening): {"ready": true, "rank": R, "control_port": P[, "metrics_port": M]}
-// (--metrics-listen serves its Prometheus metrics, docs/metrics.md); SIGINT/SIGTERM stop
+// (--metrics-listen serves its Prometheus metrics, docs/observability.md); SIGINT/SIGTERM stop
 // it at any stage, start-up included (daemon_signals.h).
 #include <signal.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
 // --metrics-listen and --metrics-label, shared by `wtx rank` and `wtx coordinator`
-// (docs/metrics.md): one place that declares them, parses the labels and starts the scrape
+// (docs/observability.md): one place that declares them, parses the labels and starts the scrape
 // endpoint.
 #pragma once
 

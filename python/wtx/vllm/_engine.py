@@ -169,7 +169,7 @@ class WtxInitInfo:
       (manifest_from_module with `stacked_params_mapping`).
     threads: the participant's data-path threads (copy and hash; 0: one per core).
     metric_labels: {"replica": ..., "fleet": ...} on this rank's and its coordinator's
-      Prometheus series (docs/metrics.md); with several data-parallel replicas "replica"
+      Prometheus series (docs/observability.md); with several data-parallel replicas "replica"
       defaults to "dp{dp_rank}".
     lineage: the lineage (the policy being trained, docs/fleet.md) this rank's journal belongs
       to; a journal of another lineage or model is refused naming both, unless new_lineage
