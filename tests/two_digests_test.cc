@@ -104,6 +104,18 @@ CommitOutcome Update(Cluster& c, const std::string& tx, const Sources& s, TxKind
   return c.coordinator().Commit(tx, o);
 }
 
+// A delta's patch of one element (`index`, flat in `source`) to `value`.
+template <typename T>
+Status PatchOne(Participant& p, const std::string& source, int64_t index, const T& value) {
+  const int64_t indices[] = {index};
+  PatchRequest patch;
+  patch.source = source;
+  patch.indices = indices;
+  patch.values = &value;
+  patch.value_bytes = sizeof(value);
+  return p.Patch(patch);
+}
+
 TEST_CASE("ProcessedParameterCommitsTheCheckpointVersionAndServesAnotherDigest") {
   ManifestPtr m = ProcessedManifest();
   Cluster c(1, m);
@@ -170,14 +182,8 @@ TEST_CASE("ADeltaOnTheProcessedModelBasesOnTheCheckpointVersion") {
       c.coordinator().Begin(Req("t2", TxKind::kDelta, full.served_digest, {}, {"n"}));
   CHECK(wrong.status.code() == ErrorCode::kBaseMismatch);
   REQUIRE(c.coordinator().Begin(Req("t3", TxKind::kDelta, full.version, {}, {"n"})).status.ok());
-  const int64_t idx[] = {3};
   const float value = 2.5f;
-  PatchRequest patch;
-  patch.source = "n";
-  patch.indices = idx;
-  patch.values = &value;
-  patch.value_bytes = sizeof(value);
-  REQUIRE(p.Patch(patch).ok());
+  REQUIRE(PatchOne(p, "n", 3, value).ok());
   REQUIRE(p.Refresh("*").ok());
   std::memcpy(s.n.data() + 3 * sizeof(float), &value, sizeof(value));
   CommitOptions expect;
@@ -354,14 +360,7 @@ TEST_CASE("AServedOnlyTensorCountsInTheServedDigestAndIsRestoredOnAbort") {
   REQUIRE(c.coordinator()
               .Begin(Req("t2", TxKind::kDelta, first.version, {}, {"kv_b"}, /*rollback=*/true))
               .status.ok());
-  const int64_t idx[] = {5};
-  const uint16_t value = 0x4000;
-  PatchRequest patch;
-  patch.source = "kv_b";
-  patch.indices = idx;
-  patch.values = &value;
-  patch.value_bytes = sizeof(value);
-  REQUIRE(p.Patch(patch).ok());
+  REQUIRE(PatchOne(p, "kv_b", 5, uint16_t{0x4000}).ok());
   Absorb(p);
   CHECK(testing::LiveBytes(p.memory(), 1) != uv_before);
   CHECK(c.coordinator().Abort("t2").status.ok());
