@@ -34,11 +34,6 @@ void CheckpointImageDigest::Add(size_t offset, const uint8_t* data, size_t len) 
     } else {
       std::vector<uint8_t>& buf = cut_[c];
       if (buf.empty()) {
-        if (!spare_.empty()) {  // no allocation per chunk (a column slice cuts every chunk)
-          buf = std::move(spare_.back());
-          spare_.pop_back();
-          std::fill(buf.begin(), buf.end(), 0);
-        }
         buf.resize(size);  // zeros: bytes that never come hash as zeros (DigestZeroFilled)
         pending_bytes_ += size;
       }
@@ -48,7 +43,6 @@ void CheckpointImageDigest::Add(size_t offset, const uint8_t* data, size_t len) 
       if (filled_[c] == size) {
         chunks_[c] = ChunkDigest(buf.data(), size);
         pending_bytes_ -= size;
-        if (spare_.size() < 4) spare_.push_back(std::move(buf));
         cut_.erase(c);
         ++done_;
       }

@@ -51,7 +51,6 @@ class CheckpointImageDigest {
   std::vector<uint64_t> chunks_;
   std::vector<uint32_t> filled_;  // bytes of each chunk that have come
   std::unordered_map<size_t, std::vector<uint8_t>> cut_;
-  std::vector<std::vector<uint8_t>> spare_;  // buffers of chunks hashed, reused for the next cut
   size_t done_ = 0;
   size_t pending_bytes_ = 0;
 };
