@@ -33,7 +33,7 @@ class SendHasher:
 
     take(name, tensor) for each piece as it leaves (non-blocking); version() once the send is
     over (it raises what the hashing raised, a bad manifest included, so that a sender can finish
-the send before it raises). close() stops the thread without a version (the send failed)."""
+    the send before it raises). close() stops the thread without a version (the send failed)."""
 
     def __init__(self, manifests: Iterable[Any]) -> None:
         self._queue: "queue.Queue[Any]" = queue.Queue()
